@@ -1,0 +1,42 @@
+# Two commands do everything on a fresh machine:
+#   make demo   the exporter on a simulated 8 x H100 node moving through failure scenarios
+#   make test   lint + the whole test suite (installs what it needs; CI runs exactly this)
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PORT ?= 9400
+
+.PHONY: demo test lint format bench bench-quick clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	touch $@
+
+demo: $(VENV)/.installed
+	@echo "gpu-bottleneck-exporter on a simulated 8 x H100 node (scenario: tour)"
+	@echo "  metrics: http://localhost:$(PORT)/metrics   health: /healthz /readyz   stop: Ctrl-C"
+	$(BIN)/gpu-bottleneck-exporter --simulate tour --port $(PORT)
+
+test: $(VENV)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/pytest
+
+lint: $(VENV)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(VENV)/.installed
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+bench: $(VENV)/.installed
+	$(BIN)/python bench/core.py
+
+bench-quick: $(VENV)/.installed
+	$(BIN)/python bench/core.py --quick
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
