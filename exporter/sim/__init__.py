@@ -1,0 +1,96 @@
+"""The simulated GPU node: a physical model, a fake libnvidia-ml under the real nvidia-ml-py, fault
+injection, and a simulated /proc for the host source. Drives the tests and ``--simulate``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from types import ModuleType
+
+import pynvml
+
+from exporter.sim.driver import Capabilities, FakeNvmlLibrary
+from exporter.sim.faults import Fault, FaultPlan
+from exporter.sim.hostfs import SimHost
+from exporter.sim.physics import BoardSpec, NodeModel
+from exporter.sim.scenarios import Scenario, ScenarioError, parse_scenario, scenario_names
+
+__all__ = [
+    "BoardSpec",
+    "Capabilities",
+    "Fault",
+    "FaultPlan",
+    "Scenario",
+    "ScenarioError",
+    "SimulatedNode",
+    "parse_scenario",
+    "scenario_names",
+]
+
+
+class SimulatedNode:
+    """A node of simulated GPUs. ``install()`` points the real pynvml at the fake driver and returns
+    the module to hand to the NVML source; ``host_options()`` are the host source's roots."""
+
+    def __init__(
+        self,
+        scenario: str | Scenario = "healthy",
+        n_gpus: int = 8,
+        clock: Callable[[], float] = time.time,
+        capabilities: Capabilities | None = None,
+        board: BoardSpec | None = None,
+        sample_period_s: float = 0.2,
+        library_present: bool = True,
+    ) -> None:
+        self.scenario = parse_scenario(scenario) if isinstance(scenario, str) else scenario
+        self.model = NodeModel(
+            self.scenario, n_gpus=n_gpus, board=board, clock=clock, sample_period_s=sample_period_s
+        )
+        self.faults = FaultPlan()
+        self.library = FakeNvmlLibrary(self.model, self.faults, capabilities)
+        self.host = SimHost(self.model)
+        if not library_present:
+            # what pynvml raises when libnvidia-ml.so.1 cannot be loaded; clear the fault to "install" it
+            self.faults.add("nvmlInitWithFlags", pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+
+    def install(self) -> ModuleType:
+        with pynvml.libLoadLock:
+            current = pynvml.nvmlLib
+            if isinstance(current, FakeNvmlLibrary) and current is not self.library:
+                raise RuntimeError("another simulated node is installed in pynvml; uninstall it first")
+            pynvml.nvmlLib = self.library
+            pynvml._nvmlGetFunctionPointer_cache.clear()
+            pynvml._nvmlLib_refcount = 0
+        return pynvml
+
+    def uninstall(self) -> None:
+        with pynvml.libLoadLock:
+            if pynvml.nvmlLib is self.library:
+                pynvml.nvmlLib = None
+                pynvml._nvmlGetFunctionPointer_cache.clear()
+                pynvml._nvmlLib_refcount = 0
+
+    def host_options(self) -> dict[str, object]:
+        return {
+            "proc_root": self.host.proc_root,
+            "sys_root": self.host.sys_root,
+            "host_root": self.host.host_root,
+            "statvfs": self.host.statvfs,
+        }
+
+    def cpu_seconds(self) -> float:
+        """CPU the simulation itself used (the fake driver's work and the /proc writer): on a real node
+        this is spent in libnvidia-ml and the kernel, so benchmarks subtract it from the exporter's."""
+        return self.library.cpu_s + self.host.cpu_s
+
+    def close(self) -> None:
+        self.faults.clear()
+        self.uninstall()
+        self.host.close()
+
+    def __enter__(self) -> SimulatedNode:
+        self.install()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,131 @@
+"""Scenario definitions for the simulated node: which failure, on which GPUs, from when.
+
+A scenario is written ``NAME[:key=value,...]`` on the command line, e.g.
+``data_starvation:gpus=3,cause=io,onset=30``. ``tour`` cycles through the interesting ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+# name -> (what it shows, default affected GPUs (empty = all), default cause)
+SCENARIOS: dict[str, tuple[str, tuple[int, ...], str]] = {
+    "healthy": ("every rank computes; util ~99 %, power steady near 80 % of TDP", (), ""),
+    "data_starvation": (
+        "one rank waits for its input every step; its peers wait for it in NCCL",
+        (3,),
+        "cpu",
+    ),
+    "data_starvation_all": ("every rank waits for its input every step (slow storage)", (), "io"),
+    "comm_hang": (
+        "every rank is stuck in a collective: util 100 %, power near idle, no NVLink traffic",
+        (),
+        "",
+    ),
+    "thermal_throttle": ("one GPU runs hot and lowers its clocks", (5,), ""),
+    "power_cap": ("every GPU is capped at 450 W (default limit 700 W)", (), ""),
+    "shm_exhaustion": ("/dev/shm fills up until DataLoader workers die with Bus error", (), ""),
+    "idle_allocated": ("memory resident, no kernels: reserved GPUs doing nothing", (), ""),
+    "nvlink_down": (
+        "one GPU lost its NVLinks and fabric registration; collectives fall back to PCIe",
+        (2,),
+        "",
+    ),
+    "gpu_lost": ("one GPU falls off the bus (XID 79); every NVML call on it fails", (7,), ""),
+}
+
+CAUSES = ("io", "cpu", "shm", "host_transfer", "unknown")
+
+# The demo's tour: (scenario, seconds). Healthy stretches between faults let verdicts resolve.
+TOUR: tuple[tuple[str, float], ...] = (
+    ("healthy", 90.0),
+    ("data_starvation", 240.0),
+    ("healthy", 90.0),
+    ("comm_hang", 300.0),
+    ("healthy", 90.0),
+    ("thermal_throttle", 240.0),
+    ("healthy", 60.0),
+    ("shm_exhaustion", 420.0),
+    ("healthy", 60.0),
+    ("idle_allocated", 420.0),
+)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str = "healthy"
+    onset_s: float = 0.0  # seconds after the scenario starts when the fault begins
+    gpus: tuple[int, ...] = ()  # affected GPUs; empty means the scenario's default
+    cause: str = ""
+    fill_s: float = 300.0  # shm_exhaustion: seconds from onset until the volume is full
+    shm_size_bytes: int = 16 << 30  # shm_exhaustion: size of /dev/shm
+    cap_w: float = 450.0  # power_cap: enforced limit
+    params: dict[str, str] = field(default_factory=dict)
+
+    def affected(self, n_gpus: int) -> tuple[int, ...]:
+        chosen = self.gpus or SCENARIOS[self.name][1]
+        if not chosen:
+            return tuple(range(n_gpus))
+        return tuple(g for g in chosen if 0 <= g < n_gpus) or (n_gpus - 1,)
+
+    def effective_cause(self) -> str:
+        return self.cause or SCENARIOS[self.name][2]
+
+
+class ScenarioError(ValueError):
+    """A scenario string that cannot be understood."""
+
+
+def parse_scenario(text: str) -> Scenario:
+    """Parse ``NAME[:key=value,...]``; raise ScenarioError with a helpful message."""
+    name, _, rest = text.strip().partition(":")
+    if name not in SCENARIOS and name != "tour":
+        raise ScenarioError(f"unknown scenario {name!r}; choose one of: {', '.join(scenario_names())}")
+    scenario = Scenario(name=name)
+    if not rest:
+        return scenario
+    for item in rest.split(","):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ScenarioError(f"scenario parameter {item!r} is not key=value")
+        scenario = _apply_param(scenario, key.strip(), value.strip())
+    return scenario
+
+
+def _apply_param(s: Scenario, key: str, value: str) -> Scenario:
+    try:
+        if key == "onset":
+            return replace(s, onset_s=float(value))
+        if key == "gpus":
+            return replace(s, gpus=tuple(int(g) for g in value.split("+") if g))
+        if key == "cause":
+            if value not in CAUSES:
+                raise ScenarioError(f"cause must be one of {', '.join(CAUSES)}, not {value!r}")
+            return replace(s, cause=value)
+        if key == "fill":
+            return replace(s, fill_s=float(value))
+        if key == "shm_gib":
+            return replace(s, shm_size_bytes=int(float(value) * (1 << 30)))
+        if key == "cap":
+            return replace(s, cap_w=float(value))
+    except ValueError as exc:
+        if isinstance(exc, ScenarioError):
+            raise
+        raise ScenarioError(f"bad value {value!r} for scenario parameter {key!r}") from exc
+    raise ScenarioError(f"unknown scenario parameter {key!r} (onset, gpus, cause, fill, shm_gib, cap)")
+
+
+def scenario_names() -> list[str]:
+    return [*SCENARIOS, "tour"]
+
+
+def tour_timeline() -> list[tuple[float, Scenario]]:
+    """The tour as (start second, scenario) segments."""
+    out, start = [], 0.0
+    for name, seconds in TOUR:
+        out.append((start, Scenario(name=name, fill_s=240.0 if name == "shm_exhaustion" else 300.0)))
+        start += seconds
+    return out
+
+
+TOUR_SECONDS = sum(seconds for _, seconds in TOUR)
