@@ -1,0 +1,219 @@
+"""Host source: /dev/shm and other memory-backed mounts, CPU I/O wait and the busiest core, disk reads,
+and pressure stall information, read from /proc, /sys and statvfs.
+
+The roots are configurable because a DaemonSet sees the node's /proc and / under other paths. A file
+that cannot be read costs its signal for that collection and is counted; it never raises. A kernel
+without PSI, or a mount table we may not read, is simply not reported.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from exporter.errors import ErrorCounter
+from exporter.sources.readings import DiskReading, HostReading, ShmReading
+
+log = logging.getLogger(__name__)
+
+SOURCE = "host"
+MEMORY_FS = ("tmpfs", "ramfs")
+# system tmpfs mounts and per-pod secret/token volumes: numerous, tiny, and nothing to do with shm
+DEFAULT_MOUNT_EXCLUDE = (
+    r"^/(proc|sys)(/|$)|^/dev(/(?!shm(/|$)).*)?$|^/run(/|$)"
+    r"|/volumes/kubernetes\.io~(secret|projected|configmap|downward-api)/"
+)
+VIRTUAL_DISKS = re.compile(r"^(loop|ram|zram|fd|sr|nbd)\d*$")
+PARTITION = re.compile(r"^((sd|vd|xvd|hd)[a-z]+\d+|(nvme\d+n\d+|mmcblk\d+)p\d+)$")
+SECTOR_BYTES = 512  # /proc/diskstats always counts 512-byte sectors
+PSI_RESOURCES = ("io", "cpu", "memory")
+
+
+def _octal_unescape(path: str) -> str:
+    """Mount tables escape spaces and friends as \\040."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), path)
+
+
+class HostSource:
+    def __init__(
+        self,
+        errors: ErrorCounter,
+        proc_root: str = "/proc",
+        sys_root: str = "/sys",
+        host_root: str = "/",
+        shm_paths: tuple[str, ...] = ("/dev/shm",),
+        mount_exclude: str = DEFAULT_MOUNT_EXCLUDE,
+        statvfs: Callable[[str], os.statvfs_result] = os.statvfs,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.errors = errors
+        self.proc = Path(proc_root)
+        self.sys = Path(sys_root)
+        self.host_root = host_root
+        self.shm_paths = shm_paths
+        self.mount_exclude = re.compile(mount_exclude)
+        self.statvfs = statvfs
+        self.clock = clock
+        self._prev_cpu: dict[str, tuple[float, float, float]] | None = None  # name -> busy, iowait, total
+        self._no_psi: set[str] = set()
+
+    def collect(self) -> HostReading:
+        iowait, busy_max, cpus = self._cpu()
+        return HostReading(
+            t=self.clock(),
+            shm=self._shm(),
+            iowait=iowait,
+            core_busy_max=busy_max,
+            cpu_count=cpus,
+            disks=self._disks(),
+            pressure=self._pressure(),
+        )
+
+    def _read(self, path: Path) -> str | None:
+        try:
+            return path.read_text()
+        except OSError as exc:
+            self.errors.inc(SOURCE, type(exc).__name__, str(path))
+            return None
+
+    # ---- CPU ---------------------------------------------------------------------------------
+
+    def _cpu(self) -> tuple[float | None, float | None, int | None]:
+        """I/O-wait share of all CPU time, and the busiest core's busy share, since the last call."""
+        text = self._read(self.proc / "stat")
+        if text is None:
+            return None, None, None
+        now: dict[str, tuple[float, float, float]] = {}
+        for line in text.splitlines():
+            if not line.startswith("cpu"):
+                continue
+            parts = line.split()
+            try:
+                v = [float(x) for x in parts[1:9]]
+            except ValueError:
+                self.errors.inc(SOURCE, "ParseError", f"{self.proc / 'stat'}: {line[:40]}")
+                continue
+            v += [0.0] * (8 - len(v))
+            user, nice, system, _idle, iowait, irq, softirq, steal = v
+            now[parts[0]] = (user + nice + system + irq + softirq + steal, iowait, sum(v))
+        cores = [name for name in now if name != "cpu"]
+        prev, self._prev_cpu = self._prev_cpu, now
+        if prev is None or "cpu" not in now or "cpu" not in prev:
+            return None, None, len(cores) or None
+        d_total = now["cpu"][2] - prev["cpu"][2]
+        iowait = (now["cpu"][1] - prev["cpu"][1]) / d_total if d_total > 0 else None
+        shares = []
+        for name in cores:
+            if name in prev:
+                total = now[name][2] - prev[name][2]
+                if total > 0:
+                    shares.append((now[name][0] - prev[name][0]) / total)
+        clamp = lambda x: max(0.0, min(x, 1.0))  # noqa: E731 - counters may jitter across hotplug
+        return (
+            clamp(iowait) if iowait is not None else None,
+            clamp(max(shares)) if shares else None,
+            len(cores) or None,
+        )
+
+    # ---- disks -------------------------------------------------------------------------------
+
+    def _whole_disks(self) -> set[str] | None:
+        try:
+            return set(os.listdir(self.sys / "block"))
+        except OSError:
+            return None
+
+    def _disks(self) -> tuple[DiskReading, ...]:
+        text = self._read(self.proc / "diskstats")
+        if text is None:
+            return ()
+        whole = self._whole_disks()
+        out = []
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) < 10:
+                continue
+            name = parts[2]
+            if VIRTUAL_DISKS.match(name) or (
+                name not in whole if whole is not None else PARTITION.match(name)
+            ):
+                continue
+            try:
+                out.append(DiskReading(name, int(parts[5]) * SECTOR_BYTES, int(parts[9]) * SECTOR_BYTES))
+            except ValueError:
+                self.errors.inc(SOURCE, "ParseError", f"{self.proc / 'diskstats'}: {name}")
+        return tuple(out)
+
+    # ---- pressure ----------------------------------------------------------------------------
+
+    def _pressure(self) -> dict[str, float]:
+        out = {}
+        for res in PSI_RESOURCES:
+            if res in self._no_psi:
+                continue
+            path = self.proc / "pressure" / res
+            try:
+                text = path.read_text()
+            except FileNotFoundError:
+                self._no_psi.add(res)  # kernel without PSI (or PSI disabled): leave it out
+                log.info("no pressure stall information at %s; PSI metrics left out", path)
+                continue
+            except OSError as exc:
+                self.errors.inc(SOURCE, type(exc).__name__, str(path))
+                continue
+            match = re.search(r"^some avg10=([0-9.]+)", text, re.MULTILINE)
+            if match:
+                out[res] = float(match.group(1)) / 100.0
+            else:
+                self.errors.inc(SOURCE, "ParseError", str(path))
+        return out
+
+    # ---- shared memory -----------------------------------------------------------------------
+
+    def _mount_table(self) -> list[tuple[str, str]]:
+        """(mountpoint, fstype) of the node's mounts: PID 1's view when the host /proc is mounted."""
+        for path in (self.proc / "1" / "mounts", self.proc / "self" / "mounts"):
+            try:
+                text = path.read_text()
+            except OSError:
+                continue
+            rows = []
+            for line in text.splitlines():
+                parts = line.split()
+                if len(parts) >= 3:
+                    rows.append((_octal_unescape(parts[1]), parts[2]))
+            return rows
+        return []
+
+    def _shm(self) -> tuple[ShmReading, ...]:
+        points = list(self.shm_paths)
+        for mountpoint, fstype in self._mount_table():
+            if fstype in MEMORY_FS and not self.mount_exclude.search(mountpoint) and mountpoint not in points:
+                points.append(mountpoint)
+        out = []
+        for mountpoint in points:
+            path = os.path.join(self.host_root, mountpoint.lstrip("/"))
+            try:
+                st = self.statvfs(path)
+            except FileNotFoundError:
+                if mountpoint in self.shm_paths:
+                    self.errors.inc(SOURCE, "FileNotFoundError", path)
+                continue  # a discovered mount outside what this container can see
+            except OSError as exc:
+                self.errors.inc(SOURCE, type(exc).__name__, path)
+                continue
+            size = st.f_frsize * st.f_blocks
+            if size <= 0:
+                continue
+            out.append(
+                ShmReading(
+                    mountpoint=mountpoint,
+                    size_bytes=size,
+                    used_bytes=st.f_frsize * (st.f_blocks - st.f_bfree),
+                )
+            )
+        return tuple(out)

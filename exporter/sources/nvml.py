@@ -1,0 +1,601 @@
+"""GPU source: every signal of the metric contract that NVML offers, over an injected pynvml module.
+
+Rules this module keeps:
+- A call that is not supported (NotSupported, FunctionNotFound, ...) is counted once and then left
+  out for that GPU until the next NVML session; nothing unsupported is ever reported as 0.
+- ``GpuIsLost`` raises ``GpuLost``: the sampler marks that GPU down and the others carry on.
+- Errors that mean the NVML session itself is gone (driver unloaded, library/driver mismatch) raise
+  ``SessionError``: the sampler shuts NVML down and re-initialises it with backoff.
+- Every other error is counted and costs only that signal for this collection.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from types import ModuleType
+
+from exporter.errors import ErrorCounter
+from exporter.sources.readings import GpuIdentity, GpuReading, NvLinkReading, Sample
+
+log = logging.getLogger(__name__)
+
+SOURCE = "nvml"
+
+SESSION_ERRORS = frozenset(
+    {"Uninitialized", "DriverNotLoaded", "LibRmVersionMismatch", "LibraryNotFound", "LibraryMismatch"}
+)
+LEAVE_OUT_ERRORS = frozenset(
+    {
+        "NotSupported",
+        "FunctionNotFound",
+        "NoPermission",
+        "InvalidArgument",
+        "ArgumentVersionMismatch",
+        "Deprecated",
+    }
+)
+LOST_ERRORS = frozenset({"GpuIsLost", "GpuNotFound", "ResetRequired"})
+
+# clock-event reason bits (nvml.h nvmlClocksEventReason*) -> label value
+CLOCK_REASONS: dict[int, str] = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal",
+    0x40: "hw_thermal",
+    0x80: "hw_power_brake",
+    0x100: "display_clock_setting",
+}
+
+# field ids from nvml.h (an ABI: the numbers never change, older bindings may lack the names)
+FI_MEMORY_TEMP = 82
+FI_NVLINK_LINK_COUNT = 91
+FI_NVLINK_TX_KIB = 138  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, scopeId = link
+FI_NVLINK_RX_KIB = 139
+FI_NVLINK_ERR = {161: "replay", 162: "recovery", 163: "crc"}  # NVML_FI_DEV_NVLINK_ERROR_DL_*, per link
+FI_NVLINK_STATE = 165  # NVML_FI_DEV_NVLINK_GET_STATE, per link
+FI_PCIE_TX_BYTES = 197
+FI_PCIE_RX_BYTES = 198
+FI_THROTTLE_NS = {
+    74: "sw_power_cap",
+    76: "sync_boost",
+    269: "sw_thermal",
+    270: "hw_thermal",
+    271: "hw_power_brake",
+}
+NVLINK_STATE_UP = (1, 2)  # ACTIVE, SLEEP (low-power but usable)
+ERROR_COUNTERS = {0: "replay", 1: "recovery", 2: "crc"}  # nvmlDeviceGetNvLinkErrorCounter; 2 = DL_CRC_FLIT
+
+FABRIC_STATES = {1: "not_started", 2: "in_progress", 3: "completed"}
+# plain ints: pynvml spells NVML_P2P_CAPS_INDEX_READ as the tuple (0,), which ctypes rejects
+P2P_CAPS = {"read": 0, "write": 1, "nvlink": 2}
+
+GPM_METRICS = {2: "sm_active", 3: "sm_occupancy", 5: "tensor_active", 10: "dram_active"}  # NVML_GPM_METRIC_*
+
+SAMPLE_GPU_UTIL, SAMPLE_MEM_UTIL, SAMPLE_POWER = 1, 2, 0  # nvmlSamplingType_t
+
+
+class GpuLost(Exception):
+    """The GPU fell off the bus or needs a reset; its name is the NVML error."""
+
+
+class SessionError(Exception):
+    """The NVML session is unusable (driver gone, version mismatch); re-initialise."""
+
+
+def error_name(exc: BaseException, nvml: ModuleType) -> str:
+    """NVMLError_GpuIsLost -> 'GpuIsLost'; NVMLLibraryMismatchError -> 'LibraryMismatch'."""
+    mismatch = getattr(nvml, "NVMLLibraryMismatchError", None)
+    if mismatch is not None and isinstance(exc, mismatch):
+        return "LibraryMismatch"
+    name = type(exc).__name__
+    if name.startswith("NVMLError_"):
+        return name[len("NVMLError_") :]
+    if name == "NVMLError":
+        return f"Code{getattr(exc, 'value', 'Unknown')}"
+    return name
+
+
+def _union_value(value_type: int, union: object) -> float:
+    """Read an nvmlValue_t union by its nvmlValueType_t."""
+    member = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}.get(
+        value_type, "ullVal"
+    )
+    return getattr(union, member)
+
+
+def _text(value: object) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+@dataclass(eq=False)
+class Device:
+    """One GPU and what has been learnt about it in this NVML session."""
+
+    index: int
+    handle: object | None
+    identity: GpuIdentity
+    lost: bool = False
+    unsupported: set[str] = field(default_factory=set)
+    fields: list[tuple[int, int]] = field(default_factory=list)  # read every collection
+    slow_fields: list[tuple[int, int]] = field(default_factory=list)  # read every slow interval
+    link_count: int = 0
+    cursors: dict[int, int] = field(default_factory=dict)
+    last: dict[str, float] = field(default_factory=dict)
+    default_limit_w: float | None = None
+    slowdown_c: float | None = None
+    sm_max_hz: float | None = None
+    mem_max_hz: float | None = None
+    gpm_samples: list[object] = field(default_factory=list)
+    gpm_metrics: list[int] = field(default_factory=lambda: list(GPM_METRICS))
+    gpm_buffer: object | None = None
+    next_slow: float = 0.0
+    slow: dict[str, object] = field(default_factory=dict)
+
+
+class NvmlSource:
+    """Collects GPUs through ``nvml`` (the pynvml module, or the same module over the simulator)."""
+
+    def __init__(
+        self,
+        nvml: ModuleType,
+        errors: ErrorCounter,
+        clock: Callable[[], float] = time.time,
+        slow_interval_s: float = 10.0,
+    ) -> None:
+        self.N = nvml
+        self.errors = errors
+        self.clock = clock
+        self.slow_interval_s = slow_interval_s
+        self.driver: dict[str, str] = {}
+        self._mismatched: set[str] = set()  # calls that raised NVMLLibraryMismatchError once already
+        self._open = False
+
+    # ---- session -----------------------------------------------------------------------------
+
+    def open(self) -> list[Device]:
+        """Initialise NVML and discover GPUs. Raises the NVML error when NVML is not usable."""
+        self.N.nvmlInit()
+        self._open = True
+        self.driver = {
+            "driver_version": _text(self._quiet(self.N.nvmlSystemGetDriverVersion) or ""),
+            "cuda_version": self._cuda_version(),
+            "nvml_version": _text(self._quiet(self.N.nvmlSystemGetNVMLVersion) or ""),
+        }
+        count = self.N.nvmlDeviceGetCount()
+        return [self.discover(i) for i in range(count)]
+
+    def close(self, devices: Iterable[Device] = ()) -> None:
+        for dev in devices:
+            for sample in dev.gpm_samples:
+                self._quiet(self.N.nvmlGpmSampleFree, sample)
+            dev.gpm_samples = []
+        if self._open:
+            self._open = False
+            self._quiet(self.N.nvmlShutdown)
+
+    @staticmethod
+    def _quiet(fn: Callable[..., object], *args: object) -> object | None:
+        try:
+            return fn(*args)
+        except Exception:  # noqa: BLE001 - best effort during open/close
+            return None
+
+    def _cuda_version(self) -> str:
+        fn = getattr(self.N, "nvmlSystemGetCudaDriverVersion_v2", None) or getattr(
+            self.N, "nvmlSystemGetCudaDriverVersion", None
+        )
+        raw = self._quiet(fn) if fn else None
+        return f"{raw // 1000}.{raw % 1000 // 10}" if isinstance(raw, int) and raw > 0 else ""
+
+    def discover(self, index: int) -> Device:
+        """Handle, identity and one-time probes of GPU ``index``. A lost GPU comes back marked lost."""
+        try:
+            handle = self.N.nvmlDeviceGetHandleByIndex(index)
+            uuid = _text(self.N.nvmlDeviceGetUUID(handle))
+        except self.N.NVMLError as exc:
+            name = error_name(exc, self.N)
+            self.errors.inc(SOURCE, name, f"GPU {index} discovery")
+            if name in SESSION_ERRORS:
+                raise SessionError(name) from exc
+            return Device(index=index, handle=None, identity=GpuIdentity(index=index, uuid=""), lost=True)
+        dev = Device(index=index, handle=handle, identity=GpuIdentity(index=index, uuid=uuid))
+        dev.identity = self._identity(dev, uuid)
+        dev.default_limit_w = self._scaled(
+            dev, "default_limit", "nvmlDeviceGetPowerManagementDefaultLimit", 1e-3
+        )
+        dev.slowdown_c = self._num(dev, "slowdown", "nvmlDeviceGetTemperatureThreshold", handle, 1)
+        dev.sm_max_hz = self._scaled(dev, "max_sm", "nvmlDeviceGetMaxClockInfo", 1e6, 1)
+        dev.mem_max_hz = self._scaled(dev, "max_mem", "nvmlDeviceGetMaxClockInfo", 1e6, 2)
+        dev.link_count = self._link_count(dev)
+        dev.fields, dev.slow_fields = self._field_requests(dev.link_count)
+        self._gpm_setup(dev)
+        return dev
+
+    def reprobe(self, dev: Device) -> Device:
+        """Try a lost GPU again; a new Device if it answers with the same identity, else the old one."""
+        fresh = self.discover(dev.index)
+        if fresh.lost or (dev.identity.uuid and fresh.identity.uuid != dev.identity.uuid):
+            return dev
+        return fresh
+
+    def _identity(self, dev: Device, uuid: str) -> GpuIdentity:
+        def text(key: str, fn: str) -> str:
+            value = self._call(dev, key, fn, dev.handle)
+            return _text(value) if value is not None else ""
+
+        pci = self._call(dev, "pci", "nvmlDeviceGetPciInfo_v3", dev.handle)
+        cc = self._call(dev, "cc", "nvmlDeviceGetCudaComputeCapability", dev.handle)
+        return GpuIdentity(
+            index=dev.index,
+            uuid=uuid,
+            name=text("name", "nvmlDeviceGetName"),
+            pci_bus_id=_text(pci.busId) if pci is not None else "",
+            serial=text("serial", "nvmlDeviceGetSerial"),
+            vbios_version=text("vbios", "nvmlDeviceGetVbiosVersion"),
+            compute_capability=f"{cc[0]}.{cc[1]}" if cc else "",
+        )
+
+    # ---- one call, with the error policy -----------------------------------------------------
+
+    def _call(self, dev: Device, key: str, fn_name: str, *args: object) -> object | None:
+        """Run one NVML call for ``dev`` under the module's error policy; None when it gave nothing."""
+        if key in dev.unsupported:
+            return None
+        fn = getattr(self.N, fn_name, None)
+        if fn is None:  # bindings too old to know the call
+            dev.unsupported.add(key)
+            self.errors.inc(SOURCE, "FunctionNotFound", fn_name, level=logging.INFO)
+            return None
+        try:
+            return fn(*args)
+        except Exception as exc:  # noqa: BLE001 - every driver error is data, never a crash
+            self._handle(dev, key, fn_name, exc)
+            return None
+
+    def _handle(self, dev: Device, key: str, fn_name: str, exc: BaseException) -> None:
+        name = error_name(exc, self.N)
+        level = logging.INFO if name in LEAVE_OUT_ERRORS else logging.WARNING  # probing is routine
+        self.errors.inc(SOURCE, name, f"{fn_name} on GPU {dev.index}", level=level)
+        if name == "LibraryMismatch":
+            if fn_name in self._mismatched:  # it survived a re-initialisation: the call is just missing
+                dev.unsupported.add(key)
+                return
+            self._mismatched.add(fn_name)
+            raise SessionError(name) from exc
+        if name in SESSION_ERRORS:
+            raise SessionError(name) from exc
+        if name in LOST_ERRORS:
+            raise GpuLost(name) from exc
+        if name in LEAVE_OUT_ERRORS or not isinstance(exc, self.N.NVMLError):
+            dev.unsupported.add(key)
+
+    def _num(self, dev: Device, key: str, fn_name: str, *args: object) -> float | None:
+        value = self._call(dev, key, fn_name, *args)
+        return float(value) if value is not None else None
+
+    def _scaled(self, dev: Device, key: str, fn_name: str, scale: float, *extra: object) -> float | None:
+        value = self._call(dev, key, fn_name, dev.handle, *extra)
+        return float(value) * scale if value is not None else None
+
+    def _first(self, dev: Device, options: list[tuple[str, str, tuple[object, ...]]]) -> object | None:
+        """The first supported call of a preference list (newest API first)."""
+        for key, fn_name, args in options:
+            if key in dev.unsupported:
+                continue
+            value = self._call(dev, key, fn_name, *args)
+            if value is not None or key not in dev.unsupported:
+                return value
+        return None
+
+    # ---- collection --------------------------------------------------------------------------
+
+    def collect(self, dev: Device) -> GpuReading:
+        """One collection of one GPU. Raises GpuLost or SessionError; everything else is counted."""
+        if dev.lost or dev.handle is None:
+            raise GpuLost("GpuIsLost")
+        h = dev.handle
+        now = self.clock()
+        util = self._samples(dev, SAMPLE_GPU_UTIL, "samples_util", 0.01)
+        mem_util = self._samples(dev, SAMPLE_MEM_UTIL, "samples_mem_util", 0.01)
+        if util is None or mem_util is None:  # no sample buffer: one instantaneous reading instead
+            rates = self._call(dev, "utilization", "nvmlDeviceGetUtilizationRates", h)
+            if rates is not None:
+                util = util if util is not None else (Sample(now, rates.gpu / 100.0),)
+                mem_util = mem_util if mem_util is not None else (Sample(now, rates.memory / 100.0),)
+        power = self._samples(dev, SAMPLE_POWER, "samples_power", 1e-3)
+        if power is None:
+            watts = self._scaled(dev, "power", "nvmlDeviceGetPowerUsage", 1e-3)
+            power = (Sample(now, watts),) if watts is not None else None
+        for key, samples in (("util", util), ("mem_util", mem_util), ("power", power)):
+            if samples:
+                dev.last[key] = samples[-1].value
+
+        mem = self._first(
+            dev,
+            [
+                ("memory_v2", "nvmlDeviceGetMemoryInfo", (h, getattr(self.N, "nvmlMemory_v2", 0x02000028))),
+                ("memory", "nvmlDeviceGetMemoryInfo", (h,)),
+            ],
+        )
+        temp = self._first(
+            dev,
+            [
+                ("temp_v", "nvmlDeviceGetTemperatureV", (h, 0)),
+                ("temp", "nvmlDeviceGetTemperature", (h, 0)),
+            ],
+        )
+        reasons = self._first(
+            dev,
+            [
+                ("reasons", "nvmlDeviceGetCurrentClocksEventReasons", (h,)),
+                ("reasons_old", "nvmlDeviceGetCurrentClocksThrottleReasons", (h,)),
+            ],
+        )
+        energy = self._call(dev, "energy", "nvmlDeviceGetTotalEnergyConsumption", h)
+        values = self._field_values(dev)
+        gpm = self._gpm(dev)
+        if now >= dev.next_slow:
+            self._slow(dev)
+            dev.next_slow = now + self.slow_interval_s
+        slow = dev.slow
+        return GpuReading(
+            t=self.clock(),
+            identity=dev.identity,
+            util_samples=util or (),
+            mem_util_samples=mem_util or (),
+            power_samples=power or (),
+            util=dev.last.get("util"),
+            mem_util=dev.last.get("mem_util"),
+            power_w=dev.last.get("power"),
+            power_limit_w=self._scaled(dev, "limit", "nvmlDeviceGetEnforcedPowerLimit", 1e-3),
+            power_default_limit_w=dev.default_limit_w,
+            energy_j=energy / 1000.0 if energy is not None else None,
+            mem_used_bytes=int(mem.used) if mem is not None else None,
+            mem_total_bytes=int(mem.total) if mem is not None else None,
+            temp_c=float(temp) if temp is not None else None,
+            temp_mem_c=values.get((FI_MEMORY_TEMP, 0)),
+            temp_slowdown_c=dev.slowdown_c,
+            clock_sm_hz=self._scaled(dev, "clock_sm", "nvmlDeviceGetClockInfo", 1e6, 1),
+            clock_mem_hz=self._scaled(dev, "clock_mem", "nvmlDeviceGetClockInfo", 1e6, 2),
+            clock_sm_max_hz=dev.sm_max_hz,
+            clock_mem_max_hz=dev.mem_max_hz,
+            clock_reasons=int(reasons) if reasons is not None else None,
+            clock_reason_seconds={
+                reason: values[(fid, 0)] / 1e9 for fid, reason in FI_THROTTLE_NS.items() if (fid, 0) in values
+            },
+            sm_active=gpm.get("sm_active"),
+            sm_occupancy=gpm.get("sm_occupancy"),
+            tensor_active=gpm.get("tensor_active"),
+            dram_active=gpm.get("dram_active"),
+            nvlinks=self._nvlinks(dev, values),
+            pcie_tx_bytes=_as_int(values.get((FI_PCIE_TX_BYTES, 0))),
+            pcie_rx_bytes=_as_int(values.get((FI_PCIE_RX_BYTES, 0))),
+            fabric_state=slow.get("fabric_state"),  # type: ignore[arg-type]
+            fabric_status=slow.get("fabric_status"),  # type: ignore[arg-type]
+            process_count=slow.get("process_count"),  # type: ignore[arg-type]
+        )
+
+    def _samples(self, dev: Device, kind: int, key: str, scale: float) -> tuple[Sample, ...] | None:
+        """New driver samples since the last call; () when there are none, None when unsupported."""
+        if key in dev.unsupported:
+            return None
+        last = dev.cursors.get(kind, 0)
+        try:
+            value_type, raw = self.N.nvmlDeviceGetSamples(dev.handle, kind, last)
+        except self.N.NVMLError_NotFound:
+            return ()  # no sample newer than the cursor: not an error
+        except Exception as exc:  # noqa: BLE001
+            self._handle(dev, key, "nvmlDeviceGetSamples", exc)
+            return None if key in dev.unsupported else ()
+        out = [
+            Sample(s.timeStamp / 1e6, _union_value(value_type, s.sampleValue) * scale)
+            for s in raw
+            if s.timeStamp > last
+        ]
+        out.sort(key=lambda s: s.t)
+        if out:
+            dev.cursors[kind] = max(s.timeStamp for s in raw)
+        return tuple(out)
+
+    # ---- field values (one batched call per collection) ---------------------------------------
+
+    @staticmethod
+    def _field_requests(links: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """(every collection, slow cadence): traffic counters move every second, link state rarely."""
+        fast = [(FI_PCIE_TX_BYTES, 0), (FI_PCIE_RX_BYTES, 0), (FI_MEMORY_TEMP, 0)]
+        fast += [(fid, 0) for fid in FI_THROTTLE_NS]
+        slow = []
+        for link in range(links):
+            fast += [(FI_NVLINK_TX_KIB, link), (FI_NVLINK_RX_KIB, link)]
+            slow += [(FI_NVLINK_STATE, link), *((fid, link) for fid in FI_NVLINK_ERR)]
+        return fast, slow
+
+    def _field_values(self, dev: Device, slow: bool = False) -> dict[tuple[int, int], float]:
+        """One batched nvmlDeviceGetFieldValues; fields the driver does not support are dropped."""
+        attr, key = ("slow_fields", "slow_fields") if slow else ("fields", "fields")
+        requests: list[tuple[int, int]] = getattr(dev, attr)
+        if not requests or key in dev.unsupported:
+            return {}
+        values = self._call(dev, key, "nvmlDeviceGetFieldValues", dev.handle, requests)
+        if values is None:
+            return {}
+        out: dict[tuple[int, int], float] = {}
+        dropped: list[tuple[int, int]] = []
+        for request, fv in zip(requests, values, strict=False):
+            ret = fv.nvmlReturn
+            if ret == 0:
+                out[request] = _union_value(fv.valueType, fv.value)
+                continue
+            name = error_name(self.N.NVMLError(ret), self.N)
+            if name in LOST_ERRORS:
+                self.errors.inc(SOURCE, name, f"field values on GPU {dev.index}")
+                raise GpuLost(name)
+            leave_out = name in LEAVE_OUT_ERRORS
+            if leave_out:
+                dropped.append(request)
+            self.errors.inc(
+                SOURCE,
+                name,
+                f"field {request[0]} scope {request[1]} on GPU {dev.index}",
+                level=logging.INFO if leave_out else logging.WARNING,
+            )
+        if dropped:
+            setattr(dev, attr, [r for r in requests if r not in dropped])
+        return out
+
+    def _link_count(self, dev: Device) -> int:
+        values = self._call(dev, "link_count", "nvmlDeviceGetFieldValues", dev.handle, [FI_NVLINK_LINK_COUNT])
+        if values is not None and values[0].nvmlReturn == 0:
+            return int(_union_value(values[0].valueType, values[0].value))
+        # older drivers: probe link states until the driver says there is no such link
+        count = 0
+        for link in range(getattr(self.N, "NVML_NVLINK_MAX_LINKS", 18)):
+            try:
+                self.N.nvmlDeviceGetNvLinkState(dev.handle, link)
+            except Exception:  # noqa: BLE001 - the first failure ends the probe
+                break
+            count += 1
+        return count
+
+    def _nvlinks(self, dev: Device, values: dict[tuple[int, int], float]) -> tuple[NvLinkReading, ...]:
+        """Per-link traffic from this collection, state and errors from the last slow read."""
+        links = []
+        states: dict[int, bool] = dev.slow.get("link_states", {})  # type: ignore[assignment]
+        errors: dict[int, dict[str, int]] = dev.slow.get("link_errors", {})  # type: ignore[assignment]
+        for link in range(dev.link_count):
+            tx, rx = values.get((FI_NVLINK_TX_KIB, link)), values.get((FI_NVLINK_RX_KIB, link))
+            reading = NvLinkReading(
+                link=link,
+                up=states.get(link),
+                tx_bytes=int(tx) * 1024 if tx is not None else None,
+                rx_bytes=int(rx) * 1024 if rx is not None else None,
+                errors=dict(errors.get(link, {})),
+            )
+            if reading.up is not None or reading.tx_bytes is not None or reading.errors:
+                links.append(reading)
+        return tuple(links)
+
+    # ---- GPM (Hopper and later) ----------------------------------------------------------------
+
+    def _gpm_setup(self, dev: Device) -> None:
+        support = self._call(dev, "gpm", "nvmlGpmQueryDeviceSupport", dev.handle)
+        if support is None or not support.isSupportedDevice:
+            dev.unsupported.add("gpm")
+            return
+        first = self._call(dev, "gpm", "nvmlGpmSampleAlloc")
+        second = self._call(dev, "gpm", "nvmlGpmSampleAlloc")
+        if first is None or second is None:
+            return
+        dev.gpm_samples = [first, second]
+        dev.gpm_buffer = self.N.c_nvmlGpmMetricsGet_t()
+        if self._call(dev, "gpm", "nvmlGpmSampleGet", dev.handle, first) is None and "gpm" in dev.unsupported:
+            dev.gpm_samples = []
+
+    def _gpm(self, dev: Device) -> dict[str, float]:
+        """Metrics between the previous GPM sample and a new one (ratios 0-1)."""
+        if "gpm" in dev.unsupported or len(dev.gpm_samples) != 2 or not dev.gpm_metrics:
+            return {}
+        previous, current = dev.gpm_samples
+        if self._call(dev, "gpm", "nvmlGpmSampleGet", dev.handle, current) is None:
+            return {}
+        mg = dev.gpm_buffer
+        mg.version = self.N.NVML_GPM_METRICS_GET_VERSION  # type: ignore[union-attr]
+        mg.numMetrics = len(dev.gpm_metrics)  # type: ignore[union-attr]
+        mg.sample1, mg.sample2 = previous, current  # type: ignore[union-attr]
+        for i, metric in enumerate(dev.gpm_metrics):
+            mg.metrics[i].metricId = metric  # type: ignore[union-attr]
+        dev.gpm_samples = [current, previous]  # the new sample is the next call's baseline
+        if self._call(dev, "gpm", "nvmlGpmMetricsGet", mg) is None:
+            return {}
+        out, keep = {}, []
+        for i, metric in enumerate(dev.gpm_metrics):
+            entry = mg.metrics[i]  # type: ignore[union-attr]
+            if entry.nvmlReturn == 0:
+                out[GPM_METRICS[metric]] = max(0.0, min(entry.value / 100.0, 1.0))
+                keep.append(metric)
+            elif entry.nvmlReturn == self.N.NVML_ERROR_NOT_SUPPORTED:
+                self.errors.inc(
+                    SOURCE, "NotSupported", f"GPM metric {metric} on GPU {dev.index}", level=logging.INFO
+                )
+            else:  # e.g. two samples too close together: try again next time
+                keep.append(metric)
+        dev.gpm_metrics = keep
+        return out
+
+    # ---- slow cadence: things that change rarely -----------------------------------------------
+
+    def _slow(self, dev: Device) -> None:
+        h = dev.handle
+        limit = self._scaled(dev, "default_limit", "nvmlDeviceGetPowerManagementDefaultLimit", 1e-3)
+        if limit is not None:
+            dev.default_limit_w = limit
+        info_cls = getattr(self.N, "c_nvmlGpuFabricInfoV_t", None)
+        if info_cls is not None and "fabric" not in dev.unsupported:
+            info = info_cls()
+            if self._call(dev, "fabric", "nvmlDeviceGetGpuFabricInfoV", h, ctypes.byref(info)) is not None:
+                state = FABRIC_STATES.get(int(info.state))
+                if state is None:  # NOT_SUPPORTED: not an NVSwitch system
+                    dev.unsupported.add("fabric")
+                dev.slow["fabric_state"] = state
+                dev.slow["fabric_status"] = (
+                    "success" if info.status == 0 else error_name(self.N.NVMLError(info.status), self.N)
+                )
+        procs = self._call(dev, "processes", "nvmlDeviceGetComputeRunningProcesses", h)
+        if procs is not None:
+            dev.slow["process_count"] = len(procs)
+        if dev.link_count:
+            self._slow_links(dev)
+
+    def _slow_links(self, dev: Device) -> None:
+        """NVLink state and error counters: field values where the driver has them, else per-link calls."""
+        h = dev.handle
+        values = self._field_values(dev, slow=True)
+        states = {
+            link: int(v) in NVLINK_STATE_UP for (fid, link), v in values.items() if fid == FI_NVLINK_STATE
+        }
+        errors: dict[int, dict[str, int]] = {}
+        for (fid, link), v in values.items():
+            if fid in FI_NVLINK_ERR:
+                errors.setdefault(link, {})[FI_NVLINK_ERR[fid]] = int(v)
+        requested = {fid for fid, _ in dev.slow_fields}
+        if FI_NVLINK_STATE not in requested:  # older drivers: one call per link
+            for link in range(dev.link_count):
+                state = self._call(dev, "nvlink_state", "nvmlDeviceGetNvLinkState", h, link)
+                if state is not None:
+                    states[link] = bool(state)
+        if not requested & set(FI_NVLINK_ERR):
+            for link in range(dev.link_count):
+                for counter, kind in ERROR_COUNTERS.items():
+                    value = self._call(
+                        dev, f"nvlink_err_{counter}", "nvmlDeviceGetNvLinkErrorCounter", h, link, counter
+                    )
+                    if value is not None:
+                        errors.setdefault(link, {})[kind] = int(value)
+        dev.slow["link_states"], dev.slow["link_errors"] = states, errors
+
+    # ---- node level: P2P between every pair ----------------------------------------------------
+
+    def collect_p2p(self, devices: list[Device]) -> dict[tuple[int, int, str], bool]:
+        """P2P status of every ordered GPU pair and capability (True = OK)."""
+        out: dict[tuple[int, int, str], bool] = {}
+        usable = [d for d in devices if not d.lost and d.handle is not None]
+        for a in usable:
+            for b in usable:
+                if a is b:
+                    continue
+                for cap, index in P2P_CAPS.items():
+                    status = self._call(a, f"p2p_{cap}", "nvmlDeviceGetP2PStatus", a.handle, b.handle, index)
+                    if status is not None:
+                        out[(a.index, b.index, cap)] = int(status) == 0
+        return out
+
+
+def _as_int(value: float | None) -> int | None:
+    return int(value) if value is not None else None

@@ -1,0 +1,109 @@
+"""What sources return: plain, immutable values in base units (ratios 0-1, watts, bytes, hertz,
+celsius, seconds). ``None`` always means "not supported or not available", never zero."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One driver sample: seconds since the epoch and a value in base units."""
+
+    t: float
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class NvLinkReading:
+    link: int
+    up: bool | None = None
+    tx_bytes: int | None = None  # cumulative counter
+    rx_bytes: int | None = None
+    errors: dict[str, int] = field(default_factory=dict)  # type -> cumulative count
+
+
+@dataclass(frozen=True, slots=True)
+class GpuIdentity:
+    index: int
+    uuid: str
+    name: str = ""
+    pci_bus_id: str = ""
+    serial: str = ""
+    vbios_version: str = ""
+    compute_capability: str = ""
+
+    def labels(self) -> dict[str, str]:
+        return {
+            "model": self.name,
+            "pci_bus_id": self.pci_bus_id,
+            "serial": self.serial,
+            "vbios_version": self.vbios_version,
+            "compute_capability": self.compute_capability,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReading:
+    """Everything one collection learnt about one GPU. ``t`` is when the collection ended."""
+
+    t: float
+    identity: GpuIdentity
+    util_samples: tuple[Sample, ...] = ()
+    mem_util_samples: tuple[Sample, ...] = ()
+    power_samples: tuple[Sample, ...] = ()
+    util: float | None = None
+    mem_util: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    power_default_limit_w: float | None = None
+    energy_j: float | None = None
+    mem_used_bytes: int | None = None
+    mem_total_bytes: int | None = None
+    temp_c: float | None = None
+    temp_mem_c: float | None = None
+    temp_slowdown_c: float | None = None
+    clock_sm_hz: float | None = None
+    clock_mem_hz: float | None = None
+    clock_sm_max_hz: float | None = None
+    clock_mem_max_hz: float | None = None
+    clock_reasons: int | None = None
+    clock_reason_seconds: dict[str, float] = field(default_factory=dict)  # reason -> cumulative s
+    sm_active: float | None = None
+    sm_occupancy: float | None = None
+    tensor_active: float | None = None
+    dram_active: float | None = None
+    nvlinks: tuple[NvLinkReading, ...] = ()
+    pcie_tx_bytes: int | None = None  # cumulative
+    pcie_rx_bytes: int | None = None
+    fabric_state: str | None = None
+    fabric_status: str | None = None
+    process_count: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ShmReading:
+    mountpoint: str
+    size_bytes: int
+    used_bytes: int
+    namespace: str = ""
+    pod: str = ""
+    volume: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DiskReading:
+    device: str
+    read_bytes: int  # cumulative
+    write_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class HostReading:
+    t: float
+    shm: tuple[ShmReading, ...] = ()
+    iowait: float | None = None  # share of all CPU time since the previous reading
+    core_busy_max: float | None = None  # busiest core's busy share since the previous reading
+    cpu_count: int | None = None
+    disks: tuple[DiskReading, ...] = ()
+    pressure: dict[str, float] = field(default_factory=dict)  # resource -> "some" avg10 ratio

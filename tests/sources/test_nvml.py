@@ -1,0 +1,206 @@
+"""The NVML source over the simulated driver: values, units, fallbacks and the error policy."""
+
+from __future__ import annotations
+
+import pynvml
+import pytest
+
+from exporter.errors import ErrorCounter
+from exporter.sim import Capabilities
+from exporter.sources.nvml import GpuLost, NvmlSource, SessionError
+
+MIB = 1 << 20
+
+
+def opened(node, clock, **kw):
+    errors = ErrorCounter()
+    source = NvmlSource(node.install(), errors, clock=clock, **kw)
+    devices = source.open()
+    return source, devices, errors
+
+
+def test_discovery_reads_identity_and_capabilities(make_node, clock):
+    node = make_node("healthy")
+    source, devices, _ = opened(node, clock)
+    assert len(devices) == 8
+    d = devices[3]
+    g = node.model.gpus[3]
+    assert d.identity.uuid == g.uuid and d.identity.pci_bus_id == g.pci_bus_id
+    assert d.identity.name == "NVIDIA H100 80GB HBM3" and d.identity.compute_capability == "9.0"
+    assert d.link_count == 18 and d.default_limit_w == 700.0 and d.slowdown_c == 87.0
+    assert d.sm_max_hz == 1980e6 and len(d.gpm_samples) == 2
+    assert source.driver == {
+        "driver_version": "550.90.07",
+        "cuda_version": "12.4",
+        "nvml_version": "12.550.90.07",
+    }
+
+
+def test_collect_reports_every_signal_in_base_units(make_node, clock):
+    node = make_node("healthy")
+    source, devices, errors = opened(node, clock)
+    source.collect(devices[0])
+    clock.advance(2.0)
+    r = source.collect(devices[0])
+    g = node.model.gpus[0]
+    assert len(r.util_samples) == 10 and all(0 <= s.value <= 1 for s in r.util_samples)
+    assert [round(s.value * 100) for s in r.util_samples] == [s.util for s in list(g.samples)[-10:]]
+    assert r.power_samples[-1].value == pytest.approx(g.samples[-1].power_mw / 1000)
+    assert r.power_w == r.power_samples[-1].value
+    assert r.mem_total_bytes == 81559 * MIB and r.mem_used_bytes == g.mem_used_bytes
+    assert r.power_limit_w == 700.0 and r.power_default_limit_w == 700.0
+    assert r.energy_j == pytest.approx(int(g.energy_mj) / 1000)
+    assert r.temp_c == round(g.temp_c) and r.temp_mem_c == round(g.temp_c + 4)
+    assert r.clock_sm_hz == g.sm_clock_mhz * 1e6 and r.clock_mem_hz == 2619e6 and r.clock_sm_max_hz == 1980e6
+    assert r.clock_reasons == g.reasons
+    assert set(r.clock_reason_seconds) == {
+        "sw_power_cap",
+        "sw_thermal",
+        "hw_thermal",
+    }  # what the board counts
+    assert 0.5 < r.sm_active < 0.85 and 0.2 < r.tensor_active < 0.6
+    assert len(r.nvlinks) == 18 and all(link.up for link in r.nvlinks)
+    assert r.nvlinks[4].tx_bytes == int(g.link_tx[4]) // 1024 * 1024  # KiB counters, exported in bytes
+    assert r.nvlinks[4].errors == {"replay": 0, "recovery": 0, "crc": 0}
+    assert r.pcie_rx_bytes == int(g.pcie_rx)
+    assert r.fabric_state == "completed" and r.fabric_status == "success" and r.process_count == 1
+    assert errors.snapshot() == {
+        ("nvml", "NotSupported"): 2
+    }  # the two throttle counters H100 lacks, probed once
+
+
+def test_unsupported_calls_are_probed_once_then_left_out(make_node, clock):
+    node = make_node("healthy")
+    source, devices, errors = opened(node, clock)
+    node.faults.add("nvmlDeviceGetEnforcedPowerLimit", pynvml.NVML_ERROR_NOT_SUPPORTED)
+    for _ in range(3):
+        clock.advance(1)
+        r = source.collect(devices[0])
+    assert r.power_limit_w is None  # left out, never 0
+    assert node.library.calls["nvmlDeviceGetEnforcedPowerLimit"] == 1
+    assert errors.snapshot()[("nvml", "NotSupported")] == 3  # 2 fields + this call
+
+
+def test_transient_errors_cost_one_signal_once(make_node, clock):
+    node = make_node("healthy")
+    source, devices, errors = opened(node, clock)
+    node.faults.add("nvmlDeviceGetTemperatureV", pynvml.NVML_ERROR_TIMEOUT, times=1)
+    clock.advance(1)
+    assert source.collect(devices[0]).temp_c is None
+    clock.advance(1)
+    assert source.collect(devices[0]).temp_c is not None
+    assert errors.snapshot()[("nvml", "Timeout")] == 1
+
+
+def test_fallbacks_for_older_drivers_and_boards(make_node, clock):
+    caps = Capabilities(
+        samples=False,
+        gpm=False,
+        fabric=False,
+        missing_functions={"nvmlDeviceGetTemperatureV", "nvmlDeviceGetMemoryInfo_v2"},
+        unsupported_fields={165, 161, 162, 163},
+    )
+    node = make_node("healthy", capabilities=caps)
+    source, devices, errors = opened(node, clock)
+    clock.advance(1)
+    r = source.collect(devices[1])
+    assert (
+        len(r.util_samples) == 1 and r.util == node.model.gpus[1].util / 100
+    )  # nvmlDeviceGetUtilizationRates
+    assert r.power_w == pytest.approx(node.model.gpus[1].power_w, abs=0.01)  # nvmlDeviceGetPowerUsage
+    assert r.temp_c is not None and r.mem_used_bytes is not None  # the older entry points
+    assert r.sm_active is None and r.tensor_active is None  # no GPM: left out
+    assert r.fabric_state is None
+    assert all(link.up for link in r.nvlinks) and len(r.nvlinks) == 18  # per-link state calls
+    assert r.nvlinks[0].errors == {"replay": 0, "recovery": 0, "crc": 0}  # per-link error counter calls
+    snap = errors.snapshot()
+    assert snap[("nvml", "FunctionNotFound")] == 2 and ("nvml", "GpuIsLost") not in snap
+
+
+def test_gpu_lost_raises_for_that_gpu_only(make_node, clock):
+    node = make_node("healthy")
+    source, devices, errors = opened(node, clock)
+    node.faults.add("*", pynvml.NVML_ERROR_GPU_IS_LOST, gpu=5)
+    clock.advance(1)
+    with pytest.raises(GpuLost):
+        source.collect(devices[5])
+    assert source.collect(devices[4]).util_samples
+    assert errors.snapshot()[("nvml", "GpuIsLost")] == 1
+
+
+def test_lost_gpu_is_reprobed_and_comes_back(make_node, clock):
+    node = make_node("gpu_lost:onset=0")
+    clock.advance(1)
+    source, devices, errors = opened(node, clock)
+    lost = devices[7]
+    assert lost.lost and lost.identity.uuid == ""
+    assert errors.snapshot() == {("nvml", "GpuIsLost"): 1}
+    assert source.reprobe(lost) is lost
+    node.model.timeline = [(0.0, node.scenario.__class__(name="healthy"))]
+    clock.advance(1)
+    back = source.reprobe(lost)
+    assert not back.lost and back.identity.uuid == node.model.gpus[7].uuid
+
+
+@pytest.mark.parametrize(
+    "code", [pynvml.NVML_ERROR_DRIVER_NOT_LOADED, pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH]
+)
+def test_session_errors_raise_session_error(make_node, clock, code):
+    node = make_node("healthy")
+    source, devices, _ = opened(node, clock)
+    node.faults.add("*", code)
+    with pytest.raises(SessionError):
+        source.collect(devices[0])
+
+
+def test_library_mismatch_reinitialises_once_then_leaves_the_call_out(make_node, clock):
+    node = make_node("healthy")
+    source, devices, errors = opened(node, clock)
+    node.faults.add("nvmlDeviceGetComputeRunningProcesses_v3", exception=pynvml.NVMLLibraryMismatchError("x"))
+    with pytest.raises(SessionError, match="LibraryMismatch"):
+        source.collect(devices[0])
+    source.close(devices)
+    devices = source.open()  # the re-initialisation the sampler does
+    clock.advance(1)
+    r = source.collect(devices[0])
+    assert r.process_count is None and r.util_samples  # the call is left out, the rest is fine
+    assert errors.snapshot()[("nvml", "LibraryMismatch")] == 2
+
+
+def test_library_not_found_at_start(make_node, clock):
+    node = make_node("healthy", library_present=False)
+    source = NvmlSource(node.install(), ErrorCounter(), clock=clock)
+    with pytest.raises(pynvml.NVMLError_LibraryNotFound):
+        source.open()
+
+
+def test_p2p_status_per_pair_and_capability(make_node, clock):
+    node = make_node("nvlink_down", n_gpus=4)
+    source, devices, _ = opened(node, clock)
+    clock.advance(1)
+    p2p = source.collect_p2p(devices)
+    assert len(p2p) == 4 * 3 * 3
+    assert p2p[(0, 1, "nvlink")] and p2p[(1, 0, "write")]
+    assert not p2p[(0, 2, "nvlink")] and not p2p[(2, 3, "read")]
+
+
+def test_nvlink_down_shows_in_links_fabric_and_errors(make_node, clock):
+    node = make_node("nvlink_down")
+    source, devices, _ = opened(node, clock)
+    clock.advance(2)
+    r = source.collect(devices[2])
+    assert not any(link.up for link in r.nvlinks)
+    assert r.fabric_state == "not_started" and r.fabric_status == "NotReady"
+    assert r.nvlinks[0].errors["replay"] == 1200
+    assert all(link.up for link in source.collect(devices[0]).nvlinks)
+
+
+def test_no_new_samples_is_not_an_error(make_node, clock):
+    node = make_node("healthy")
+    source, devices, errors = opened(node, clock)
+    clock.advance(1)
+    first = source.collect(devices[0])
+    again = source.collect(devices[0])  # same instant: the driver has nothing newer
+    assert first.util_samples and again.util_samples == ()
+    assert again.util == first.util  # the latest value is carried
+    assert ("nvml", "NotFound") not in errors.snapshot()
