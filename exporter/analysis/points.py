@@ -1,0 +1,133 @@
+"""Telemetry points: the one shape that live sampling, recorded traces and the detectors share.
+
+A ``GpuPoint`` is what one row of a trace CSV holds for one GPU; a ``HostPoint`` the node-wide columns.
+Live readings become points here (one point per driver utilization sample, other signals carried),
+so that what ``record`` writes and ``replay`` reads is exactly what the live detectors saw.
+All values are in base units: ratios 0-1, watts, bytes, bytes/s, hertz, celsius.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+from exporter.sources.readings import GpuReading, HostReading, Sample
+
+
+@dataclass(frozen=True, slots=True)
+class GpuPoint:
+    t: float
+    util: float | None = None
+    mem_util: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    power_default_w: float | None = None
+    mem_used_bytes: float | None = None
+    mem_total_bytes: float | None = None
+    temp_c: float | None = None
+    temp_mem_c: float | None = None
+    sm_clock_hz: float | None = None
+    sm_clock_max_hz: float | None = None
+    reasons: int | None = None
+    sm_active: float | None = None
+    tensor_active: float | None = None
+    nvlink_tx_bps: float | None = None
+    nvlink_rx_bps: float | None = None
+    pcie_tx_bps: float | None = None
+    pcie_rx_bps: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HostPoint:
+    t: float
+    iowait: float | None = None
+    core_busy_max: float | None = None
+    shm_used_bytes: float | None = None
+    shm_size_bytes: float | None = None
+    disk_read_bps: float | None = None
+    psi_io: float | None = None
+    psi_cpu: float | None = None
+    psi_memory: float | None = None
+
+
+def _rate(now: float | None, before: float | None, dt: float) -> float | None:
+    """Per-second rate of a counter; None across a reset or without a previous value."""
+    if now is None or before is None or dt <= 0 or now < before:
+        return None
+    return (now - before) / dt
+
+
+def _sum(values: list[int | None]) -> int | None:
+    present = [v for v in values if v is not None]
+    return sum(present) if present else None
+
+
+def _at(samples: tuple[Sample, ...], times: list[float], t: float) -> float | None:
+    """The latest sample at or before t (or the first one, for points before it)."""
+    if not samples:
+        return None
+    i = bisect.bisect_right(times, t) - 1
+    return samples[max(i, 0)].value
+
+
+def gpu_points(reading: GpuReading, prev: GpuReading | None) -> list[GpuPoint]:
+    """Points for one collection: one per new utilization sample, or one at the collection time."""
+    dt = reading.t - prev.t if prev is not None else 0.0
+    nv_tx = _sum([link.tx_bytes for link in reading.nvlinks])
+    nv_rx = _sum([link.rx_bytes for link in reading.nvlinks])
+    prev_tx = _sum([link.tx_bytes for link in prev.nvlinks]) if prev else None
+    prev_rx = _sum([link.rx_bytes for link in prev.nvlinks]) if prev else None
+    common = dict(
+        power_limit_w=reading.power_limit_w,
+        power_default_w=reading.power_default_limit_w,
+        mem_used_bytes=reading.mem_used_bytes,
+        mem_total_bytes=reading.mem_total_bytes,
+        temp_c=reading.temp_c,
+        temp_mem_c=reading.temp_mem_c,
+        sm_clock_hz=reading.clock_sm_hz,
+        sm_clock_max_hz=reading.clock_sm_max_hz,
+        reasons=reading.clock_reasons,
+        sm_active=reading.sm_active,
+        tensor_active=reading.tensor_active,
+        nvlink_tx_bps=_rate(nv_tx, prev_tx, dt),
+        nvlink_rx_bps=_rate(nv_rx, prev_rx, dt),
+        pcie_tx_bps=_rate(reading.pcie_tx_bytes, prev.pcie_tx_bytes if prev else None, dt),
+        pcie_rx_bps=_rate(reading.pcie_rx_bytes, prev.pcie_rx_bytes if prev else None, dt),
+    )
+    if not reading.util_samples:
+        return [
+            GpuPoint(t=reading.t, util=None, mem_util=reading.mem_util, power_w=reading.power_w, **common)
+        ]
+    mem_times = [s.t for s in reading.mem_util_samples]
+    power_times = [s.t for s in reading.power_samples]
+    points = []
+    for sample in reading.util_samples:
+        mem = _at(reading.mem_util_samples, mem_times, sample.t)
+        power = _at(reading.power_samples, power_times, sample.t)
+        points.append(
+            GpuPoint(
+                t=sample.t,
+                util=sample.value,
+                mem_util=mem if mem is not None else reading.mem_util,
+                power_w=power if power is not None else reading.power_w,
+                **common,
+            )
+        )
+    return points
+
+
+def host_point(reading: HostReading, prev: HostReading | None) -> HostPoint:
+    fullest = max(reading.shm, key=lambda s: s.used_bytes / s.size_bytes, default=None)
+    read_now = sum(d.read_bytes for d in reading.disks) if reading.disks else None
+    read_before = sum(d.read_bytes for d in prev.disks) if prev and prev.disks else None
+    return HostPoint(
+        t=reading.t,
+        iowait=reading.iowait,
+        core_busy_max=reading.core_busy_max,
+        shm_used_bytes=fullest.used_bytes if fullest else None,
+        shm_size_bytes=fullest.size_bytes if fullest else None,
+        disk_read_bps=_rate(read_now, read_before, reading.t - prev.t) if prev else None,
+        psi_io=reading.pressure.get("io"),
+        psi_cpu=reading.pressure.get("cpu"),
+        psi_memory=reading.pressure.get("memory"),
+    )

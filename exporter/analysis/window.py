@@ -1,0 +1,91 @@
+"""Time windows of points and their statistics. Pure: no clocks, no I/O."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+P = TypeVar("P")
+
+
+class Window(Generic[P]):
+    """Points (anything with a ``t``) of the last ``span_s`` seconds, oldest first."""
+
+    def __init__(self, span_s: float) -> None:
+        self.span_s = span_s
+        self._points: deque[P] = deque()
+
+    def add(self, point: P) -> None:
+        points = self._points
+        if points and point.t < points[-1].t:  # type: ignore[attr-defined]
+            return  # out of order (a clock step back): keep the window monotonic
+        points.append(point)
+
+    def extend(self, points: Iterable[P]) -> None:
+        for point in points:
+            self.add(point)
+
+    def evict(self, now: float) -> None:
+        cutoff = now - self.span_s
+        points = self._points
+        while points and points[0].t <= cutoff:  # type: ignore[attr-defined]  # window is (now - span, now]
+            points.popleft()
+
+    def clear(self) -> None:
+        self._points.clear()
+
+    def values(self, attr: str) -> list[float]:
+        return [v for p in self._points if (v := getattr(p, attr)) is not None]
+
+    def last(self) -> P | None:
+        return self._points[-1] if self._points else None
+
+    def __iter__(self) -> Iterator[P]:
+        return iter(self._points)
+
+    def __len__(self) -> int:
+        return len(self._points)
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    mean: float
+    min: float
+    max: float
+    p05: float
+    p95: float
+    count: int
+
+    def as_dict(self) -> dict[str, float]:
+        return {"mean": self.mean, "min": self.min, "max": self.max, "p05": self.p05, "p95": self.p95}
+
+
+def quantile(ordered: list[float], q: float) -> float:
+    """Linear-interpolated quantile of an already sorted, non-empty list."""
+    if len(ordered) == 1:
+        return ordered[0]
+    pos = q * (len(ordered) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def summarize(values: list[float]) -> Stats | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return Stats(
+        mean=sum(ordered) / len(ordered),
+        min=ordered[0],
+        max=ordered[-1],
+        p05=quantile(ordered, 0.05),
+        p95=quantile(ordered, 0.95),
+        count=len(ordered),
+    )
+
+
+def fraction_below(values: list[float], line: float) -> float | None:
+    return sum(1 for v in values if v < line) / len(values) if values else None

@@ -1,0 +1,464 @@
+"""The sampler: collects every source in the background, keeps windows of points, publishes snapshots.
+
+Each cycle starts one call per GPU (and one for the host) on its own daemon thread, waits a bounded
+time, and publishes an immutable ``Snapshot`` from whatever finished. A GPU whose call is still running
+after the collection timeout is reported down and counted (``CollectTimeout``); it gets no second call
+until the first returns, so a hung driver never piles up threads, never delays the other GPUs, and can
+never reach the HTTP path, which only ever reads ``Sampler.snapshot``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from exporter.analysis.points import GpuPoint, HostPoint, gpu_points, host_point
+from exporter.analysis.window import Stats, Window, fraction_below, summarize
+from exporter.config import Settings
+from exporter.errors import ErrorCounter
+from exporter.sources.host import HostSource
+from exporter.sources.nvml import Device, GpuLost, NvmlSource, SessionError, error_name
+from exporter.sources.nvml_events import XidWatcher
+from exporter.sources.readings import GpuIdentity, GpuReading, HostReading
+from exporter.thresholds import UTIL_IDLE_LINE
+
+log = logging.getLogger(__name__)
+
+
+class Call:
+    """A function running on its own daemon thread, so that a hung driver call blocks nothing."""
+
+    def __init__(
+        self, fn: Callable[..., object], *args: object, name: str, monotonic: Callable[[], float]
+    ) -> None:
+        self._mono = monotonic
+        self.started = monotonic()
+        self.finished: float | None = None
+        self.result: object = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        self.timed_out = False
+        threading.Thread(target=self._run, args=(fn, args), name=name, daemon=True).start()
+
+    def _run(self, fn: Callable[..., object], args: tuple[object, ...]) -> None:
+        try:
+            self.result = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the sampler thread
+            self.error = exc
+        finally:
+            self.finished = self._mono()
+            self.done.set()
+
+    @property
+    def elapsed(self) -> float:
+        return (self.finished if self.finished is not None else self._mono()) - self.started
+
+
+@dataclass(frozen=True)
+class GpuView:
+    """One GPU in a snapshot. ``reading`` and the window fields are None unless the GPU is up."""
+
+    index: int
+    identity: GpuIdentity
+    status: str  # ok, pending, lost, timeout, error, nvml_down
+    reading: GpuReading | None = None
+    util_window: Stats | None = None
+    mem_util_window: Stats | None = None
+    power_window: Stats | None = None
+    idle_fraction: float | None = None
+    xids: dict[int, int] = field(default_factory=dict)
+    p2p: dict[tuple[int, str], bool] = field(default_factory=dict)  # (peer index, capability) -> OK
+
+    @property
+    def up(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    seq: int
+    t: float
+    ready: bool
+    nvml_up: bool
+    driver: dict[str, str]
+    gpus: tuple[GpuView, ...]
+    host: HostReading | None
+    host_window: dict[str, Stats]
+    durations: dict[str, float]
+    last_success: dict[str, float]
+    errors: dict[tuple[str, str], int]
+
+
+EMPTY_SNAPSHOT = Snapshot(0, 0.0, False, False, {}, (), None, {}, {}, {}, {})
+
+
+@dataclass(eq=False)
+class GpuSlot:
+    device: Device
+    window: Window[GpuPoint]
+    status: str = "pending"
+    reading: GpuReading | None = None
+    call: Call | None = None
+    call_kind: str = ""
+    next_reprobe: float = 0.0
+
+
+class Sampler:
+    def __init__(
+        self,
+        settings: Settings,
+        errors: ErrorCounter,
+        host: HostSource | None,
+        nvml: NvmlSource | None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.errors = errors
+        self.host = host
+        self.nvml = nvml
+        self.clock = clock
+        self.monotonic = monotonic
+        self._snapshot = EMPTY_SNAPSHOT
+        self._seq = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        # NVML session
+        self._state = "down"  # down, opening, up
+        self._open_call: Call | None = None
+        self._next_open = 0.0
+        self._backoff = settings.nvml_retry_initial_s
+        self._last_open_error = ""
+        self._nvml_attempted = False
+        self._slots: dict[int, GpuSlot] = {}
+        self._windows: dict[int, Window[GpuPoint]] = {}
+        self._watcher: XidWatcher | None = None
+        self._xid_lock = threading.Lock()
+        self._xids: dict[int, Counter[int]] = {}
+        self._p2p_call: Call | None = None
+        self._next_p2p = 0.0
+        self._p2p: dict[tuple[int, int, str], bool] = {}
+        # host
+        self._host_call: Call | None = None
+        self._host_reading: HostReading | None = None
+        self._host_done = False
+        self._host_window: Window[HostPoint] = Window(settings.window_s)
+        # self-metrics
+        self._durations: dict[str, float] = {}
+        self._last_success: dict[str, float] = {}
+        self._ready = False
+        # listeners get every new point (analysis, the trace recorder)
+        self.gpu_listeners: list[Callable[[int, list[GpuPoint]], None]] = []
+        self.host_listeners: list[Callable[[HostPoint], None]] = []
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.settings.interval_s * 2 + 1)
+        self._close_session(wait_s=1.0)
+
+    def _loop(self) -> None:
+        interval = self.settings.interval_s
+        next_t = self.monotonic()
+        while not self._stop.is_set():
+            try:
+                self.cycle()
+            except Exception:
+                log.exception("sampler cycle failed")
+                self.errors.inc("sampler", "InternalError")
+            next_t += interval
+            delay = next_t - self.monotonic()
+            if delay < 0:  # fell behind: skip the missed cycles instead of bursting
+                next_t, delay = self.monotonic(), 0.0
+            self._stop.wait(delay)
+
+    def cycle(self, wait_s: float | None = None) -> Snapshot:
+        """One collection round: start calls, wait a bounded time, publish a snapshot."""
+        mono = self.monotonic()
+        self._schedule_nvml(mono)
+        self._schedule_host()
+        self._wait(mono + (wait_s if wait_s is not None else self.settings.interval_s * 0.8))
+        self._harvest()
+        self._check_timeouts()
+        return self._publish()
+
+    # ---- scheduling --------------------------------------------------------------------------
+
+    def _call(self, fn: Callable[..., object], *args: object, name: str) -> Call:
+        return Call(fn, *args, name=name, monotonic=self.monotonic)
+
+    def _schedule_nvml(self, mono: float) -> None:
+        if self.nvml is None:
+            return
+        if self._state == "down" and mono >= self._next_open and self._open_call is None:
+            self._open_call = self._call(self.nvml.open, name="nvml-open")
+            self._state = "opening"
+        if self._state != "up":
+            return
+        for slot in self._slots.values():
+            if slot.call is not None:
+                continue
+            if slot.device.lost:
+                if mono >= slot.next_reprobe:
+                    slot.call, slot.call_kind = (
+                        self._call(self.nvml.reprobe, slot.device, name="nvml-reprobe"),
+                        "reprobe",
+                    )
+            else:
+                slot.call, slot.call_kind = (
+                    self._call(self.nvml.collect, slot.device, name="nvml-collect"),
+                    "collect",
+                )
+        if self._p2p_call is None and mono >= self._next_p2p and len(self._slots) > 1:
+            devices = [s.device for s in self._slots.values()]
+            self._p2p_call = self._call(self.nvml.collect_p2p, devices, name="nvml-p2p")
+            self._next_p2p = mono + self.settings.p2p_interval_s
+
+    def _schedule_host(self) -> None:
+        if self.host is not None and self._host_call is None:
+            self._host_call = self._call(self.host.collect, name="host-collect")
+
+    def _pending(self) -> list[Call]:
+        calls = [self._open_call, self._host_call, self._p2p_call, *(s.call for s in self._slots.values())]
+        return [c for c in calls if c is not None and not c.done.is_set()]
+
+    def _wait(self, deadline: float) -> None:
+        for call in self._pending():
+            remaining = deadline - self.monotonic()
+            if remaining <= 0:
+                return
+            call.done.wait(remaining)
+
+    # ---- results -----------------------------------------------------------------------------
+
+    def _harvest(self) -> None:
+        mono = self.monotonic()
+        if self._open_call is not None and self._open_call.done.is_set():
+            call, self._open_call = self._open_call, None
+            self._nvml_attempted = True
+            if call.error is not None:
+                self._open_failed(call.error, mono)
+            else:
+                self._open_succeeded(call.result, mono)  # type: ignore[arg-type]
+        session_lost = False
+        nvml_times = []
+        for slot in self._slots.values():
+            call = slot.call
+            if call is None or not call.done.is_set():
+                continue
+            slot.call = None
+            if isinstance(call.error, SessionError):
+                session_lost = True
+            elif slot.call_kind == "reprobe":
+                self._reprobed(slot, call, mono)
+            elif isinstance(call.error, GpuLost):
+                slot.device.lost, slot.status, slot.reading = True, "lost", None
+                slot.next_reprobe = mono + self.settings.lost_gpu_retry_s
+                log.warning(
+                    "GPU %d is lost (%s); the other GPUs keep reporting", slot.device.index, call.error
+                )
+            elif call.error is not None:
+                self.errors.inc("nvml", "InternalError", repr(call.error))
+                log.error("collecting GPU %d failed", slot.device.index, exc_info=call.error)
+                slot.status = "error"
+            else:
+                self._collected(slot, call.result)  # type: ignore[arg-type]
+                nvml_times.append(call.elapsed)
+        if nvml_times:
+            self._durations["nvml"] = max(nvml_times)
+            self._last_success["nvml"] = self.clock()
+        if self._p2p_call is not None and self._p2p_call.done.is_set():
+            call, self._p2p_call = self._p2p_call, None
+            if isinstance(call.error, SessionError):
+                session_lost = True
+            elif call.error is None:
+                self._p2p = call.result  # type: ignore[assignment]
+        if session_lost:
+            self._session_lost(mono)
+        self._harvest_host()
+
+    def _collected(self, slot: GpuSlot, reading: GpuReading) -> None:
+        prev, slot.reading, slot.status = slot.reading, reading, "ok"
+        points = gpu_points(reading, prev)
+        slot.window.extend(points)
+        for listener in self.gpu_listeners:
+            listener(slot.device.index, points)
+
+    def _reprobed(self, slot: GpuSlot, call: Call, mono: float) -> None:
+        device = call.result if call.error is None else slot.device
+        if isinstance(device, Device) and not device.lost:
+            log.info("GPU %d answers again", device.index)
+            slot.device, slot.status = device, "pending"
+            slot.window.clear()
+        else:
+            slot.next_reprobe = mono + self.settings.lost_gpu_retry_s
+
+    def _harvest_host(self) -> None:
+        call = self._host_call
+        if call is None or not call.done.is_set():
+            return
+        self._host_call = None
+        self._host_done = True
+        if call.error is not None:
+            self.errors.inc("host", "InternalError", repr(call.error))
+            log.error("host collection failed", exc_info=call.error)
+            return
+        prev, self._host_reading = self._host_reading, call.result  # type: ignore[assignment]
+        point = host_point(self._host_reading, prev)  # type: ignore[arg-type]
+        self._host_window.add(point)
+        for listener in self.host_listeners:
+            listener(point)
+        self._durations["host"] = call.elapsed
+        self._last_success["host"] = self.clock()
+
+    def _check_timeouts(self) -> None:
+        limit = self.settings.collect_timeout_s
+        for slot in self._slots.values():
+            call = slot.call
+            if call is not None and not call.done.is_set() and call.elapsed > limit and not call.timed_out:
+                call.timed_out = True
+                slot.status = "timeout"
+                self.errors.inc("nvml", "CollectTimeout", f"GPU {slot.device.index}: a call has not returned")
+        for source, call in (("nvml", self._open_call), ("nvml", self._p2p_call), ("host", self._host_call)):
+            if call is not None and not call.done.is_set() and call.elapsed > limit and not call.timed_out:
+                call.timed_out = True
+                self.errors.inc(source, "CollectTimeout", "a call has not returned")
+                if source == "host":
+                    self._host_reading = None  # stale host data is not reported
+
+    # ---- NVML session ------------------------------------------------------------------------
+
+    def _open_succeeded(self, devices: list[Device], mono: float) -> None:
+        if not devices:
+            self._retry_later("NoGpus", "NVML found no GPUs", mono)
+            self._call(self.nvml.close, name="nvml-close")  # type: ignore[union-attr]
+            return
+        self._state = "up"
+        self._backoff = self.settings.nvml_retry_initial_s
+        self._last_open_error = ""
+        self._slots = {}
+        for dev in devices:
+            window = self._windows.setdefault(dev.index, Window(self.settings.window_s))
+            slot = GpuSlot(device=dev, window=window)
+            if dev.lost:
+                slot.status, slot.next_reprobe = "lost", mono + self.settings.lost_gpu_retry_s
+            self._slots[dev.index] = slot
+        self._next_p2p = mono
+        self._watcher = XidWatcher(self.nvml.N, devices, self.errors, self._on_xid)  # type: ignore[union-attr]
+        self._watcher.start()
+        log.info(
+            "NVML up: %d GPU(s), driver %s, CUDA %s",
+            len(devices),
+            self.nvml.driver.get("driver_version", "?"),  # type: ignore[union-attr]
+            self.nvml.driver.get("cuda_version", "?"),  # type: ignore[union-attr]
+        )
+
+    def _open_failed(self, error: BaseException, mono: float) -> None:
+        name = error_name(error, self.nvml.N) if self.nvml else type(error).__name__
+        self.errors.inc("nvml", name, "nvmlInit")
+        self._retry_later(name, str(error), mono)
+        self._call(self.nvml.close, name="nvml-close")  # type: ignore[union-attr]
+
+    def _retry_later(self, name: str, detail: str, mono: float) -> None:
+        if name != self._last_open_error:
+            log.warning(
+                "NVML is not usable (%s: %s): serving host and exporter metrics only; retrying in %.0f s, "
+                "backing off to %.0f s",
+                name,
+                detail,
+                self._backoff,
+                self.settings.nvml_retry_max_s,
+            )
+            self._last_open_error = name
+        self._state = "down"
+        self._next_open = mono + self._backoff
+        self._backoff = min(self._backoff * 2, self.settings.nvml_retry_max_s)
+
+    def _session_lost(self, mono: float) -> None:
+        log.warning("the NVML session is gone (driver unloaded or mismatched); re-initialising with backoff")
+        self._close_session(wait_s=0.0)
+        for slot in self._slots.values():
+            slot.status, slot.reading, slot.call = "nvml_down", None, None
+        self._state = "down"
+        self._last_open_error = ""
+        self._next_open = mono + self._backoff
+        self._backoff = min(self._backoff * 2, self.settings.nvml_retry_max_s)
+
+    def _close_session(self, wait_s: float) -> None:
+        if self._watcher is not None:
+            self._watcher.stop(timeout=wait_s)
+            self._watcher = None
+        if self.nvml is not None and self._state == "up":
+            close = self._call(self.nvml.close, [s.device for s in self._slots.values()], name="nvml-close")
+            close.done.wait(wait_s)
+
+    def _on_xid(self, index: int, xid: int) -> None:
+        with self._xid_lock:
+            self._xids.setdefault(index, Counter())[xid] += 1
+
+    # ---- snapshot ----------------------------------------------------------------------------
+
+    def _publish(self) -> Snapshot:
+        now = self.clock()
+        with self._xid_lock:
+            xids = {i: dict(c) for i, c in self._xids.items()}
+        views = []
+        for index in sorted(self._slots):
+            slot = self._slots[index]
+            slot.window.evict(now)
+            up = slot.status == "ok"
+            util = slot.window.values("util") if up else []
+            views.append(
+                GpuView(
+                    index=index,
+                    identity=slot.device.identity,
+                    status=slot.status,
+                    reading=slot.reading if up else None,
+                    util_window=summarize(util),
+                    mem_util_window=summarize(slot.window.values("mem_util")) if up else None,
+                    power_window=summarize(slot.window.values("power_w")) if up else None,
+                    idle_fraction=fraction_below(util, UTIL_IDLE_LINE.value),
+                    xids=xids.get(index, {}),
+                    p2p={(b, cap): ok for (a, b, cap), ok in self._p2p.items() if a == index},
+                )
+            )
+        self._host_window.evict(now)
+        host_window = {
+            name: stats
+            for name in ("iowait", "core_busy_max")
+            if (stats := summarize(self._host_window.values(name))) is not None
+        }
+        if not self._ready:
+            nvml_settled = self.nvml is None or (
+                self._nvml_attempted and all(s.status != "pending" for s in self._slots.values())
+            )
+            self._ready = nvml_settled and (self.host is None or self._host_done)
+        self._seq += 1
+        self._snapshot = Snapshot(
+            seq=self._seq,
+            t=now,
+            ready=self._ready,
+            nvml_up=self._state == "up",
+            driver=dict(self.nvml.driver) if self.nvml else {},
+            gpus=tuple(views),
+            host=self._host_reading,
+            host_window=host_window,
+            durations=dict(self._durations),
+            last_success=dict(self._last_success),
+            errors=self.errors.snapshot(),
+        )
+        return self._snapshot

@@ -1,0 +1,121 @@
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from exporter.config import Settings
+from exporter.errors import ErrorCounter
+from exporter.sampler import Sampler
+from exporter.sim import Capabilities, SimulatedNode
+from exporter.sources.host import HostSource
+from exporter.sources.nvml import NvmlSource
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("GBE_SHARED_DIR", REPO.parent / "shared"))
+T0 = 1_790_000_000.0
+
+
+class ManualClock:
+    """Wall time that moves only when a test says so."""
+
+    def __init__(self, start: float = T0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> float:
+        self.now += seconds
+        return self.now
+
+
+def require_tool(name: str) -> str:
+    """A tool the test needs: a failure in CI, a skip on a developer machine without it."""
+    path = shutil.which(name) or (
+        str(REPO / ".tools" / "bin" / name) if (REPO / ".tools/bin" / name).exists() else None
+    )
+    if path:
+        return path
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{name} is required in CI but was not found; `make test` installs it")
+    pytest.skip(f"{name} not installed (`make test` installs it)")
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def make_node(clock: ManualClock) -> Iterator:
+    """Build simulated nodes installed into pynvml; closed after the test."""
+    nodes: list[SimulatedNode] = []
+
+    def make(
+        scenario: str = "healthy", n_gpus: int = 8, capabilities: Capabilities | None = None, **kw
+    ) -> SimulatedNode:
+        node = SimulatedNode(scenario, n_gpus=n_gpus, clock=clock, capabilities=capabilities, **kw)
+        node.install()
+        nodes.append(node)
+        return node
+
+    yield make
+    for node in nodes:
+        node.close()
+
+
+class RefreshingHostSource(HostSource):
+    """Rewrites the simulated /proc before reading it, as the simulator's refresh thread does in a demo."""
+
+    def __init__(self, node: SimulatedNode, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.node = node
+
+    def collect(self):
+        self.node.host.refresh()
+        return super().collect()
+
+
+FAST = Settings(
+    interval_s=1.0,
+    collect_timeout_s=0.5,
+    lost_gpu_retry_s=0.0,
+    nvml_retry_initial_s=0.0,
+    nvml_retry_max_s=0.0,
+    slow_interval_s=5.0,
+    p2p_interval_s=30.0,
+)
+
+
+@pytest.fixture
+def make_sampler(clock: ManualClock, make_node) -> Iterator:
+    """A sampler over a simulated node, stepped by hand: ``step()`` advances the clock then cycles."""
+
+    samplers: list[Sampler] = []
+
+    def make(node: SimulatedNode, settings: Settings = FAST, **overrides) -> tuple[Sampler, ErrorCounter]:
+        settings = replace(settings, **overrides)
+        errors = ErrorCounter()
+        host = RefreshingHostSource(node, errors, clock=clock, **node.host_options())  # type: ignore[arg-type]
+        nvml = NvmlSource(node.install(), errors, clock=clock, slow_interval_s=settings.slow_interval_s)
+        sampler = Sampler(settings, errors, host, nvml, clock=clock)
+        samplers.append(sampler)
+        return sampler, errors
+
+    yield make
+    for sampler in samplers:  # stops event watchers before the next test installs another node
+        sampler.stop()
+
+
+def step(sampler: Sampler, clock: ManualClock, seconds: float = 1.0, cycles: int = 1, wait_s: float = 2.0):
+    """Advance simulated time and run sampler cycles; returns the last snapshot."""
+    snap = None
+    for _ in range(cycles):
+        clock.advance(seconds)
+        snap = sampler.cycle(wait_s=wait_s)
+    return snap

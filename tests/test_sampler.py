@@ -1,0 +1,177 @@
+"""The sampler over the simulated node: windows, snapshots, and every fault it must survive."""
+
+from __future__ import annotations
+
+import time
+
+import pynvml
+import pytest
+
+from exporter.metrics import Renderer
+from exporter.sampler import Sampler
+from tests.conftest import step
+
+
+def by_index(snapshot):
+    return {g.index: g for g in snapshot.gpus}
+
+
+def test_first_cycle_opens_nvml_and_becomes_ready(make_node, make_sampler, clock):
+    sampler, _ = make_sampler(make_node("healthy"))
+    assert not sampler.snapshot.ready
+    snap = step(sampler, clock, cycles=2)
+    assert snap.ready and snap.nvml_up and len(snap.gpus) == 8
+    assert all(g.up for g in snap.gpus)
+    assert snap.host is not None and snap.driver["driver_version"] == "550.90.07"
+    assert snap.last_success["nvml"] == clock.now and "host" in snap.durations
+
+
+def test_window_statistics_show_the_starved_rank(make_node, make_sampler, clock):
+    sampler, _ = make_sampler(make_node("data_starvation"))
+    snap = step(sampler, clock, cycles=40)
+    starved, peer = by_index(snap)[3], by_index(snap)[0]
+    assert 0.35 < starved.idle_fraction < 0.6
+    assert starved.util_window.min == 0.0 and starved.util_window.max == 1.0
+    assert starved.util_window.count == 200  # 40 s of 0.2 s driver samples, none lost between collections
+    assert peer.idle_fraction == 0.0 and peer.util_window.mean > 0.95
+    assert starved.power_window.max - starved.power_window.min > 300  # power waves with the work
+
+
+def test_window_keeps_only_the_window(make_node, make_sampler, clock):
+    sampler, _ = make_sampler(make_node("healthy"), window_s=10.0)
+    snap = step(sampler, clock, cycles=30)
+    assert by_index(snap)[0].util_window.count == 50
+
+
+def test_listeners_get_every_point(make_node, make_sampler, clock):
+    sampler, _ = make_sampler(make_node("healthy"))
+    seen: dict[int, int] = {}
+    hosts = []
+    sampler.gpu_listeners.append(lambda gpu, points: seen.__setitem__(gpu, seen.get(gpu, 0) + len(points)))
+    sampler.host_listeners.append(hosts.append)
+    step(sampler, clock, cycles=5)
+    assert seen[0] == 25 and len(hosts) == 5
+
+
+def test_hung_call_times_out_one_gpu_and_never_blocks_the_cycle(make_node, make_sampler, clock):
+    node = make_node("healthy")
+    sampler, errors = make_sampler(node, collect_timeout_s=0.3)
+    step(sampler, clock, cycles=2)
+    node.faults.add("nvmlDeviceGetSamples", gpu=2, hang_s=float("inf"))
+    renderer = Renderer()
+    started = time.monotonic()
+    step(sampler, clock, wait_s=0.2)
+    time.sleep(0.35)
+    snap = step(sampler, clock, wait_s=0.2)
+    assert time.monotonic() - started < 2.0
+    gpus = by_index(snap)
+    assert gpus[2].status == "timeout" and gpus[2].reading is None
+    assert all(gpus[i].up for i in gpus if i != 2)
+    body, _ = renderer.render(snap)
+    assert b'gpu_up{gpu="2"' in body and b'gpu_power_watts{gpu="3"' in body
+    assert b'gpu_power_watts{gpu="2"' not in body
+    step(sampler, clock, wait_s=0.2)
+    assert errors.snapshot()[("nvml", "CollectTimeout")] == 1  # counted once per hung call
+    node.faults.clear()
+    snap = step(sampler, clock, cycles=2)
+    assert by_index(snap)[2].up
+
+
+def test_lost_gpu_goes_down_alone_and_comes_back(make_node, make_sampler, clock):
+    node = make_node("healthy")
+    sampler, errors = make_sampler(node)
+    step(sampler, clock, cycles=2)
+    fault = node.faults.add("*", pynvml.NVML_ERROR_GPU_IS_LOST, gpu=5)
+    snap = step(sampler, clock, cycles=2)
+    gpus = by_index(snap)
+    assert gpus[5].status == "lost" and not gpus[5].up
+    assert sum(g.up for g in snap.gpus) == 7
+    node.faults.remove(fault)
+    snap = step(sampler, clock, cycles=3)
+    assert by_index(snap)[5].up
+    assert errors.snapshot()[("nvml", "GpuIsLost")] >= 1
+
+
+def test_gpu_lost_scenario_counts_xid_79(make_node, make_sampler, clock):
+    sampler, _ = make_sampler(make_node("gpu_lost:onset=3"))
+    step(sampler, clock, cycles=2)
+    deadline = time.monotonic() + 3
+    snap = step(sampler, clock, cycles=3)
+    while by_index(snap)[7].xids.get(79) != 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+        snap = step(sampler, clock, seconds=0.0)
+    gpus = by_index(snap)
+    assert gpus[7].status == "lost" and gpus[7].xids == {79: 1}
+    assert gpus[6].up and gpus[6].xids == {}
+
+
+@pytest.mark.parametrize(
+    "code", [pynvml.NVML_ERROR_DRIVER_NOT_LOADED, pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH]
+)
+def test_driver_gone_drops_the_session_and_reinitialises(make_node, make_sampler, clock, code):
+    node = make_node("healthy")
+    sampler, errors = make_sampler(node)
+    step(sampler, clock, cycles=2)
+    node.faults.add("*", code)
+    snap = step(sampler, clock, cycles=3)
+    assert not snap.nvml_up and all(g.status == "nvml_down" for g in snap.gpus)
+    assert snap.host is not None  # the node's own metrics keep coming
+    node.faults.clear()
+    snap = step(sampler, clock, cycles=3)
+    assert snap.nvml_up and all(g.up for g in snap.gpus)
+    assert sum(n for (src, _), n in errors.snapshot().items() if src == "nvml") >= 1
+
+
+def test_library_missing_at_start_serves_host_metrics_and_retries(make_node, make_sampler, clock):
+    node = make_node("healthy", library_present=False)
+    sampler, errors = make_sampler(node)
+    snap = step(sampler, clock, cycles=2)
+    assert snap.ready and not snap.nvml_up and snap.gpus == ()
+    assert snap.host is not None and snap.host.cpu_count
+    assert errors.snapshot()[("nvml", "LibraryNotFound")] >= 1
+    node.faults.clear()  # the driver gets installed
+    snap = step(sampler, clock, cycles=3)
+    assert snap.nvml_up and len(snap.gpus) == 8 and all(g.up for g in snap.gpus)
+
+
+def test_retry_backs_off(make_node, make_sampler, clock):
+    node = make_node("healthy", library_present=False)
+    sampler, _ = make_sampler(node, nvml_retry_initial_s=100.0, nvml_retry_max_s=400.0)
+    step(sampler, clock, cycles=3)
+    assert node.library.calls["nvmlInitWithFlags"] == 1  # next try only after 100 s of monotonic time
+
+
+def test_node_without_gpus(make_node, make_sampler, clock):
+    sampler, errors = make_sampler(make_node("healthy", n_gpus=0))
+    snap = step(sampler, clock, cycles=2)
+    assert snap.ready and not snap.nvml_up and errors.snapshot() == {}
+
+
+def test_stop_returns_even_with_a_hung_call(make_node, make_sampler, clock):
+    node = make_node("healthy")
+    sampler, _ = make_sampler(node)
+    step(sampler, clock, cycles=1)
+    node.faults.add("*", hang_s=float("inf"))
+    sampler.start()
+    time.sleep(0.3)
+    started = time.monotonic()
+    sampler.stop()
+    assert time.monotonic() - started < 4.0
+
+
+def test_snapshots_are_immutable_and_numbered(make_node, make_sampler, clock):
+    sampler, _ = make_sampler(make_node("healthy"))
+    first = step(sampler, clock)
+    second = step(sampler, clock)
+    assert second.seq == first.seq + 1 and sampler.snapshot is second
+    with pytest.raises(AttributeError):
+        second.ready = False  # type: ignore[misc]
+
+
+def test_sampler_without_sources_still_publishes(clock):
+    from exporter.config import Settings
+    from exporter.errors import ErrorCounter
+
+    sampler = Sampler(Settings(), ErrorCounter(), None, None, clock=clock)
+    snap = sampler.cycle(wait_s=0)
+    assert snap.ready and snap.gpus == () and snap.host is None
