@@ -1,0 +1,93 @@
+"""HTTP: /metrics, /healthz, /readyz. Handlers only read the latest snapshot; none calls a source."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, PlainTextResponse, Response
+
+from exporter import __version__
+from exporter.app import Application
+
+log = logging.getLogger(__name__)
+
+INDEX = """<!doctype html><html><head><title>gpu-bottleneck-exporter</title></head><body>
+<h1>gpu-bottleneck-exporter {version}</h1>
+<p><a href="metrics">/metrics</a> &middot; <a href="healthz">/healthz</a> &middot;
+<a href="readyz">/readyz</a></p>
+</body></html>
+"""
+
+
+def create_app(application: Application) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        application.start()
+        try:
+            yield
+        finally:
+            application.stop()
+
+    app = FastAPI(
+        title="gpu-bottleneck-exporter",
+        version=__version__,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+
+    @app.get("/metrics")
+    async def metrics(request: Request) -> Response:
+        openmetrics = "application/openmetrics-text" in request.headers.get("accept", "")
+        gzipped = "gzip" in request.headers.get("accept-encoding", "")
+        body, content_type = application.metrics(openmetrics=openmetrics, gzipped=gzipped)
+        headers = {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"} if gzipped else {}
+        return Response(content=body, headers=headers, media_type=content_type)
+
+    @app.get("/healthz")
+    async def healthz() -> PlainTextResponse:
+        return PlainTextResponse("ok\n")
+
+    @app.get("/readyz")
+    async def readyz() -> PlainTextResponse:
+        if application.snapshot.ready:
+            return PlainTextResponse("ready\n")
+        return PlainTextResponse("not ready: the first collection has not finished\n", status_code=503)
+
+    @app.get("/", response_class=HTMLResponse)
+    async def index() -> HTMLResponse:
+        return HTMLResponse(INDEX.format(version=__version__))
+
+    return app
+
+
+def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
+def serve(application: Application) -> None:
+    """Run until SIGTERM/SIGINT; uvicorn shuts down gracefully and the lifespan stops the sampler.
+
+    uvicorn re-raises the signal after its graceful shutdown; the handler installed here turns that
+    (and a signal that arrives before uvicorn listens) into a normal exit with status 0."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, _exit_cleanly)
+    s = application.settings
+    config = uvicorn.Config(
+        create_app(application),
+        host=s.listen_address,
+        port=s.port,
+        log_level=s.log_level if s.log_level != "debug" else "info",
+        access_log=False,
+        lifespan="on",
+        server_header=False,
+    )
+    uvicorn.Server(config).run()

@@ -1,0 +1,162 @@
+"""/metrics content: the metric contract, units, values, and nothing unsupported."""
+
+from __future__ import annotations
+
+import gzip
+import math
+import re
+from dataclasses import replace
+
+import pytest
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.metrics import Renderer
+from exporter.sim import Capabilities
+from tests.conftest import REPO, SHARED, step
+
+# produced by the analysis, not by the collectors of the core
+ANALYSIS_METRICS = {"gpu_bottleneck", "gpu_bottleneck_score"}
+
+
+def contract_names() -> set[str]:
+    text = (SHARED / "METRICS.md").read_text()
+    names: set[str] = set()
+    for line in text.splitlines():
+        if line.startswith("| `"):
+            first_cell = line.split("|")[1]
+            names |= set(re.findall(r"`(\w+)`", first_cell))
+    return names
+
+
+def samples_by_name(body: bytes) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for family in text_string_to_metric_families(body.decode()):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append(sample)
+    return out
+
+
+@pytest.fixture
+def healthy_body(make_node, make_sampler, clock):
+    node = make_node("healthy")
+    sampler, _ = make_sampler(node)
+    snap = step(sampler, clock, cycles=5)
+    body, content_type = Renderer().render(snap)
+    return node, snap, body, content_type
+
+
+def test_every_contract_metric_of_the_simulated_h100_is_exported(healthy_body):
+    _, _, body, content_type = healthy_body
+    assert content_type.startswith("text/plain; version=0.0.4")
+    missing = contract_names() - ANALYSIS_METRICS - set(samples_by_name(body))
+    assert not missing, f"contract metrics missing from /metrics: {sorted(missing)}"
+
+
+def test_per_gpu_series_carry_gpu_and_uuid(healthy_body):
+    _, _, body, _ = healthy_body
+    for name, samples in samples_by_name(body).items():
+        if name.startswith("gpu_") and not name.startswith(("gpu_node_", "gpu_exporter_")):
+            assert all(s.labels.get("gpu") and s.labels.get("uuid") for s in samples), name
+
+
+def test_conventions_counters_and_no_nan(healthy_body):
+    _, _, body, _ = healthy_body
+    for family in text_string_to_metric_families(body.decode()):
+        if family.type == "counter":
+            assert all(s.name.endswith("_total") for s in family.samples), family.name
+        assert not re.search(r"percent|_pct", family.name)
+        for sample in family.samples:
+            assert not math.isnan(sample.value), sample
+
+
+def test_values_and_units_match_the_device(healthy_body):
+    node, snap, body, _ = healthy_body
+    s = samples_by_name(body)
+
+    def value(name: str, **labels: str) -> float:
+        matches = [x.value for x in s[name] if all(x.labels.get(k) == v for k, v in labels.items())]
+        assert len(matches) == 1, (name, labels, matches)
+        return matches[0]
+
+    g = node.model.gpus[0]
+    reading = snap.gpus[0].reading
+    assert value("gpu_memory_total_bytes", gpu="0") == 81559 * 2**20
+    assert value("gpu_power_default_limit_watts", gpu="0") == 700
+    assert value("gpu_power_watts", gpu="0") == reading.power_w
+    assert value("gpu_clock_max_hertz", gpu="0", clock="sm") == 1.98e9
+    assert value("gpu_temperature_slowdown_celsius", gpu="0") == 87
+    assert value("gpu_temperature_celsius", gpu="0", sensor="gpu") == round(g.temp_c)
+    assert value("gpu_energy_joules_total", gpu="0") == pytest.approx(reading.energy_j)
+    assert value("gpu_utilization_window_ratio", gpu="0", stat="max") <= 1.0
+    assert value("gpu_fabric_state", gpu="0", state="completed") == 1
+    assert value("gpu_fabric_state", gpu="0", state="not_started") == 0
+    assert value("gpu_p2p_status", gpu="0", peer_gpu="1", capability="nvlink") == 1
+    assert len([x for x in s["gpu_nvlink_up"] if x.labels["gpu"] == "0"]) == 18
+    assert value("gpu_xid_errors_total", gpu="0", xid="79") == 0  # critical XIDs start at zero
+    info = next(x for x in s["gpu_info"] if x.labels["gpu"] == "0").labels
+    assert info["model"] == "NVIDIA H100 80GB HBM3" and info["driver_version"] == "550.90.07"
+    assert info["uuid"] == g.uuid and info["pci_bus_id"] == g.pci_bus_id and info["cuda_version"] == "12.4"
+    assert value("gpu_node_shm_size_bytes", mountpoint="/dev/shm") == 64 * 2**30
+    assert value("gpu_exporter_nvml_up") == 1
+
+
+def test_unsupported_signals_are_absent_not_zero(make_node, make_sampler, clock):
+    caps = Capabilities(gpm=False, fabric=False, memory_temperature=False)
+    sampler, _ = make_sampler(make_node("healthy", capabilities=caps))
+    body, _ = Renderer().render(step(sampler, clock, cycles=3))
+    names = samples_by_name(body)
+    for absent in (
+        "gpu_sm_active_ratio",
+        "gpu_tensor_active_ratio",
+        "gpu_dram_active_ratio",
+        "gpu_fabric_state",
+    ):
+        assert absent not in names
+    assert {x.labels["sensor"] for x in names["gpu_temperature_celsius"]} == {"gpu"}
+
+
+def test_openmetrics_and_gzip(healthy_body):
+    _, snap, _, _ = healthy_body
+    renderer = Renderer()
+    body, content_type = renderer.render(snap, openmetrics=True)
+    assert content_type.startswith("application/openmetrics-text")
+    families = {f.name: f for f in parse_openmetrics(body.decode())}
+    assert families["gpu_energy_joules"].type == "counter"
+    zipped, _ = renderer.render(snap, gzipped=True)
+    plain, _ = renderer.render(snap)
+    assert gzip.decompress(zipped) == plain
+
+
+def test_render_is_cached_per_snapshot(healthy_body):
+    _, snap, _, _ = healthy_body
+    renderer = Renderer()
+    first, _ = renderer.render(snap)
+    assert renderer.render(snap)[0] is first
+
+
+def test_docs_describe_every_exported_metric(make_node, make_sampler, clock):
+    documented = set(re.findall(r"`(gpu_\w+)`", (REPO / "docs" / "metrics.md").read_text()))
+    exported: set[str] = set()
+    for scenario in ("healthy", "nvlink_down", "gpu_lost:onset=0"):
+        node = make_node(scenario)
+        sampler, _ = make_sampler(node)
+        exported |= set(samples_by_name(Renderer().render(step(sampler, clock, cycles=3))[0]))
+        node.close()
+    assert not exported - documented, f"document these in docs/metrics.md: {sorted(exported - documented)}"
+    missing = contract_names() - ANALYSIS_METRICS - documented
+    assert not missing, sorted(missing)
+
+
+def test_label_values_are_escaped_and_round_trip():
+    from exporter.sampler import EMPTY_SNAPSHOT
+    from exporter.sources.readings import HostReading, ShmReading
+
+    odd = '/mnt/we"ird\\path\nline'
+    host = HostReading(t=0.0, shm=(ShmReading(mountpoint=odd, size_bytes=10, used_bytes=5),))
+    snap = replace(EMPTY_SNAPSHOT, seq=1, host=host)
+    for openmetrics in (False, True):
+        body, _ = Renderer().render(snap, openmetrics=openmetrics)
+        parse = parse_openmetrics if openmetrics else text_string_to_metric_families
+        samples = {s.name: s for f in parse(body.decode()) for s in f.samples}
+        assert samples["gpu_node_shm_used_bytes"].labels["mountpoint"] == odd
