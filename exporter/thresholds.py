@@ -1,40 +1,346 @@
 """The threshold table: every number the analysis, the alert rules, the dashboards and the Helm values
-use, each with the reason it has that value. Generated artifacts read this module; nothing else may
-type these numbers again.
+use, each with the reason it has that value. Generated artifacts read this module; nothing else types
+these numbers again (a test fails when a generated file disagrees with it).
+
+Keys are dotted: ``area.name``. Units: ratio (0-1), celsius, seconds, watts, bytes, bytes_per_second,
+count, per_minute. The first block is the seed table of the project (the numbers operators know);
+the rest are the detectors' parameters.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+GiB = 1 << 30
+
 
 @dataclass(frozen=True)
 class Threshold:
     key: str
     value: float
-    unit: str  # ratio, celsius, seconds, watts, bytes, count
-    area: str
+    unit: str
     reason: str
 
 
 _TABLE: dict[str, Threshold] = {}
 
 
-def _t(key: str, value: float, unit: str, area: str, reason: str) -> Threshold:
-    entry = Threshold(key, value, unit, area, reason)
+def _t(key: str, value: float, unit: str, reason: str) -> Threshold:
     if key in _TABLE:
         raise ValueError(f"threshold {key} defined twice")
-    _TABLE[key] = entry
+    entry = _TABLE[key] = Threshold(key, value, unit, reason)
     return entry
 
 
+# ---- the seed table ------------------------------------------------------------------------------
+
+UTIL_SUSPICION = _t(
+    "gpu.util_suspicion",
+    0.95,
+    "ratio",
+    "Volatile utilization that stays below 95 % while a job holds the GPU means a data or communication "
+    "bottleneck is suspected: a well-fed training step keeps a kernel resident nearly all the time.",
+)
 UTIL_IDLE_LINE = _t(
-    "util_idle_line",
+    "gpu.util_idle_line",
     0.10,
     "ratio",
-    "GPU",
     "A driver utilization sample below 10 % means no kernel ran for most of its sample period: the GPU "
     "was waiting, not working. Samples are whole percents over 1/6-1 s periods, so a real gap reads 0-10 %.",
+)
+POWER_LOW = _t(
+    "power.low_ratio",
+    0.45,
+    "ratio",
+    "A busy H100 SXM sitting at 200-300 W of its 700 W TDP (29-43 %) is starving; healthy training holds "
+    "steady near TDP (70-95 %). 45 % of the default limit separates the two on any board.",
+)
+TEMP_HOT = _t(
+    "thermal.hot_celsius",
+    80.0,
+    "celsius",
+    "Above about 80 degrees C the GPU is close to lowering its clocks: utilization stays at 100 % while "
+    "steps get slower.",
+)
+SHM_WARNING = _t(
+    "shm.warning_ratio",
+    0.90,
+    "ratio",
+    "A /dev/shm (or memory-backed shm volume) 90 % full leaves DataLoader workers one burst of batches "
+    "away from dying with 'Bus error'.",
+)
+SHM_CRITICAL = _t(
+    "shm.critical_ratio",
+    0.98,
+    "ratio",
+    "At 98 % the next shared-memory allocation of a worker fails: the job is about to die.",
+)
+SHM_DEFAULT_BYTES = _t(
+    "shm.kubernetes_default_bytes",
+    64 * (1 << 20),
+    "bytes",
+    "Kubernetes gives a container 64 MiB of /dev/shm unless the pod mounts an emptyDir with medium: "
+    "Memory; PyTorch DataLoader workers need far more.",
+)
+MEMORY_FULL = _t(
+    "memory.full_ratio",
+    0.97,
+    "ratio",
+    "A framebuffer 97 % full leaves no room for the allocator's next block: OOM risk.",
+)
+IOWAIT_HIGH = _t(
+    "host.iowait_high_ratio",
+    0.10,
+    "ratio",
+    "One tenth of all CPU time waiting for I/O on a GPU node means the loaders are blocked on storage "
+    "(Lustre metadata, network file systems); a healthy node sits at a few percent.",
+)
+PSI_IO_HIGH = _t(
+    "host.psi_io_high_ratio",
+    0.20,
+    "ratio",
+    "Some task stalled on I/O a fifth of the time (PSI io some avg10): storage is the bottleneck.",
+)
+CORE_PINNED = _t(
+    "host.core_pinned_ratio",
+    0.95,
+    "ratio",
+    "A core busy 95 % of the time is pinned: too few loader workers or CPU-bound preprocessing.",
+)
+PSI_CPU_HIGH = _t(
+    "host.psi_cpu_high_ratio",
+    0.25,
+    "ratio",
+    "Runnable tasks waited for a CPU a quarter of the time (PSI cpu some avg10): the node is CPU-starved.",
+)
+
+# ---- analysis --------------------------------------------------------------------------------------
+
+EVAL_INTERVAL = _t(
+    "analysis.eval_interval_seconds",
+    1.0,
+    "seconds",
+    "Verdicts are re-evaluated every second, live and on the virtual clock of a replay.",
+)
+EVIDENCE_WINDOW = _t(
+    "analysis.evidence_window_seconds",
+    30.0,
+    "seconds",
+    "Half a minute holds 10-30 training steps and, at 0.2-1.5 s sampling, 20-150 samples: enough to see "
+    "a busy/idle rhythm, short enough to detect within a minute.",
+)
+SCORE_ENTER = _t(
+    "analysis.score_enter",
+    0.5,
+    "ratio",
+    "A verdict's evidence must reach this score to start counting.",
+)
+SCORE_EXIT = _t(
+    "analysis.score_exit",
+    0.3,
+    "ratio",
+    "...and must fall below this one to start resolving: the gap is the hysteresis that stops flapping.",
+)
+
+STARVATION_IDLE_FRACTION = _t(
+    "starvation.idle_fraction",
+    0.15,
+    "ratio",
+    "A GPU that waits with no kernel for 15 % of its samples in half a minute is waiting for input; a "
+    "logging dip of 2 s every few minutes is under 7 %.",
+)
+STARVATION_GAPS = _t(
+    "starvation.gaps",
+    3,
+    "count",
+    "Starvation is a rhythm (100 -> 0 -> 100): at least three separate idle gaps in the evidence window. "
+    "A checkpoint or evaluation pause is one long gap.",
+)
+STARVATION_BUSY_FRACTION = _t(
+    "starvation.busy_fraction",
+    0.2,
+    "ratio",
+    "...and it must still do real work between the gaps (samples above 50 %), or it is idle, not starved.",
+)
+STARVATION_SWING_MEAN = _t(
+    "starvation.swing_util_mean",
+    0.85,
+    "ratio",
+    "With coarse sampling the gaps blur into utilization swinging between 60 and 80 %: a mean below 85 % "
+    "with a wide spread is the same starvation.",
+)
+STARVATION_SWING_SPREAD = _t(
+    "starvation.swing_spread",
+    0.2,
+    "ratio",
+    "p95 - p05 of utilization above 0.2 is a swing; a healthy job at 85-90 % stays within a few points.",
+)
+STARVATION_PAUSE = _t(
+    "starvation.pause_seconds",
+    10.0,
+    "seconds",
+    "Input gaps are step-sized (sub-second to a few seconds). An idle stretch reaching the present that is "
+    "longer than 10 s is a pause (checkpoint, evaluation, a crashed job), not a starving pipeline.",
+)
+STARVATION_FIRE = _t(
+    "starvation.fire_after_seconds",
+    15.0,
+    "seconds",
+    "Evidence held for 15 s (a dozen steps) before the verdict fires: detection within a minute.",
+)
+STARVATION_RESOLVE = _t(
+    "starvation.resolve_after_seconds",
+    60.0,
+    "seconds",
+    "A minute without evidence resolves it: starvation comes and goes with the data pipeline.",
+)
+
+HANG_UTIL = _t(
+    "hang.util_pinned_ratio",
+    0.95,
+    "ratio",
+    "A hung collective keeps its NCCL kernel resident: 95 % of the samples at or above 95 % utilization.",
+)
+HANG_POWER = _t(
+    "hang.power_ratio",
+    0.35,
+    "ratio",
+    "...while the GPU draws near-idle power: a spinning NCCL kernel uses 20-30 % of TDP, real work 60 %+.",
+)
+HANG_SM = _t(
+    "hang.sm_active_ratio",
+    0.25,
+    "ratio",
+    "...and few SMs are active (GPM): the spin kernel occupies a handful of SMs, training most of them.",
+)
+HANG_TRAFFIC = _t(
+    "hang.traffic_bytes_per_second",
+    50e6,
+    "bytes_per_second",
+    "...and NVLink and PCIe carry almost nothing: a collective in progress moves gigabytes per second.",
+)
+HANG_FIRE = _t(
+    "hang.fire_after_seconds",
+    120.0,
+    "seconds",
+    "Two minutes of a pinned, quiet collective on every GPU of the job is a hang, well inside PyTorch's "
+    "600 s NCCL watchdog.",
+)
+HANG_PEER_FIRE = _t(
+    "hang.peer_wait_fire_after_seconds",
+    300.0,
+    "seconds",
+    "When some rank of the job is not in the collective (saving a checkpoint, loading data), the others "
+    "wait for it: only five minutes of that is called a hang.",
+)
+HANG_RESOLVE = _t(
+    "hang.resolve_after_seconds",
+    10.0,
+    "seconds",
+    "Traffic or real work for 10 s ends a hang.",
+)
+
+THERMAL_REASON_SHARE = _t(
+    "thermal.reason_share",
+    0.3,
+    "ratio",
+    "Thermal clock-event reasons active in 30 % of the busy samples of the last 10 s: the GPU is throttling.",
+)
+THERMAL_SLOWDOWN = _t(
+    "thermal.slowdown_celsius",
+    87.0,
+    "celsius",
+    "Where a log does not say, the slowdown point of an H100 SXM; NVML's own threshold is used live.",
+)
+THERMAL_RISE = _t(
+    "thermal.rise_celsius_per_second",
+    0.05,
+    "celsius_per_second",
+    "Above the hot line and still rising by 3 degrees a minute, heading for the slowdown point: cooling "
+    "cannot keep up.",
+)
+THERMAL_HORIZON = _t(
+    "thermal.horizon_seconds",
+    120.0,
+    "seconds",
+    "...reaching the slowdown point within two minutes at that rate.",
+)
+THERMAL_CLOCK_DROP = _t(
+    "thermal.clock_ratio",
+    0.95,
+    "ratio",
+    "SM clocks 5 % below their maximum under load near the slowdown point: throttled without a reason bit "
+    "(older logs have none).",
+)
+THERMAL_FIRE = _t(
+    "thermal.fire_after_seconds", 10.0, "seconds", "Ten seconds of throttling evidence fire it."
+)
+THERMAL_RESOLVE = _t(
+    "thermal.resolve_after_seconds",
+    60.0,
+    "seconds",
+    "A cool minute resolves it: temperature moves slowly.",
+)
+
+POWER_CAP_SHARE = _t(
+    "power.cap_share",
+    0.5,
+    "ratio",
+    "The software power cap held the clocks in half of the busy samples: the GPU runs at its power limit.",
+)
+POWER_CAP_BELOW_DEFAULT = _t(
+    "power.cap_below_default_ratio",
+    0.9,
+    "ratio",
+    "An enforced limit under 90 % of the board's default matters (someone capped it); capping at the "
+    "default limit is routine for training at TDP and only scores low.",
+)
+POWER_FIRE = _t("power.fire_after_seconds", 30.0, "seconds", "Half a minute at a lowered cap fires it.")
+POWER_RESOLVE = _t("power.resolve_after_seconds", 60.0, "seconds", "A minute off the cap resolves it.")
+
+SHM_FILL_HORIZON = _t(
+    "shm.fill_horizon_seconds",
+    60.0,
+    "seconds",
+    "A volume above 75 % that will be full within a minute at its current fill rate fires early.",
+)
+SHM_RESOLVE_RATIO = _t(
+    "shm.resolve_ratio",
+    0.85,
+    "ratio",
+    "Below 85 % the shm verdict starts resolving.",
+)
+SHM_RESOLVE = _t("shm.resolve_after_seconds", 30.0, "seconds", "Thirty seconds below it resolves.")
+
+IDLE_AFTER = _t(
+    "idle.after_seconds",
+    300.0,
+    "seconds",
+    "Memory resident and no kernel for five minutes: longer than any checkpoint, evaluation or restart "
+    "pause, the GPU is reserved and doing nothing.",
+)
+IDLE_MEMORY = _t(
+    "idle.memory_bytes",
+    1 * GiB,
+    "bytes",
+    "A process holds at least 1 GiB of framebuffer: a CUDA context alone takes ~0.5 GiB, a model more.",
+)
+
+NVLINK_ERROR_RATE = _t(
+    "nvlink.error_rate_per_minute",
+    10.0,
+    "per_minute",
+    "More than ten replay, recovery or CRC errors a minute on a GPU's links: the link is degrading.",
+)
+NVLINK_FIRE = _t("nvlink.fire_after_seconds", 30.0, "seconds", "Half a minute of a degraded fabric fires it.")
+NVLINK_RESOLVE = _t("nvlink.resolve_after_seconds", 60.0, "seconds", "A healthy minute resolves it.")
+
+# the exporter's own health, for the alert rules
+COLLECT_STALE = _t(
+    "exporter.stale_seconds",
+    30.0,
+    "seconds",
+    "Thirty seconds without a successful collection at 1 s sampling: the exporter is stuck or NVML hangs.",
 )
 
 
@@ -56,6 +362,38 @@ CRITICAL_XIDS: dict[int, str] = {
     120: "GSP error",
     140: "unrecovered ECC error",
 }
+
+# Default power limits (TDP) by board, for logs that carry no power limit column. Matched on the
+# nvidia-smi name, longest match first. Live, NVML's own default limit is used.
+BOARD_TDP_W: dict[str, float] = {
+    "H100 80GB HBM3": 700.0,
+    "H100 SXM": 700.0,
+    "H100 NVL": 400.0,
+    "H100 PCIe": 350.0,
+    "H200": 700.0,
+    "GH200": 900.0,
+    "B200": 1000.0,
+    "A100-SXM4": 400.0,
+    "A100-SXM": 400.0,
+    "A100 80GB PCIe": 300.0,
+    "A100-PCIE-40GB": 250.0,
+    "A10G": 300.0,
+    "L40S": 350.0,
+    "L40": 300.0,
+    "L4": 72.0,
+    "V100-SXM2": 300.0,
+    "V100-PCIE": 250.0,
+    "RTX 4090": 450.0,
+    "RTX 3090": 350.0,
+    "RTX A6000": 300.0,
+}
+
+
+def board_tdp(name: str) -> float | None:
+    for key in sorted(BOARD_TDP_W, key=len, reverse=True):
+        if key in name:
+            return BOARD_TDP_W[key]
+    return None
 
 
 def table() -> dict[str, Threshold]:

@@ -1,0 +1,36 @@
+"""Files generated from the threshold table (and the code's own definitions). Never edit them by hand:
+run ``python -m exporter.artifacts`` (``make artifacts``); a test fails when one is stale."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from exporter.artifacts import thresholds_doc
+
+# repository-relative path -> function producing the file's content
+ARTIFACTS: dict[str, Callable[[], str]] = {
+    "docs/thresholds.md": thresholds_doc.render,
+}
+
+
+def generate(root: Path) -> list[str]:
+    """Write every artifact under ``root``; return the paths that changed."""
+    changed = []
+    for rel, render in ARTIFACTS.items():
+        path = root / rel
+        content = render()
+        if not path.exists() or path.read_text() != content:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content)
+            changed.append(rel)
+    return changed
+
+
+def stale(root: Path) -> list[str]:
+    """Artifacts whose file differs from what the code would generate now."""
+    return [
+        rel
+        for rel, render in ARTIFACTS.items()
+        if not (root / rel).exists() or (root / rel).read_text() != render()
+    ]
