@@ -35,6 +35,11 @@ class GpuPoint:
     nvlink_rx_bps: float | None = None
     pcie_tx_bps: float | None = None
     pcie_rx_bps: float | None = None
+    nvlink_active: float | None = None  # links up
+    nvlink_links: float | None = None  # links present
+    nvlink_errors: float | None = None  # cumulative replay + recovery + CRC errors over all links
+    p2p_failed: float | None = None  # peers this GPU cannot reach peer-to-peer
+    fabric_ready: bool | None = None  # NVSwitch fabric registration completed
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +67,11 @@ def _sum(values: list[int | None]) -> int | None:
     return sum(present) if present else None
 
 
+def _count(flags: list[bool | None]) -> int | None:
+    known = [f for f in flags if f is not None]
+    return sum(known) if known else None
+
+
 def _at(samples: tuple[Sample, ...], times: list[float], t: float) -> float | None:
     """The latest sample at or before t (or the first one, for points before it)."""
     if not samples:
@@ -70,7 +80,7 @@ def _at(samples: tuple[Sample, ...], times: list[float], t: float) -> float | No
     return samples[max(i, 0)].value
 
 
-def gpu_points(reading: GpuReading, prev: GpuReading | None) -> list[GpuPoint]:
+def gpu_points(reading: GpuReading, prev: GpuReading | None, p2p_failed: int | None = None) -> list[GpuPoint]:
     """Points for one collection: one per new utilization sample, or one at the collection time."""
     dt = reading.t - prev.t if prev is not None else 0.0
     nv_tx = _sum([link.tx_bytes for link in reading.nvlinks])
@@ -93,6 +103,11 @@ def gpu_points(reading: GpuReading, prev: GpuReading | None) -> list[GpuPoint]:
         nvlink_rx_bps=_rate(nv_rx, prev_rx, dt),
         pcie_tx_bps=_rate(reading.pcie_tx_bytes, prev.pcie_tx_bytes if prev else None, dt),
         pcie_rx_bps=_rate(reading.pcie_rx_bytes, prev.pcie_rx_bytes if prev else None, dt),
+        nvlink_active=_count([link.up for link in reading.nvlinks]),
+        nvlink_links=len(reading.nvlinks) if any(link.up is not None for link in reading.nvlinks) else None,
+        nvlink_errors=_sum([sum(link.errors.values()) if link.errors else None for link in reading.nvlinks]),
+        p2p_failed=p2p_failed,
+        fabric_ready=None if reading.fabric_state is None else reading.fabric_state == "completed",
     )
     if not reading.util_samples:
         return [

@@ -1,0 +1,276 @@
+"""Detectors: features in, evidence out. One pure function per verdict kind.
+
+A score is the strength of the evidence, 0-1 (``gpu_bottleneck_score``); the verdict machine turns
+scores into verdicts with hysteresis. A detector whose inputs are missing returns ``missing`` (why) and
+a zero score: it stays silent rather than guess.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from exporter.analysis.features import GpuFeatures, HostFeatures, UtilStats
+from exporter.thresholds import (
+    CORE_PINNED,
+    HANG_POWER,
+    HANG_SM,
+    HANG_TRAFFIC,
+    HANG_UTIL,
+    IDLE_MEMORY,
+    IOWAIT_HIGH,
+    NVLINK_ERROR_RATE,
+    POWER_CAP_BELOW_DEFAULT,
+    POWER_CAP_SHARE,
+    POWER_LOW,
+    PSI_CPU_HIGH,
+    PSI_IO_HIGH,
+    SHM_FILL_HORIZON,
+    SHM_WARNING,
+    STARVATION_BUSY_FRACTION,
+    STARVATION_GAPS,
+    STARVATION_IDLE_FRACTION,
+    STARVATION_PAUSE,
+    STARVATION_SWING_MEAN,
+    STARVATION_SWING_SPREAD,
+    TEMP_HOT,
+    THERMAL_CLOCK_DROP,
+    THERMAL_HORIZON,
+    THERMAL_REASON_SHARE,
+    THERMAL_RISE,
+    THERMAL_SLOWDOWN,
+)
+
+KINDS = (
+    "data_starvation",
+    "comm_hang",
+    "thermal_throttle",
+    "power_throttle",
+    "shm_exhaustion",
+    "idle_allocated",
+    "nvlink_degraded",
+)
+STARVATION_CAUSES = ("io", "cpu", "shm", "host_transfer", "unknown")
+
+
+@dataclass(frozen=True)
+class Evidence:
+    score: float = 0.0
+    cause: str = ""
+    missing: str = ""
+
+
+def clamp(x: float) -> float:
+    return 0.0 if x < 0 else 1.0 if x > 1 else x
+
+
+def ramp(x: float, zero: float, one: float) -> float:
+    """0 at ``zero``, 1 at ``one``, linear between (either direction)."""
+    return clamp((x - zero) / (one - zero))
+
+
+# ---- data starvation ---------------------------------------------------------------------------
+
+
+def starvation(f: GpuFeatures, h: HostFeatures | None) -> Evidence:
+    """The GPU waits for its input: busy/idle rhythm (or a wide swing), power well under what it could
+    draw and wave-like. Peers waiting in NCCL keep a kernel resident, so they never show idle gaps."""
+    if f.util_mean is None:
+        return Evidence(missing="needs utilization.gpu")
+    if f.n < 5 or (f.busy_fraction or 0.0) < STARVATION_BUSY_FRACTION.value:
+        return Evidence()
+    if f.mem_used_bytes is not None and f.mem_used_bytes < IDLE_MEMORY.value:
+        return Evidence()  # no job holds the GPU: nothing can starve
+    if f.trailing_idle_s > STARVATION_PAUSE.value:
+        return Evidence(score=0.25)  # a pause, not the rhythm of a starving pipeline
+    # sustained: the rhythm shows in both halves of the window (a single dip lives in one half)
+    halves = [h for h in f.halves if h is not None]
+    rhythm = _rhythm(f.idle_fraction or 0.0, f.gaps)
+    if len(halves) < 2 or any(h.gaps < 1 or h.idle_fraction < 0.05 for h in halves):
+        rhythm = min(rhythm, 0.45)
+    swing = min((_swing(h) for h in halves), default=0.0)
+    util_evidence = max(rhythm, swing)
+    score = util_evidence
+    ratio = f.power_ratio
+    if ratio is not None:
+        low = ramp(ratio, 0.75, POWER_LOW.value)
+        waves = ramp(f.power_cv or 0.0, 0.05, 0.15)
+        # power confirms; a board whose idle power is high may not drop far, so it only weighs 40 %
+        score = util_evidence * (0.6 + 0.4 * max(low, waves))
+    return Evidence(score=score, cause=starvation_cause(f, h) if score > 0 else "")
+
+
+def _rhythm(idle: float, gaps: float) -> float:
+    """Busy/idle alternation: idle share and the number of separate gaps (per window)."""
+    score = ramp(idle, 0.05, STARVATION_IDLE_FRACTION.value + 0.1) * ramp(gaps, 0, STARVATION_GAPS.value)
+    if idle < STARVATION_IDLE_FRACTION.value or gaps < STARVATION_GAPS.value:
+        score = min(score, 0.45)
+    return score
+
+
+def _swing(h: UtilStats) -> float:
+    """Utilization swinging well below full (coarse sampling blurs the gaps into 60-80 %)."""
+    low = ramp(h.mean, STARVATION_SWING_MEAN.value + 0.07, STARVATION_SWING_MEAN.value - 0.15)
+    return low * ramp(h.spread, STARVATION_SWING_SPREAD.value - 0.1, STARVATION_SWING_SPREAD.value + 0.1)
+
+
+def starvation_cause(f: GpuFeatures, h: HostFeatures | None) -> str:
+    """Why the input is late, from the node's signals: the strongest evidence wins."""
+    strengths: dict[str, float] = {}
+    if h is not None:
+        if h.shm_ratio is not None:
+            strengths["shm"] = ramp(h.shm_ratio, 0.8, SHM_WARNING.value) * 1.2
+        io = [
+            x
+            for x in (_over(h.iowait, IOWAIT_HIGH.value), _over(h.psi_io, PSI_IO_HIGH.value))
+            if x is not None
+        ]
+        if io:
+            strengths["io"] = max(io)
+        cpu = [
+            x for x in (_over(h.core_busy_max, CORE_PINNED.value), _over(h.psi_cpu, PSI_CPU_HIGH.value)) if x
+        ]
+        if cpu:
+            strengths["cpu"] = max(cpu)
+    if f.mem_util_in_gaps is not None:
+        strengths["host_transfer"] = ramp(f.mem_util_in_gaps, 0.05, 0.15)  # copies while no kernel runs
+    cause, strength = max(strengths.items(), key=lambda kv: kv[1], default=("unknown", 0.0))
+    return cause if strength >= 1.0 else "unknown"
+
+
+def _over(value: float | None, line: float) -> float | None:
+    """1.0 at the line, more above it."""
+    return None if value is None else value / line
+
+
+# ---- communication hang ------------------------------------------------------------------------
+
+
+def comm_hang(f: GpuFeatures) -> Evidence:
+    """Stuck in a collective: the NCCL kernel keeps utilization pinned while power, SM activity and
+    traffic all say nothing is being computed or moved."""
+    if f.util_p05 is None:
+        return Evidence(missing="needs utilization.gpu")
+    quiet: list[float] = []
+    if f.power_ratio is not None:
+        idle_power = ramp(f.power_ratio, HANG_POWER.value + 0.1, HANG_POWER.value)
+        quiet.append(idle_power * ramp(f.power_cv or 0.0, 0.12, 0.05))
+    if f.sm_mean is not None:
+        quiet.append(ramp(f.sm_mean, HANG_SM.value + 0.1, HANG_SM.value))
+    if not quiet:
+        return Evidence(missing="needs power.draw with a power limit, or GPM SM activity")
+    for traffic in (f.nvlink_bps, f.pcie_bps):
+        if traffic is not None:
+            quiet.append(ramp(traffic, 2 * HANG_TRAFFIC.value, HANG_TRAFFIC.value))
+    if f.mem_util_mean is not None:
+        quiet.append(ramp(f.mem_util_mean, 0.1, 0.05))
+    pinned = ramp(f.util_p05, HANG_UTIL.value - 0.1, HANG_UTIL.value)
+    return Evidence(score=pinned * min(quiet))
+
+
+def pinned(f: GpuFeatures) -> bool:
+    """Utilization held at the top: computing, or spinning in a collective."""
+    return f.util_p05 is not None and f.util_p05 >= HANG_UTIL.value - 0.05
+
+
+# ---- thermal -----------------------------------------------------------------------------------
+
+
+def thermal(f: GpuFeatures, slowdown_c: float | None = None) -> Evidence:
+    """Throttling for heat, or about to: thermal reasons in the clock events, clocks cut near the
+    slowdown point, or a GPU above the hot line still climbing toward it."""
+    if f.thermal_share is None and f.temp_last is None:
+        return Evidence(missing="needs clocks_event_reasons.active or temperature.gpu")
+    if (f.busy_fraction or 0.0) < 0.3:
+        return Evidence()  # not under load: a hot idle GPU does not slow anything
+    parts = [0.0]
+    if f.thermal_share is not None:
+        parts.append(ramp(f.thermal_share, 0.0, THERMAL_REASON_SHARE.value))
+    if f.temp_last is not None and f.temp_mean is not None:
+        slowdown = slowdown_c or THERMAL_SLOWDOWN.value
+        capped = (f.cap_share or 0.0) >= POWER_CAP_SHARE.value
+        if f.busy_clock_ratio is not None and not capped and f.temp_mean >= slowdown - 3:
+            parts.append(
+                0.9 * ramp(f.busy_clock_ratio, THERMAL_CLOCK_DROP.value + 0.02, THERMAL_CLOCK_DROP.value)
+            )
+        rise = f.temp_slope or 0.0
+        heading_for_slowdown = (
+            rise >= THERMAL_RISE.value and (slowdown - f.temp_last) / rise <= THERMAL_HORIZON.value
+        )
+        if f.temp_last >= TEMP_HOT.value and heading_for_slowdown:
+            parts.append(0.6)
+        if f.temp_mean >= TEMP_HOT.value:
+            parts.append(0.4)  # hot but steady: worth a look, not a verdict
+    return Evidence(score=max(parts))
+
+
+# ---- power cap ---------------------------------------------------------------------------------
+
+
+def power_throttle(f: GpuFeatures) -> Evidence:
+    """Held at the power cap with reduced clocks. Capped at the board's default limit is routine for
+    training at TDP and only scores low; a cap well below the default is what matters."""
+    if f.cap_share is None and (f.power_mean is None or f.limit_w is None):
+        return Evidence(missing="needs clocks_event_reasons.active, or power.draw with power.limit")
+    if (f.busy_fraction or 0.0) < 0.3:
+        return Evidence()
+    share = f.cap_share
+    if share is None:  # no reasons column: at the limit with clocks below their maximum
+        at_limit = f.power_mean >= 0.95 * f.limit_w  # type: ignore[operator]
+        slowed = f.busy_clock_ratio is not None and f.busy_clock_ratio < 0.97
+        share = 1.0 if at_limit and slowed else 0.0
+    held = ramp(share, 0.0, POWER_CAP_SHARE.value)
+    if f.limit_w and f.default_w and f.limit_w < POWER_CAP_BELOW_DEFAULT.value * f.default_w:
+        depth = ramp(
+            f.limit_w / f.default_w, POWER_CAP_BELOW_DEFAULT.value, POWER_CAP_BELOW_DEFAULT.value - 0.3
+        )
+        return Evidence(score=held * (0.6 + 0.4 * depth), cause="cap_below_default")
+    return Evidence(score=0.3 * held, cause="at_default_limit")
+
+
+# ---- shared memory -----------------------------------------------------------------------------
+
+
+def shm_exhaustion(h: HostFeatures | None) -> Evidence:
+    """/dev/shm (or a memory-backed shm volume) nearly full, or filling so fast it will be within a
+    minute. The score is the fill ratio itself."""
+    if h is None or h.shm_ratio is None:
+        return Evidence(missing="needs host.shm.used and host.shm.total")
+    score = h.shm_ratio
+    if (
+        h.shm_ratio >= 0.75
+        and h.shm_seconds_to_full is not None
+        and h.shm_seconds_to_full <= SHM_FILL_HORIZON.value
+    ):
+        score = max(score, SHM_WARNING.value)
+    return Evidence(score=clamp(score))
+
+
+# ---- idle but allocated ------------------------------------------------------------------------
+
+
+def idle_allocated(idle_seconds: float | None, horizon_s: float) -> Evidence:
+    """Memory resident and no kernel: the score is the idle time over the horizon (5 minutes)."""
+    if idle_seconds is None:
+        return Evidence(missing="needs utilization.gpu and memory.used")
+    return Evidence(score=clamp(idle_seconds / horizon_s))
+
+
+# ---- NVLink ------------------------------------------------------------------------------------
+
+
+def nvlink_degraded(f: GpuFeatures) -> Evidence:
+    """Links down, P2P unavailable, fabric manager not ready, NVLink errors climbing."""
+    parts: dict[str, float] = {}
+    if f.nvlink_links:
+        down = (f.nvlink_links - (f.nvlink_active or 0.0)) / f.nvlink_links
+        parts["links_down"] = 0.8 + 0.2 * down if down > 0 else 0.0
+    if f.p2p_failed is not None:
+        parts["p2p"] = 0.8 if f.p2p_failed > 0 else 0.0
+    if f.fabric_ready is not None:
+        parts["fabric"] = 0.0 if f.fabric_ready else 0.9
+    if f.nvlink_error_rate is not None:
+        parts["errors"] = 0.6 * ramp(f.nvlink_error_rate, 0.0, NVLINK_ERROR_RATE.value)
+    if not parts:
+        return Evidence(missing="needs NVLink link state, P2P status or fabric state")
+    cause, score = max(parts.items(), key=lambda kv: kv[1])
+    return Evidence(score=score, cause=cause if score > 0 else "")

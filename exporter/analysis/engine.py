@@ -1,0 +1,214 @@
+"""The analysis engine: windows of points per GPU and for the host, the detectors, job-level reasoning
+and the verdict tracks. The same object runs live (fed by the sampler) and in ``replay`` (fed by a
+trace on a virtual clock); it never reads a clock or a file itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from exporter.analysis import detectors as d
+from exporter.analysis.features import GpuFeatures, HostFeatures, gpu_features, host_features
+from exporter.analysis.points import GpuPoint, HostPoint
+from exporter.analysis.verdicts import TIMINGS, Track, step
+from exporter.analysis.window import Window
+from exporter.thresholds import (
+    EVIDENCE_WINDOW,
+    HANG_FIRE,
+    HANG_PEER_FIRE,
+    IDLE_AFTER,
+    IDLE_MEMORY,
+    SCORE_ENTER,
+    UTIL_IDLE_LINE,
+)
+
+KINDS = d.KINDS
+
+
+@dataclass(frozen=True)
+class KindState:
+    """What a GPU's snapshot says about one verdict kind."""
+
+    score: float
+    firing: bool
+    cause: str = ""
+
+
+@dataclass(frozen=True)
+class VerdictEvent:
+    t: float
+    gpu: str
+    kind: str
+    state: str  # firing | resolved
+    score: float
+    cause: str = ""
+    related: tuple[str, ...] = ()  # starvation: the peers waiting for this GPU; hang: the GPUs hung with it
+
+
+@dataclass
+class _Gpu:
+    window: Window[GpuPoint]
+    name: str = ""
+    slowdown_c: float | None = None
+    group: str = "node"
+    idle_since: float | None = None
+    idle_known: bool = False
+    power_seen_w: float | None = None  # the most it drew while busy (p95 of a busy window)
+    tracks: dict[str, Track] = field(default_factory=lambda: {kind: Track() for kind in KINDS})
+    features: GpuFeatures = field(default_factory=GpuFeatures)
+
+
+class Analyzer:
+    def __init__(self, window_s: float = 60.0, evidence_s: float = EVIDENCE_WINDOW.value) -> None:
+        self.window_s = max(window_s, evidence_s)
+        self.evidence_s = evidence_s
+        self._gpus: dict[str, _Gpu] = {}
+        self.host_window: Window[HostPoint] = Window(self.window_s)
+        self.host_features = HostFeatures()
+        self.missing: dict[str, str] = {}  # kind -> why its detector was silent (while it has been)
+        self.had_inputs: set[str] = set()  # kinds whose detector saw its inputs at least once
+
+    # ---- input ---------------------------------------------------------------------------------
+
+    def _gpu(self, gpu: str) -> _Gpu:
+        state = self._gpus.get(gpu)
+        if state is None:
+            state = self._gpus[gpu] = _Gpu(window=Window(self.window_s))
+        return state
+
+    def set_identity(self, gpu: str, name: str = "", slowdown_c: float | None = None) -> None:
+        state = self._gpu(gpu)
+        state.name, state.slowdown_c = name or state.name, slowdown_c or state.slowdown_c
+
+    def set_group(self, gpu: str, group: str) -> None:
+        """GPUs of one job (pod); the node is one group until pod labels exist."""
+        self._gpu(gpu).group = group
+
+    def add_gpu_points(self, gpu: str, points: Iterable[GpuPoint]) -> None:
+        state = self._gpu(gpu)
+        for p in points:
+            state.window.add(p)
+            self._track_idle(state, p)
+
+    @staticmethod
+    def _track_idle(state: _Gpu, p: GpuPoint) -> None:
+        """Idle-with-memory runs outlast the window, so they are followed point by point."""
+        if p.util is None or p.mem_used_bytes is None:
+            return
+        state.idle_known = True
+        if p.util < UTIL_IDLE_LINE.value and p.mem_used_bytes >= IDLE_MEMORY.value:
+            if state.idle_since is None:
+                state.idle_since = p.t
+        else:
+            state.idle_since = None
+
+    @staticmethod
+    def _see_power(state: _Gpu, points: list[GpuPoint], f: GpuFeatures) -> None:
+        if (f.util_mean or 0.0) < 0.5 or f.n < 5:
+            return
+        powers = sorted(p.power_w for p in points if p.power_w is not None)
+        if len(powers) >= 5:
+            p95 = powers[int(0.95 * (len(powers) - 1))]
+            state.power_seen_w = max(state.power_seen_w or 0.0, p95)
+
+    def add_host_point(self, point: HostPoint) -> None:
+        self.host_window.add(point)
+
+    def reset(self, gpu: str) -> None:
+        """Forget a GPU's samples (it came back after being lost); its verdicts resolve."""
+        state = self._gpu(gpu)
+        state.window.clear()
+        state.idle_since = None
+
+    def window(self, gpu: str) -> Window[GpuPoint]:
+        return self._gpu(gpu).window
+
+    def features(self, gpu: str) -> GpuFeatures:
+        return self._gpu(gpu).features
+
+    # ---- evaluation ----------------------------------------------------------------------------
+
+    def evaluate(
+        self, now: float, gpus: Iterable[str] | None = None
+    ) -> tuple[dict[str, dict[str, KindState]], list[VerdictEvent]]:
+        """Verdict states of the given GPUs (default: all) at time ``now``, and the changes."""
+        chosen = list(self._gpus) if gpus is None else [g for g in gpus if g in self._gpus]
+        cutoff = now - self.evidence_s
+        self.host_window.evict(now)
+        host_points = [p for p in self.host_window if p.t > cutoff]
+        host = host_features(host_points) if host_points else None
+        self.host_features = host or HostFeatures()
+        evidence: dict[str, dict[str, d.Evidence]] = {}
+        for gpu in chosen:
+            state = self._gpus[gpu]
+            state.window.evict(now)
+            points = [p for p in state.window if p.t > cutoff]
+            f = state.features = gpu_features(points, state.name, state.power_seen_w)
+            self._see_power(state, points, f)
+            idle_s = (
+                (now - state.idle_since if state.idle_since is not None else 0.0)
+                if state.idle_known
+                else None
+            )
+            evidence[gpu] = {
+                "data_starvation": d.starvation(f, host),
+                "comm_hang": d.comm_hang(f),
+                "thermal_throttle": d.thermal(f, state.slowdown_c),
+                "power_throttle": d.power_throttle(f),
+                "shm_exhaustion": d.shm_exhaustion(host),
+                "idle_allocated": d.idle_allocated(idle_s, IDLE_AFTER.value),
+                "nvlink_degraded": d.nvlink_degraded(f),
+            }
+            for kind, ev in evidence[gpu].items():
+                if ev.missing:
+                    if kind not in self.had_inputs:
+                        self.missing[kind] = ev.missing
+                else:
+                    self.had_inputs.add(kind)
+                    self.missing.pop(kind, None)
+        return self._decide(now, chosen, evidence)
+
+    def _decide(
+        self, now: float, chosen: list[str], evidence: dict[str, dict[str, d.Evidence]]
+    ) -> tuple[dict[str, dict[str, KindState]], list[VerdictEvent]]:
+        groups: dict[str, list[str]] = {}
+        for gpu in chosen:
+            groups.setdefault(self._gpus[gpu].group, []).append(gpu)
+        out: dict[str, dict[str, KindState]] = {}
+        events: list[VerdictEvent] = []
+        for members in groups.values():
+            hung = [g for g in members if evidence[g]["comm_hang"].score >= SCORE_ENTER.value]
+            all_hung = len(hung) == len(members)
+            for gpu in members:
+                state = self._gpus[gpu]
+                out[gpu] = {}
+                for kind in KINDS:
+                    ev = evidence[gpu][kind]
+                    cause, hold, related = ev.cause, None, ()
+                    if kind == "comm_hang":
+                        # a hang is one job event: every rank pinned and quiet. If some rank is not in
+                        # the collective (checkpointing, loading) the others wait for it: only a long
+                        # wait counts.
+                        hold = HANG_FIRE.value if all_hung else HANG_PEER_FIRE.value
+                        cause = "all_ranks" if all_hung else "peer_not_in_collective"
+                        related = tuple(g for g in hung if g != gpu)
+                    elif kind == "data_starvation":
+                        related = tuple(g for g in members if g != gpu and d.pinned(self._gpus[g].features))
+                    elif kind == "nvlink_degraded" and cause == "p2p":
+                        # P2P failing only toward peers that lost their own links or fabric is their fault
+                        broken = [
+                            g
+                            for g in members
+                            if g != gpu and evidence[g][kind].cause in ("links_down", "fabric")
+                        ]
+                        if broken and len(broken) >= (state.features.p2p_failed or 0):
+                            ev, cause, related = d.Evidence(), "", tuple(broken)
+                    track = state.tracks[kind]
+                    change = step(track, ev.score, cause, now, TIMINGS[kind], hold)
+                    if change:
+                        events.append(
+                            VerdictEvent(now, gpu, kind, change, round(ev.score, 3), track.cause, related)
+                        )
+                    out[gpu][kind] = KindState(ev.score, track.firing, track.cause if track.firing else "")
+        return out, events

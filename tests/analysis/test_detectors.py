@@ -1,0 +1,265 @@
+"""Detectors on constructed windows: each verdict, its cause, and the near-misses that must stay quiet."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from exporter.analysis import detectors as d
+from exporter.analysis.features import GpuFeatures, HostFeatures, count_gaps
+from tests.analysis.synth import GIB, HOST_OK, IDLE, NCCL_SPIN, WORKING, alternating, run, steady, switch
+
+STARVED = alternating(busy_s=1.0, idle_s=0.9)
+
+
+# ---- data starvation ---------------------------------------------------------------------------
+
+
+def test_starving_rank_is_blamed_within_a_minute_and_its_waiting_peers_are_not():
+    waiting = alternating(1.0, 0.9, busy=WORKING, idle=replace(NCCL_SPIN, power_w=200.0, nvlink_tx_bps=5e9))
+    r = run({"0": switch(60, steady(WORKING), waiting), "3": switch(60, steady(WORKING), STARVED)}, 150)
+    assert r.kinds() == {"data_starvation"}
+    assert [e.gpu for e in r.fired("data_starvation")] == ["3"]
+    assert 60 < r.first("data_starvation") <= 120
+    assert r.fired("data_starvation")[0].related == ("0",)  # the peer waits for it in NCCL
+
+
+@pytest.mark.parametrize(
+    ("host", "cause"),
+    [
+        (replace(HOST_OK, iowait=0.35, psi_io=0.4, disk_read_bps=100e6), "io"),
+        (replace(HOST_OK, core_busy_max=1.0, psi_cpu=0.4), "cpu"),
+        (replace(HOST_OK, shm_used_bytes=15.5 * GIB, shm_size_bytes=16 * GIB), "shm"),
+        (HOST_OK, "unknown"),
+    ],
+)
+def test_starvation_cause_comes_from_the_node(host, cause):
+    r = run({"0": STARVED}, 60, host=lambda t: host)
+    assert r.fired("data_starvation")[0].cause == cause
+
+
+def test_slow_host_to_device_copies_are_host_transfer():
+    copying = replace(IDLE, mem_util=0.3, pcie_rx_bps=8e9)  # no kernel, but the copy engines are busy
+    r = run({"0": alternating(1.0, 0.9, idle=copying)}, 60)
+    assert r.fired("data_starvation")[0].cause == "host_transfer"
+
+
+def test_coarse_sampling_swing_is_starvation_too():
+    """At 1 s samples a 1.2 s step with 0.4 s waits reads as utilization swinging between 55 and 80 %."""
+
+    def swing(t: float):
+        odd = int(t) % 2
+        return replace(WORKING, util=0.55 if odd else 0.8, power_w=330.0 if odd else 470.0)
+
+    r = run({"0": swing}, 90, dt=1.0)
+    assert r.first("data_starvation") is not None
+
+
+def test_healthy_job_at_85_to_90_percent_with_steady_power_is_not_a_verdict():
+    wobble = lambda t: replace(WORKING, util=0.85 + 0.05 * ((t * 5) % 2), power_w=520.0)  # noqa: E731
+    r = run({"0": wobble}, 300)
+    assert r.kinds() == set()
+    assert r.states["0"]["data_starvation"].score < 0.3
+
+
+def test_logging_dip_every_few_minutes_is_not_a_verdict():
+    dip = lambda t: IDLE if (t % 180) < 2 else WORKING  # noqa: E731
+    r = run({"0": dip}, 600)
+    assert r.kinds() == set()
+
+
+def test_checkpoint_pause_is_not_starvation_idle_or_hang():
+    """Rank 0 writes a checkpoint for 90 s (no kernel, memory held) while the others wait at a barrier."""
+    pause = lambda t: WORKING if not 100 <= t < 190 else IDLE  # noqa: E731
+    waiting = lambda t: WORKING if not 100 <= t < 190 else NCCL_SPIN  # noqa: E731
+    r = run({"0": pause, "1": waiting, "2": waiting}, 400)
+    assert r.kinds() == set()
+
+
+def test_no_job_no_starvation():
+    empty = replace(IDLE, mem_used_bytes=3 * 2**20)
+    r = run({"0": alternating(1.0, 0.9, idle=empty, busy=replace(WORKING, mem_used_bytes=3 * 2**20))}, 60)
+    assert r.fired("data_starvation") == []
+
+
+def test_gap_counting_merges_flicker_inside_one_dip():
+    assert count_gaps([1, 0.02, 0.12, 0.03, 0.3, 0.05, 1, 1]) == 1
+    assert count_gaps([1, 0.0, 1, 0.0, 1, 0.0]) == 3
+    assert count_gaps([0.3, 0.4, 0.2]) == 0  # low but never idle: no gap
+
+
+# ---- communication hang ------------------------------------------------------------------------
+
+
+def test_hang_of_every_rank_is_one_job_event_inside_three_minutes():
+    hung = switch(60, steady(WORKING), steady(NCCL_SPIN))
+    r = run({str(g): hung for g in range(4)}, 300)
+    fired = r.fired("comm_hang")
+    assert sorted(e.gpu for e in fired) == ["0", "1", "2", "3"]
+    assert all(e.cause == "all_ranks" for e in fired)
+    assert 60 + 120 <= r.first("comm_hang") <= 60 + 180
+    assert set(fired[0].related) == {"0", "1", "2", "3"} - {fired[0].gpu}
+
+
+def test_ranks_waiting_for_an_absent_peer_hang_only_after_the_long_wait():
+    spin = switch(60, steady(WORKING), steady(NCCL_SPIN))
+    gone = switch(60, steady(WORKING), steady(IDLE))
+    r = run({"0": gone, "1": spin, "2": spin}, 420)
+    fired = r.fired("comm_hang")
+    assert {e.gpu for e in fired} == {"1", "2"} and all(e.cause == "peer_not_in_collective" for e in fired)
+    assert r.first("comm_hang") >= 60 + 300
+
+
+def test_light_compute_with_memory_traffic_is_not_a_hang():
+    light = replace(
+        WORKING, power_w=180.0, sm_active=None, mem_util=0.25, nvlink_tx_bps=None, nvlink_rx_bps=None
+    )
+    r = run({"0": steady(light)}, 300)
+    assert r.fired("comm_hang") == []
+
+
+def test_hang_detector_is_silent_without_power_reference_or_gpm():
+    only_util = replace(NCCL_SPIN, power_w=None, sm_active=None, power_limit_w=None, power_default_w=None)
+    r = run({"0": steady(only_util)}, 200)
+    assert r.fired("comm_hang") == []
+    assert "comm_hang" in r.analyzer.missing
+
+
+def test_hang_detected_from_power_history_when_the_log_has_no_limit():
+    bare = dict(power_limit_w=None, power_default_w=None, sm_active=None)
+    r = run({"0": switch(60, steady(replace(WORKING, **bare)), steady(replace(NCCL_SPIN, **bare)))}, 260)
+    assert r.first("comm_hang") is not None
+
+
+# ---- thermal -----------------------------------------------------------------------------------
+
+
+def test_thermal_reasons_fire_fast():
+    hot = replace(WORKING, temp_c=88.0, reasons=0x60, sm_clock_hz=1780e6)
+    r = run({"0": switch(30, steady(WORKING), steady(hot))}, 90)
+    assert r.first("thermal_throttle") <= 30 + 20
+
+
+def test_rising_past_80_toward_slowdown_fires_before_the_throttle():
+    heating = lambda t: replace(WORKING, temp_c=min(70 + 0.3 * max(0, t - 20), 86.0))  # noqa: E731
+    r = run({"0": heating}, 90)
+    fired_at = r.first("thermal_throttle")
+    assert fired_at is not None and fired_at < 20 + (86 - 70) / 0.3 + 10
+
+
+def test_hot_but_steady_gpu_scores_but_is_not_a_verdict():
+    r = run({"0": steady(replace(WORKING, temp_c=82.0))}, 200)
+    assert r.fired("thermal_throttle") == []
+    assert 0.3 <= r.states["0"]["thermal_throttle"].score < 0.5
+
+
+def test_clock_cut_near_slowdown_without_reason_bits_is_throttling():
+    old_log = replace(WORKING, temp_c=86.0, reasons=None, sm_clock_hz=1700e6)
+    r = run({"0": steady(old_log)}, 60)
+    assert r.first("thermal_throttle") is not None
+
+
+def test_hot_idle_gpu_is_not_throttling_anything():
+    r = run({"0": steady(replace(IDLE, temp_c=88.0, reasons=0x61))}, 120)
+    assert r.fired("thermal_throttle") == []
+
+
+# ---- power cap ---------------------------------------------------------------------------------
+
+
+def test_cap_below_default_fires():
+    capped = replace(WORKING, power_limit_w=450.0, power_w=441.0, reasons=0x4, sm_clock_hz=1685e6)
+    r = run({"0": steady(capped)}, 90)
+    event = r.fired("power_throttle")[0]
+    assert event.cause == "cap_below_default" and event.score > 0.8
+
+
+def test_cap_at_the_default_limit_is_routine_and_low():
+    at_tdp = replace(WORKING, power_w=690.0, reasons=0x4, sm_clock_hz=1900e6)
+    r = run({"0": steady(at_tdp)}, 120)
+    assert r.fired("power_throttle") == []
+    assert r.states["0"]["power_throttle"].score <= 0.3
+
+
+# ---- shared memory -----------------------------------------------------------------------------
+
+
+def test_shm_over_90_percent_fires_at_once_and_resolves_below_85():
+    full = replace(HOST_OK, shm_used_bytes=14.8 * GIB, shm_size_bytes=16 * GIB)
+    r = run({"0": steady(WORKING)}, 120, host=lambda t: full if 20 <= t < 60 else HOST_OK)
+    assert 20 <= r.first("shm_exhaustion") <= 22
+    resolved = [e for e in r.events if e.kind == "shm_exhaustion" and e.state == "resolved"]
+    assert resolved and 60 + 30 <= resolved[0].t <= 60 + 32
+
+
+def test_shm_filling_fast_fires_before_the_warning_line():
+    filling = lambda t: replace(HOST_OK, shm_used_bytes=(0.7 + 0.004 * t) * 16 * GIB, shm_size_bytes=16 * GIB)  # noqa: E731
+    r = run({"0": steady(WORKING)}, 60, host=filling)
+    fired_at = r.first("shm_exhaustion")
+    assert fired_at is not None and 0.7 + 0.004 * fired_at < 0.9
+
+
+# ---- idle but allocated ------------------------------------------------------------------------
+
+
+def test_idle_with_memory_fires_at_five_minutes():
+    r = run({"0": steady(IDLE)}, 320, dt=1.0)
+    assert r.first("idle_allocated") == pytest.approx(301.0, abs=1.0)
+
+
+def test_idle_without_memory_is_not_idle_allocated():
+    r = run({"0": steady(replace(IDLE, mem_used_bytes=3 * 2**20))}, 400, dt=1.0)
+    assert r.kinds() == set()
+
+
+def test_one_kernel_resets_the_idle_clock():
+    blip = lambda t: WORKING if 200 <= t < 201 else IDLE  # noqa: E731
+    r = run({"0": blip}, 520, dt=1.0)
+    firing = [e.t for e in r.events if e.kind == "idle_allocated" and e.state == "firing"]
+    assert firing == [pytest.approx(501.0, abs=1.0)]  # never at 300: the kernel at 200 s restarted the clock
+
+
+# ---- NVLink ------------------------------------------------------------------------------------
+
+
+def test_links_down_fire_on_the_broken_gpu_only():
+    broken = replace(WORKING, nvlink_active=0.0, fabric_ready=False, p2p_failed=3.0)
+    peer = replace(WORKING, p2p_failed=1.0)
+    r = run({"0": steady(peer), "1": steady(peer), "2": steady(broken), "3": steady(peer)}, 60)
+    assert [e.gpu for e in r.fired("nvlink_degraded")] == ["2"]
+
+
+def test_climbing_nvlink_errors_fire():
+    erring = lambda t: replace(WORKING, nvlink_errors=100.0 * t)  # noqa: E731  # 6000 a minute
+    r = run({"0": erring}, 90)
+    assert r.fired("nvlink_degraded")[0].cause == "errors"
+
+
+# ---- hysteresis --------------------------------------------------------------------------------
+
+
+def test_starvation_resolves_a_minute_after_it_ends_and_does_not_flap():
+    shape = switch(120, STARVED, steady(WORKING))
+    r = run({"0": shape}, 260)
+    changes = [(e.state, e.t) for e in r.events if e.kind == "data_starvation"]
+    assert [state for state, _ in changes] == ["firing", "resolved"]
+    assert 120 + 60 <= changes[1][1] <= 120 + 100
+
+
+# ---- pure functions ----------------------------------------------------------------------------
+
+
+def test_detectors_say_what_is_missing():
+    empty, host = GpuFeatures(), HostFeatures()
+    assert d.starvation(empty, host).missing
+    assert d.comm_hang(empty).missing
+    assert d.thermal(empty).missing
+    assert d.shm_exhaustion(None).missing
+    assert d.idle_allocated(None, 300).missing
+    assert d.nvlink_degraded(empty).missing
+
+
+def test_ramp_and_clamp():
+    assert d.ramp(0.5, 0, 1) == 0.5 and d.ramp(2, 0, 1) == 1 and d.ramp(0.2, 0.5, 0.3) == 1
+    assert d.clamp(-1) == 0
