@@ -103,6 +103,13 @@ def _gpu(fams: _Families, view: GpuView, snapshot: Snapshot) -> None:
     r = view.reading
     if r is None:
         return
+    for kind, state in view.verdicts.items():
+        fams.gauge("gpu_bottleneck", "1 while the verdict of this kind holds, with its probable cause.").add(
+            f'{base},kind="{kind}",cause="{esc(state.cause)}"', 1 if state.firing else 0
+        )
+        fams.gauge("gpu_bottleneck_score", "Strength of the evidence for a verdict of this kind, 0-1.").add(
+            f'{base},kind="{kind}"', round(state.score, 4)
+        )
     _set(
         fams,
         "gpu_utilization_ratio",

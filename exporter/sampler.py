@@ -16,8 +16,9 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from exporter.analysis.engine import Analyzer, KindState, VerdictEvent
 from exporter.analysis.points import GpuPoint, HostPoint, gpu_points, host_point
-from exporter.analysis.window import Stats, Window, fraction_below, summarize
+from exporter.analysis.window import Stats, fraction_below, summarize
 from exporter.config import Settings
 from exporter.errors import ErrorCounter
 from exporter.sources.host import HostSource
@@ -72,6 +73,7 @@ class GpuView:
     idle_fraction: float | None = None
     xids: dict[int, int] = field(default_factory=dict)
     p2p: dict[tuple[int, str], bool] = field(default_factory=dict)  # (peer index, capability) -> OK
+    verdicts: dict[str, KindState] = field(default_factory=dict)  # kind -> score, firing, cause
 
     @property
     def up(self) -> bool:
@@ -99,7 +101,6 @@ EMPTY_SNAPSHOT = Snapshot(0, 0.0, False, False, {}, (), None, {}, {}, {}, {})
 @dataclass(eq=False)
 class GpuSlot:
     device: Device
-    window: Window[GpuPoint]
     status: str = "pending"
     reading: GpuReading | None = None
     call: Call | None = None
@@ -135,7 +136,6 @@ class Sampler:
         self._last_open_error = ""
         self._nvml_attempted = False
         self._slots: dict[int, GpuSlot] = {}
-        self._windows: dict[int, Window[GpuPoint]] = {}
         self._watcher: XidWatcher | None = None
         self._xid_lock = threading.Lock()
         self._xids: dict[int, Counter[int]] = {}
@@ -146,13 +146,15 @@ class Sampler:
         self._host_call: Call | None = None
         self._host_reading: HostReading | None = None
         self._host_done = False
-        self._host_window: Window[HostPoint] = Window(settings.window_s)
+        # the analysis owns the windows of points: window statistics and verdicts come from it
+        self.analyzer = Analyzer(window_s=settings.window_s)
+        self.events: list[VerdictEvent] = []  # verdict changes of the last cycle
         # self-metrics
         self._durations: dict[str, float] = {}
         self._last_success: dict[str, float] = {}
         self._ready = False
-        # listeners get every new point (analysis, the trace recorder)
-        self.gpu_listeners: list[Callable[[int, list[GpuPoint]], None]] = []
+        # listeners get every new point (the trace recorder)
+        self.gpu_listeners: list[Callable[[GpuIdentity, list[GpuPoint]], None]] = []
         self.host_listeners: list[Callable[[HostPoint], None]] = []
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -293,17 +295,21 @@ class Sampler:
 
     def _collected(self, slot: GpuSlot, reading: GpuReading) -> None:
         prev, slot.reading, slot.status = slot.reading, reading, "ok"
-        points = gpu_points(reading, prev)
-        slot.window.extend(points)
+        index = slot.device.index
+        failed = [ok for (a, _, cap), ok in self._p2p.items() if a == index and cap == "nvlink"]
+        points = gpu_points(reading, prev, p2p_failed=failed.count(False) if failed else None)
+        gpu = str(index)
+        self.analyzer.set_identity(gpu, reading.identity.name, reading.temp_slowdown_c)
+        self.analyzer.add_gpu_points(gpu, points)
         for listener in self.gpu_listeners:
-            listener(slot.device.index, points)
+            listener(reading.identity, points)
 
     def _reprobed(self, slot: GpuSlot, call: Call, mono: float) -> None:
         device = call.result if call.error is None else slot.device
         if isinstance(device, Device) and not device.lost:
             log.info("GPU %d answers again", device.index)
             slot.device, slot.status = device, "pending"
-            slot.window.clear()
+            self.analyzer.reset(str(device.index))
         else:
             slot.next_reprobe = mono + self.settings.lost_gpu_retry_s
 
@@ -319,7 +325,7 @@ class Sampler:
             return
         prev, self._host_reading = self._host_reading, call.result  # type: ignore[assignment]
         point = host_point(self._host_reading, prev)  # type: ignore[arg-type]
-        self._host_window.add(point)
+        self.analyzer.add_host_point(point)
         for listener in self.host_listeners:
             listener(point)
         self._durations["host"] = call.elapsed
@@ -352,8 +358,7 @@ class Sampler:
         self._last_open_error = ""
         self._slots = {}
         for dev in devices:
-            window = self._windows.setdefault(dev.index, Window(self.settings.window_s))
-            slot = GpuSlot(device=dev, window=window)
+            slot = GpuSlot(device=dev)
             if dev.lost:
                 slot.status, slot.next_reprobe = "lost", mono + self.settings.lost_gpu_retry_s
             self._slots[dev.index] = slot
@@ -416,31 +421,50 @@ class Sampler:
         now = self.clock()
         with self._xid_lock:
             xids = {i: dict(c) for i, c in self._xids.items()}
+        up = [str(i) for i, slot in self._slots.items() if slot.status == "ok"]
+        verdicts, self.events = self.analyzer.evaluate(now, up)
+        for event in self.events:
+            log.log(
+                logging.WARNING if event.state == "firing" else logging.INFO,
+                "GPU %s: %s %s (score %.2f%s)",
+                event.gpu,
+                event.kind,
+                event.state,
+                event.score,
+                f", cause {event.cause}" if event.cause else "",
+            )
         views = []
         for index in sorted(self._slots):
             slot = self._slots[index]
-            slot.window.evict(now)
-            up = slot.status == "ok"
-            util = slot.window.values("util") if up else []
+            is_up = slot.status == "ok"
+            # the analyzer keeps at least its evidence window; the exported statistics cover --window
+            recent = [p for p in self.analyzer.window(str(index)) if p.t > now - self.settings.window_s]
+            util = [p.util for p in recent if p.util is not None] if is_up else []
             views.append(
                 GpuView(
                     index=index,
                     identity=slot.device.identity,
                     status=slot.status,
-                    reading=slot.reading if up else None,
+                    reading=slot.reading if is_up else None,
                     util_window=summarize(util),
-                    mem_util_window=summarize(slot.window.values("mem_util")) if up else None,
-                    power_window=summarize(slot.window.values("power_w")) if up else None,
+                    mem_util_window=summarize([p.mem_util for p in recent if p.mem_util is not None])
+                    if is_up
+                    else None,
+                    power_window=summarize([p.power_w for p in recent if p.power_w is not None])
+                    if is_up
+                    else None,
                     idle_fraction=fraction_below(util, UTIL_IDLE_LINE.value),
                     xids=xids.get(index, {}),
                     p2p={(b, cap): ok for (a, b, cap), ok in self._p2p.items() if a == index},
+                    verdicts=verdicts.get(str(index), {}),
                 )
             )
-        self._host_window.evict(now)
+        host_recent = [p for p in self.analyzer.host_window if p.t > now - self.settings.window_s]
         host_window = {
             name: stats
             for name in ("iowait", "core_busy_max")
-            if (stats := summarize(self._host_window.values(name))) is not None
+            if (stats := summarize([v for p in host_recent if (v := getattr(p, name)) is not None]))
+            is not None
         }
         if not self._ready:
             nvml_settled = self.nvml is None or (

@@ -15,9 +15,6 @@ from exporter.metrics import Renderer
 from exporter.sim import Capabilities
 from tests.conftest import REPO, SHARED, step
 
-# produced by the analysis, not by the collectors of the core
-ANALYSIS_METRICS = {"gpu_bottleneck", "gpu_bottleneck_score"}
-
 
 def contract_names() -> set[str]:
     text = (SHARED / "METRICS.md").read_text()
@@ -49,7 +46,7 @@ def healthy_body(make_node, make_sampler, clock):
 def test_every_contract_metric_of_the_simulated_h100_is_exported(healthy_body):
     _, _, body, content_type = healthy_body
     assert content_type.startswith("text/plain; version=0.0.4")
-    missing = contract_names() - ANALYSIS_METRICS - set(samples_by_name(body))
+    missing = contract_names() - set(samples_by_name(body))
     assert not missing, f"contract metrics missing from /metrics: {sorted(missing)}"
 
 
@@ -144,7 +141,7 @@ def test_docs_describe_every_exported_metric(make_node, make_sampler, clock):
         exported |= set(samples_by_name(Renderer().render(step(sampler, clock, cycles=3))[0]))
         node.close()
     assert not exported - documented, f"document these in docs/metrics.md: {sorted(exported - documented)}"
-    missing = contract_names() - ANALYSIS_METRICS - documented
+    missing = contract_names() - documented
     assert not missing, sorted(missing)
 
 
@@ -160,3 +157,16 @@ def test_label_values_are_escaped_and_round_trip():
         parse = parse_openmetrics if openmetrics else text_string_to_metric_families
         samples = {s.name: s for f in parse(body.decode()) for s in f.samples}
         assert samples["gpu_node_shm_used_bytes"].labels["mountpoint"] == odd
+
+
+def test_verdicts_are_exported_per_gpu_and_kind(make_node, make_sampler, clock):
+    sampler, _ = make_sampler(make_node("data_starvation"))
+    body, _ = Renderer().render(step(sampler, clock, cycles=40))
+    verdicts = samples_by_name(body)["gpu_bottleneck"]
+    firing = {(x.labels["gpu"], x.labels["kind"], x.labels["cause"]) for x in verdicts if x.value == 1}
+    assert firing == {("3", "data_starvation", "cpu")}
+    assert len(verdicts) == 8 * 7  # every kind on every GPU, 0 when not holding
+    scores = {
+        (x.labels["gpu"], x.labels["kind"]): x.value for x in samples_by_name(body)["gpu_bottleneck_score"]
+    }
+    assert scores[("3", "data_starvation")] > 0.5 and scores[("0", "data_starvation")] == 0

@@ -47,7 +47,9 @@ def test_listeners_get_every_point(make_node, make_sampler, clock):
     sampler, _ = make_sampler(make_node("healthy"))
     seen: dict[int, int] = {}
     hosts = []
-    sampler.gpu_listeners.append(lambda gpu, points: seen.__setitem__(gpu, seen.get(gpu, 0) + len(points)))
+    sampler.gpu_listeners.append(
+        lambda ident, pts: seen.__setitem__(ident.index, seen.get(ident.index, 0) + len(pts))
+    )
     sampler.host_listeners.append(hosts.append)
     step(sampler, clock, cycles=5)
     assert seen[0] == 25 and len(hosts) == 5
