@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -118,10 +119,26 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="sample the GPUs and the node and serve /metrics (default)")
     _add_serve_flags(serve)
     sub.add_parser("scenarios", help="list the simulator's scenarios")
+    replay = sub.add_parser(
+        "replay",
+        help="run the detectors over a recorded trace (nvidia-smi CSV) and print the verdicts",
+        description="Run the live detectors over a trace: nvidia-smi --query-gpu=... --format=csv output, "
+        "with or without units, plus the exporter's extension columns.",
+    )
+    replay.add_argument("trace", help="the CSV file")
+    replay.add_argument("--gpus", type=int, help="GPU count, for logs without an index or uuid column")
+    replay.add_argument("--json", action="store_true", help="JSON lines on stdout instead of a summary")
+    record = sub.add_parser(
+        "record",
+        help="sample like serve, but write the samples as a trace CSV that replay reads",
+    )
+    record.add_argument("--output", "-o", required=True, help="CSV file to write ('-' for stdout)")
+    record.add_argument("--duration", type=float, help="seconds to record (default: until interrupted)")
+    _add_serve_flags(record)
     return parser
 
 
-COMMANDS = ("serve", "scenarios")
+COMMANDS = ("serve", "scenarios", "replay", "record")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -132,6 +149,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "scenarios":
             return _scenarios()
+        if args.command == "replay":
+            return _replay(args.trace, args.gpus, args.json)
+        if args.command == "record":
+            return _record(settings_from(args, dict(os.environ)), args.output, args.duration)
         return _serve(settings_from(args, dict(os.environ)))
     except UsageError as exc:
         print(f"gpu-bottleneck-exporter: {exc}", file=sys.stderr)
@@ -157,11 +178,10 @@ def _scenarios() -> int:
     return 0
 
 
-def _serve(settings: Settings) -> int:
+def _application(settings: Settings):  # -> tuple[Application, SimulatedNode | None]
+    """The application over the real NVML, or over a simulated node with --simulate."""
     from exporter.app import Application, real_nvml
-    from exporter.server import serve
 
-    _logging(settings.log_level)
     node = None
     if settings.simulate:
         from exporter.sim import ScenarioError, SimulatedNode
@@ -177,13 +197,103 @@ def _serve(settings: Settings) -> int:
         )
     else:
         module, host_options = real_nvml(), None
-    app = Application(settings, module, host_options)
+    return Application(settings, module, host_options), node
+
+
+def _close(node) -> None:
+    if node is not None:
+        log.info("the simulated driver and /proc used %.3f s of CPU", node.cpu_seconds())
+        node.close()
+
+
+def _serve(settings: Settings) -> int:
+    from exporter.server import serve
+
+    _logging(settings.log_level)
+    app, node = _application(settings)
     shown = "localhost" if settings.listen_address in ("0.0.0.0", "::") else settings.listen_address
     log.info("serving http://%s:%d/metrics", shown, settings.port)
     try:
         serve(app)
     finally:
-        if node is not None:
-            log.info("the simulated driver and /proc used %.3f s of CPU", node.cpu_seconds())
-            node.close()
+        _close(node)
+    return 0
+
+
+def _replay(path: str, gpus: int | None, as_json: bool) -> int:
+    from exporter.replay import event_json, human, replay, summary
+    from exporter.traces import TraceError
+
+    if gpus is not None and gpus < 1:
+        raise UsageError("--gpus must be at least 1")
+    out = sys.stdout
+    try:
+        result = replay(
+            path,
+            gpus,
+            on_event=(lambda e: print(event_json(e), file=out)) if as_json else None,
+            on_job=(lambda j: print(json.dumps(j), file=out)) if as_json else None,
+        )
+    except TraceError as exc:
+        print(f"gpu-bottleneck-exporter: {exc}", file=sys.stderr)
+        return 1
+    stats = result.stats
+    if stats.unknown_columns:
+        print(
+            f"gpu-bottleneck-exporter: ignoring unknown columns: {', '.join(stats.unknown_columns)}",
+            file=sys.stderr,
+        )
+    for warning in stats.warnings:
+        print(f"gpu-bottleneck-exporter: {warning}; row skipped", file=sys.stderr)
+    if stats.skipped > len(stats.warnings):
+        print(
+            f"gpu-bottleneck-exporter: {stats.skipped - len(stats.warnings)} more rows skipped",
+            file=sys.stderr,
+        )
+    if stats.rows == 0:
+        print(f"gpu-bottleneck-exporter: {path}: no readable rows", file=sys.stderr)
+        return 1
+    print(json.dumps(summary(result)) if as_json else human(result), file=out)
+    return 0
+
+
+def _record(settings: Settings, output: str, duration: float | None) -> int:
+    import signal
+    import threading
+
+    from exporter.traces import TraceWriter
+
+    _logging(settings.log_level)
+    try:
+        stream = sys.stdout if output == "-" else open(output, "w", encoding="utf-8")  # noqa: SIM115
+    except OSError as exc:
+        raise UsageError(f"--output: cannot write {output} ({exc.strerror})") from None
+    app, node = _application(settings)
+    writer, lock, done = TraceWriter(stream), threading.Lock(), threading.Event()
+
+    def on_gpu(identity, points) -> None:
+        with lock:
+            for point in points:
+                writer.gpu(str(identity.index), identity.name, point)
+
+    def on_host(point) -> None:
+        with lock:
+            writer.host(point)
+
+    app.sampler.gpu_listeners.append(on_gpu)
+    app.sampler.host_listeners.append(on_host)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    log.info("recording to %s%s", output, f" for {duration:g} s" if duration else " until interrupted")
+    app.start()
+    try:
+        done.wait(duration)
+    finally:
+        app.stop()
+        with lock:
+            stream.flush()
+            if stream is not sys.stdout:
+                stream.close()
+        _close(node)
+    log.info("wrote %d rows", writer.rows)
     return 0

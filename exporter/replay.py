@@ -1,0 +1,216 @@
+"""``replay``: the live analysis over a recorded trace, on a virtual clock.
+
+Rows are fed in file order; every second of trace time the analyzer is evaluated exactly as the
+sampler evaluates it live. Output: verdict events as they happen, then a summary.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from exporter.analysis.engine import KINDS, Analyzer, VerdictEvent
+from exporter.thresholds import EVAL_INTERVAL
+from exporter.traces import ReadStats, TraceReader
+
+
+@dataclass
+class Episode:
+    gpu: str
+    kind: str
+    start: float
+    end: float | None = None  # None: still firing when the trace ended
+    cause: str = ""
+    peak: float = 0.0
+    related: tuple[str, ...] = ()
+
+
+@dataclass
+class ReplayResult:
+    path: Path
+    stats: ReadStats
+    seconds: float
+    events: list[VerdictEvent] = field(default_factory=list)
+    episodes: list[Episode] = field(default_factory=list)
+    jobs: list[dict[str, object]] = field(default_factory=list)
+    silent: dict[str, str] = field(default_factory=dict)
+
+
+def replay(
+    path: str | Path,
+    gpus: int | None = None,
+    on_event: Callable[[VerdictEvent], None] | None = None,
+    on_job: Callable[[dict[str, object]], None] | None = None,
+) -> ReplayResult:
+    reader = TraceReader(path, gpus)
+    analyzer = Analyzer()
+    result = ReplayResult(path=Path(path), stats=reader.stats, seconds=0.0)
+    open_episodes: dict[tuple[str, str], Episode] = {}
+    in_job: set[tuple[str, str]] = set()
+    step = EVAL_INTERVAL.value
+    next_eval = step
+    named: set[str] = set()
+
+    def evaluate(t: float) -> None:
+        states, events = analyzer.evaluate(t)
+        for event in events:
+            result.events.append(event)
+            key = (event.gpu, event.kind)
+            if event.state == "firing":
+                episode = Episode(
+                    event.gpu, event.kind, event.t, None, event.cause, event.score, event.related
+                )
+                open_episodes[key] = episode
+                result.episodes.append(episode)
+                if event.kind == "comm_hang" and event.related and key not in in_job:
+                    job = {
+                        "event": "job",
+                        "t": round(event.t, 1),
+                        "kind": event.kind,
+                        "gpus": sorted((event.gpu, *event.related), key=_gpu_order),
+                        "cause": event.cause,
+                    }
+                    result.jobs.append(job)
+                    in_job.update((g, event.kind) for g in job["gpus"])  # type: ignore[union-attr]
+                    if on_job:
+                        on_job(job)
+            else:
+                episode = open_episodes.pop(key, None)
+                if episode is not None:
+                    episode.end = event.t
+                in_job.discard(key)
+            if on_event:
+                on_event(event)
+        for (gpu, kind), episode in open_episodes.items():  # peak score and latest cause while firing
+            state = states.get(gpu, {}).get(kind)
+            if state is not None:
+                episode.peak = max(episode.peak, state.score)
+                episode.cause = state.cause or episode.cause
+
+    last_t = 0.0
+    for row in reader:
+        while row.t > next_eval:
+            evaluate(next_eval)
+            next_eval += step
+        if row.gpu not in named and row.name:
+            analyzer.set_identity(row.gpu, name=row.name)
+            named.add(row.gpu)
+        analyzer.add_gpu_points(row.gpu, (row.point,))
+        if row.host is not None:
+            analyzer.add_host_point(row.host)
+        last_t = max(last_t, row.t)
+    if reader.stats.rows:
+        while next_eval <= last_t:
+            evaluate(next_eval)
+            next_eval += step
+    result.seconds = last_t
+    result.silent = {kind: why for kind, why in analyzer.missing.items() if kind not in analyzer.had_inputs}
+    return result
+
+
+def _gpu_order(gpu: str) -> tuple[int, str]:
+    return (int(gpu), gpu) if gpu.isdigit() else (1 << 30, gpu)
+
+
+def event_json(event: VerdictEvent) -> str:
+    record: dict[str, object] = {
+        "event": "verdict",
+        "t": round(event.t, 1),
+        "gpu": event.gpu,
+        "kind": event.kind,
+        "state": event.state,
+        "score": round(event.score, 2),
+    }
+    if event.cause:
+        record["cause"] = event.cause
+    return json.dumps(record)
+
+
+def summary(result: ReplayResult) -> dict[str, object]:
+    return {
+        "event": "summary",
+        "trace": str(result.path),
+        "gpus": len(result.stats.gpus),
+        "seconds": round(result.seconds, 1),
+        "rows": result.stats.rows,
+        "skipped_rows": result.stats.skipped,
+        "unknown_columns": result.stats.unknown_columns,
+        "verdicts": [
+            {
+                "gpu": e.gpu,
+                "kind": e.kind,
+                "start": round(e.start, 1),
+                "end": round(e.end, 1) if e.end is not None else None,
+                "cause": e.cause or None,
+                "peak_score": round(e.peak, 2),
+            }
+            for e in result.episodes
+        ],
+        "jobs": result.jobs,
+        "silent": result.silent,
+    }
+
+
+def _clock(result: ReplayResult, t: float) -> str:
+    first = result.stats.first_timestamp
+    if first is None:
+        return ""
+    return datetime.fromtimestamp(first + t, tz=UTC).strftime("%H:%M:%S")
+
+
+def _gpu_list(gpus: list[str]) -> str:
+    ordered = sorted(gpus, key=_gpu_order)
+    if (
+        all(g.isdigit() for g in ordered)
+        and ordered
+        and [int(g) for g in ordered] == list(range(int(ordered[0]), int(ordered[-1]) + 1))
+        and len(ordered) > 2
+    ):
+        return f"{ordered[0]}-{ordered[-1]}"
+    return ", ".join(ordered)
+
+
+def human(result: ReplayResult) -> str:
+    """The summary an engineer reads: per GPU, what, when, how long, why."""
+    s = result.stats
+    lines = [f"{result.path}: {len(s.gpus)} GPU(s), {result.seconds:.1f} s of samples, {s.rows} rows"]
+    if s.first_timestamp is not None:
+        start = datetime.fromtimestamp(s.first_timestamp, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+        lines[0] += f", from {start}"
+    by_gpu: dict[str, list[Episode]] = {}
+    for episode in result.episodes:
+        by_gpu.setdefault(episode.gpu, []).append(episode)
+    quiet = [g for g in s.gpus if g not in by_gpu]
+    for gpu in sorted(by_gpu, key=_gpu_order):
+        for e in by_gpu[gpu]:
+            end = e.end if e.end is not None else result.seconds
+            until = f"{e.end:.0f} s ({_clock(result, e.end)})" if e.end is not None else "the end"
+            text = (
+                f"  GPU {gpu}: {e.kind} from {e.start:.0f} s ({_clock(result, e.start)}) to {until}, "
+                f"{end - e.start:.0f} s, peak score {e.peak:.2f}"
+            )
+            if e.cause:
+                text += f", cause {e.cause}"
+            if e.kind == "data_starvation" and e.related:
+                text += f"; GPUs {_gpu_list(list(e.related))} wait for it in NCCL"
+            lines.append(text)
+    if quiet:
+        lines.append(f"  GPU {_gpu_list(quiet)}: no verdict")
+    for job in result.jobs:
+        lines.append(
+            f"  job event: {job['kind']} on GPUs {_gpu_list(job['gpus'])} from {job['t']} s ({job['cause']})"
+        )  # type: ignore[arg-type]
+    if result.silent:
+        lines.append(
+            "  silent (inputs missing from this trace): "
+            + "; ".join(
+                f"{kind} {why}"
+                for kind, why in sorted(result.silent.items(), key=lambda kv: KINDS.index(kv[0]))
+            )
+        )
+    if s.skipped:
+        lines.append(f"  {s.skipped} unreadable row(s) skipped")
+    return "\n".join(lines)

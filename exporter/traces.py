@@ -1,0 +1,405 @@
+"""Trace CSV in and out: what ``nvidia-smi --query-gpu=... --format=csv[,nounits] -lms N`` prints, plus
+our extension columns. ``TraceReader`` turns any such file into points; ``TraceWriter`` writes the
+points the live exporter samples in the same format, so anything seen live can be replayed.
+
+Real logs parse as they are: units in the header or in the cells or nowhere, ``, `` or ``,``,
+``[N/A]``/``[Not Supported]`` for missing values, nvidia-smi/ISO 8601/Unix timestamps, an ``index``
+column or rows in index order (``--gpus N``), any subset of columns, repeated headers where nvidia-smi
+was restarted into the same file.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO
+
+from exporter.analysis.points import GpuPoint, HostPoint
+
+MIB = float(1 << 20)
+UNIT_SCALE = {"%": 0.01, "mib": MIB, "mib/s": MIB, "w": 1.0, "mhz": 1e6, "": 1.0, "c": 1.0}
+MISSING = {"", "n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]", "[gpu is lost]", "nan"}
+
+# column name -> (point, attribute, unit of the value stored in the point); units come from the file
+GPU_COLUMNS: dict[str, tuple[str, str]] = {
+    "utilization.gpu": ("gpu", "util"),
+    "utilization.memory": ("gpu", "mem_util"),
+    "memory.used": ("gpu", "mem_used_bytes"),
+    "memory.total": ("gpu", "mem_total_bytes"),
+    "power.draw": ("gpu", "power_w"),
+    "power.draw.instant": ("gpu", "power_w"),
+    "power.draw.average": ("gpu", "power_w"),
+    "power.limit": ("gpu", "power_limit_w"),
+    "enforced.power.limit": ("gpu", "power_limit_w"),
+    "power.default_limit": ("gpu", "power_default_w"),
+    "temperature.gpu": ("gpu", "temp_c"),
+    "temperature.memory": ("gpu", "temp_mem_c"),
+    "clocks.sm": ("gpu", "sm_clock_hz"),
+    "clocks.current.sm": ("gpu", "sm_clock_hz"),
+    "clocks.max.sm": ("gpu", "sm_clock_max_hz"),
+    "clocks_event_reasons.active": ("gpu", "reasons"),
+    "clocks_throttle_reasons.active": ("gpu", "reasons"),
+    "gpm.sm_active": ("gpu", "sm_active"),
+    "gpm.tensor_active": ("gpu", "tensor_active"),
+    "nvlink.tx": ("gpu", "nvlink_tx_bps"),
+    "nvlink.rx": ("gpu", "nvlink_rx_bps"),
+    "pcie.tx": ("gpu", "pcie_tx_bps"),
+    "pcie.rx": ("gpu", "pcie_rx_bps"),
+    "nvlink.active": ("gpu", "nvlink_active"),
+    "nvlink.links": ("gpu", "nvlink_links"),
+    "nvlink.errors": ("gpu", "nvlink_errors"),
+    "p2p.failed": ("gpu", "p2p_failed"),
+    "fabric.ready": ("gpu", "fabric_ready"),
+    "host.cpu.iowait": ("host", "iowait"),
+    "host.cpu.max_core": ("host", "core_busy_max"),
+    "host.shm.used": ("host", "shm_used_bytes"),
+    "host.shm.total": ("host", "shm_size_bytes"),
+    "host.disk.read": ("host", "disk_read_bps"),
+    "host.psi.io": ("host", "psi_io"),
+    "host.psi.cpu": ("host", "psi_cpu"),
+    "host.psi.memory": ("host", "psi_memory"),
+}
+META_COLUMNS = {"timestamp", "index", "name", "uuid", "pci.bus_id", "driver_version", "pstate", "serial"}
+# the unit a column has when neither its header nor its cells say (nvidia-smi's own units)
+DEFAULT_UNITS: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "util",
+            "mem_util",
+            "sm_active",
+            "tensor_active",
+            "iowait",
+            "core_busy_max",
+            "psi_io",
+            "psi_cpu",
+            "psi_memory",
+        ),
+        "%",
+    ),
+    **dict.fromkeys(("mem_used_bytes", "mem_total_bytes", "shm_used_bytes", "shm_size_bytes"), "MiB"),
+    **dict.fromkeys(("power_w", "power_limit_w", "power_default_w"), "W"),
+    **dict.fromkeys(("sm_clock_hz", "sm_clock_max_hz"), "MHz"),
+    **dict.fromkeys(
+        ("nvlink_tx_bps", "nvlink_rx_bps", "pcie_tx_bps", "pcie_rx_bps", "disk_read_bps"), "MiB/s"
+    ),
+}
+
+# what record writes: (header, point, attribute, scale from base units to the header's unit, format)
+WRITE_COLUMNS: tuple[tuple[str, str, str, float, str], ...] = (
+    ("utilization.gpu [%]", "gpu", "util", 100.0, "{:.0f} %"),
+    ("utilization.memory [%]", "gpu", "mem_util", 100.0, "{:.0f} %"),
+    ("memory.used [MiB]", "gpu", "mem_used_bytes", 1 / MIB, "{:.0f} MiB"),
+    ("memory.total [MiB]", "gpu", "mem_total_bytes", 1 / MIB, "{:.0f} MiB"),
+    ("power.draw [W]", "gpu", "power_w", 1.0, "{:.2f} W"),
+    ("power.limit [W]", "gpu", "power_limit_w", 1.0, "{:.2f} W"),
+    ("power.default_limit [W]", "gpu", "power_default_w", 1.0, "{:.2f} W"),
+    ("temperature.gpu", "gpu", "temp_c", 1.0, "{:.0f}"),
+    ("temperature.memory", "gpu", "temp_mem_c", 1.0, "{:.0f}"),
+    ("clocks.sm [MHz]", "gpu", "sm_clock_hz", 1e-6, "{:.0f} MHz"),
+    ("clocks.max.sm [MHz]", "gpu", "sm_clock_max_hz", 1e-6, "{:.0f} MHz"),
+    ("clocks_event_reasons.active", "gpu", "reasons", 1.0, "hex"),
+    ("gpm.sm_active [%]", "gpu", "sm_active", 100.0, "{:.1f}"),
+    ("gpm.tensor_active [%]", "gpu", "tensor_active", 100.0, "{:.1f}"),
+    ("nvlink.tx [MiB/s]", "gpu", "nvlink_tx_bps", 1 / MIB, "{:.0f}"),
+    ("nvlink.rx [MiB/s]", "gpu", "nvlink_rx_bps", 1 / MIB, "{:.0f}"),
+    ("pcie.tx [MiB/s]", "gpu", "pcie_tx_bps", 1 / MIB, "{:.0f}"),
+    ("pcie.rx [MiB/s]", "gpu", "pcie_rx_bps", 1 / MIB, "{:.0f}"),
+    ("nvlink.active", "gpu", "nvlink_active", 1.0, "{:.0f}"),
+    ("nvlink.links", "gpu", "nvlink_links", 1.0, "{:.0f}"),
+    ("nvlink.errors", "gpu", "nvlink_errors", 1.0, "{:.0f}"),
+    ("p2p.failed", "gpu", "p2p_failed", 1.0, "{:.0f}"),
+    ("fabric.ready", "gpu", "fabric_ready", 1.0, "{:.0f}"),
+    ("host.cpu.iowait [%]", "host", "iowait", 100.0, "{:.1f}"),
+    ("host.cpu.max_core [%]", "host", "core_busy_max", 100.0, "{:.1f}"),
+    ("host.shm.used [MiB]", "host", "shm_used_bytes", 1 / MIB, "{:.0f}"),
+    ("host.shm.total [MiB]", "host", "shm_size_bytes", 1 / MIB, "{:.0f}"),
+    ("host.disk.read [MiB/s]", "host", "disk_read_bps", 1 / MIB, "{:.0f}"),
+    ("host.psi.io [%]", "host", "psi_io", 100.0, "{:.1f}"),
+    ("host.psi.cpu [%]", "host", "psi_cpu", 100.0, "{:.1f}"),
+    ("host.psi.memory [%]", "host", "psi_memory", 100.0, "{:.1f}"),
+)
+
+_NUMBER = re.compile(r"^([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z%/]*)$")
+_HEADER = re.compile(r"^(.*?)\s*(?:\[(.*)\])?$")
+
+
+class TraceError(Exception):
+    """A trace that cannot be read; the message names the file and, where it applies, the line."""
+
+
+@dataclass(frozen=True)
+class Column:
+    index: int
+    name: str
+    unit: str
+    target: tuple[str, str] | None
+
+
+@dataclass
+class TraceRow:
+    line: int
+    t: float  # seconds since the first row
+    gpu: str
+    point: GpuPoint
+    host: HostPoint | None
+    name: str = ""
+
+
+@dataclass
+class ReadStats:
+    rows: int = 0
+    skipped: int = 0
+    unknown_columns: list[str] = field(default_factory=list)
+    first_timestamp: float | None = None
+    last_timestamp: float | None = None
+    gpus: list[str] = field(default_factory=list)
+    names: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def parse_timestamp(text: str) -> float:
+    """nvidia-smi's ``2026/03/01 10:00:00.200``, ISO 8601, or Unix seconds -> Unix seconds."""
+    text = text.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    for fmt in ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S"):
+        try:
+            return datetime.strptime(text, fmt).replace(tzinfo=UTC).timestamp()
+        except ValueError:
+            continue
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"unrecognised timestamp {text!r}") from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
+
+
+def parse_cell(text: str, unit: str) -> float | None:
+    """A cell's value in the header's unit system, scaled to base units. None when missing."""
+    cell = text.strip()
+    if cell.lower() in MISSING:
+        return None
+    if cell[:2].lower() == "0x":
+        return float(int(cell, 16))
+    match = _NUMBER.match(cell)
+    if not match:
+        raise ValueError(f"not a number: {cell!r}")
+    value = float(match.group(1))
+    scale_unit = match.group(2).lower() or unit.lower()  # a unit in the cell says what it is
+    if scale_unit not in UNIT_SCALE:
+        raise ValueError(f"unknown unit {match.group(2)!r}")
+    return value * UNIT_SCALE[scale_unit]
+
+
+class TraceReader:
+    """Iterates a trace's rows as points. Bad rows are skipped with a warning naming their line."""
+
+    MAX_WARNINGS = 20
+
+    def __init__(self, path: str | Path, gpus: int | None = None) -> None:
+        self.path = Path(path)
+        self.gpus = gpus
+        self.stats = ReadStats()
+        self._columns: list[Column] = []
+        self._by_name: dict[str, int] = {}
+        self._header_text = ""
+        self._first_ts: float | None = None
+        self._next_rr = 0
+        self._uuids: dict[str, str] = {}
+        self._last_host_t: float | None = None
+
+    # ---- plumbing ------------------------------------------------------------------------------
+
+    def _warn(self, message: str) -> None:
+        self.stats.skipped += 1
+        if len(self.stats.warnings) < self.MAX_WARNINGS:
+            self.stats.warnings.append(message)
+
+    def _open(self) -> IO[str]:
+        try:
+            return self.path.open(newline="", encoding="utf-8")
+        except OSError as exc:
+            raise TraceError(f"{self.path}: cannot read ({exc.strerror or exc})") from None
+
+    def _lines(self) -> Iterator[tuple[int, list[str]]]:
+        with self._open() as handle:
+            reader = csv.reader(handle, skipinitialspace=True)
+            try:
+                for fields in reader:
+                    if fields and any(f.strip() for f in fields):
+                        yield reader.line_num, fields
+            except UnicodeDecodeError as exc:
+                raise TraceError(f"{self.path}: not a UTF-8 text file ({exc.reason})") from None
+            except csv.Error as exc:
+                raise TraceError(f"{self.path}:{reader.line_num}: {exc}") from None
+
+    def _is_header(self, fields: list[str]) -> bool:
+        return fields[0].strip().lower().startswith("timestamp") or not self._columns
+
+    def _parse_header(self, fields: list[str], line: int) -> None:
+        columns, unknown = [], []
+        for i, raw in enumerate(fields):
+            match = _HEADER.match(raw.strip())
+            name = (match.group(1) if match else raw).strip().lower()
+            unit = ((match.group(2) if match else "") or "").strip()
+            target = GPU_COLUMNS.get(name)
+            if target is None and name not in META_COLUMNS:
+                unknown.append(raw.strip())
+            columns.append(
+                Column(i, name, unit or DEFAULT_UNITS.get(target[1], "") if target else unit, target)
+            )
+        by_name = {c.name: c.index for c in columns}
+        if "timestamp" not in by_name:
+            raise TraceError(f"{self.path}:{line}: the first line is not a header with a timestamp column")
+        if not any(c.target for c in columns):
+            raise TraceError(f"{self.path}:{line}: the header names no column this tool understands")
+        self.stats.unknown_columns += [c for c in unknown if c not in self.stats.unknown_columns]
+        self._columns, self._by_name = columns, by_name
+
+    def _infer_gpu_count(self) -> int:
+        """Without index or uuid: rows sharing the first timestamp are one sample of every GPU."""
+        first, count = None, 0
+        for _, fields in self._lines():
+            if fields[0].strip().lower().startswith("timestamp"):
+                if first is not None:
+                    break
+                continue
+            if first is None:
+                first = fields[0].strip()
+            if fields[0].strip() != first:
+                break
+            count += 1
+            if count >= 1024:
+                break
+        return max(count, 1)
+
+    # ---- rows ----------------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[TraceRow]:
+        needs_count = self.gpus is None
+        for line, fields in self._lines():
+            if self._is_header(fields):
+                self._parse_header(fields, line)
+                if needs_count and "index" not in self._by_name and "uuid" not in self._by_name:
+                    self.gpus = self._infer_gpu_count()
+                needs_count = False
+                continue
+            if len(fields) != len(self._columns):
+                self._warn(
+                    f"{self.path}:{line}: {len(fields)} fields where the header has {len(self._columns)}"
+                )
+                continue
+            try:
+                row = self._row(fields, line)
+            except ValueError as exc:
+                self._warn(f"{self.path}:{line}: {exc}")
+                continue
+            self.stats.rows += 1
+            yield row
+
+    def _gpu_id(self, fields: list[str]) -> str:
+        if "index" in self._by_name:
+            raw = fields[self._by_name["index"]].strip()
+            try:
+                return str(int(float(raw)))
+            except ValueError:
+                raise ValueError(f"index {raw!r} is not a number") from None
+        if "uuid" in self._by_name:
+            uuid = fields[self._by_name["uuid"]].strip()
+            return self._uuids.setdefault(uuid, str(len(self._uuids)))
+        gpu = str(self._next_rr % (self.gpus or 1))
+        self._next_rr += 1
+        return gpu
+
+    def _row(self, fields: list[str], line: int) -> TraceRow:
+        ts = parse_timestamp(fields[self._by_name["timestamp"]])
+        gpu_values: dict[str, float | None] = {}
+        host_values: dict[str, float | None] = {}
+        for col in self._columns:
+            if col.target is None:
+                continue
+            kind, attr = col.target
+            try:
+                value = parse_cell(fields[col.index], col.unit)
+            except ValueError as exc:
+                raise ValueError(f"column {col.name!r}: {exc}") from None
+            (gpu_values if kind == "gpu" else host_values)[attr] = value
+        gpu = self._gpu_id(fields)
+        if self._first_ts is None:
+            self._first_ts = ts
+            self.stats.first_timestamp = ts
+        self.stats.last_timestamp = ts
+        t = ts - self._first_ts
+        if gpu not in self.stats.gpus:
+            self.stats.gpus.append(gpu)
+        name = fields[self._by_name["name"]].strip() if "name" in self._by_name else ""
+        if name and gpu not in self.stats.names:
+            self.stats.names[gpu] = name
+        if "reasons" in gpu_values and gpu_values["reasons"] is not None:
+            gpu_values["reasons"] = int(gpu_values["reasons"])  # type: ignore[assignment]
+        if "fabric_ready" in gpu_values and gpu_values["fabric_ready"] is not None:
+            gpu_values["fabric_ready"] = bool(gpu_values["fabric_ready"])  # type: ignore[assignment]
+        host = None
+        if host_values and any(v is not None for v in host_values.values()) and t != self._last_host_t:
+            host = HostPoint(t=t, **host_values)  # type: ignore[arg-type]
+            self._last_host_t = t
+        return TraceRow(line=line, t=t, gpu=gpu, point=GpuPoint(t=t, **gpu_values), host=host, name=name)  # type: ignore[arg-type]
+
+
+class TraceWriter:
+    """Writes points in the trace format: one row per GPU point, with the node's latest host values."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+        self._host: HostPoint | None = None
+        self._header_written = False
+        self.rows = 0
+
+    def host(self, point: HostPoint) -> None:
+        self._host = point
+
+    def gpu(self, gpu: str, name: str, point: GpuPoint) -> None:
+        if not self._header_written:
+            header = ["timestamp", "index", "name", *(c[0] for c in WRITE_COLUMNS)]
+            self.stream.write(", ".join(header) + "\n")
+            self._header_written = True
+        cells = [format_timestamp(point.t), gpu, name]
+        for _, kind, attr, scale, fmt in WRITE_COLUMNS:
+            source = point if kind == "gpu" else self._host
+            value = getattr(source, attr) if source is not None else None
+            if value is None or (isinstance(value, float) and math.isnan(value)):
+                cells.append("[N/A]")
+            elif fmt == "hex":
+                cells.append(f"0x{int(value):016X}")
+            else:
+                cells.append(fmt.format(float(value) * scale))
+        self.stream.write(", ".join(cells) + "\n")
+        self.rows += 1
+
+
+def format_timestamp(t: float) -> str:
+    """nvidia-smi's own format, in UTC (replay only uses differences)."""
+    ms = round(t * 1000)
+    return time.strftime("%Y/%m/%d %H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}"
+
+
+def read_text(text: str, gpus: int | None = None) -> list[TraceRow]:
+    """Parse a trace given as text (tests, small fixtures)."""
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as handle:
+        handle.write(text)
+    try:
+        return list(TraceReader(handle.name, gpus))
+    finally:
+        Path(handle.name).unlink(missing_ok=True)

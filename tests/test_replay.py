@@ -1,0 +1,146 @@
+"""replay and record, as TRACES.md specifies them, on the labelled traces and on our own recordings."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.detection import TARGETS_S, Found, score
+from exporter.replay import replay
+from exporter.traces import TraceWriter
+from tests.conftest import REPO, SHARED, step
+
+TRACES = sorted((SHARED / "traces").glob("*.csv"))
+
+
+def _labelled() -> list[Path]:
+    if not TRACES:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the labelled traces are missing from {SHARED / 'traces'}")
+        pytest.skip(f"no labelled traces at {SHARED / 'traces'}")
+    return TRACES
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [p.stem for p in sorted((SHARED / "traces").glob("*.csv"))] or ["none"])
+def test_labelled_traces_are_detected_without_false_verdicts(name):
+    path = next((p for p in _labelled() if p.stem == name), None)
+    assert path is not None
+    labels = json.loads(path.with_suffix(".labels.json").read_text())["labels"]
+    result = replay(path)
+    found = [Found(e.gpu, e.kind, e.start, e.end) for e in result.episodes]
+    s = score(labels, found, result.seconds, name)
+    assert s.missed == [] and s.false_list == [], (s.missed, s.false_list)
+    assert s.late == [], s.late
+    for kind, values in s.ttd.items():
+        assert max(values) <= TARGETS_S.get(kind, float("inf")), (kind, values)
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "exporter", *args], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.slow
+def test_replay_json_lines_on_stdout_and_nothing_else():
+    path = next(p for p in _labelled() if p.stem == "starvation_h100x8")
+    result = _run("replay", str(path), "--json")
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    verdicts = [x for x in lines if x["event"] == "verdict"]
+    assert (
+        lines[-1]["event"] == "summary"
+        and lines[-1]["gpus"] == 8
+        and lines[-1]["seconds"] == pytest.approx(900, abs=1)
+    )
+    assert verdicts[0] == {
+        "event": "verdict",
+        "t": verdicts[0]["t"],
+        "gpu": "3",
+        "kind": "data_starvation",
+        "state": "firing",
+        "score": verdicts[0]["score"],
+        "cause": "cpu",
+    }
+    assert all(set(v) <= {"event", "t", "gpu", "kind", "state", "score", "cause"} for v in verdicts)
+    assert [v["t"] for v in verdicts] == sorted(v["t"] for v in verdicts)
+
+
+@pytest.mark.slow
+def test_replay_human_summary_names_the_rank_and_its_waiting_peers():
+    path = next(p for p in _labelled() if p.stem == "starvation_h100x8")
+    result = _run("replay", str(path))
+    assert result.returncode == 0
+    assert "GPU 3: data_starvation from" in result.stdout and "cause cpu" in result.stdout
+    assert "wait for it in NCCL" in result.stdout and "GPU 0, 1, 2, 4, 5, 6, 7: no verdict" in result.stdout
+
+
+def test_replay_of_an_unreadable_file_is_a_clear_error(tmp_path):
+    result = _run("replay", str(tmp_path / "missing.csv"))
+    assert result.returncode == 1 and "cannot read" in result.stderr and "Traceback" not in result.stderr
+    empty = tmp_path / "empty.csv"
+    empty.write_text("timestamp, utilization.gpu [%]\n")
+    result = _run("replay", str(empty))
+    assert result.returncode == 1 and "no readable rows" in result.stderr
+
+
+def test_replay_warns_once_about_unknown_columns(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text(
+        "timestamp, utilization.gpu [%], fan.speed [%]\n" + "".join(f"{i}, 99 %, 40 %\n" for i in range(5))
+    )
+    result = _run("replay", str(path), "--json")
+    assert result.returncode == 0
+    assert result.stderr.count("ignoring unknown columns: fan.speed [%]") == 1
+    assert json.loads(result.stdout.splitlines()[-1])["unknown_columns"] == ["fan.speed [%]"]
+
+
+def test_what_is_recorded_live_replays_to_the_same_verdicts(make_node, make_sampler, clock, tmp_path):
+    """record writes exactly what the live detectors saw; replaying it gives the same verdicts."""
+    sampler, _ = make_sampler(make_node("data_starvation:onset=20"))
+    path = tmp_path / "recorded.csv"
+    with path.open("w") as stream:
+        writer = TraceWriter(stream)
+        sampler.gpu_listeners.append(
+            lambda ident, pts: [writer.gpu(str(ident.index), ident.name, p) for p in pts]
+        )
+        sampler.host_listeners.append(writer.host)
+        live = []
+        for _ in range(100):
+            step(sampler, clock)
+            live += [(e.gpu, e.kind, e.state, e.cause) for e in sampler.events]
+    result = replay(path)
+    replayed = [(e.gpu, e.kind, e.state, e.cause) for e in result.events]
+    assert live == [("3", "data_starvation", "firing", "cpu")]
+    assert replayed == live
+    assert result.stats.skipped == 0 and result.stats.unknown_columns == []
+
+
+@pytest.mark.slow
+def test_record_command_writes_a_trace_replay_reads(tmp_path):
+    out = tmp_path / "rec.csv"
+    result = _run(
+        "record",
+        "--simulate",
+        "comm_hang",
+        "--sim-gpus",
+        "2",
+        "--interval",
+        "0.5",
+        "--duration",
+        "3",
+        "--output",
+        str(out),
+    )
+    assert result.returncode == 0, result.stderr
+    header = out.read_text().splitlines()[0]
+    assert header.startswith("timestamp, index, name, utilization.gpu [%]")
+    replayed = _run("replay", str(out), "--json")
+    summary = json.loads(replayed.stdout.splitlines()[-1])
+    assert replayed.returncode == 0 and summary["gpus"] == 2 and summary["rows"] >= 20

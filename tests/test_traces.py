@@ -1,0 +1,207 @@
+"""Trace CSV: real nvidia-smi output in its variants, our extension columns, and the writer."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from exporter.analysis.points import GpuPoint, HostPoint
+from exporter.traces import TraceError, TraceReader, TraceWriter, parse_cell, parse_timestamp, read_text
+
+MIB = 2**20
+
+
+@pytest.mark.parametrize(
+    ("cell", "unit", "value"),
+    [
+        ("97 %", "%", 0.97),
+        ("97", "%", 0.97),
+        ("612.35 W", "W", 612.35),
+        ("612.35", "W", 612.35),
+        ("62000 MiB", "MiB", 62000 * MIB),
+        ("1980 MHz", "MHz", 1.98e9),
+        ("1980", "MHz", 1.98e9),
+        ("0x0000000000000004", "", 4.0),
+        ("38", "", 38.0),
+        ("[N/A]", "W", None),
+        ("[Not Supported]", "%", None),
+        ("", "W", None),
+    ],
+)
+def test_cells(cell, unit, value):
+    assert (
+        parse_cell(cell, unit) == pytest.approx(value)
+        if value is not None
+        else parse_cell(cell, unit) is None
+    )
+
+
+def test_bad_cell_says_why():
+    with pytest.raises(ValueError, match="not a number"):
+        parse_cell("lots", "W")
+    with pytest.raises(ValueError, match="unknown unit"):
+        parse_cell("3 parsecs", "")
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["2026/03/01 10:00:00.200", "2026-03-01T10:00:00.200Z", "2026-03-01T11:00:00.200+01:00", "1772359200.2"],
+)
+def test_timestamps(text):
+    assert parse_timestamp(text) == pytest.approx(1772359200.2)
+
+
+SMI = """\
+timestamp, index, name, utilization.gpu [%], memory.used [MiB], power.draw [W], clocks.sm [MHz], \
+clocks_event_reasons.active
+2026/03/01 10:00:00.000, 0, NVIDIA H100 80GB HBM3, 97 %, 62000 MiB, 612.35 W, 1980 MHz, 0x0000000000000000
+2026/03/01 10:00:00.000, 1, NVIDIA H100 80GB HBM3, 0 %, 62000 MiB, 88.00 W, 1980 MHz, 0x0000000000000001
+2026/03/01 10:00:00.500, 0, NVIDIA H100 80GB HBM3, 98 %, 62000 MiB, 600.00 W, 1980 MHz, 0x0000000000000000
+"""
+
+
+def test_nvidia_smi_csv_with_units():
+    rows = read_text(SMI)
+    assert [(r.gpu, r.t) for r in rows] == [("0", 0.0), ("1", 0.0), ("0", 0.5)]
+    p = rows[0].point
+    assert (p.util, p.mem_used_bytes, p.power_w, p.sm_clock_hz, p.reasons) == (
+        0.97,
+        62000 * MIB,
+        612.35,
+        1.98e9,
+        0,
+    )
+    assert rows[1].point.reasons == 1 and rows[0].name == "NVIDIA H100 80GB HBM3"
+
+
+def test_nounits_and_plain_commas_parse_the_same():
+    nounits = (
+        SMI.replace(" %", "").replace(" MiB", "").replace(" W", "").replace(" MHz", "").replace(", ", ",")
+    )
+    assert [r.point for r in read_text(nounits)] == [r.point for r in read_text(SMI)]
+
+
+def test_rows_without_index_go_round_robin():
+    no_index = "\n".join(
+        ",".join(c for i, c in enumerate(line.split(",")) if i != 1) for line in SMI.splitlines()
+    )
+    rows = read_text(no_index, gpus=2)
+    assert [r.gpu for r in rows] == ["0", "1", "0"]
+    assert [r.gpu for r in read_text(no_index)] == [
+        "0",
+        "1",
+        "0",
+    ]  # inferred: two rows share the first timestamp
+
+
+def test_uuid_identifies_gpus_without_index():
+    text = "timestamp, uuid, utilization.gpu [%]\n1, GPU-b, 10 %\n1, GPU-a, 20 %\n2, GPU-b, 30 %\n"
+    assert [r.gpu for r in read_text(text)] == ["0", "1", "0"]
+
+
+def test_repeated_header_after_a_restart():
+    text = SMI + SMI.splitlines()[0] + "\n" + SMI.splitlines()[1] + "\n"
+    assert len(read_text(text)) == 4
+
+
+def test_bad_rows_are_skipped_with_their_line_number(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text(SMI + "2026/03/01 10:00:01.000, 0, H100, lots, 1 MiB, 1 W, 1 MHz, 0x0\n2026/03/01, 0\n")
+    reader = TraceReader(path)
+    assert len(list(reader)) == 3
+    assert reader.stats.skipped == 2
+    assert any(":5:" in w and "utilization.gpu" in w for w in reader.stats.warnings)
+    assert any(":6:" in w and "fields" in w for w in reader.stats.warnings)
+
+
+def test_unknown_columns_are_listed_once():
+    reader_rows = (
+        "timestamp, utilization.gpu [%], fan.speed [%], pstate\n1, 10 %, 30 %, P0\n2, 11 %, 30 %, P0\n"
+    )
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "t.csv"
+        path.write_text(reader_rows)
+        reader = TraceReader(path)
+        assert len(list(reader)) == 2
+        assert reader.stats.unknown_columns == ["fan.speed [%]"]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("a, b\n1, 2\n", "not a header with a timestamp"),
+        ("timestamp, fan.speed [%]\n1, 2\n", "names no column"),
+    ],
+)
+def test_unusable_files_are_errors(tmp_path, content, message):
+    path = tmp_path / "t.csv"
+    path.write_text(content)
+    with pytest.raises(TraceError, match=message):
+        list(TraceReader(path))
+
+
+def test_missing_and_binary_files_are_errors(tmp_path):
+    with pytest.raises(TraceError, match="cannot read"):
+        list(TraceReader(tmp_path / "absent.csv"))
+    path = tmp_path / "b.csv"
+    path.write_bytes(b"\xff\xfe\x00binary\x80\x81")
+    with pytest.raises(TraceError, match="UTF-8"):
+        list(TraceReader(path))
+
+
+def test_writer_output_reads_back_as_the_same_points():
+    stream = io.StringIO()
+    writer = TraceWriter(stream)
+    host = HostPoint(
+        t=10.0,
+        iowait=0.05,
+        core_busy_max=0.9,
+        shm_used_bytes=2000 * MIB,
+        shm_size_bytes=65536 * MIB,
+        disk_read_bps=900 * MIB,
+        psi_io=0.01,
+        psi_cpu=0.02,
+        psi_memory=0.0,
+    )
+    point = GpuPoint(
+        t=1790000000.25,
+        util=0.97,
+        mem_util=0.45,
+        power_w=612.35,
+        power_limit_w=700.0,
+        power_default_w=700.0,
+        mem_used_bytes=62000 * MIB,
+        mem_total_bytes=81559 * MIB,
+        temp_c=70.0,
+        temp_mem_c=74.0,
+        sm_clock_hz=1.98e9,
+        sm_clock_max_hz=1.98e9,
+        reasons=0x60,
+        sm_active=0.785,
+        tensor_active=0.43,
+        nvlink_tx_bps=25000 * MIB,
+        nvlink_rx_bps=24500 * MIB,
+        pcie_tx_bps=100 * MIB,
+        pcie_rx_bps=1000 * MIB,
+        nvlink_active=18.0,
+        nvlink_links=18.0,
+        nvlink_errors=3.0,
+        p2p_failed=0.0,
+        fabric_ready=True,
+    )
+    writer.host(host)
+    writer.gpu("3", "NVIDIA H100 80GB HBM3", point)
+    writer.gpu("3", "NVIDIA H100 80GB HBM3", GpuPoint(t=1790000001.0))  # everything missing: [N/A]
+    rows = read_text(stream.getvalue())
+    back = rows[0].point
+    assert rows[0].gpu == "3" and rows[0].name == "NVIDIA H100 80GB HBM3"
+    for field in point.__dataclass_fields__:
+        if field == "t":
+            continue
+        assert getattr(back, field) == pytest.approx(getattr(point, field), rel=1e-3, abs=1e-3), field
+    assert rows[0].host.iowait == pytest.approx(0.05) and rows[0].host.shm_size_bytes == 65536 * MIB
+    assert rows[1].t == pytest.approx(0.75) and rows[1].point.util is None
