@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 9400
 
-.PHONY: demo test lint format bench bench-quick clean
+.PHONY: demo test lint format artifacts bench bench-quick bench-detection clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,8 +32,15 @@ format: $(VENV)/.installed
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+artifacts: $(VENV)/.installed
+	$(BIN)/python -m exporter.artifacts
+
 bench: $(VENV)/.installed
 	$(BIN)/python bench/core.py
+	$(BIN)/python bench/detection.py
+
+bench-detection: $(VENV)/.installed
+	$(BIN)/python bench/detection.py
 
 bench-quick: $(VENV)/.installed
 	$(BIN)/python bench/core.py --quick
