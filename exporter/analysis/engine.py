@@ -104,13 +104,9 @@ class Analyzer:
             state.idle_since = None
 
     @staticmethod
-    def _see_power(state: _Gpu, points: list[GpuPoint], f: GpuFeatures) -> None:
-        if (f.util_mean or 0.0) < 0.5 or f.n < 5:
-            return
-        powers = sorted(p.power_w for p in points if p.power_w is not None)
-        if len(powers) >= 5:
-            p95 = powers[int(0.95 * (len(powers) - 1))]
-            state.power_seen_w = max(state.power_seen_w or 0.0, p95)
+    def _see_power(state: _Gpu, f: GpuFeatures) -> None:
+        if (f.util_mean or 0.0) >= 0.5 and f.n >= 5 and f.power_p95 is not None:
+            state.power_seen_w = max(state.power_seen_w or 0.0, f.power_p95)
 
     def add_host_point(self, point: HostPoint) -> None:
         self.host_window.add(point)
@@ -145,7 +141,7 @@ class Analyzer:
             state.window.evict(now)
             points = [p for p in state.window if p.t > cutoff]
             f = state.features = gpu_features(points, state.name, state.power_seen_w)
-            self._see_power(state, points, f)
+            self._see_power(state, f)
             idle_s = (
                 (now - state.idle_since if state.idle_since is not None else 0.0)
                 if state.idle_known

@@ -62,6 +62,7 @@ class GpuFeatures:
     halves: tuple[UtilStats | None, UtilStats | None] = (None, None)  # older and newer half of the window
     trailing_idle_s: float = 0.0  # how long the GPU has been idle up to the last sample
     power_mean: float | None = None
+    power_p95: float | None = None
     power_cv: float | None = None
     power_ref_w: float | None = None  # what the GPU may draw: enforced limit, else default, else board TDP
     limit_w: float | None = None
@@ -115,17 +116,25 @@ def _last(points: Sequence[object], attr: str) -> float | None:
     return None
 
 
-def slope(pairs: Sequence[tuple[float, float]]) -> float | None:
-    """Least-squares slope of (t, value) pairs."""
-    if len(pairs) < 3:
-        return None
+def slope(pairs: Sequence[tuple[float, float]], most: int = 32) -> float | None:
+    """Least-squares slope of (t, value) pairs, over at most ``most`` evenly spaced ones (the signals
+    it is used for change once per collection, not per sample)."""
+    if len(pairs) > most:
+        step = len(pairs) / most
+        pairs = [pairs[int(i * step)] for i in range(most)] + [pairs[-1]]
     n = len(pairs)
-    mt = sum(t for t, _ in pairs) / n
-    mv = sum(v for _, v in pairs) / n
-    var = sum((t - mt) ** 2 for t, _ in pairs)
-    if var <= 0:
+    if n < 3:
         return None
-    return sum((t - mt) * (v - mv) for t, v in pairs) / var
+    st = sv = stt = stv = 0.0
+    for t, v in pairs:
+        st += t
+        sv += v
+        stt += t * t
+        stv += t * v
+    var = stt - st * st / n
+    if var <= 1e-12:
+        return None
+    return (stv - st * sv / n) / var
 
 
 def gpu_features(
@@ -136,10 +145,48 @@ def gpu_features(
     without a power limit column or a known board name."""
     if not points:
         return GpuFeatures()
-    utils = [p.util for p in points if p.util is not None]
-    idle = [u < UTIL_IDLE_LINE.value for u in utils]
-    gaps = count_gaps(utils)
-    ordered = sorted(utils)
+    last_t = points[-1].t
+    utils: list[float] = []
+    powers: list[float] = []
+    sm: list[float] = []
+    mem: list[float] = []
+    idle_mem: list[float] = []
+    temps: list[tuple[float, float]] = []
+    clocks: list[float] = []
+    traffic: list[float] = []
+    pcie: list[float] = []
+    errors: list[tuple[float, float]] = []
+    busy = busy_reasons = capped = recent_reasons = hot = 0
+    for p in points:  # one pass: this runs for every GPU every second
+        u = p.util
+        if u is not None:
+            utils.append(u)
+            if u < UTIL_IDLE_LINE.value and p.mem_util is not None:
+                idle_mem.append(p.mem_util)
+            if u >= BUSY_LINE:
+                busy += 1
+                if p.sm_clock_hz and p.sm_clock_max_hz:
+                    clocks.append(p.sm_clock_hz / p.sm_clock_max_hz)
+                if p.reasons is not None:
+                    busy_reasons += 1
+                    capped += bool(p.reasons & POWER_CAP_BITS)
+                    if p.t > last_t - RECENT_S:
+                        recent_reasons += 1
+                        hot += bool(p.reasons & THERMAL_BITS or _hw_slowdown_hot(p))
+        if p.power_w is not None:
+            powers.append(p.power_w)
+        if p.sm_active is not None:
+            sm.append(p.sm_active)
+        if p.mem_util is not None:
+            mem.append(p.mem_util)
+        if p.temp_c is not None:
+            temps.append((p.t, p.temp_c))
+        if p.nvlink_tx_bps is not None:
+            traffic.append(p.nvlink_tx_bps + (p.nvlink_rx_bps or 0.0))
+        if p.pcie_tx_bps is not None:
+            pcie.append(p.pcie_tx_bps + (p.pcie_rx_bps or 0.0))
+        if p.nvlink_errors is not None:
+            errors.append((p.t, p.nvlink_errors))
     trailing_start = None
     for p in reversed(points):
         if p.util is None:
@@ -147,64 +194,43 @@ def gpu_features(
         if p.util >= UTIL_IDLE_LINE.value:
             break
         trailing_start = p.t
-    powers = [p.power_w for p in points if p.power_w is not None]
     power_mean = _mean(powers)
     power_cv = None
     if power_mean and len(powers) > 1:
         power_cv = math.sqrt(sum((x - power_mean) ** 2 for x in powers) / len(powers)) / power_mean
-    limit, default = _last(points, "power_limit_w"), _last(points, "power_default_w")
-    busy = [p for p in points if p.util is not None and p.util >= BUSY_LINE]
-    recent = [p for p in busy if p.t > points[-1].t - RECENT_S]
-    reasons_busy = [p.reasons for p in busy if p.reasons is not None]
-    reasons_recent = [p for p in recent if p.reasons is not None]
-    thermal_share = None
-    if reasons_recent:
-        hot = sum(1 for p in reasons_recent if p.reasons & THERMAL_BITS or _hw_slowdown_hot(p))  # type: ignore[operator]
-        thermal_share = hot / len(reasons_recent)
-    clocks = [p.sm_clock_hz / p.sm_clock_max_hz for p in busy if p.sm_clock_hz and p.sm_clock_max_hz]
-    temps = [(p.t, p.temp_c) for p in points if p.temp_c is not None]
-    idle_mem = [
-        p.mem_util
-        for p in points
-        if p.util is not None and p.util < UTIL_IDLE_LINE.value and p.mem_util is not None
-    ]
-    traffic = [
-        (p.nvlink_tx_bps or 0.0) + (p.nvlink_rx_bps or 0.0) for p in points if p.nvlink_tx_bps is not None
-    ]
-    pcie = [(p.pcie_tx_bps or 0.0) + (p.pcie_rx_bps or 0.0) for p in points if p.pcie_tx_bps is not None]
-    errors = [(p.t, p.nvlink_errors) for p in points if p.nvlink_errors is not None]
     error_rate = None
     if len(errors) >= 2 and errors[-1][0] > errors[0][0]:
         error_rate = max(0.0, errors[-1][1] - errors[0][1]) / (errors[-1][0] - errors[0][0]) * 60.0
+    whole = util_stats(utils)
+    limit, default = _last(points, "power_limit_w"), _last(points, "power_default_w")
     return GpuFeatures(
         n=len(points),
-        span_s=points[-1].t - points[0].t,
-        util_mean=_mean(utils),
-        util_p05=quantile(ordered, 0.05) if ordered else None,
-        util_p95=quantile(ordered, 0.95) if ordered else None,
-        idle_fraction=sum(idle) / len(idle) if idle else None,
-        busy_fraction=len(busy) / len(utils) if utils else None,
-        gaps=gaps,
+        span_s=last_t - points[0].t,
+        util_mean=whole.mean if whole else None,
+        util_p05=whole.p05 if whole else None,
+        util_p95=whole.p95 if whole else None,
+        idle_fraction=whole.idle_fraction if whole else None,
+        busy_fraction=busy / len(utils) if utils else None,
+        gaps=whole.gaps if whole else 0,
         halves=(util_stats(utils[: len(utils) // 2]), util_stats(utils[len(utils) // 2 :])),
-        trailing_idle_s=points[-1].t - trailing_start if trailing_start is not None else 0.0,
+        trailing_idle_s=last_t - trailing_start if trailing_start is not None else 0.0,
         power_mean=power_mean,
+        power_p95=quantile(sorted(powers), 0.95) if powers else None,
         power_cv=power_cv,
         power_ref_w=limit or default or board_tdp(name) or power_seen_w,
         limit_w=limit,
         default_w=default or board_tdp(name),
-        sm_mean=_mean([p.sm_active for p in points if p.sm_active is not None]),
+        sm_mean=_mean(sm),
         nvlink_bps=_mean(traffic),
         pcie_bps=_mean(pcie),
-        mem_util_mean=_mean([p.mem_util for p in points if p.mem_util is not None]),
+        mem_util_mean=_mean(mem),
         mem_util_in_gaps=_mean(idle_mem),
         temp_last=temps[-1][1] if temps else None,
         temp_mean=_mean([v for _, v in temps]),
         temp_slope=slope(temps),
         busy_clock_ratio=_mean(clocks),
-        thermal_share=thermal_share,
-        cap_share=(sum(1 for r in reasons_busy if r & POWER_CAP_BITS) / len(reasons_busy))
-        if reasons_busy
-        else None,
+        thermal_share=hot / recent_reasons if recent_reasons else None,
+        cap_share=capped / busy_reasons if busy_reasons else None,
         mem_used_bytes=_last(points, "mem_used_bytes"),
         mem_total_bytes=_last(points, "mem_total_bytes"),
         nvlink_active=_last(points, "nvlink_active"),

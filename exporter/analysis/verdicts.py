@@ -84,8 +84,8 @@ def step(
     if score >= timing.exit:
         track.clearing_since = None
         track.peak = max(track.peak, score)
-        if cause and score >= timing.enter:
-            track.cause = cause
+        if track.cause in ("", "unknown") and cause and score >= timing.enter:
+            track.cause = cause  # the cause stays what it was when it fired, unless it was not known then
         return ""
     if track.clearing_since is None:
         track.clearing_since = t
