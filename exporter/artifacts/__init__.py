@@ -6,11 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from exporter.artifacts import thresholds_doc
+from exporter.artifacts import alerts, thresholds_doc
 
 # repository-relative path -> function producing the file's content
 ARTIFACTS: dict[str, Callable[[], str]] = {
     "docs/thresholds.md": thresholds_doc.render,
+    "alerts/gpu-bottleneck-exporter.rules.yml": alerts.render,
+    "docs/alerts.md": alerts.render_doc,
 }
 
 
