@@ -1,5 +1,6 @@
 # Two commands do everything on a fresh machine:
-#   make demo   the exporter on a simulated 8 x H100 node moving through failure scenarios
+#   make demo   a simulated 8 x H100 node touring failure scenarios, watched by the exporter, a real
+#               Prometheus with the alert rules and a real Alertmanager whose pages are printed
 #   make test   lint + the whole test suite (installs what it needs; CI runs exactly this)
 
 PYTHON ?= python3
@@ -7,19 +8,21 @@ VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 9400
 
-.PHONY: demo test lint format artifacts bench bench-quick bench-detection clean
+.PHONY: demo tools test lint format artifacts bench bench-quick bench-detection clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
 	touch $@
 
-demo: $(VENV)/.installed
-	@echo "gpu-bottleneck-exporter on a simulated 8 x H100 node (scenario: tour)"
-	@echo "  metrics: http://localhost:$(PORT)/metrics   health: /healthz /readyz   stop: Ctrl-C"
-	$(BIN)/gpu-bottleneck-exporter --simulate tour --port $(PORT)
+tools:
+	./scripts/install-tools.sh
 
-test: $(VENV)/.installed
+demo: $(VENV)/.installed
+	-./scripts/install-tools.sh
+	$(BIN)/python scripts/demo.py --port $(PORT)
+
+test: $(VENV)/.installed tools
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/pytest
@@ -46,4 +49,4 @@ bench-quick: $(VENV)/.installed
 	$(BIN)/python bench/core.py --quick
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .tools .pytest_cache .ruff_cache *.egg-info

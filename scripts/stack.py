@@ -1,0 +1,216 @@
+"""A local monitoring chain on loopback for the demo and the end-to-end tests: exporters, a real
+Prometheus with the alert rules, a real Alertmanager, and a webhook receiver that collects pages."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.request import urlopen
+
+REPO = Path(__file__).resolve().parent.parent
+PROMETHEUS = "prometheus"
+ALERTMANAGER = "prometheus-alertmanager"  # Debian's name for the alertmanager binary
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tool(name: str) -> str | None:
+    return shutil.which(name) or shutil.which(name.removeprefix("prometheus-"))
+
+
+def wait_http(url: str, timeout: float = 30.0, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode} before {url} answered")
+        try:
+            with urlopen(url, timeout=1.0) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"{url} did not answer within {timeout:.0f} s")
+
+
+@dataclass
+class Page:
+    status: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+
+
+class PageReceiver:
+    """Alertmanager's webhook target: keeps every alert it is sent, calls ``on_page`` for each."""
+
+    def __init__(self, on_page: Callable[[Page], None] | None = None) -> None:
+        self.pages: list[Page] = []
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                for alert in body.get("alerts", []):
+                    page = Page(
+                        alert.get("status", ""), alert.get("labels", {}), alert.get("annotations", {})
+                    )
+                    with receiver.lock:
+                        receiver.pages.append(page)
+                    if on_page:
+                        on_page(page)
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.port = free_port()
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    def snapshot(self) -> list[Page]:
+        with self.lock:
+            return list(self.pages)
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+@dataclass
+class Target:
+    port: int
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Stack:
+    workdir: Path
+    rules: Path
+    targets: list[Target]
+    receiver_url: str
+    interval: str = "1s"
+    prometheus_port: int = field(default_factory=free_port)
+    alertmanager_port: int = field(default_factory=free_port)
+    procs: list[subprocess.Popen] = field(default_factory=list)
+
+    def _prometheus_config(self) -> str:
+        lines = [
+            "global:",
+            f"  scrape_interval: {self.interval}",
+            f"  evaluation_interval: {self.interval}",
+            "rule_files:",
+            f"  - {self.rules}",
+            "alerting:",
+            "  alertmanagers:",
+            "    - static_configs:",
+            f"        - targets: ['127.0.0.1:{self.alertmanager_port}']",
+            "scrape_configs:",
+            "  - job_name: gpu-bottleneck-exporter",
+            "    static_configs:",
+        ]
+        for target in self.targets:
+            lines.append(f"      - targets: ['127.0.0.1:{target.port}']")
+            if target.labels:
+                lines.append(
+                    "        labels: {" + ", ".join(f"{k}: {v}" for k, v in target.labels.items()) + "}"
+                )
+        return "\n".join(lines) + "\n"
+
+    def _alertmanager_config(self) -> str:
+        return (
+            "route:\n"
+            "  receiver: pages\n"
+            "  group_by: ['...']\n"
+            "  group_wait: 1s\n"
+            "  group_interval: 1s\n"
+            "  repeat_interval: 24h\n"
+            "inhibit_rules:\n"
+            "  - source_matchers: [severity = critical]\n"
+            "    target_matchers: [severity =~ warning|info]\n"
+            "    equal: [instance, gpu]\n"
+            "  - source_matchers: [alertname = GpuShmFull]\n"
+            "    target_matchers: [alertname = GpuShmNearlyFull]\n"
+            "    equal: [instance, mountpoint]\n"
+            "receivers:\n"
+            "  - name: pages\n"
+            "    webhook_configs:\n"
+            f"      - url: {self.receiver_url}\n"
+            "        send_resolved: true\n"
+        )
+
+    def start(self, log: Path | None = None) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        out = (log or self.workdir / "stack.log").open("a")
+        (self.workdir / "alertmanager.yml").write_text(self._alertmanager_config())
+        (self.workdir / "prometheus.yml").write_text(self._prometheus_config())
+        am = subprocess.Popen(
+            [
+                tool(ALERTMANAGER) or ALERTMANAGER,
+                f"--config.file={self.workdir / 'alertmanager.yml'}",
+                f"--storage.path={self.workdir / 'am-data'}",
+                f"--web.listen-address=127.0.0.1:{self.alertmanager_port}",
+                "--cluster.listen-address=",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        self.procs.append(am)
+        prom = subprocess.Popen(
+            [
+                tool(PROMETHEUS) or PROMETHEUS,
+                f"--config.file={self.workdir / 'prometheus.yml'}",
+                f"--storage.tsdb.path={self.workdir / 'prom-data'}",
+                f"--web.listen-address=127.0.0.1:{self.prometheus_port}",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        self.procs.append(prom)
+        wait_http(f"http://127.0.0.1:{self.alertmanager_port}/-/ready", proc=am)
+        wait_http(f"http://127.0.0.1:{self.prometheus_port}/-/ready", proc=prom)
+
+    def query(self, expr: str) -> list[dict]:
+        from urllib.parse import quote
+
+        with urlopen(
+            f"http://127.0.0.1:{self.prometheus_port}/api/v1/query?query={quote(expr)}", timeout=5
+        ) as r:
+            return json.loads(r.read())["data"]["result"]
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def start_exporter(args: list[str], port: int, log: Path | None = None) -> subprocess.Popen:
+    """The real command, on loopback."""
+    out = log.open("a") if log else subprocess.DEVNULL
+    return subprocess.Popen(
+        [sys.executable, "-m", "exporter", *args, "--port", str(port), "--listen-address", "127.0.0.1"],
+        cwd=REPO,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+    )
