@@ -21,10 +21,19 @@ PROMETHEUS = "prometheus"
 ALERTMANAGER = "prometheus-alertmanager"  # Debian's name for the alertmanager binary
 
 
+_HANDED_OUT: set[int] = set()  # ports given to processes that may not have bound them yet
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port not handed out before in this process (the OS may offer a port again
+    between our check and the child's bind)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def tool(name: str) -> str | None:

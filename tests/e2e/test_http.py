@@ -6,7 +6,6 @@ import ctypes
 import gzip
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,13 +22,8 @@ from exporter.app import Application
 from exporter.config import Settings
 from exporter.server import create_app
 from exporter.sim import SimulatedNode
+from scripts.stack import free_port
 from tests.conftest import REPO
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_ready(url: str, timeout: float = 20.0) -> httpx.Response:
