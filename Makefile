@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 9400
 
-.PHONY: demo tools test lint format artifacts bench bench-quick bench-detection clean
+.PHONY: demo tools test lint format artifacts protos bench bench-quick bench-detection clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,9 @@ format: $(VENV)/.installed
 
 artifacts: $(VENV)/.installed
 	$(BIN)/python -m exporter.artifacts
+
+protos: $(VENV)/.installed
+	$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --grpc_python_out=. exporter/sources/podresources/v1/api.proto
 
 bench: $(VENV)/.installed
 	$(BIN)/python bench/core.py
