@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from exporter.errors import ErrorCounter
+from exporter.sources import runtime
 from exporter.sources.readings import DiskReading, HostReading, ShmReading
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,8 @@ class HostSource:
         mount_exclude: str = DEFAULT_MOUNT_EXCLUDE,
         statvfs: Callable[[str], os.statvfs_result] = os.statvfs,
         clock: Callable[[], float] = time.time,
+        bundle_dirs: tuple[str, ...] = runtime.BUNDLE_DIRS,
+        pod_index_every_s: float = 10.0,
     ) -> None:
         self.errors = errors
         self.proc = Path(proc_root)
@@ -60,18 +63,35 @@ class HostSource:
         self.clock = clock
         self._prev_cpu: dict[str, tuple[float, float, float]] | None = None  # name -> busy, iowait, total
         self._no_psi: set[str] = set()
+        self.bundle_dirs = bundle_dirs
+        self.pod_index_every_s = pod_index_every_s
+        self._pod_index: runtime.PodIndex | None = None
+        self._pod_index_at = float("-inf")
 
     def collect(self) -> HostReading:
         iowait, busy_max, cpus = self._cpu()
+        shm = self._shm()
+        index = self._pods() if any(runtime.is_pod_mount(s.mountpoint) for s in shm) else None
         return HostReading(
             t=self.clock(),
-            shm=self._shm(),
+            shm=shm,
             iowait=iowait,
             core_busy_max=busy_max,
             cpu_count=cpus,
             disks=self._disks(),
             pressure=self._pressure(),
+            pod_dev_shm={(b.namespace, b.pod): frozenset(b.dev_shm) for b in index.by_sandbox.values()}
+            if index
+            else {},
         )
+
+    def _pods(self) -> runtime.PodIndex:
+        """The runtime's pod index, re-read every few seconds (pods come and go slowly)."""
+        now = self.clock()
+        if self._pod_index is None or now - self._pod_index_at >= self.pod_index_every_s:
+            self._pod_index = runtime.scan(self.host_root, self.bundle_dirs)
+            self._pod_index_at = now
+        return self._pod_index
 
     def _read(self, path: Path) -> str | None:
         try:
@@ -192,8 +212,10 @@ class HostSource:
     def _shm(self) -> tuple[ShmReading, ...]:
         points = list(self.shm_paths)
         for mountpoint, fstype in self._mount_table():
-            if fstype in MEMORY_FS and not self.mount_exclude.search(mountpoint) and mountpoint not in points:
+            wanted = runtime.is_pod_mount(mountpoint) or not self.mount_exclude.search(mountpoint)
+            if fstype in MEMORY_FS and wanted and mountpoint not in points:
                 points.append(mountpoint)
+        index = None
         out = []
         for mountpoint in points:
             path = os.path.join(self.host_root, mountpoint.lstrip("/"))
@@ -209,11 +231,18 @@ class HostSource:
             size = st.f_frsize * st.f_blocks
             if size <= 0:
                 continue
+            owner = ("", "", "")
+            if runtime.is_pod_mount(mountpoint):
+                index = index or self._pods()
+                owner = index.owner(mountpoint) or owner
             out.append(
                 ShmReading(
                     mountpoint=mountpoint,
                     size_bytes=size,
                     used_bytes=st.f_frsize * (st.f_blocks - st.f_bfree),
+                    namespace=owner[0],
+                    pod=owner[1],
+                    volume=owner[2],
                 )
             )
         return tuple(out)

@@ -79,6 +79,7 @@ class GpuReading:
     fabric_state: str | None = None
     fabric_status: str | None = None
     process_count: int | None = None
+    mig_uuids: tuple[str, ...] = ()  # MIG devices carved out of this GPU (MIG mode on)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,3 +108,4 @@ class HostReading:
     cpu_count: int | None = None
     disks: tuple[DiskReading, ...] = ()
     pressure: dict[str, float] = field(default_factory=dict)  # resource -> "some" avg10 ratio
+    pod_dev_shm: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)  # (ns, pod) -> sources

@@ -1,0 +1,171 @@
+"""Per-pod shared memory: a constructed kubelet pods tree with real tmpfs mounts (where the test may
+mount them) and runtime bundle files; the same tree with a fake statvfs otherwise."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from exporter.analysis.pods import default_shm
+from exporter.errors import ErrorCounter
+from exporter.sources import runtime
+from exporter.sources.host import HostSource
+
+UID_A, UID_B = "11111111-2222-4333-8444-555555555555", "66666666-7777-4888-9999-aaaaaaaaaaaa"
+SB_A, SB_B = "a" * 64, "b" * 64
+DSHM_A = f"/var/lib/kubelet/pods/{UID_A}/volumes/kubernetes.io~empty-dir/dshm"
+SHM_B = f"/run/containerd/io.containerd.grpc.v1.cri/sandboxes/{SB_B}/shm"
+TOKEN_A = f"/var/lib/kubelet/pods/{UID_A}/volumes/kubernetes.io~projected/kube-api-access-x"
+
+
+def bundles(host: Path) -> None:
+    tasks = host / "run/containerd/io.containerd.runtime.v2.task/k8s.io"
+    for sb, uid, ns, name, shm in (
+        (SB_A, UID_A, "ml", "train-0", DSHM_A),
+        (SB_B, UID_B, "ml", "train-1", SHM_B),
+    ):
+        notes = {
+            "io.kubernetes.cri.sandbox-id": sb,
+            "io.kubernetes.cri.sandbox-uid": uid,
+            "io.kubernetes.cri.sandbox-namespace": ns,
+            "io.kubernetes.cri.sandbox-name": name,
+        }
+        (tasks / sb).mkdir(parents=True)
+        (tasks / sb / "config.json").write_text(
+            json.dumps({"annotations": notes | {"io.kubernetes.cri.container-type": "sandbox"}})
+        )
+        (tasks / sb[::-1][:40]).mkdir()
+        (tasks / sb[::-1][:40] / "config.json").write_text(
+            json.dumps(
+                {
+                    "annotations": notes | {"io.kubernetes.cri.container-type": "container"},
+                    "mounts": [
+                        {"destination": "/dev/shm", "source": shm},
+                        {"destination": "/data", "source": "/x"},
+                    ],
+                }
+            )
+        )
+    crio = host / "run/containers/storage/overlay-containers" / ("c" * 64) / "userdata"
+    crio.mkdir(parents=True)
+    crio.joinpath("config.json").write_text(
+        json.dumps(
+            {
+                "annotations": {
+                    "io.kubernetes.cri-o.ContainerType": "sandbox",
+                    "io.kubernetes.pod.namespace": "batch",
+                    "io.kubernetes.pod.name": "crio-pod",
+                    "io.kubernetes.pod.uid": "u-3",
+                }
+            }
+        )
+    )
+    (tasks / "half-written").mkdir()
+    (tasks / "half-written" / "config.json").write_text("{")
+
+
+def proc_tree(root: Path) -> str:
+    proc = root / "proc"
+    (proc / "1").mkdir(parents=True)
+    (proc / "stat").write_text("cpu  1 0 1 10 0 0 0 0\ncpu0 1 0 1 10 0 0 0 0\n")
+    (proc / "diskstats").write_text("")
+    mounts = [
+        f"tmpfs {DSHM_A} tmpfs rw 0 0",
+        f"tmpfs {SHM_B} tmpfs rw 0 0",
+        f"tmpfs {TOKEN_A} tmpfs rw 0 0",
+        "tmpfs /run/containers/storage/overlay-containers/" + "c" * 64 + "/userdata/shm tmpfs rw 0 0",
+    ]
+    (proc / "1" / "mounts").write_text("\n".join(mounts) + "\n")
+    return str(proc)
+
+
+def test_index_reads_containerd_and_crio_bundles(tmp_path):
+    bundles(tmp_path)
+    index = runtime.scan(str(tmp_path))
+    assert index.owner(DSHM_A) == ("ml", "train-0", "dshm")
+    assert index.owner(SHM_B) == ("ml", "train-1", "dev-shm")
+    assert index.owner("/run/containers/storage/overlay-containers/" + "c" * 64 + "/userdata/shm") == (
+        "batch",
+        "crio-pod",
+        "dev-shm",
+    )
+    assert index.by_sandbox[SB_A].dev_shm == {DSHM_A} and index.by_sandbox[SB_B].dev_shm == {SHM_B}
+    assert index.owner(
+        f"/var/lib/kubelet/pods/{'0' * 8}-0000-4000-8000-{'0' * 12}/volumes/kubernetes.io~empty-dir/v"
+    ) == ("", "", "v")  # a pod the runtime does not know (yet): the volume is still reported
+
+
+def _statvfs_fixture(sizes: dict[str, tuple[int, int]], host: Path):
+    def statvfs(path: str) -> os.statvfs_result:
+        rel = "/" + os.path.relpath(path, host)
+        if rel not in sizes:
+            raise FileNotFoundError(path)  # a mount this container cannot see
+        size, used = sizes[rel]
+        return os.statvfs_result((4096, 4096, size // 4096, (size - used) // 4096, 0, 0, 0, 0, 0, 255))
+
+    return statvfs
+
+
+def test_pod_shm_volumes_labelled_and_the_default_flagged_on_fixtures(tmp_path):
+    host = tmp_path / "host"
+    bundles(host)
+    sizes = {"/dev/shm": (64 << 30, 0), DSHM_A: (64 << 30, 1 << 30), SHM_B: (64 << 20, 1 << 20)}
+    source = HostSource(
+        ErrorCounter(),
+        proc_root=proc_tree(tmp_path),
+        host_root=str(host),
+        statvfs=_statvfs_fixture(sizes, host),
+    )
+    r = source.collect()
+    labelled = {(s.namespace, s.pod, s.volume): s.size_bytes for s in r.shm}
+    assert labelled == {
+        ("", "", ""): 64 << 30,
+        ("ml", "train-0", "dshm"): 64 << 30,
+        ("ml", "train-1", "dev-shm"): 64 << 20,
+    }
+    flags = default_shm([("ml", "train-0"), ("ml", "train-1")], r.shm, r.pod_dev_shm)
+    assert flags == {("ml", "train-0"): False, ("ml", "train-1"): True}
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """Mount real tmpfs file systems under the tree, where this machine lets the test."""
+    mounted: list[Path] = []
+
+    def mount(path: Path, size: str) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        result = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+        )
+        if result.returncode != 0:
+            pytest.skip(
+                f"cannot mount tmpfs here ({result.stderr.decode().strip()}); covered by the fixture test"
+            )
+        mounted.append(path)
+
+    yield mount
+    for path in reversed(mounted):
+        subprocess.run(["umount", str(path)], check=False)
+
+
+def test_pod_shm_on_real_tmpfs_mounts(tmp_path, tmpfs):
+    host = tmp_path / "host"
+    bundles(host)
+    tmpfs(host / DSHM_A.lstrip("/"), "32m")
+    tmpfs(host / SHM_B.lstrip("/"), "64m")
+    (host / "dev/shm").mkdir(parents=True)
+    tmpfs(host / "dev/shm", "16m")
+    (host / DSHM_A.lstrip("/") / "batch").write_bytes(b"\0" * (8 << 20))  # a worker's shared batch
+    r = HostSource(ErrorCounter(), proc_root=proc_tree(tmp_path), host_root=str(host)).collect()
+    by_volume = {(s.pod, s.volume): s for s in r.shm}
+    assert by_volume[("train-0", "dshm")].size_bytes == 32 << 20
+    assert by_volume[("train-0", "dshm")].used_bytes >= 8 << 20
+    assert by_volume[("train-1", "dev-shm")].size_bytes == 64 << 20
+    assert default_shm([("ml", "train-0"), ("ml", "train-1")], r.shm, r.pod_dev_shm) == {
+        ("ml", "train-0"): True,  # a 32 MiB volume is no better than the default
+        ("ml", "train-1"): True,
+    }
