@@ -13,6 +13,7 @@ from exporter.errors import ErrorCounter
 from exporter.metrics import Renderer
 from exporter.sampler import Sampler, Snapshot
 from exporter.sources.host import HostSource
+from exporter.sources.kubelet import PodResourcesSource
 from exporter.sources.nvml import NvmlSource
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,12 @@ class Application:
             if nvml_module is not None
             else None
         )
-        self.sampler = Sampler(settings, self.errors, host, nvml, clock=clock)
+        kubelet = (
+            PodResourcesSource(self.errors, settings.pod_resources_socket)
+            if settings.pod_resources_socket
+            else None
+        )
+        self.sampler = Sampler(settings, self.errors, host, nvml, clock=clock, kubelet=kubelet)
         self.renderer = Renderer()
         self._started = False
 

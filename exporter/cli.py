@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from exporter import __version__
 from exporter.config import ENV_PREFIX, Settings
@@ -61,6 +61,13 @@ SERVE_FLAGS = (
     Flag("--host-root", "host_root", str, "where the node's root filesystem (or its /dev/shm) is mounted"),
     Flag("--shm-paths", "shm_paths", _paths, "comma-separated shm mountpoints always reported"),
     Flag("--node-name", "node_name", str, "this node's name (the chart sets it from spec.nodeName)"),
+    Flag(
+        "--pod-resources-socket",
+        "pod_resources_socket",
+        str,
+        "the kubelet's PodResources socket, for pod labels; empty to turn pod attribution off",
+    ),
+    Flag("--pod-resources-interval", "pod_resources_interval_s", float, "seconds between PodResources reads"),
     Flag(
         "--simulate",
         "simulate",
@@ -192,6 +199,8 @@ def _application(settings: Settings):  # -> tuple[Application, SimulatedNode | N
             raise UsageError(f"--simulate: {exc}") from None
         module, host_options = node.install(), node.host_options()
         node.host.start()
+        if settings.pod_resources_socket:
+            settings = replace(settings, pod_resources_socket=node.kubelet_socket)
         log.info(
             "simulating %d x %s, scenario %r", settings.sim_gpus, node.model.board.name, settings.simulate
         )

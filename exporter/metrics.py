@@ -89,6 +89,15 @@ def _set(fams: _Families, name: str, doc: str, base: str, value: float | None) -
 def _gpu(fams: _Families, view: GpuView, snapshot: Snapshot) -> None:
     ident = view.identity
     base = f'gpu="{view.index}",uuid="{esc(ident.uuid)}"'
+    for assignment, mig in view.assignments:
+        ref = assignment.ref
+        fams.gauge("gpu_pod_info", "A GPU (or a MIG slice of it) the kubelet assigned to a container.").add(
+            f"{base},{labels(resource=assignment.resource, device=assignment.device_id, mig_uuid=mig)}"
+            f",{labels(namespace=ref.namespace, pod=ref.pod, container=ref.container)}",
+            1,
+        )
+    if view.pod is not None:  # a GPU held whole by one container: its series name the pod
+        base += "," + labels(namespace=view.pod.namespace, pod=view.pod.pod, container=view.pod.container)
     info = ident.labels() | {
         "driver_version": snapshot.driver.get("driver_version", ""),
         "cuda_version": snapshot.driver.get("cuda_version", ""),
@@ -232,6 +241,10 @@ def _host(fams: _Families, snapshot: Snapshot) -> None:
         fams.counter("gpu_node_disk_read_bytes", "Bytes read from the block device.").add(
             labels(device=disk.device), disk.read_bytes
         )
+    for (namespace, pod), default in sorted(snapshot.pod_shm_default.items()):
+        fams.gauge(
+            "gpu_pod_shm_default_size", "1 when a pod holding GPUs runs on the 64 MiB default /dev/shm."
+        ).add(labels(namespace=namespace, pod=pod), 1 if default else 0)
     for resource, value in sorted(h.pressure.items()):
         fams.gauge("gpu_node_pressure_ratio", 'Pressure stall information, "some" avg10.').add(
             f'resource="{resource}"', value

@@ -10,18 +10,21 @@ never reach the HTTP path, which only ever reads ``Sampler.snapshot``.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from exporter.analysis.engine import Analyzer, KindState, VerdictEvent
+from exporter.analysis.pods import default_shm, gpu_owners
 from exporter.analysis.points import GpuPoint, HostPoint, gpu_points, host_point
 from exporter.analysis.window import Stats, fraction_below, summarize
 from exporter.config import Settings
 from exporter.errors import ErrorCounter
 from exporter.sources.host import HostSource
+from exporter.sources.kubelet import Assignment, PodRef, PodResourcesSource
 from exporter.sources.nvml import Device, GpuLost, NvmlSource, SessionError, error_name
 from exporter.sources.nvml_events import XidWatcher
 from exporter.sources.readings import GpuIdentity, GpuReading, HostReading
@@ -74,6 +77,10 @@ class GpuView:
     xids: dict[int, int] = field(default_factory=dict)
     p2p: dict[tuple[int, str], bool] = field(default_factory=dict)  # (peer index, capability) -> OK
     verdicts: dict[str, KindState] = field(default_factory=dict)  # kind -> score, firing, cause
+    pod: PodRef | None = None  # the container holding the whole GPU, when exactly one does
+    assignments: tuple[
+        tuple[Assignment, str], ...
+    ] = ()  # every device of it the kubelet gave out (, MIG UUID)
 
     @property
     def up(self) -> bool:
@@ -93,6 +100,7 @@ class Snapshot:
     durations: dict[str, float]
     last_success: dict[str, float]
     errors: dict[tuple[str, str], int]
+    pod_shm_default: dict[tuple[str, str], bool] = field(default_factory=dict)  # (ns, pod) of GPU pods
 
 
 EMPTY_SNAPSHOT = Snapshot(0, 0.0, False, False, {}, (), None, {}, {}, {}, {})
@@ -117,8 +125,13 @@ class Sampler:
         nvml: NvmlSource | None,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        kubelet: PodResourcesSource | None = None,
     ) -> None:
         self.settings = settings
+        self.kubelet = kubelet
+        self._kubelet_call: Call | None = None
+        self._next_kubelet = 0.0
+        self._assignments: tuple[Assignment, ...] = ()
         self.errors = errors
         self.host = host
         self.nvml = nvml
@@ -172,6 +185,8 @@ class Sampler:
         if self._thread is not None:
             self._thread.join(timeout=self.settings.interval_s * 2 + 1)
         self._close_session(wait_s=1.0)
+        if self.kubelet is not None:
+            self.kubelet.close()
 
     def _loop(self) -> None:
         interval = self.settings.interval_s
@@ -193,6 +208,7 @@ class Sampler:
         mono = self.monotonic()
         self._schedule_nvml(mono)
         self._schedule_host()
+        self._schedule_kubelet(mono)
         self._wait(mono + (wait_s if wait_s is not None else self.settings.interval_s * 0.8))
         self._harvest()
         self._check_timeouts()
@@ -234,8 +250,33 @@ class Sampler:
         if self.host is not None and self._host_call is None:
             self._host_call = self._call(self.host.collect, name="host-collect")
 
+    def _schedule_kubelet(self, mono: float) -> None:
+        if self.kubelet is not None and self._kubelet_call is None and mono >= self._next_kubelet:
+            self._kubelet_call = self._call(self.kubelet.collect, name="kubelet-list")
+            self._next_kubelet = mono + self.settings.pod_resources_interval_s
+
+    def _harvest_kubelet(self, mono: float) -> None:
+        call = self._kubelet_call
+        if call is None or not call.done.is_set():
+            return
+        self._kubelet_call = None
+        if call.error is not None:
+            self.errors.inc("kubelet", "InternalError", repr(call.error))
+            self._assignments = ()
+        elif call.result is None:  # the kubelet could not say: no pod labels rather than stale ones
+            self._assignments = ()
+            if self.kubelet is not None and not os.path.exists(self.kubelet.socket_path):
+                self._next_kubelet = mono + max(
+                    60.0, self.settings.pod_resources_interval_s
+                )  # not a kubelet node?
+        else:
+            self._assignments = call.result  # type: ignore[assignment]
+            self._durations["kubelet"] = call.elapsed
+            self._last_success["kubelet"] = self.clock()
+
     def _pending(self) -> list[Call]:
-        calls = [self._open_call, self._host_call, self._p2p_call, *(s.call for s in self._slots.values())]
+        calls = [self._open_call, self._host_call, self._p2p_call, self._kubelet_call]
+        calls += [s.call for s in self._slots.values()]
         return [c for c in calls if c is not None and not c.done.is_set()]
 
     def _wait(self, deadline: float) -> None:
@@ -292,6 +333,7 @@ class Sampler:
         if session_lost:
             self._session_lost(mono)
         self._harvest_host()
+        self._harvest_kubelet(mono)
 
     def _collected(self, slot: GpuSlot, reading: GpuReading) -> None:
         prev, slot.reading, slot.status = slot.reading, reading, "ok"
@@ -339,7 +381,8 @@ class Sampler:
                 call.timed_out = True
                 slot.status = "timeout"
                 self.errors.inc("nvml", "CollectTimeout", f"GPU {slot.device.index}: a call has not returned")
-        for source, call in (("nvml", self._open_call), ("nvml", self._p2p_call), ("host", self._host_call)):
+        calls = (("nvml", self._open_call), ("nvml", self._p2p_call), ("host", self._host_call))
+        for source, call in (*calls, ("kubelet", self._kubelet_call)):
             if call is not None and not call.done.is_set() and call.elapsed > limit and not call.timed_out:
                 call.timed_out = True
                 self.errors.inc(source, "CollectTimeout", "a call has not returned")
@@ -421,6 +464,16 @@ class Sampler:
         now = self.clock()
         with self._xid_lock:
             xids = {i: dict(c) for i, c in self._xids.items()}
+        owners, held = gpu_owners(
+            self._assignments,
+            [
+                (i, s.device.identity.uuid, s.reading.mig_uuids if s.reading else ())
+                for i, s in self._slots.items()
+            ],
+        )
+        for index in self._slots:  # the GPUs of one pod are one job; a GPU nobody holds is on its own
+            ref = owners.get(index)
+            self.analyzer.set_group(str(index), f"{ref.namespace}/{ref.pod}" if ref else f"gpu/{index}")
         up = [str(i) for i, slot in self._slots.items() if slot.status == "ok"]
         verdicts, self.events = self.analyzer.evaluate(now, up)
         for event in self.events:
@@ -457,6 +510,8 @@ class Sampler:
                     xids=xids.get(index, {}),
                     p2p={(b, cap): ok for (a, b, cap), ok in self._p2p.items() if a == index},
                     verdicts=verdicts.get(str(index), {}),
+                    pod=owners.get(index),
+                    assignments=tuple(held.get(index, ())),
                 )
             )
         host_recent = [p for p in self.analyzer.host_window if p.t > now - self.settings.window_s]
@@ -471,6 +526,12 @@ class Sampler:
                 self._nvml_attempted and all(s.status != "pending" for s in self._slots.values())
             )
             self._ready = nvml_settled and (self.host is None or self._host_done)
+        gpu_pods = {(a.ref.namespace, a.ref.pod) for a in self._assignments}
+        host = self._host_reading
+        if host is not None:  # a pod's own /dev/shm is worth a series only when the pod holds GPUs
+            shm = tuple(s for s in host.shm if s.volume != "dev-shm" or (s.namespace, s.pod) in gpu_pods)
+            host = replace(host, shm=shm)
+        shm_default = default_shm(gpu_pods, host.shm, host.pod_dev_shm) if host is not None else {}
         self._seq += 1
         self._snapshot = Snapshot(
             seq=self._seq,
@@ -479,10 +540,11 @@ class Sampler:
             nvml_up=self._state == "up",
             driver=dict(self.nvml.driver) if self.nvml else {},
             gpus=tuple(views),
-            host=self._host_reading,
+            host=host,
             host_window=host_window,
             durations=dict(self._durations),
             last_success=dict(self._last_success),
             errors=self.errors.snapshot(),
+            pod_shm_default=shm_default,
         )
         return self._snapshot

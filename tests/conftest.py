@@ -13,6 +13,7 @@ from exporter.errors import ErrorCounter
 from exporter.sampler import Sampler
 from exporter.sim import Capabilities, SimulatedNode
 from exporter.sources.host import HostSource
+from exporter.sources.kubelet import PodResourcesSource
 from exporter.sources.nvml import NvmlSource
 
 REPO = Path(__file__).resolve().parent.parent
@@ -98,12 +99,15 @@ def make_sampler(clock: ManualClock, make_node) -> Iterator:
 
     samplers: list[Sampler] = []
 
-    def make(node: SimulatedNode, settings: Settings = FAST, **overrides) -> tuple[Sampler, ErrorCounter]:
+    def make(
+        node: SimulatedNode, settings: Settings = FAST, pods: bool = False, **overrides
+    ) -> tuple[Sampler, ErrorCounter]:
         settings = replace(settings, **overrides)
         errors = ErrorCounter()
         host = RefreshingHostSource(node, errors, clock=clock, **node.host_options())  # type: ignore[arg-type]
         nvml = NvmlSource(node.install(), errors, clock=clock, slow_interval_s=settings.slow_interval_s)
-        sampler = Sampler(settings, errors, host, nvml, clock=clock)
+        kubelet = PodResourcesSource(errors, node.kubelet_socket, timeout_s=0.5) if pods else None
+        sampler = Sampler(settings, errors, host, nvml, clock=clock, kubelet=kubelet)
         samplers.append(sampler)
         return sampler, errors
 

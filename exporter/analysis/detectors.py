@@ -167,9 +167,9 @@ def comm_hang(f: GpuFeatures) -> Evidence:
     return Evidence(score=pinned * min(quiet))
 
 
-def pinned(f: GpuFeatures) -> bool:
-    """Utilization held at the top: computing, or spinning in a collective."""
-    return f.util_p05 is not None and f.util_p05 >= HANG_UTIL.value - 0.05
+def waiting_in_collective(f: GpuFeatures) -> bool:
+    """A peer of a starved rank: it never idles (a collective kernel stays resident while it waits)."""
+    return f.util_mean is not None and f.util_mean >= 0.9 and (f.idle_fraction or 0.0) == 0.0
 
 
 # ---- thermal -----------------------------------------------------------------------------------

@@ -190,7 +190,9 @@ class Analyzer:
                         cause = "all_ranks" if all_hung else "peer_not_in_collective"
                         related = tuple(g for g in hung if g != gpu)
                     elif kind == "data_starvation":
-                        related = tuple(g for g in members if g != gpu and d.pinned(self._gpus[g].features))
+                        related = tuple(
+                            g for g in members if g != gpu and d.waiting_in_collective(self._gpus[g].features)
+                        )
                     elif kind == "nvlink_degraded" and cause == "p2p":
                         # P2P failing only toward peers that lost their own links or fabric is their fault
                         broken = [

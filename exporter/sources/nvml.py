@@ -380,6 +380,7 @@ class NvmlSource:
             fabric_state=slow.get("fabric_state"),  # type: ignore[arg-type]
             fabric_status=slow.get("fabric_status"),  # type: ignore[arg-type]
             process_count=slow.get("process_count"),  # type: ignore[arg-type]
+            mig_uuids=slow.get("mig_uuids", ()),  # type: ignore[arg-type]
         )
 
     def _samples(self, dev: Device, kind: int, key: str, scale: float) -> tuple[Sample, ...] | None:
@@ -550,6 +551,7 @@ class NvmlSource:
         procs = self._call(dev, "processes", "nvmlDeviceGetComputeRunningProcesses", h)
         if procs is not None:
             dev.slow["process_count"] = len(procs)
+        dev.slow["mig_uuids"] = self._mig_uuids(dev)
         if dev.link_count:
             self._slow_links(dev)
 
@@ -579,6 +581,23 @@ class NvmlSource:
                     if value is not None:
                         errors.setdefault(link, {})[kind] = int(value)
         dev.slow["link_states"], dev.slow["link_errors"] = states, errors
+
+    def _mig_uuids(self, dev: Device) -> tuple[str, ...]:
+        """The MIG devices of a GPU in MIG mode: pods get MIG slices, and the kubelet names them by UUID."""
+        mode = self._call(dev, "mig", "nvmlDeviceGetMigMode", dev.handle)
+        if not mode or mode[0] != 1:
+            return ()
+        uuids = []
+        for i in range(self._call(dev, "mig", "nvmlDeviceGetMaxMigDeviceCount", dev.handle) or 0):
+            try:
+                handle = self.N.nvmlDeviceGetMigDeviceHandleByIndex(dev.handle, i)
+                uuids.append(_text(self.N.nvmlDeviceGetUUID(handle)))
+            except self.N.NVMLError_NotFound:
+                continue  # an empty slot
+            except Exception as exc:  # noqa: BLE001
+                self._handle(dev, "mig", "nvmlDeviceGetMigDeviceHandleByIndex", exc)
+                break
+        return tuple(uuids)
 
     # ---- node level: P2P between every pair ----------------------------------------------------
 

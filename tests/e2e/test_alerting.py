@@ -19,7 +19,11 @@ SCENARIOS = {
         {"gpu": "1", "kind": "data_starvation", "cause": "cpu"},
     ),
     "hang": ("comm_hang", "GpuCommHang", {"kind": "comm_hang", "cause": "all_ranks"}),
-    "shm": ("shm_exhaustion:fill=40,shm_gib=16", "GpuShmNearlyFull", {"mountpoint": "/dev/shm"}),
+    "shm": (
+        "shm_exhaustion:fill=40,shm_gib=16",
+        "GpuShmNearlyFull",
+        {"namespace": "ml", "pod": "llm-train-0", "volume": "dshm"},
+    ),
     "thermal": ("thermal_throttle:gpus=1", "GpuThermalThrottling", {"gpu": "1", "kind": "thermal_throttle"}),
     "healthy": ("healthy", None, {}),
 }

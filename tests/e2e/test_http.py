@@ -191,8 +191,11 @@ def test_the_command_on_a_node_without_gpu_serves_host_metrics():
         metrics = families(httpx.get(f"http://127.0.0.1:{port}/metrics").text)
         assert metrics["gpu_exporter_nvml_up"][0].value == 0
         assert "gpu_node_cpu_core_busy_max_ratio" in metrics and "gpu_up" not in metrics
-        errors = {x.labels["error"] for x in metrics["gpu_exporter_collect_errors"]}
-        assert errors == {"LibraryNotFound"}
+        errors = {(x.labels["source"], x.labels["error"]) for x in metrics["gpu_exporter_collect_errors"]}
+        assert errors == {
+            ("nvml", "LibraryNotFound"),
+            ("kubelet", "SocketNotFound"),
+        }  # neither GPU nor kubelet
     finally:
         code, out = _stop(proc)
     assert code == 0, out
