@@ -12,6 +12,7 @@ import pynvml
 from exporter.sim.driver import Capabilities, FakeNvmlLibrary
 from exporter.sim.faults import Fault, FaultPlan
 from exporter.sim.hostfs import SimHost
+from exporter.sim.kubelet import SimKubelet, SimPod
 from exporter.sim.physics import BoardSpec, NodeModel
 from exporter.sim.scenarios import Scenario, ScenarioError, parse_scenario, scenario_names
 
@@ -48,7 +49,9 @@ class SimulatedNode:
         )
         self.faults = FaultPlan()
         self.library = FakeNvmlLibrary(self.model, self.faults, capabilities)
-        self.host = SimHost(self.model)
+        self.pods = pod_layout(self.model, self.scenario.pods)
+        self.host = SimHost(self.model, pods=self.pods)
+        self.kubelet = SimKubelet(str(self.host.root / "kubelet.sock"), lambda: self.pods).start()
         if not library_present:
             # what pynvml raises when libnvidia-ml.so.1 cannot be loaded; clear the fault to "install" it
             self.faults.add("nvmlInitWithFlags", pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
@@ -70,6 +73,10 @@ class SimulatedNode:
                 pynvml._nvmlGetFunctionPointer_cache.clear()
                 pynvml._nvmlLib_refcount = 0
 
+    @property
+    def kubelet_socket(self) -> str:
+        return self.kubelet.socket_path
+
     def host_options(self) -> dict[str, object]:
         return {
             "proc_root": self.host.proc_root,
@@ -86,6 +93,7 @@ class SimulatedNode:
     def close(self) -> None:
         self.faults.clear()
         self.uninstall()
+        self.kubelet.stop()
         self.host.close()
 
     def __enter__(self) -> SimulatedNode:
@@ -94,3 +102,28 @@ class SimulatedNode:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def pod_layout(model: NodeModel, pods: int) -> list[SimPod]:
+    """The job(s) on the simulated node: one training pod holding every GPU with a 64 GiB memory-backed
+    /dev/shm, or with ``pods=2`` a second pod holding the other half on the 64 MiB default /dev/shm."""
+    n = model.n_gpus
+    split = n if pods == 1 else (n + 1) // 2
+    specs = [("ml", "llm-train-0", "trainer", "dshm", range(split))]
+    if pods == 2:
+        specs.append(("research", "finetune-0", "worker", "", range(split, n)))
+    out = []
+    for i, (namespace, name, container, volume, gpus) in enumerate(specs):
+        uuids = [model.gpus[g].uuid for g in gpus]
+        out.append(
+            SimPod(
+                namespace=namespace,
+                name=name,
+                uid=f"6f1c2d3e-4b5a-4c6d-8e7f-{i:012x}",
+                sandbox_id=f"{i + 1:02x}" * 32,
+                container=container,
+                devices={"nvidia.com/gpu": uuids} if uuids else {},
+                shm_volume=volume,
+            )
+        )
+    return out

@@ -56,6 +56,7 @@ class Capabilities:
     missing_functions: set[str] = field(default_factory=set)  # entry points the library lacks
     unsupported_fields: set[int] = field(default_factory=set)
     memory_temperature: bool = True
+    mig: dict[int, list[str]] = field(default_factory=dict)  # GPU index -> MIG device UUIDs (MIG mode on)
 
 
 class _Entry:
@@ -210,7 +211,40 @@ class FakeNvmlLibrary:
 
     def nvmlDeviceGetUUID(self, handle: object, buf: object, length: object) -> int:
         g = self._gpu(handle)
-        return g if isinstance(g, int) else _put_str(buf, length, g.uuid)
+        if isinstance(g, int):
+            return g
+        slot = (_addr(handle) - _DEVICE_BASE) % 0x40  # MIG device handles sit just above their GPU's
+        if slot:
+            return _put_str(buf, length, self.caps.mig[g.index][slot - 1])
+        return _put_str(buf, length, g.uuid)
+
+    def nvmlDeviceGetMigMode(self, handle: object, current: object, pending: object) -> int:
+        g = self._gpu(handle)
+        if isinstance(g, int):
+            return g
+        mode = 1 if g.index in self.caps.mig else 0
+        _put(current, mode)
+        _put(pending, mode)
+        return N.NVML_SUCCESS
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: object, ref: object) -> int:
+        g = self._gpu(handle)
+        if isinstance(g, int):
+            return g
+        _put(ref, 7 if g.index in self.caps.mig else 0)
+        return N.NVML_SUCCESS
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: object, index: object, ref: object) -> int:
+        g = self._gpu(handle)
+        if isinstance(g, int):
+            return g
+        slices, i = self.caps.mig.get(g.index, []), _int(index)
+        if i >= 7:
+            return N.NVML_ERROR_INVALID_ARGUMENT
+        if i >= len(slices):
+            return N.NVML_ERROR_NOT_FOUND
+        _set_pointer(ref, _DEVICE_BASE + g.index * 0x40 + 1 + i)
+        return N.NVML_SUCCESS
 
     def nvmlDeviceGetSerial(self, handle: object, buf: object, length: object) -> int:
         g = self._gpu(handle)

@@ -7,6 +7,7 @@ parses simulated data exactly as it parses a node's.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -14,15 +15,21 @@ import threading
 import time
 from pathlib import Path
 
-from exporter.sim.physics import NodeModel
+from exporter.sim.kubelet import SimPod
+from exporter.sim.physics import GiB, MiB, NodeModel
 
 _SHM_BLOCK = 4096
 DISKS = ("nvme0n1", "nvme1n1")
+DEFAULT_NODE_SHM = 64 * GiB
+CONTAINERD_TASKS = "run/containerd/io.containerd.runtime.v2.task/k8s.io"
+SANDBOX_SHM = "/run/containerd/io.containerd.grpc.v1.cri/sandboxes/{id}/shm"
+EMPTY_DIR = "/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~empty-dir/{volume}"
 
 
 class SimHost:
-    def __init__(self, model: NodeModel, root: str | None = None) -> None:
+    def __init__(self, model: NodeModel, root: str | None = None, pods: list[SimPod] | None = None) -> None:
         self.model = model
+        self.pods = pods or []
         self._own_root = root is None
         self.root = Path(root or tempfile.mkdtemp(prefix="gbe-sim-host-"))
         self.proc_root = str(self.root / "proc")
@@ -34,6 +41,7 @@ class SimHost:
         for d in ("proc/pressure", "proc/1", *(f"sys/block/{name}" for name in DISKS), "host/dev/shm"):
             (self.root / d).mkdir(parents=True, exist_ok=True)
         (self.root / "sys/block/loop0").mkdir(exist_ok=True)
+        self._write_bundles()
         self.refresh()
 
     # ---- files -------------------------------------------------------------------------------
@@ -61,17 +69,66 @@ class SimHost:
             self._write(f"proc/pressure/{res}", text)
         self._write("proc/1/mounts", self._mounts())
 
+    def _shm_mounts(self) -> dict[str, tuple[int, int]]:
+        """Memory-backed mounts of the node: mountpoint -> (size, used). The job's shm volume is the
+        one the model fills (the first pod's emptyDir, or the node's /dev/shm without pods)."""
+        h = self.model.host
+        mounts = {"/dev/shm": (DEFAULT_NODE_SHM, 1 * GiB)}
+        if not self.pods:
+            mounts["/dev/shm"] = (h.shm_size, h.shm_used)
+        for i, pod in enumerate(self.pods):
+            mounts[SANDBOX_SHM.format(id=pod.sandbox_id)] = (64 * MiB, 1 * MiB)
+            if pod.shm_volume:
+                path = EMPTY_DIR.format(uid=pod.uid, volume=pod.shm_volume)
+                mounts[path] = (h.shm_size, h.shm_used) if i == 0 else (DEFAULT_NODE_SHM, 1 * GiB)
+        return mounts
+
     def statvfs(self, path: str) -> os.statvfs_result:
-        """statvfs for the simulated /dev/shm; other paths are the real ones."""
-        if os.path.normpath(path) == os.path.join(self.host_root, "dev/shm"):
-            with self.model.lock:
-                self.model.advance()
-                size, used = self.model.host.shm_size, self.model.host.shm_used
-            blocks, free = size // _SHM_BLOCK, (size - used) // _SHM_BLOCK
-            return os.statvfs_result(
-                (_SHM_BLOCK, _SHM_BLOCK, blocks, free, free, 1 << 20, 1 << 20, 1 << 20, 0, 255)
+        """statvfs for the simulated memory-backed mounts; other paths are the real ones."""
+        rel = "/" + os.path.relpath(os.path.normpath(path), self.host_root)
+        with self.model.lock:
+            self.model.advance()
+            found = self._shm_mounts().get(rel)
+        if found is None:
+            return os.statvfs(path)
+        size, used = found
+        blocks, free = size // _SHM_BLOCK, (size - used) // _SHM_BLOCK
+        return os.statvfs_result(
+            (_SHM_BLOCK, _SHM_BLOCK, blocks, free, free, 1 << 20, 1 << 20, 1 << 20, 0, 255)
+        )
+
+    def _write_bundles(self) -> None:
+        """containerd's task bundles for the pods: sandbox and container OCI specs with their annotations."""
+        tasks = self.root / "host" / CONTAINERD_TASKS
+        for pod in self.pods:
+            sandbox = {
+                "io.kubernetes.cri.container-type": "sandbox",
+                "io.kubernetes.cri.sandbox-id": pod.sandbox_id,
+                "io.kubernetes.cri.sandbox-name": pod.name,
+                "io.kubernetes.cri.sandbox-namespace": pod.namespace,
+                "io.kubernetes.cri.sandbox-uid": pod.uid,
+            }
+            shm = (
+                EMPTY_DIR.format(uid=pod.uid, volume=pod.shm_volume)
+                if pod.shm_volume
+                else SANDBOX_SHM.format(id=pod.sandbox_id)
             )
-        return os.statvfs(path)
+            container = sandbox | {
+                "io.kubernetes.cri.container-type": "container",
+                "io.kubernetes.cri.container-name": pod.container,
+            }
+            for bundle_id, notes, mounts in (
+                (pod.sandbox_id, sandbox, []),
+                (
+                    pod.sandbox_id[::-1],
+                    container,
+                    [{"destination": "/dev/shm", "type": "bind", "source": shm}],
+                ),
+            ):
+                (tasks / bundle_id).mkdir(parents=True, exist_ok=True)
+                (tasks / bundle_id / "config.json").write_text(
+                    json.dumps({"annotations": notes, "mounts": mounts})
+                )
 
     @staticmethod
     def _stat(jiffies: list[list[float]]) -> str:
@@ -109,14 +166,21 @@ class SimHost:
         return some + "\n" + full + "\n"
 
     def _mounts(self) -> str:
-        return (
-            "overlay / overlay rw,relatime 0 0\n"
-            "proc /proc proc rw,nosuid,nodev,noexec,relatime 0 0\n"
-            "tmpfs /dev tmpfs rw,nosuid,size=65536k,mode=755 0 0\n"
-            f"tmpfs /dev/shm tmpfs rw,nosuid,nodev,size={self.model.host.shm_size // 1024}k 0 0\n"
-            "tmpfs /run tmpfs rw,nosuid,nodev,size=52428800k,mode=755 0 0\n"
-            "/dev/nvme0n1p1 /var/lib/kubelet ext4 rw,relatime 0 0\n"
-        )
+        lines = [
+            "overlay / overlay rw,relatime 0 0",
+            "proc /proc proc rw,nosuid,nodev,noexec,relatime 0 0",
+            "tmpfs /dev tmpfs rw,nosuid,size=65536k,mode=755 0 0",
+            "tmpfs /run tmpfs rw,nosuid,nodev,size=52428800k,mode=755 0 0",
+            "/dev/nvme0n1p1 /var/lib/kubelet ext4 rw,relatime 0 0",
+        ]
+        for pod in self.pods:
+            token = f"/var/lib/kubelet/pods/{pod.uid}/volumes/kubernetes.io~projected/kube-api-access"
+            lines.append(f"tmpfs {token} tmpfs rw 0 0")  # every pod has one; the exporter must skip it
+        lines += [
+            f"tmpfs {path} tmpfs rw,nosuid,nodev,size={size // 1024}k 0 0"
+            for path, (size, _) in self._shm_mounts().items()
+        ]
+        return "\n".join(lines) + "\n"
 
     def _write(self, rel: str, text: str) -> None:
         path = self.root / rel

@@ -60,6 +60,7 @@ class Scenario:
     fill_s: float = 300.0  # shm_exhaustion: seconds from onset until the volume is full
     shm_size_bytes: int = 16 << 30  # shm_exhaustion: size of /dev/shm
     cap_w: float = 450.0  # power_cap: enforced limit
+    pods: int = 1  # jobs on the node: 1 pod holding every GPU, or 2 splitting them (the 2nd on default shm)
     params: dict[str, str] = field(default_factory=dict)
 
     def affected(self, n_gpus: int) -> tuple[int, ...]:
@@ -108,11 +109,15 @@ def _apply_param(s: Scenario, key: str, value: str) -> Scenario:
             return replace(s, shm_size_bytes=int(float(value) * (1 << 30)))
         if key == "cap":
             return replace(s, cap_w=float(value))
+        if key == "pods":
+            if value not in ("1", "2"):
+                raise ScenarioError("pods must be 1 or 2")
+            return replace(s, pods=int(value))
     except ValueError as exc:
         if isinstance(exc, ScenarioError):
             raise
         raise ScenarioError(f"bad value {value!r} for scenario parameter {key!r}") from exc
-    raise ScenarioError(f"unknown scenario parameter {key!r} (onset, gpus, cause, fill, shm_gib, cap)")
+    raise ScenarioError(f"unknown scenario parameter {key!r} (onset, gpus, cause, fill, shm_gib, cap, pods)")
 
 
 def scenario_names() -> list[str]:
