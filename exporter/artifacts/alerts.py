@@ -173,6 +173,16 @@ ALERTS: tuple[Alert, ...] = (
         "DataLoader workers are dying with 'Bus error' now.",
     ),
     Alert(
+        "GpuPodShmDefault",
+        "gpu-node-shm-io",
+        "warning",
+        "gpu_pod_shm_default_size == 1",
+        "5m",
+        "GPU pod runs on the 64 MiB default /dev/shm.",
+        "Pod {{ $labels.namespace }}/{{ $labels.pod }} on " + NODE + " holds GPUs but its /dev/shm is the "
+        "64 MiB container default: DataLoader workers will die with 'Bus error' under load.",
+    ),
+    Alert(
         "GpuIoWaitHighWhileStarving",
         "gpu-node-shm-io",
         "warning",
