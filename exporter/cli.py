@@ -60,7 +60,6 @@ SERVE_FLAGS = (
     Flag("--sys-root", "sys_root", str, "where the node's /sys is mounted"),
     Flag("--host-root", "host_root", str, "where the node's root filesystem (or its /dev/shm) is mounted"),
     Flag("--shm-paths", "shm_paths", _paths, "comma-separated shm mountpoints always reported"),
-    Flag("--node-name", "node_name", str, "this node's name (the chart sets it from spec.nodeName)"),
     Flag(
         "--pod-resources-socket",
         "pod_resources_socket",

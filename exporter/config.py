@@ -23,7 +23,6 @@ class Settings:
     sys_root: str = "/sys"
     host_root: str = "/"
     shm_paths: tuple[str, ...] = ("/dev/shm",)
-    node_name: str = ""
     pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
     pod_resources_interval_s: float = 10.0
     simulate: str = ""

@@ -75,6 +75,13 @@ SHM_CRITICAL = _t(
     "ratio",
     "At 98 % the next shared-memory allocation of a worker fails: the job is about to die.",
 )
+SHM_FULL = _t(
+    "shm.full_ratio",
+    1.0,
+    "ratio",
+    "Full: the next shared-memory write fails and DataLoader workers die with 'Bus error'. Dashboards "
+    "draw it next to the warning and critical lines.",
+)
 SHM_DEFAULT_BYTES = _t(
     "shm.kubernetes_default_bytes",
     64 * (1 << 20),

@@ -99,6 +99,10 @@ def main() -> int:
             stack.start()
             print(f"prometheus:    http://localhost:{stack.prometheus_port}/alerts")
             print(f"alertmanager:  http://localhost:{stack.alertmanager_port}")
+            print(
+                f"grafana:       add http://localhost:{stack.prometheus_port} as a Prometheus data source, "
+                "then import dashboards/*.json (docs/dashboards.md)"
+            )
             print("pages from Alertmanager are printed below as they arrive (the rules keep their real")
             print("`for` durations, so a page comes a few minutes into its scenario;")
             print(f"the tour takes {TOUR_SECONDS / 60:.0f} min)")

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.error import HTTPError
+from urllib.parse import urlencode
 from urllib.request import urlopen
 
 REPO = Path(__file__).resolve().parent.parent
@@ -196,13 +198,24 @@ class Stack:
         wait_http(f"http://127.0.0.1:{self.alertmanager_port}/-/ready", proc=am)
         wait_http(f"http://127.0.0.1:{self.prometheus_port}/-/ready", proc=prom)
 
-    def query(self, expr: str) -> list[dict]:
-        from urllib.parse import quote
+    def api(self, path: str, **params: str | float) -> dict | list:
+        """One call of Prometheus's HTTP API; a query error raises with Prometheus's own message."""
+        url = f"http://127.0.0.1:{self.prometheus_port}/api/v1/{path}?{urlencode(params)}"
+        try:
+            with urlopen(url, timeout=10) as r:
+                return json.loads(r.read())["data"]
+        except HTTPError as e:
+            raise RuntimeError(f"{path} {params}: {e.read().decode(errors='replace')}") from e
 
-        with urlopen(
-            f"http://127.0.0.1:{self.prometheus_port}/api/v1/query?query={quote(expr)}", timeout=5
-        ) as r:
-            return json.loads(r.read())["data"]["result"]
+    def query(self, expr: str) -> list[dict]:
+        return self.api("query", query=expr)["result"]
+
+    def query_range(self, expr: str, seconds: float, step: float = 5.0) -> list[dict]:
+        end = time.time()
+        return self.api("query_range", query=expr, start=end - seconds, end=end, step=step)["result"]
+
+    def label_values(self, label: str, match: str | None = None) -> list[str]:
+        return self.api(f"label/{label}/values", **({"match[]": match} if match else {}))
 
     def stop(self) -> None:
         for proc in reversed(self.procs):

@@ -6,13 +6,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from exporter.artifacts import alerts, thresholds_doc
+from exporter.artifacts import alerts, dashboards, thresholds_doc
 
 # repository-relative path -> function producing the file's content
 ARTIFACTS: dict[str, Callable[[], str]] = {
     "docs/thresholds.md": thresholds_doc.render,
     "alerts/gpu-bottleneck-exporter.rules.yml": alerts.render,
     "docs/alerts.md": alerts.render_doc,
+    **{path: dashboards.renderer(path) for path in dashboards.DASHBOARDS},
+    "docs/dashboards.md": dashboards.render_doc,
 }
 
 

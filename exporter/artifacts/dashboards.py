@@ -1,0 +1,995 @@
+"""Grafana dashboards, built as code with grafana-foundation-sdk into ``dashboards/*.json``.
+
+Three dashboards answer "which GPUs are starving, why, and since when": the fleet overview, one node
+and its GPUs, and one job (pod) across nodes. Threshold steps and reference lines come from the
+threshold table; every query runs on the ``$datasource`` variable; every panel has a unit.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from exporter import thresholds as th
+
+# the SDK marks classic dashboards deprecated in favour of v2, which Grafana's sidecar does not load yet
+warnings.filterwarnings("ignore", category=DeprecationWarning, module="grafana_foundation_sdk")
+
+from grafana_foundation_sdk.builders import common as cb  # noqa: E402
+from grafana_foundation_sdk.builders import dashboard as db  # noqa: E402
+from grafana_foundation_sdk.builders import heatmap, prometheus, stat, statetimeline, table, timeseries  # noqa: E402
+from grafana_foundation_sdk.cog.encoder import JSONEncoder  # noqa: E402
+from grafana_foundation_sdk.models import common as cm  # noqa: E402
+from grafana_foundation_sdk.models import dashboard as dm  # noqa: E402
+from grafana_foundation_sdk.models import heatmap as hm  # noqa: E402
+from grafana_foundation_sdk.models import prometheus as pm  # noqa: E402
+
+DS = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
+TAGS = ["gpu", "gpu-bottleneck-exporter"]
+
+# verdicts as one code per GPU, most serious highest: a state timeline shows the worst one
+VERDICT_CODES: tuple[tuple[str, str, str], ...] = (
+    ("", "ok", "green"),
+    ("idle_allocated", "idle allocated", "blue"),
+    ("power_throttle", "power capped", "purple"),
+    ("thermal_throttle", "thermal", "orange"),
+    ("nvlink_degraded", "NVLink degraded", "yellow"),
+    ("shm_exhaustion", "shm full", "dark-orange"),
+    ("data_starvation", "starving", "red"),
+    ("comm_hang", "hung", "dark-red"),
+)
+
+
+def verdict_code(selector: str, by: str) -> str:
+    """The most serious verdict per ``by`` group as a number (see VERDICT_CODES), 0 when none holds."""
+    terms = [
+        f'gpu_bottleneck{{kind="{kind}"{selector}}} * {code}'
+        for code, (kind, _, _) in enumerate(VERDICT_CODES)
+        if kind
+    ]
+    return f"max by ({by}) ({' or '.join(reversed(terms))})"
+
+
+def verdict_mappings() -> list[dm.ValueMap]:
+    return [
+        dm.ValueMap(
+            options={
+                str(code): dm.ValueMappingResult(text=text, color=color, index=code)
+                for code, (_, text, color) in enumerate(VERDICT_CODES)
+            }
+        )
+    ]
+
+
+def steps(*pairs: tuple[float, str], base: str = "green") -> db.ThresholdsConfig:
+    """Absolute threshold steps: a base colour, then (value, colour) from the threshold table."""
+    return (
+        db.ThresholdsConfig()
+        .mode(dm.ThresholdsMode.ABSOLUTE)
+        .steps([dm.Threshold(value=None, color=base), *(dm.Threshold(value=v, color=c) for v, c in pairs)])
+    )
+
+
+def shm_lines() -> db.ThresholdsConfig:
+    """Warning, critical and full: the alert levels and the point where workers die."""
+    levels = ((th.SHM_WARNING, "orange"), (th.SHM_CRITICAL, "red"), (th.SHM_FULL, "dark-red"))
+    return steps(*((t.value, color) for t, color in levels), base="transparent")
+
+
+def query(expr: str, legend: str = "", ref: str = "A", instant: bool = False, fmt: str | None = None):
+    q = prometheus.Dataquery().expr(expr).ref_id(ref).datasource(DS).legend_format(legend or "__auto")
+    q = q.instant() if instant else q.range()
+    if fmt == "table":
+        q = q.format(pm.PromQueryFormat.TABLE)
+    elif fmt == "heatmap":
+        q = q.format(pm.PromQueryFormat.HEATMAP)
+    return q
+
+
+@dataclass
+class Board:
+    """Collects panels with sizes; numbers them; the SDK flows them across the grid."""
+
+    builder: db.Dashboard
+    next_id: int = 1
+
+    def add(self, panel, w: int, h: int) -> None:
+        self.builder.with_panel(
+            panel.id(self.next_id).grid_pos(dm.GridPos(h=h, w=w, x=0, y=0)).datasource(DS)
+        )
+        self.next_id += 1
+
+    def row(self, title: str) -> None:
+        self.builder.with_row(db.Row(title).id(self.next_id))
+        self.next_id += 1
+
+
+def _series(
+    title: str,
+    unit: str,
+    description: str,
+    *queries,
+    min_: float | None = None,
+    max_: float | None = None,
+    lines: db.ThresholdsConfig | None = None,
+) -> timeseries.Panel:
+    p = (
+        timeseries.Panel()
+        .title(title)
+        .description(description)
+        .unit(unit)
+        .line_width(1)
+        .fill_opacity(8)
+        .legend(
+            cb.VizLegendOptions()
+            .show_legend(True)
+            .display_mode(cm.LegendDisplayMode.LIST)
+            .placement(cm.LegendPlacement.BOTTOM)
+        )
+        .tooltip(cb.VizTooltipOptions().mode(cm.TooltipDisplayMode.MULTI).sort(cm.SortOrder.DESCENDING))
+    )
+    if min_ is not None:
+        p = p.min(min_)
+    if max_ is not None:
+        p = p.max(max_)
+    if lines is not None:  # reference lines at the threshold table's values
+        p = p.thresholds(lines).thresholds_style(
+            cb.GraphThresholdsStyleConfig().mode(cm.GraphThresholdsStyleMode.LINE)
+        )
+    for q in queries:
+        p = p.with_target(q)
+    return p
+
+
+def _stat(title: str, description: str, expr: str, unit: str = "none", red_from: float = 1) -> stat.Panel:
+    return (
+        stat.Panel()
+        .title(title)
+        .description(description)
+        .unit(unit)
+        .with_target(query(expr, instant=True))
+        .thresholds(steps((red_from, "red")))
+        .color_mode(cm.BigValueColorMode.BACKGROUND)
+        .graph_mode(cm.BigValueGraphMode.NONE)
+        .reduce_options(cb.ReduceDataOptions().calcs(["lastNotNull"]))
+    )
+
+
+def _timeline(title: str, description: str, expr: str, legend: str) -> statetimeline.Panel:
+    return (
+        statetimeline.Panel()
+        .title(title)
+        .description(description)
+        .unit("none")
+        .with_target(query(expr, legend))
+        .mappings(verdict_mappings())
+        .show_value(cm.VisibilityMode.NEVER)
+        .merge_values(True)
+        .row_height(0.8)
+        .fill_opacity(80)
+        .thresholds(steps())
+    )
+
+
+def _variables(d: db.Dashboard, *names: tuple[str, str, bool]) -> db.Dashboard:
+    d = d.with_variable(db.DatasourceVariable("datasource").label("Data source").type("prometheus"))
+    for name, label_query, multi in names:
+        var = (
+            db.QueryVariable(name)
+            .label(name.capitalize())
+            .datasource(DS)
+            .query(label_query)
+            .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .sort(dm.VariableSort.ALPHABETICAL_ASC)
+        )
+        if multi:
+            var = var.multi(True).include_all(True).all_value(".*")
+        d = d.with_variable(var)
+    return d
+
+
+def _dashboard(uid: str, title: str, description: str) -> db.Dashboard:
+    return (
+        db.Dashboard(title)
+        .uid(uid)
+        .description(description)
+        .tags(TAGS)
+        .time("now-1h", "now")
+        .refresh("30s")
+        .timezone("browser")
+        .editable()
+        .tooltip(dm.DashboardCursorSync.CROSSHAIR)
+        .link(
+            db.DashboardLink("GPU bottleneck dashboards")
+            .type(dm.DashboardLinkType.DASHBOARDS)
+            .tags(["gpu-bottleneck-exporter"])
+            .as_dropdown(True)
+            .include_vars(True)
+            .keep_time(True)
+        )
+    )
+
+
+# ---- fleet overview ----------------------------------------------------------------------------------
+
+
+def fleet() -> db.Dashboard:
+    d = _variables(
+        _dashboard(
+            "gbe-fleet",
+            "GPU bottlenecks: fleet overview",
+            "How many GPUs are starving, hung, throttled or idle now, where, and since when.",
+        ),
+        ("node", "label_values(gpu_info, node)", True),
+    )
+    b = Board(d)
+    sel = ', node=~"$node"'
+    for title, kind, desc in (
+        ("Starving GPUs", "data_starvation", "GPUs waiting for their input data now."),
+        ("Hung GPUs", "comm_hang", "GPUs stuck in a collective now."),
+        (
+            "Throttled GPUs",
+            "thermal_throttle|power_throttle",
+            "GPUs held down by heat or a lowered power cap.",
+        ),
+        (
+            "Idle allocated GPUs",
+            "idle_allocated",
+            f"GPUs holding memory without work for {th.IDLE_AFTER.value / 60:g} minutes or more.",
+        ),
+    ):
+        b.add(_stat(title, desc, f'count(gpu_bottleneck{{kind=~"{kind}"{sel}}} == 1) or vector(0)'), 4, 4)
+    b.add(
+        _stat(
+            "GPUs down",
+            "GPUs that did not answer their last collection.",
+            'count(gpu_up{node=~"$node"} == 0) or vector(0)',
+        ),
+        4,
+        4,
+    )
+    b.add(
+        _stat(
+            "Firing GPU alerts",
+            "Alerts of the exporter's rules firing now.",
+            'count(ALERTS{alertstate="firing", alertname=~"Gpu.*"}) or vector(0)',
+        ),
+        4,
+        4,
+    )
+    b.row("Verdicts")
+    b.add(
+        _timeline(
+            "Verdict by node and GPU",
+            "The most serious verdict of each GPU over time.",
+            verdict_code(sel, "node, gpu"),
+            "{{node}} / GPU {{gpu}}",
+        ),
+        24,
+        10,
+    )
+    b.add(
+        table.Panel()
+        .title("Worst offenders")
+        .description("Verdicts holding now, strongest evidence first, with the pod that holds the GPU.")
+        .unit("percentunit")
+        .with_target(
+            query(
+                'sort_desc(gpu_bottleneck_score{node=~"$node"} * on (instance, gpu, uuid, kind) '
+                'group_left (cause) (gpu_bottleneck{node=~"$node"} == 1))',
+                instant=True,
+                fmt="table",
+            )
+        )
+        .with_transformation(
+            dm.DataTransformerConfig(
+                id_val="organize",
+                options={
+                    "excludeByName": {
+                        "Time": True,
+                        "__name__": True,
+                        "job": True,
+                        "uuid": True,
+                        "instance": True,
+                        "container": True,
+                    },
+                    "renameByName": {"Value": "score"},
+                    "indexByName": {
+                        "node": 0,
+                        "gpu": 1,
+                        "namespace": 2,
+                        "pod": 3,
+                        "kind": 4,
+                        "cause": 5,
+                        "Value": 6,
+                    },
+                },
+            )
+        )
+        .thresholds(steps((th.SCORE_ENTER.value, "red"), base="yellow")),
+        14,
+        9,
+    )
+    b.add(
+        heatmap.Panel()
+        .title("Starvation score")
+        .description("How many GPUs sit at which data-starvation score over time.")
+        .unit("percentunit")
+        .with_target(query(f'gpu_bottleneck_score{{kind="data_starvation"{sel}}}'))
+        .calculate(True)
+        .color(heatmap.HeatmapColorOptions().mode(hm.HeatmapColorMode.SCHEME).scheme("Oranges").steps(32)),
+        10,
+        9,
+    )
+    b.add(
+        table.Panel()
+        .title("Firing alerts")
+        .description("The exporter's alerts firing now.")
+        .unit("none")
+        .with_target(query('ALERTS{alertstate="firing", alertname=~"Gpu.*"}', instant=True, fmt="table"))
+        .with_transformation(
+            dm.DataTransformerConfig(
+                id_val="organize",
+                options={
+                    "excludeByName": {
+                        "Time": True,
+                        "__name__": True,
+                        "Value": True,
+                        "alertstate": True,
+                        "job": True,
+                    },
+                },
+            )
+        ),
+        24,
+        7,
+    )
+    b.row("Utilization and power by node")
+    b.add(
+        _series(
+            "Mean GPU utilization by node",
+            "percentunit",
+            "Window mean of every driver sample, per node.",
+            query('avg by (node) (gpu_utilization_window_ratio{stat="mean", node=~"$node"})', "{{node}}"),
+            min_=0,
+            max_=1,
+            lines=steps((th.UTIL_SUSPICION.value, "orange"), base="transparent"),
+        ),
+        12,
+        8,
+    )
+    b.add(
+        _series(
+            "Power against TDP by node",
+            "percentunit",
+            "Mean power over the default power limit.",
+            query(
+                'avg by (node) (gpu_power_window_watts{stat="mean", node=~"$node"} / ignoring (stat) '
+                'gpu_power_default_limit_watts{node=~"$node"})',
+                "{{node}}",
+            ),
+            min_=0,
+            max_=1,
+            lines=steps((th.POWER_LOW.value, "orange"), base="transparent"),
+        ),
+        12,
+        8,
+    )
+    return d
+
+
+# ---- node and GPU detail -----------------------------------------------------------------------------
+
+
+def node() -> db.Dashboard:
+    d = _variables(
+        _dashboard(
+            "gbe-node",
+            "GPU bottlenecks: node and GPU detail",
+            "One node: every signal behind the verdicts of its GPUs, against the threshold table.",
+        ),
+        ("node", "label_values(gpu_info, node)", False),
+        ("gpu", 'label_values(gpu_info{node="$node"}, gpu)', True),
+    )
+    b = Board(d)
+    g = 'node="$node", gpu=~"$gpu"'
+    b.add(
+        _timeline(
+            "Verdict by GPU",
+            "The most serious verdict of each GPU over time.",
+            verdict_code(f", {g}", "gpu"),
+            "GPU {{gpu}}",
+        ),
+        16,
+        7,
+    )
+    b.add(
+        _series(
+            "Verdict scores",
+            "percentunit",
+            "Strength of the evidence for each verdict.",
+            query(f"gpu_bottleneck_score{{{g}}} > 0", "GPU {{gpu}} {{kind}}"),
+            min_=0,
+            max_=1,
+            lines=steps((th.SCORE_ENTER.value, "red"), base="transparent"),
+        ),
+        8,
+        7,
+    )
+    b.row("Utilization")
+    b.add(
+        _series(
+            "GPU utilization (window min / mean / max)",
+            "percentunit",
+            "Every driver sample of the window; the line at "
+            f"{th.UTIL_SUSPICION.value:.0%} is where suspicion starts.",
+            query(f'gpu_utilization_window_ratio{{{g}, stat=~"min|mean|max"}}', "GPU {{gpu}} {{stat}}"),
+            min_=0,
+            max_=1,
+            lines=steps((th.UTIL_SUSPICION.value, "orange"), base="transparent"),
+        ),
+        12,
+        8,
+    )
+    b.add(
+        _series(
+            "Idle share of the window",
+            "percentunit",
+            "Share of driver samples below the idle line.",
+            query(f"gpu_utilization_idle_fraction{{{g}}}", "GPU {{gpu}}"),
+            min_=0,
+            max_=1,
+            lines=steps((th.STARVATION_IDLE_FRACTION.value, "orange"), base="transparent"),
+        ),
+        12,
+        8,
+    )
+    b.add(
+        _series(
+            "SM activity against utilization",
+            "percentunit",
+            "Utilization counts time with any kernel; SM activity (GPM) how much of the GPU works.",
+            query(f"gpu_sm_active_ratio{{{g}}}", "GPU {{gpu}} SM active"),
+            query(f"gpu_tensor_active_ratio{{{g}}}", "GPU {{gpu}} tensor active", ref="B"),
+            query(f"gpu_utilization_ratio{{{g}}}", "GPU {{gpu}} utilization", ref="C"),
+            min_=0,
+            max_=1,
+        ),
+        12,
+        8,
+    )
+    b.add(
+        _series(
+            "Memory-copy utilization",
+            "percentunit",
+            "Memory controller busy time: spikes while SM activity is low mean slow host-to-device copies.",
+            query(f"gpu_memory_utilization_ratio{{{g}}}", "GPU {{gpu}}"),
+            min_=0,
+            max_=1,
+        ),
+        12,
+        8,
+    )
+    b.row("Power and thermal")
+    b.add(
+        _series(
+            "Power against limit and TDP",
+            "watt",
+            "Draw, the enforced limit and the default limit (TDP).",
+            query(f'gpu_power_window_watts{{{g}, stat="mean"}}', "GPU {{gpu}} mean"),
+            query(f"gpu_power_limit_watts{{{g}}}", "GPU {{gpu}} limit", ref="B"),
+            query(f"gpu_power_default_limit_watts{{{g}}}", "GPU {{gpu}} TDP", ref="C"),
+            min_=0,
+        ),
+        12,
+        8,
+    )
+    b.add(
+        _series(
+            "Power over TDP",
+            "percentunit",
+            "Healthy training holds near TDP; the line is the low-power line.",
+            query(
+                f'gpu_power_window_watts{{{g}, stat="mean"}} / ignoring (stat) gpu_power_default_limit_watts',
+                "GPU {{gpu}}",
+            ),
+            min_=0,
+            max_=1,
+            lines=steps((th.POWER_LOW.value, "orange"), base="transparent"),
+        ),
+        12,
+        8,
+    )
+    b.add(
+        _series(
+            "Temperature",
+            "celsius",
+            f"GPU temperature, the {th.TEMP_HOT.value:g} °C hot line, and each GPU's slowdown point.",
+            query(f'gpu_temperature_celsius{{{g}, sensor="gpu"}}', "GPU {{gpu}}"),
+            query(f"gpu_temperature_slowdown_celsius{{{g}}}", "GPU {{gpu}} slowdown", ref="B"),
+            lines=steps((th.TEMP_HOT.value, "orange"), base="transparent"),
+        ),
+        8,
+        8,
+    )
+    b.add(
+        statetimeline.Panel()
+        .title("Clock-event reasons")
+        .description("Why the clocks are held down, per GPU.")
+        .unit("none")
+        .with_target(
+            query(
+                f'max by (gpu, reason) (gpu_clock_event_active{{{g}, reason!="gpu_idle"}})',
+                "GPU {{gpu}} {{reason}}",
+            )
+        )
+        .mappings(
+            [
+                dm.ValueMap(
+                    options={
+                        "0": dm.ValueMappingResult(text="off", color="transparent", index=0),
+                        "1": dm.ValueMappingResult(text="active", color="orange", index=1),
+                    }
+                )
+            ]
+        )
+        .show_value(cm.VisibilityMode.NEVER)
+        .merge_values(True)
+        .thresholds(steps()),
+        8,
+        8,
+    )
+    b.add(
+        _series(
+            "SM clock",
+            "hertz",
+            "Current and maximum SM clock.",
+            query(f'gpu_clock_hertz{{{g}, clock="sm"}}', "GPU {{gpu}}"),
+            query(f'gpu_clock_max_hertz{{{g}, clock="sm"}}', "GPU {{gpu}} max", ref="B"),
+        ),
+        8,
+        8,
+    )
+    b.row("Interconnect")
+    b.add(
+        _series(
+            "NVLink traffic per link",
+            "Bps",
+            "Bytes per second over each link: a dead link drops to zero, a hung job moves nothing on any.",
+            query(
+                f"sum by (gpu, link) (rate(gpu_nvlink_bytes_total{{{g}}}[$__rate_interval]))",
+                "GPU {{gpu}} link {{link}}",
+            ),
+            min_=0,
+        ),
+        12,
+        8,
+    )
+    b.add(
+        statetimeline.Panel()
+        .title("NVLink state per link")
+        .description("Each link as the driver reports it.")
+        .unit("none")
+        .with_target(query(f"gpu_nvlink_up{{{g}}}", "GPU {{gpu}} link {{link}}"))
+        .mappings(
+            [
+                dm.ValueMap(
+                    options={
+                        "0": dm.ValueMappingResult(text="down", color="red", index=0),
+                        "1": dm.ValueMappingResult(text="up", color="green", index=1),
+                    }
+                )
+            ]
+        )
+        .show_value(cm.VisibilityMode.NEVER)
+        .merge_values(True)
+        .row_height(0.8)
+        .thresholds(steps()),
+        12,
+        8,
+    )
+    b.add(
+        _series(
+            "NVLink errors",
+            "cps",
+            "Error counters per link and type: CRC and replay errors climb on a "
+            "failing link before it goes down.",
+            query(
+                f"sum by (gpu, link, type) (rate(gpu_nvlink_errors_total{{{g}}}[$__rate_interval]))",
+                "GPU {{gpu}} link {{link}} {{type}}",
+            ),
+            min_=0,
+        ),
+        12,
+        8,
+    )
+    b.add(
+        _series(
+            "PCIe traffic",
+            "Bps",
+            "PCIe bytes per second: host-to-device copies of the input pipeline.",
+            query(f"rate(gpu_pcie_bytes_total{{{g}}}[$__rate_interval])", "GPU {{gpu}} {{direction}}"),
+            min_=0,
+        ),
+        12,
+        8,
+    )
+    b.add(
+        _stat(
+            "NVLinks down",
+            "Links reported inactive on the selected GPUs.",
+            f"count(gpu_nvlink_up{{{g}}} == 0) or vector(0)",
+        ),
+        6,
+        6,
+    )
+    b.add(
+        _stat(
+            "P2P pairs not OK",
+            "GPU pairs without NVLink peer-to-peer.",
+            f'count(gpu_p2p_status{{{g}, capability="nvlink"}} == 0) or vector(0)',
+        ),
+        6,
+        6,
+    )
+    b.add(
+        statetimeline.Panel()
+        .title("Fabric state")
+        .description("NVSwitch fabric registration per GPU.")
+        .unit("none")
+        .with_target(query(f"max by (gpu, state) (gpu_fabric_state{{{g}}}) == 1", "GPU {{gpu}} {{state}}"))
+        .mappings([dm.ValueMap(options={"1": dm.ValueMappingResult(text="current", color="green", index=0)})])
+        .show_value(cm.VisibilityMode.NEVER)
+        .thresholds(steps()),
+        12,
+        6,
+    )
+    b.row("Node")
+    b.add(
+        _series(
+            "Shared memory used",
+            "percentunit",
+            "/dev/shm and pods' memory-backed volumes; lines at the warning and critical levels and at full.",
+            query(
+                'gpu_node_shm_used_bytes{node="$node", pod=""}'
+                ' / gpu_node_shm_size_bytes{node="$node", pod=""}',
+                "{{mountpoint}}",
+            ),
+            query(
+                'gpu_node_shm_used_bytes{node="$node", pod!=""}'
+                ' / gpu_node_shm_size_bytes{node="$node", pod!=""}',
+                "{{namespace}}/{{pod}} {{volume}}",
+                ref="B",
+            ),
+            min_=0,
+            max_=1,
+            lines=shm_lines(),
+        ),
+        12,
+        8,
+    )
+    b.add(
+        _series(
+            "I/O wait and busiest core",
+            "percentunit",
+            "Node I/O wait share and the busiest core's busy share.",
+            query('gpu_node_cpu_iowait_ratio{node="$node"}', "I/O wait"),
+            query('gpu_node_cpu_core_busy_max_ratio{node="$node"}', "busiest core", ref="B"),
+            min_=0,
+            max_=1,
+            lines=steps((th.IOWAIT_HIGH.value, "orange"), (th.CORE_PINNED.value, "red"), base="transparent"),
+        ),
+        12,
+        8,
+    )
+    b.add(
+        _series(
+            "Pressure stall information",
+            "percentunit",
+            "Share of time some task stalled (avg10).",
+            query('gpu_node_pressure_ratio{node="$node"}', "{{resource}}"),
+            min_=0,
+            max_=1,
+            lines=steps((th.PSI_IO_HIGH.value, "orange"), base="transparent"),
+        ),
+        12,
+        8,
+    )
+    b.add(
+        _series(
+            "Disk reads",
+            "Bps",
+            "Bytes read per second from each block device.",
+            query('rate(gpu_node_disk_read_bytes_total{node="$node"}[$__rate_interval])', "{{device}}"),
+            min_=0,
+        ),
+        12,
+        8,
+    )
+    b.row("Exporter")
+    b.add(
+        _series(
+            "Collection duration",
+            "s",
+            "How long the last collection of each source took.",
+            query('gpu_exporter_collect_duration_seconds{node="$node"}', "{{source}}"),
+            min_=0,
+        ),
+        8,
+        7,
+    )
+    b.add(
+        _series(
+            "Collection errors",
+            "cps",
+            "Errors per second by source and error name.",
+            query(
+                'sum by (source, error) (rate(gpu_exporter_collect_errors_total{node="$node"}'
+                "[$__rate_interval]))",
+                "{{source}} {{error}}",
+            ),
+            min_=0,
+        ),
+        8,
+        7,
+    )
+    b.add(
+        _series(
+            "Age of the last collection",
+            "s",
+            "Seconds since each source last collected successfully.",
+            query('time() - gpu_exporter_last_collect_timestamp_seconds{node="$node"}', "{{source}}"),
+            min_=0,
+            lines=steps((th.COLLECT_STALE.value, "red"), base="transparent"),
+        ),
+        8,
+        7,
+    )
+    return d
+
+
+# ---- job view ----------------------------------------------------------------------------------------
+
+
+def job() -> db.Dashboard:
+    d = _variables(
+        _dashboard(
+            "gbe-job",
+            "GPU bottlenecks: job view",
+            "The GPUs of one pod across nodes, side by side: the rank that starves against the ranks "
+            "that wait.",
+        ),
+        ("namespace", "label_values(gpu_pod_info, namespace)", False),
+        ("pod", 'label_values(gpu_pod_info{namespace="$namespace"}, pod)', True),
+    )
+    b = Board(d)
+    p = 'namespace="$namespace", pod=~"$pod"'
+    b.add(
+        table.Panel()
+        .title("GPUs of the job")
+        .description("Every GPU the selected pods hold, where, and how busy.")
+        .unit("percentunit")
+        .with_target(query(f'gpu_utilization_window_ratio{{{p}, stat="mean"}}', instant=True, fmt="table"))
+        .with_transformation(
+            dm.DataTransformerConfig(
+                id_val="organize",
+                options={
+                    "excludeByName": {
+                        "Time": True,
+                        "__name__": True,
+                        "job": True,
+                        "instance": True,
+                        "stat": True,
+                    },
+                    "renameByName": {"Value": "utilization (window mean)"},
+                },
+            )
+        ),
+        10,
+        9,
+    )
+    b.add(
+        _timeline(
+            "Verdict by GPU",
+            "The most serious verdict of each GPU of the job over time.",
+            verdict_code(f", {p}", "pod, node, gpu"),
+            "{{pod}} {{node}} / GPU {{gpu}}",
+        ),
+        14,
+        9,
+    )
+    b.add(
+        _series(
+            "Utilization",
+            "percentunit",
+            "Window mean per GPU: a starved rank dips, its peers stay pinned.",
+            query(f'gpu_utilization_window_ratio{{{p}, stat="mean"}}', "{{node}} GPU {{gpu}}"),
+            min_=0,
+            max_=1,
+            lines=steps((th.UTIL_SUSPICION.value, "orange"), base="transparent"),
+        ),
+        12,
+        8,
+    )
+    b.add(
+        _series(
+            "Idle share",
+            "percentunit",
+            "Share of samples with no kernel: only a starved rank has any.",
+            query(f"gpu_utilization_idle_fraction{{{p}}}", "{{node}} GPU {{gpu}}"),
+            min_=0,
+            max_=1,
+            lines=steps((th.STARVATION_IDLE_FRACTION.value, "orange"), base="transparent"),
+        ),
+        12,
+        8,
+    )
+    b.add(
+        _series(
+            "Power over TDP",
+            "percentunit",
+            "Mean power over the default limit, per GPU.",
+            query(
+                f'gpu_power_window_watts{{{p}, stat="mean"}} / ignoring (stat) gpu_power_default_limit_watts',
+                "{{node}} GPU {{gpu}}",
+            ),
+            min_=0,
+            max_=1,
+            lines=steps((th.POWER_LOW.value, "orange"), base="transparent"),
+        ),
+        12,
+        8,
+    )
+    b.add(
+        _series(
+            "SM activity",
+            "percentunit",
+            "Waiting ranks spin with few SMs; the starved one alternates.",
+            query(f"gpu_sm_active_ratio{{{p}}}", "{{node}} GPU {{gpu}}"),
+            min_=0,
+            max_=1,
+        ),
+        12,
+        8,
+    )
+    b.add(
+        _series(
+            "Verdict scores",
+            "percentunit",
+            "Evidence for each verdict per GPU; the line is where a verdict starts to count.",
+            query(f"gpu_bottleneck_score{{{p}}} > 0", "{{node}} GPU {{gpu}} {{kind}}"),
+            min_=0,
+            max_=1,
+            lines=steps((th.SCORE_ENTER.value, "red"), base="transparent"),
+        ),
+        12,
+        8,
+    )
+    b.add(
+        _series(
+            "NVLink traffic",
+            "Bps",
+            "All links per GPU: a hung job moves nothing.",
+            query(
+                f"sum by (node, gpu) (rate(gpu_nvlink_bytes_total{{{p}}}[$__rate_interval]))",
+                "{{node}} GPU {{gpu}}",
+            ),
+            min_=0,
+        ),
+        12,
+        8,
+    )
+    b.add(
+        _series(
+            "Pod shared memory used",
+            "percentunit",
+            "The pods' /dev/shm and memory-backed volumes.",
+            query(
+                f"gpu_node_shm_used_bytes{{{p}}} / gpu_node_shm_size_bytes{{{p}}}",
+                "{{namespace}}/{{pod}} {{volume}}",
+            ),
+            min_=0,
+            max_=1,
+            lines=shm_lines(),
+        ),
+        24,
+        7,
+    )
+    return d
+
+
+DASHBOARDS: dict[str, Callable[[], db.Dashboard]] = {
+    "dashboards/gpu-bottleneck-fleet.json": fleet,
+    "dashboards/gpu-bottleneck-node.json": node,
+    "dashboards/gpu-bottleneck-job.json": job,
+}
+
+
+def to_json(board: db.Dashboard) -> str:
+    return json.dumps(board.build(), cls=JSONEncoder, indent=2, sort_keys=False) + "\n"
+
+
+def renderer(path: str) -> Callable[[], str]:
+    return lambda: to_json(DASHBOARDS[path]())
+
+
+# ---- docs/dashboards.md ------------------------------------------------------------------------------
+
+_IMPORT = """\
+## Importing
+
+The dashboards expect a Prometheus data source (picked through the `$datasource` variable) and a
+`node` label on the exporter's series. The chart's ServiceMonitor and PodMonitor add `node` from the
+pod's node name; a static scrape configuration adds it as a target label:
+
+```yaml
+scrape_configs:
+  - job_name: gpu-bottleneck-exporter
+    static_configs:
+      - targets: ["gpu-node-1:9400"]
+        labels: {node: gpu-node-1}
+```
+
+- **File**: in Grafana, *Dashboards → New → Import*, upload `dashboards/gpu-bottleneck-*.json`, pick the
+  Prometheus data source. The uids are fixed (`gbe-fleet`, `gbe-node`, `gbe-job`), so importing again
+  replaces the dashboard and links between them keep working.
+- **Provisioning**: point a Grafana file provider at a folder holding the three files.
+- **Helm (Grafana sidecar)**: with `dashboards.enabled=true` the chart ships each dashboard in a ConfigMap
+  labelled `grafana_dashboard: "1"`, the label the kube-prometheus-stack Grafana sidecar watches. The
+  label, its value, the namespace and extra annotations (for example `grafana_folder`) are values of the
+  chart.
+
+The files are generated by `make artifacts` from `exporter/artifacts/dashboards.py` with
+grafana-foundation-sdk; edit the code, not the JSON. Reference lines and colour steps come from the
+threshold table (`docs/thresholds.md`), so they move when it does.
+"""
+
+_TYPES = {
+    "timeseries": "time series",
+    "stat": "stat",
+    "state-timeline": "state timeline",
+    "heatmap": "heatmap",
+    "table": "table",
+}
+
+
+def render_doc() -> str:
+    lines = [
+        "# Dashboards",
+        "",
+        "<!-- generated from exporter/artifacts/dashboards.py by `make artifacts`; do not edit -->",
+        "",
+        'Three Grafana dashboards answer "which GPUs are starving, why, and since when". Start at the fleet',
+        "overview, follow a node into the node and GPU detail, or open the job view for one pod's GPUs",
+        "across nodes. Each dashboard links to the others and keeps the time range and variables.",
+        "",
+        "State timelines colour each GPU by its most serious verdict: "
+        + ", ".join(f"{text} ({color})" for _, text, color in VERDICT_CODES)
+        + ".",
+        "",
+        _IMPORT,
+    ]
+    for path, build in DASHBOARDS.items():
+        board = json.loads(to_json(build()))
+        variables = [v["name"] for v in board["templating"]["list"] if v["type"] == "query"]
+        lines += [
+            f"## {board['title']}",
+            "",
+            f"`{path}`, uid `{board['uid']}`, variables: {', '.join(f'`${v}`' for v in variables)}.",
+            board["description"],
+            "",
+            "| panel | type | unit | shows |",
+            "|---|---|---|---|",
+        ]
+        for panel in board["panels"]:
+            if panel["type"] == "row":
+                lines.append(f"| **{panel['title']}** | | | |")
+                continue
+            unit = panel["fieldConfig"]["defaults"]["unit"]
+            lines.append(
+                f"| {panel['title']} | {_TYPES[panel['type']]} | `{unit}` | {panel['description']} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
