@@ -1,0 +1,108 @@
+"""The image recipe agrees with the chart and the package: same command, port and pinned dependencies,
+and the pinned set installs and runs (the Dockerfile's steps, in a fresh virtual environment)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from urllib.request import urlopen
+
+import pytest
+import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from scripts.stack import free_port, wait_http
+from tests.conftest import REPO
+
+DOCKERFILE = (REPO / "Dockerfile").read_text()
+CHART = REPO / "helm" / "gpu-bottleneck-exporter"
+
+
+def instructions(name: str) -> list[str]:
+    return [m.group(1).strip() for m in re.finditer(rf"^{name}\s+(.+)$", DOCKERFILE, re.M)]
+
+
+def pins() -> dict[str, str]:
+    found = {}
+    for line in (REPO / "requirements.lock").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            assert version, f"not pinned: {line}"
+            found[canonicalize_name(name)] = version
+    return found
+
+
+def chart_container() -> tuple[list[str], list[str], int]:
+    template = (CHART / "templates" / "daemonset.yaml").read_text()
+    command = json.loads(re.search(r"command: (\[.*\])", template).group(1))
+    first_arg = re.search(r"args:\n\s+- (\w+)", template).group(1)
+    port = yaml.safe_load((CHART / "values.yaml").read_text())["exporter"]["port"]
+    return command, [first_arg], port
+
+
+def test_image_runs_what_the_chart_runs():
+    command, args, port = chart_container()
+    assert json.loads(instructions("ENTRYPOINT")[-1]) == command
+    assert json.loads(instructions("CMD")[-1]) == args
+    assert instructions("EXPOSE")[-1] == str(port)
+
+
+def test_image_is_multi_stage_and_non_root():
+    assert len(instructions("FROM")) >= 2
+    user = instructions("USER")[-1].split(":")[0]
+    assert user.isdigit() and int(user) != 0  # numeric, so runAsNonRoot can verify it
+    assert "-r requirements.lock" in DOCKERFILE and "--no-deps ." in DOCKERFILE
+
+
+def test_lock_pins_every_runtime_dependency_within_its_range():
+    locked = pins()
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    for text in project["dependencies"]:
+        req = Requirement(text)
+        name = canonicalize_name(req.name)
+        assert name in locked, f"{req.name} is not in requirements.lock"
+        assert req.specifier.contains(locked[name]), f"{req.name}=={locked[name]} is outside {req.specifier}"
+
+
+@pytest.mark.slow
+def test_the_pinned_set_installs_and_serves(tmp_path: Path):
+    """What the Dockerfile's build stage does, then the container's command on a simulated node."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "install", "-r", str(REPO / "requirements.lock")], check=True, timeout=600)
+    subprocess.run([*pip, "install", "--no-deps", str(REPO)], check=True, timeout=600)
+    check = subprocess.run([*pip, "check"], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout
+    port = free_port()
+    exe = str(venv / "bin" / "gpu-bottleneck-exporter")
+    proc = subprocess.Popen(
+        [
+            exe,
+            "serve",
+            "--simulate",
+            "healthy",
+            "--sim-gpus",
+            "1",
+            "--port",
+            str(port),
+            "--listen-address",
+            "127.0.0.1",
+        ],
+        cwd=tmp_path,  # not the checkout: the installed package alone
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_http(f"http://127.0.0.1:{port}/readyz", proc=proc)
+        with urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            assert b"gpu_utilization_ratio{" in r.read()
+    finally:
+        proc.terminate()
+        assert proc.wait(15) == 0
