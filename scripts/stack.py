@@ -111,6 +111,32 @@ class Target:
     labels: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class PrometheusApi:
+    """The HTTP API of a Prometheus on loopback."""
+
+    port: int
+
+    def call(self, path: str, **params: str | float) -> dict | list:
+        """One call; a query error raises with Prometheus's own message."""
+        url = f"http://127.0.0.1:{self.port}/api/v1/{path}?{urlencode(params)}"
+        try:
+            with urlopen(url, timeout=10) as r:
+                return json.loads(r.read())["data"]
+        except HTTPError as e:
+            raise RuntimeError(f"{path} {params}: {e.read().decode(errors='replace')}") from e
+
+    def query(self, expr: str) -> list[dict]:
+        return self.call("query", query=expr)["result"]
+
+    def query_range(self, expr: str, seconds: float, step: float = 5.0) -> list[dict]:
+        end = time.time()
+        return self.call("query_range", query=expr, start=end - seconds, end=end, step=step)["result"]
+
+    def label_values(self, label: str, match: str | None = None) -> list[str]:
+        return self.call(f"label/{label}/values", **({"match[]": match} if match else {}))
+
+
 @dataclass
 class Stack:
     workdir: Path
@@ -198,24 +224,18 @@ class Stack:
         wait_http(f"http://127.0.0.1:{self.alertmanager_port}/-/ready", proc=am)
         wait_http(f"http://127.0.0.1:{self.prometheus_port}/-/ready", proc=prom)
 
-    def api(self, path: str, **params: str | float) -> dict | list:
-        """One call of Prometheus's HTTP API; a query error raises with Prometheus's own message."""
-        url = f"http://127.0.0.1:{self.prometheus_port}/api/v1/{path}?{urlencode(params)}"
-        try:
-            with urlopen(url, timeout=10) as r:
-                return json.loads(r.read())["data"]
-        except HTTPError as e:
-            raise RuntimeError(f"{path} {params}: {e.read().decode(errors='replace')}") from e
+    @property
+    def api(self) -> PrometheusApi:
+        return PrometheusApi(self.prometheus_port)
 
     def query(self, expr: str) -> list[dict]:
-        return self.api("query", query=expr)["result"]
+        return self.api.query(expr)
 
     def query_range(self, expr: str, seconds: float, step: float = 5.0) -> list[dict]:
-        end = time.time()
-        return self.api("query_range", query=expr, start=end - seconds, end=end, step=step)["result"]
+        return self.api.query_range(expr, seconds, step)
 
     def label_values(self, label: str, match: str | None = None) -> list[str]:
-        return self.api(f"label/{label}/values", **({"match[]": match} if match else {}))
+        return self.api.label_values(label, match)
 
     def stop(self) -> None:
         for proc in reversed(self.procs):

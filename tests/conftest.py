@@ -5,6 +5,7 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -35,6 +36,12 @@ class ManualClock:
         return self.now
 
 
+def _missing(what: str) -> NoReturn:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{what} is required in CI but was not found; `make test` installs it")
+    pytest.skip(f"{what} not installed (`make test` installs it)")
+
+
 def require_tool(name: str) -> str:
     """A tool the test needs: a failure in CI, a skip on a developer machine without it."""
     path = shutil.which(name) or (
@@ -42,9 +49,14 @@ def require_tool(name: str) -> str:
     )
     if path:
         return path
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{name} is required in CI but was not found; `make test` installs it")
-    pytest.skip(f"{name} not installed (`make test` installs it)")
+    _missing(name)
+
+
+def require_path(path: Path, what: str) -> Path:
+    """Installed files the test needs (under .tools): like require_tool."""
+    if not path.exists():
+        _missing(what)
+    return path
 
 
 @pytest.fixture

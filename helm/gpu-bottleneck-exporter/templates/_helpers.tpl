@@ -1,0 +1,84 @@
+{{/* The chart's name, overridable. */}}
+{{- define "gbe.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Release-qualified name; the release name alone when it already contains the chart's name. */}}
+{{- define "gbe.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gbe.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride -}}
+{{- end -}}
+
+{{- define "gbe.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gbe.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "gbe.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "gbe.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: exporter
+app.kubernetes.io/part-of: gpu-bottleneck-exporter
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "gbe.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "gbe.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gbe.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The `job` label Prometheus gives the exporter's series: both monitors take it from the
+     app.kubernetes.io/name label (jobLabel), so the rules can name it. */}}
+{{- define "gbe.job" -}}
+{{- default (include "gbe.name" .) .Values.prometheusRule.job -}}
+{{- end -}}
+
+{{/* A number as PromQL reads it: integers without an exponent (Helm holds values as float64). */}}
+{{- define "gbe.number" -}}
+{{- if eq (float64 .) (float64 (int64 .)) -}}{{ int64 . }}{{- else -}}{{ . }}{{- end -}}
+{{- end -}}
+
+{{/* Target relabelings of a monitor (pass the serviceMonitor or podMonitor values): the node the
+     exporter runs on becomes `node`, and the target's own namespace/pod/container/service labels are
+     dropped so that the exporter's namespace/pod/container (the pod that holds a GPU) arrive
+     unrenamed instead of as exported_namespace/exported_pod. */}}
+{{- define "gbe.relabelings" -}}
+- sourceLabels: [__meta_kubernetes_pod_node_name]
+  targetLabel: node
+  action: replace
+{{- with .dropTargetLabels }}
+- regex: {{ join "|" . }}
+  action: labeldrop
+{{- end }}
+{{- with .relabelings }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}

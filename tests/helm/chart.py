@@ -1,0 +1,90 @@
+"""Rendering the chart with the real helm binary, and validating what it renders."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import kubernetes_validate
+import yaml
+
+from tests.conftest import REPO, require_path, require_tool
+
+CHART = REPO / "helm" / "gpu-bottleneck-exporter"
+VALUES_FILES = sorted((CHART / "ci").glob("*-values.yaml"))
+K8S_VERSION = "1.37.0"
+CR_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+CRCHECK = REPO / ".tools" / "crcheck"
+
+
+def helm(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([require_tool("helm"), *args], capture_output=True, text=True, timeout=120)
+
+
+def render(*files: Path, sets: dict[str, str] | None = None, release: str = "gbe") -> list[dict]:
+    """Every manifest `helm template` renders, as dicts."""
+    args = ["template", release, str(CHART), "--namespace", "monitoring"]
+    for f in files:
+        args += ["-f", str(f)]
+    for key, value in (sets or {}).items():
+        args += ["--set", f"{key}={value}"]
+    result = helm(*args)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def render_error(sets: dict[str, str] | None = None, set_json: dict[str, str] | None = None) -> str:
+    args = ["template", "gbe", str(CHART)]
+    for key, value in (sets or {}).items():
+        args += ["--set", f"{key}={value}"]
+    for key, value in (set_json or {}).items():
+        args += ["--set-json", f"{key}={value}"]
+    result = helm(*args)
+    assert result.returncode != 0, "helm accepted values it should refuse"
+    return result.stderr
+
+
+def one(docs: list[dict], kind: str) -> dict:
+    found = [d for d in docs if d["kind"] == kind]
+    assert len(found) == 1, f"{len(found)} {kind}s"
+    return found[0]
+
+
+def core_problems(docs: list[dict]) -> list[str]:
+    """Kubernetes' own kinds against the API's schemas, strictly (unknown fields are errors)."""
+    problems = []
+    for doc in docs:
+        if doc["kind"] in CR_KINDS:
+            continue
+        try:
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            problems.append(
+                f"{doc['kind']}/{doc['metadata']['name']}: {'.'.join(map(str, e.path))}: {e.message}"
+            )
+    return problems
+
+
+def cr_problems(docs: list[dict], tmp: Path) -> list[str]:
+    """prometheus-operator kinds against the upstream CRD schemas, unknown fields included."""
+    crs = [d for d in docs if d["kind"] in CR_KINDS]
+    if not crs:
+        return []
+    node = require_tool("node")
+    require_path(CRCHECK / "node_modules" / "typescript", "the prometheus-operator schemas in .tools/crcheck")
+    shutil.copy(REPO / "tests" / "helm" / "crcheck.mjs", CRCHECK / "crcheck.mjs")
+    path = tmp / "crs.json"
+    path.write_text(json.dumps(crs))
+    result = subprocess.run([node, str(CRCHECK / "crcheck.mjs"), str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def container(docs: list[dict]) -> dict:
+    return one(docs, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]
+
+
+def env(docs: list[dict]) -> dict[str, str]:
+    return {e["name"]: e.get("value") for e in container(docs)["env"]}
