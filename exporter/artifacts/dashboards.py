@@ -72,6 +72,11 @@ def steps(*pairs: tuple[float, str], base: str = "green") -> db.ThresholdsConfig
     )
 
 
+def line(threshold: th.Threshold, color: str = "orange") -> db.ThresholdsConfig:
+    """One reference line at a threshold table value."""
+    return steps((threshold.value, color), base="transparent")
+
+
 def shm_lines() -> db.ThresholdsConfig:
     """Warning, critical and full: the alert levels and the point where workers die."""
     levels = ((th.SHM_WARNING, "orange"), (th.SHM_CRITICAL, "red"), (th.SHM_FULL, "dark-red"))
@@ -141,6 +146,13 @@ def _series(
     for q in queries:
         p = p.with_target(q)
     return p
+
+
+def _ratio(
+    title: str, description: str, *queries, lines: db.ThresholdsConfig | None = None
+) -> timeseries.Panel:
+    """A share between 0 and 1, shown as a percentage."""
+    return _series(title, "percentunit", description, *queries, min_=0, max_=1, lines=lines)
 
 
 def _stat(title: str, description: str, expr: str, unit: str = "none", red_from: float = 1) -> stat.Panel:
@@ -348,31 +360,25 @@ def fleet() -> db.Dashboard:
     )
     b.row("Utilization and power by node")
     b.add(
-        _series(
+        _ratio(
             "Mean GPU utilization by node",
-            "percentunit",
             "Window mean of every driver sample, per node.",
             query('avg by (node) (gpu_utilization_window_ratio{stat="mean", node=~"$node"})', "{{node}}"),
-            min_=0,
-            max_=1,
-            lines=steps((th.UTIL_SUSPICION.value, "orange"), base="transparent"),
+            lines=line(th.UTIL_SUSPICION),
         ),
         12,
         8,
     )
     b.add(
-        _series(
+        _ratio(
             "Power against TDP by node",
-            "percentunit",
             "Mean power over the default power limit.",
             query(
                 'avg by (node) (gpu_power_window_watts{stat="mean", node=~"$node"} / ignoring (stat) '
                 'gpu_power_default_limit_watts{node=~"$node"})',
                 "{{node}}",
             ),
-            min_=0,
-            max_=1,
-            lines=steps((th.POWER_LOW.value, "orange"), base="transparent"),
+            lines=line(th.POWER_LOW),
         ),
         12,
         8,
@@ -406,68 +412,53 @@ def node() -> db.Dashboard:
         7,
     )
     b.add(
-        _series(
+        _ratio(
             "Verdict scores",
-            "percentunit",
             "Strength of the evidence for each verdict.",
             query(f"gpu_bottleneck_score{{{g}}} > 0", "GPU {{gpu}} {{kind}}"),
-            min_=0,
-            max_=1,
-            lines=steps((th.SCORE_ENTER.value, "red"), base="transparent"),
+            lines=line(th.SCORE_ENTER, "red"),
         ),
         8,
         7,
     )
     b.row("Utilization")
     b.add(
-        _series(
+        _ratio(
             "GPU utilization (window min / mean / max)",
-            "percentunit",
             "Every driver sample of the window; the line at "
             f"{th.UTIL_SUSPICION.value:.0%} is where suspicion starts.",
             query(f'gpu_utilization_window_ratio{{{g}, stat=~"min|mean|max"}}', "GPU {{gpu}} {{stat}}"),
-            min_=0,
-            max_=1,
-            lines=steps((th.UTIL_SUSPICION.value, "orange"), base="transparent"),
+            lines=line(th.UTIL_SUSPICION),
         ),
         12,
         8,
     )
     b.add(
-        _series(
+        _ratio(
             "Idle share of the window",
-            "percentunit",
             "Share of driver samples below the idle line.",
             query(f"gpu_utilization_idle_fraction{{{g}}}", "GPU {{gpu}}"),
-            min_=0,
-            max_=1,
-            lines=steps((th.STARVATION_IDLE_FRACTION.value, "orange"), base="transparent"),
+            lines=line(th.STARVATION_IDLE_FRACTION),
         ),
         12,
         8,
     )
     b.add(
-        _series(
+        _ratio(
             "SM activity against utilization",
-            "percentunit",
             "Utilization counts time with any kernel; SM activity (GPM) how much of the GPU works.",
             query(f"gpu_sm_active_ratio{{{g}}}", "GPU {{gpu}} SM active"),
             query(f"gpu_tensor_active_ratio{{{g}}}", "GPU {{gpu}} tensor active", ref="B"),
             query(f"gpu_utilization_ratio{{{g}}}", "GPU {{gpu}} utilization", ref="C"),
-            min_=0,
-            max_=1,
         ),
         12,
         8,
     )
     b.add(
-        _series(
+        _ratio(
             "Memory-copy utilization",
-            "percentunit",
             "Memory controller busy time: spikes while SM activity is low mean slow host-to-device copies.",
             query(f"gpu_memory_utilization_ratio{{{g}}}", "GPU {{gpu}}"),
-            min_=0,
-            max_=1,
         ),
         12,
         8,
@@ -487,17 +478,14 @@ def node() -> db.Dashboard:
         8,
     )
     b.add(
-        _series(
+        _ratio(
             "Power over TDP",
-            "percentunit",
             "Healthy training holds near TDP; the line is the low-power line.",
             query(
                 f'gpu_power_window_watts{{{g}, stat="mean"}} / ignoring (stat) gpu_power_default_limit_watts',
                 "GPU {{gpu}}",
             ),
-            min_=0,
-            max_=1,
-            lines=steps((th.POWER_LOW.value, "orange"), base="transparent"),
+            lines=line(th.POWER_LOW),
         ),
         12,
         8,
@@ -509,7 +497,7 @@ def node() -> db.Dashboard:
             f"GPU temperature, the {th.TEMP_HOT.value:g} °C hot line, and each GPU's slowdown point.",
             query(f'gpu_temperature_celsius{{{g}, sensor="gpu"}}', "GPU {{gpu}}"),
             query(f"gpu_temperature_slowdown_celsius{{{g}}}", "GPU {{gpu}} slowdown", ref="B"),
-            lines=steps((th.TEMP_HOT.value, "orange"), base="transparent"),
+            lines=line(th.TEMP_HOT),
         ),
         8,
         8,
@@ -648,9 +636,8 @@ def node() -> db.Dashboard:
     )
     b.row("Node")
     b.add(
-        _series(
+        _ratio(
             "Shared memory used",
-            "percentunit",
             "/dev/shm and pods' memory-backed volumes; lines at the warning and critical levels and at full.",
             query(
                 'gpu_node_shm_used_bytes{node="$node", pod=""}'
@@ -663,36 +650,28 @@ def node() -> db.Dashboard:
                 "{{namespace}}/{{pod}} {{volume}}",
                 ref="B",
             ),
-            min_=0,
-            max_=1,
             lines=shm_lines(),
         ),
         12,
         8,
     )
     b.add(
-        _series(
+        _ratio(
             "I/O wait and busiest core",
-            "percentunit",
             "Node I/O wait share and the busiest core's busy share.",
             query('gpu_node_cpu_iowait_ratio{node="$node"}', "I/O wait"),
             query('gpu_node_cpu_core_busy_max_ratio{node="$node"}', "busiest core", ref="B"),
-            min_=0,
-            max_=1,
             lines=steps((th.IOWAIT_HIGH.value, "orange"), (th.CORE_PINNED.value, "red"), base="transparent"),
         ),
         12,
         8,
     )
     b.add(
-        _series(
+        _ratio(
             "Pressure stall information",
-            "percentunit",
             "Share of time some task stalled (avg10).",
             query('gpu_node_pressure_ratio{node="$node"}', "{{resource}}"),
-            min_=0,
-            max_=1,
-            lines=steps((th.PSI_IO_HIGH.value, "orange"), base="transparent"),
+            lines=line(th.PSI_IO_HIGH),
         ),
         12,
         8,
@@ -742,7 +721,7 @@ def node() -> db.Dashboard:
             "Seconds since each source last collected successfully.",
             query('time() - gpu_exporter_last_collect_timestamp_seconds{node="$node"}', "{{source}}"),
             min_=0,
-            lines=steps((th.COLLECT_STALE.value, "red"), base="transparent"),
+            lines=line(th.COLLECT_STALE, "red"),
         ),
         8,
         7,
@@ -801,68 +780,53 @@ def job() -> db.Dashboard:
         9,
     )
     b.add(
-        _series(
+        _ratio(
             "Utilization",
-            "percentunit",
             "Window mean per GPU: a starved rank dips, its peers stay pinned.",
             query(f'gpu_utilization_window_ratio{{{p}, stat="mean"}}', "{{node}} GPU {{gpu}}"),
-            min_=0,
-            max_=1,
-            lines=steps((th.UTIL_SUSPICION.value, "orange"), base="transparent"),
+            lines=line(th.UTIL_SUSPICION),
         ),
         12,
         8,
     )
     b.add(
-        _series(
+        _ratio(
             "Idle share",
-            "percentunit",
             "Share of samples with no kernel: only a starved rank has any.",
             query(f"gpu_utilization_idle_fraction{{{p}}}", "{{node}} GPU {{gpu}}"),
-            min_=0,
-            max_=1,
-            lines=steps((th.STARVATION_IDLE_FRACTION.value, "orange"), base="transparent"),
+            lines=line(th.STARVATION_IDLE_FRACTION),
         ),
         12,
         8,
     )
     b.add(
-        _series(
+        _ratio(
             "Power over TDP",
-            "percentunit",
             "Mean power over the default limit, per GPU.",
             query(
                 f'gpu_power_window_watts{{{p}, stat="mean"}} / ignoring (stat) gpu_power_default_limit_watts',
                 "{{node}} GPU {{gpu}}",
             ),
-            min_=0,
-            max_=1,
-            lines=steps((th.POWER_LOW.value, "orange"), base="transparent"),
+            lines=line(th.POWER_LOW),
         ),
         12,
         8,
     )
     b.add(
-        _series(
+        _ratio(
             "SM activity",
-            "percentunit",
             "Waiting ranks spin with few SMs; the starved one alternates.",
             query(f"gpu_sm_active_ratio{{{p}}}", "{{node}} GPU {{gpu}}"),
-            min_=0,
-            max_=1,
         ),
         12,
         8,
     )
     b.add(
-        _series(
+        _ratio(
             "Verdict scores",
-            "percentunit",
             "Evidence for each verdict per GPU; the line is where a verdict starts to count.",
             query(f"gpu_bottleneck_score{{{p}}} > 0", "{{node}} GPU {{gpu}} {{kind}}"),
-            min_=0,
-            max_=1,
-            lines=steps((th.SCORE_ENTER.value, "red"), base="transparent"),
+            lines=line(th.SCORE_ENTER, "red"),
         ),
         12,
         8,
@@ -882,16 +846,13 @@ def job() -> db.Dashboard:
         8,
     )
     b.add(
-        _series(
+        _ratio(
             "Pod shared memory used",
-            "percentunit",
             "The pods' /dev/shm and memory-backed volumes.",
             query(
                 f"gpu_node_shm_used_bytes{{{p}}} / gpu_node_shm_size_bytes{{{p}}}",
                 "{{namespace}}/{{pod}} {{volume}}",
             ),
-            min_=0,
-            max_=1,
             lines=shm_lines(),
         ),
         24,

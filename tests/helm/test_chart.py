@@ -276,3 +276,20 @@ def test_rules_in_values_cover_every_alert():
     for a in alerts.ALERTS:
         assert values["rules"][a.name] == {"enabled": True, "for": a.for_, "severity": a.severity}
     assert values["thresholds"] == {chart.camel(k): t.value for k, t in alerts.PARAMS.items()}
+
+
+@ALL
+def test_install_notes_render_and_say_what_was_created(files):
+    args = ["install", "gbe", str(CHART), "--dry-run=client", "--namespace", "monitoring"]
+    for f in files:
+        args += ["-f", str(f)]
+    result = helm(*args)
+    assert result.returncode == 0, result.stderr
+    notes = result.stdout.split("NOTES:", 1)[1]
+    assert "port-forward ds/gbe-gpu-bottleneck-exporter 9400" in notes
+    values = yaml.safe_load(files[0].read_text()) if files else {}
+    assert ("No ServiceMonitor or PodMonitor" in notes) == (
+        not values.get("serviceMonitor", {}).get("enabled")
+        and not values.get("podMonitor", {}).get("enabled")
+    )
+    assert ("Dashboards: ConfigMaps" in notes) == bool(values.get("dashboards", {}).get("enabled"))
