@@ -25,21 +25,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from exporter.analysis.detectors import KINDS  # noqa: E402
 from exporter.analysis.points import GpuPoint, HostPoint  # noqa: E402
 from exporter.replay import replay  # noqa: E402
 from exporter.thresholds import board_tdp  # noqa: E402
 from exporter.traces import TraceReader  # noqa: E402
 
 TARGETS_S = {"data_starvation": 60.0, "comm_hang": 180.0, "thermal_throttle": 60.0, "idle_allocated": 300.0}
-KIND_ORDER = (
-    "data_starvation",
-    "comm_hang",
-    "thermal_throttle",
-    "power_throttle",
-    "shm_exhaustion",
-    "idle_allocated",
-    "nvlink_degraded",
-)
 
 
 @dataclass
@@ -284,7 +276,7 @@ def table(title: str, per_trace: dict[str, Score]) -> tuple[str, Score]:
         ttd = "; ".join(f"{k} {_ttd_text(v)}" for k, v in s.ttd.items()) or "-"
         lines.append(f"  {name:28s} {s.episodes:8d} {s.detected:8d} {s.false:6d}  {ttd}")
     lines.append(f"  {'TOTAL':28s} {total.episodes:8d} {total.detected:8d} {total.false:6d}")
-    for kind in KIND_ORDER:
+    for kind in KINDS:
         if kind in total.ttd:
             target = TARGETS_S.get(kind)
             lines.append(

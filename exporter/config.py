@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 ENV_PREFIX = "GBE_"
 
@@ -42,7 +42,3 @@ class Settings:
             problems.append("sim-gpus must be 1-64")
         if problems:
             raise ValueError("; ".join(problems))
-
-
-def field_names() -> list[str]:
-    return [f.name for f in fields(Settings)]

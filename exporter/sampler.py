@@ -71,7 +71,6 @@ class GpuView:
     status: str  # ok, pending, lost, timeout, error, nvml_down
     reading: GpuReading | None = None
     util_window: Stats | None = None
-    mem_util_window: Stats | None = None
     power_window: Stats | None = None
     idle_fraction: float | None = None
     xids: dict[int, int] = field(default_factory=dict)
@@ -500,9 +499,6 @@ class Sampler:
                     status=slot.status,
                     reading=slot.reading if is_up else None,
                     util_window=summarize(util),
-                    mem_util_window=summarize([p.mem_util for p in recent if p.mem_util is not None])
-                    if is_up
-                    else None,
                     power_window=summarize([p.power_w for p in recent if p.power_w is not None])
                     if is_up
                     else None,

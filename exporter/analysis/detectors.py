@@ -49,7 +49,6 @@ KINDS = (
     "idle_allocated",
     "nvlink_degraded",
 )
-STARVATION_CAUSES = ("io", "cpu", "shm", "host_transfer", "unknown")
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,6 @@ class GpuFeatures:
     span_s: float = 0.0
     util_mean: float | None = None
     util_p05: float | None = None
-    util_p95: float | None = None
     idle_fraction: float | None = None
     busy_fraction: float | None = None
     gaps: int = 0
@@ -208,7 +207,6 @@ def gpu_features(
         span_s=last_t - points[0].t,
         util_mean=whole.mean if whole else None,
         util_p05=whole.p05 if whole else None,
-        util_p95=whole.p95 if whole else None,
         idle_fraction=whole.idle_fraction if whole else None,
         busy_fraction=busy / len(utils) if utils else None,
         gaps=whole.gaps if whole else 0,

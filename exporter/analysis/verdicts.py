@@ -3,7 +3,7 @@ fire; it resolves after staying below the exit score for ``resolve_after`` secon
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from exporter.thresholds import (
     HANG_FIRE,
@@ -56,11 +56,8 @@ class Track:
     firing: bool = False
     pending_since: float | None = None
     clearing_since: float | None = None
-    fired_at: float | None = None
     cause: str = ""
     score: float = 0.0
-    peak: float = 0.0
-    extra: dict[str, object] = field(default_factory=dict)
 
 
 def step(
@@ -78,12 +75,10 @@ def step(
             track.pending_since = t
         if t - track.pending_since < hold:
             return ""
-        track.firing, track.fired_at, track.clearing_since = True, t, None
-        track.cause, track.peak = cause, score
+        track.firing, track.clearing_since, track.cause = True, None, cause
         return "firing"
     if score >= timing.exit:
         track.clearing_since = None
-        track.peak = max(track.peak, score)
         if track.cause in ("", "unknown") and cause and score >= timing.enter:
             track.cause = cause  # the cause stays what it was when it fired, unless it was not known then
         return ""

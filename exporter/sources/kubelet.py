@@ -16,7 +16,6 @@ from exporter.errors import ErrorCounter
 from exporter.sources.podresources.v1 import api_pb2, api_pb2_grpc
 
 SOURCE = "kubelet"
-DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-")
 
@@ -45,9 +44,7 @@ def _error_name(code: grpc.StatusCode | None) -> str:
 
 
 class PodResourcesSource:
-    def __init__(
-        self, errors: ErrorCounter, socket_path: str = DEFAULT_SOCKET, timeout_s: float = 2.0
-    ) -> None:
+    def __init__(self, errors: ErrorCounter, socket_path: str, timeout_s: float = 2.0) -> None:
         self.errors = errors
         self.socket_path = socket_path
         self.timeout_s = timeout_s
