@@ -10,7 +10,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -256,3 +257,31 @@ def start_exporter(args: list[str], port: int, log: Path | None = None) -> subpr
         stdout=out,
         stderr=subprocess.STDOUT,
     )
+
+
+@contextmanager
+def simulated_fleet(
+    workdir: Path, rules: Path, scenarios: dict[str, str], label: str
+) -> Iterator[tuple[Stack, PageReceiver]]:
+    """One simulated 2-GPU exporter per scenario (``name -> --simulate``), each a target labelled
+    ``label=name``, behind a started Stack that pages into the returned receiver; all stopped on exit."""
+    receiver = PageReceiver()
+    exporters, targets = [], []
+    for name, simulate in scenarios.items():
+        port = free_port()
+        args = ["--simulate", simulate, "--sim-gpus", "2", "--interval", "0.5"]
+        exporters.append(start_exporter(args, port, log=workdir / f"exporter-{name}.log"))
+        targets.append(Target(port, {label: name}))
+    stack = Stack(workdir / "stack", rules, targets, receiver.url)
+    try:
+        for target in targets:
+            wait_http(f"http://127.0.0.1:{target.port}/readyz")
+        stack.start()
+        yield stack, receiver
+    finally:
+        stack.stop()
+        for proc in exporters:
+            proc.terminate()
+        for proc in exporters:
+            proc.wait(15)
+        receiver.close()

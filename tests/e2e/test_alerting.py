@@ -8,7 +8,7 @@ import time
 import pytest
 
 from exporter.artifacts import alerts
-from scripts.stack import PageReceiver, Stack, Target, free_port, start_exporter, wait_http
+from scripts.stack import simulated_fleet
 from tests.conftest import require_tool
 
 SCENARIOS = {
@@ -36,23 +36,8 @@ def test_each_failure_pages_with_its_labels_and_healthy_pages_nothing(tmp_path):
     require_tool("prometheus-alertmanager")
     rules = tmp_path / "rules.yml"
     rules.write_text(alerts.render(for_override="0s"))  # the verdicts carry their own hold times
-    receiver = PageReceiver()
-    exporters, targets = [], []
-    for name, (simulate, _, _) in SCENARIOS.items():
-        port = free_port()
-        exporters.append(
-            start_exporter(
-                ["--simulate", simulate, "--sim-gpus", "2", "--interval", "0.5"],
-                port,
-                log=tmp_path / f"exporter-{name}.log",
-            )
-        )
-        targets.append(Target(port, {"scenario": name}))
-    stack = Stack(tmp_path / "stack", rules, targets, receiver.url)
-    try:
-        for target in targets:
-            wait_http(f"http://127.0.0.1:{target.port}/readyz")
-        stack.start()
+    scenarios = {name: simulate for name, (simulate, _, _) in SCENARIOS.items()}
+    with simulated_fleet(tmp_path, rules, scenarios, label="scenario") as (_, receiver):
         wanted = {name: exp for name, (_, exp, _) in SCENARIOS.items() if exp}
         deadline = time.monotonic() + 300  # the hang verdict alone needs two minutes of evidence
         while time.monotonic() < deadline:
@@ -77,10 +62,3 @@ def test_each_failure_pages_with_its_labels_and_healthy_pages_nothing(tmp_path):
             assert page.labels["severity"] in ("critical", "warning", "info")
             assert page.annotations["summary"] and page.annotations["runbook_url"].endswith(f"/{expected}.md")
             assert "127.0.0.1" in page.annotations["description"]  # names the node (the target here)
-    finally:
-        stack.stop()
-        for proc in exporters:
-            proc.terminate()
-        for proc in exporters:
-            proc.wait(15)
-        receiver.close()

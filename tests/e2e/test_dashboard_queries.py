@@ -12,7 +12,7 @@ import pytest
 
 from exporter.artifacts import alerts, dashboards
 from exporter.artifacts.dashboard_checks import panels
-from scripts.stack import PageReceiver, Stack, Target, free_port, start_exporter, wait_http
+from scripts.stack import Stack, simulated_fleet
 from tests.conftest import REPO, require_tool
 
 SCENARIOS = {
@@ -102,18 +102,8 @@ def test_every_panel_query_returns_series_with_its_legend_labels(tmp_path):
     require_tool("prometheus-alertmanager")
     rules = tmp_path / "rules.yml"
     rules.write_text(alerts.render(for_override="0s"))  # the "Firing alerts" panel reads ALERTS
-    receiver = PageReceiver()
-    exporters, targets = [], []
-    for node, simulate in SCENARIOS.items():
-        port = free_port()
-        args = ["--simulate", simulate, "--sim-gpus", "2", "--interval", "0.5"]
-        exporters.append(start_exporter(args, port, log=tmp_path / f"{node}.log"))
-        targets.append(Target(port, {"node": node}))  # the chart's scrape config relabels the same
-    stack = Stack(tmp_path / "stack", rules, targets, receiver.url)
-    try:
-        for target in targets:
-            wait_http(f"http://127.0.0.1:{target.port}/readyz")
-        stack.start()
+    # targets labelled node=<scenario node>, as the chart's monitors label them
+    with simulated_fleet(tmp_path, rules, SCENARIOS, label="node") as (stack, _):
         expected = {
             ("sim-starvation", "1"): code("data_starvation"),
             ("sim-thermal", "1"): code("thermal_throttle"),
@@ -141,13 +131,6 @@ def test_every_panel_query_returns_series_with_its_legend_labels(tmp_path):
         starving = [r["metric"] for r in rows if r["metric"].get("kind") == "data_starvation"]
         assert starving and starving[0]["namespace"] == "ml" and starving[0]["pod"] == "llm-train-0"
         assert starving[0]["node"] == "sim-starvation" and starving[0]["cause"] == "cpu"
-    finally:
-        stack.stop()
-        for proc in exporters:
-            proc.terminate()
-        for proc in exporters:
-            proc.wait(15)
-        receiver.close()
 
 
 def test_variable_substitution_matches_grafana_syntax():
