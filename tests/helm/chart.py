@@ -23,25 +23,25 @@ def helm(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([require_tool("helm"), *args], capture_output=True, text=True, timeout=120)
 
 
-def render(*files: Path, sets: dict[str, str] | None = None, release: str = "gbe") -> list[dict]:
-    """Every manifest `helm template` renders, as dicts."""
+def _template_args(files=(), sets=None, set_json=None, release: str = "gbe") -> list[str]:
     args = ["template", release, str(CHART), "--namespace", "monitoring"]
     for f in files:
         args += ["-f", str(f)]
-    for key, value in (sets or {}).items():
-        args += ["--set", f"{key}={value}"]
-    result = helm(*args)
+    for flag, pairs in (("--set", sets), ("--set-json", set_json)):
+        for key, value in (pairs or {}).items():
+            args += [flag, f"{key}={value}"]
+    return args
+
+
+def render(*files: Path, sets: dict[str, str] | None = None, release: str = "gbe") -> list[dict]:
+    """Every manifest `helm template` renders, as dicts."""
+    result = helm(*_template_args(files, sets, release=release))
     assert result.returncode == 0, result.stderr
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 
 
 def render_error(sets: dict[str, str] | None = None, set_json: dict[str, str] | None = None) -> str:
-    args = ["template", "gbe", str(CHART)]
-    for key, value in (sets or {}).items():
-        args += ["--set", f"{key}={value}"]
-    for key, value in (set_json or {}).items():
-        args += ["--set-json", f"{key}={value}"]
-    result = helm(*args)
+    result = helm(*_template_args(sets=sets, set_json=set_json))
     assert result.returncode != 0, "helm accepted values it should refuse"
     return result.stderr
 
