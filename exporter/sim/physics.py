@@ -2,10 +2,11 @@
 
 The node advances in driver-sample ticks (default 0.2 s). Each tick works out, per GPU, which phase of
 a training step it is in (compute, all-reduce, waiting in NCCL for a peer, waiting for data, hung,
-idle), and from that its utilization, SM/tensor/DRAM activity, power (smoothed, capped by the
-enforced limit), temperature (first-order, with thermal clock reduction), clocks, clock-event reasons
-and the cumulative counters NVML exposes (energy, NVLink/PCIe bytes, throttle time, GPM integrals).
-The host side (CPU jiffies, disk reads, PSI, /dev/shm fill) is advanced on the same ticks.
+idle, a collective crawling over sockets, a checkpoint being written, host-bound offload), and from that
+its utilization, SM/tensor/DRAM activity, power (smoothed, capped by the enforced limit), temperature
+(first-order, with thermal clock reduction), clocks, clock-event reasons and the cumulative counters
+NVML exposes (energy, NVLink/PCIe bytes, throttle time, GPM integrals).
+The host side (CPU jiffies, disk reads and writes, PSI, /dev/shm fill) is advanced on the same ticks.
 
 Everything is deterministic for a given clock: noise comes from a hash of (gpu, tick), not a RNG.
 """
@@ -65,6 +66,11 @@ class Phase(IntEnum):
     IDLE = 4  # process holds memory, launches nothing
     HANG = 5  # stuck inside a collective for good
     OFF = 6  # no job on the GPU
+    TP_COMPUTE = 7  # computing, with tensor-parallel exchanges over NVLink
+    SOCKET_COMM = 8  # all-reduce over sockets through the NIC: NCCL kernel resident, SMs mostly wait
+    CHECKPOINT = 9  # every rank waits while the checkpoint is written: memory resident, almost no kernels
+    OFFLOAD_WAIT = 10  # FSDP CPU offload: parameters/optimizer state crawl over PCIe; a trickle of kernels
+    OFFLOAD_BURST = 11  # FSDP CPU offload: a short burst of compute between host transfers
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,8 @@ class Factors:
     mem: float  # memory-controller utilization (what NVML calls memory util)
     power: float  # share of TDP
     nvlink: float  # share of the NVLink peak
+    pcie_rx: float = 0.0  # host -> GPU traffic beyond the loader's baseline, GB/s
+    pcie_tx: float = 0.0  # GPU -> host, GB/s
 
 
 FACTORS: dict[Phase, Factors] = {
@@ -87,7 +95,27 @@ FACTORS: dict[Phase, Factors] = {
     Phase.IDLE: Factors(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.16, 0.0),
     Phase.HANG: Factors(1.0, 0.12, 0.05, 0.0, 0.0, 0.0, 0.21, 0.0),
     Phase.OFF: Factors(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.10, 0.0),
+    Phase.TP_COMPUTE: Factors(0.99, 0.80, 0.42, 0.40, 0.50, 0.45, 0.80, 0.17),
+    Phase.SOCKET_COMM: Factors(1.0, 0.13, 0.06, 0.0, 0.04, 0.04, 0.25, 0.0025, pcie_rx=4.0, pcie_tx=4.0),
+    Phase.CHECKPOINT: Factors(0.04, 0.01, 0.01, 0.0, 0.01, 0.02, 0.186, 0.0, pcie_tx=1.5),
+    Phase.OFFLOAD_WAIT: Factors(0.05, 0.03, 0.02, 0.0, 0.05, 0.08, 0.18, 0.0, pcie_rx=14.0, pcie_tx=6.0),
+    Phase.OFFLOAD_BURST: Factors(1.0, 0.50, 0.30, 0.30, 0.40, 0.35, 0.50, 0.03, pcie_rx=10.0, pcie_tx=5.0),
 }
+N_FACTORS = len(Factors.__dataclass_fields__)
+
+# phases in which the job runs and the loader feeds it (the baseline PCIe traffic flows)
+FED = frozenset(
+    {
+        Phase.COMPUTE,
+        Phase.COMM,
+        Phase.NCCL_WAIT,
+        Phase.DATA_WAIT,
+        Phase.TP_COMPUTE,
+        Phase.SOCKET_COMM,
+        Phase.OFFLOAD_WAIT,
+        Phase.OFFLOAD_BURST,
+    }
+)
 
 FACTOR_TUPLES: dict[Phase, tuple[float, ...]] = {
     phase: tuple(getattr(f, name) for name in Factors.__dataclass_fields__) for phase, f in FACTORS.items()
@@ -104,6 +132,7 @@ class _Plan(NamedTuple):
     period: float
     off: bool  # the job has died
     start: float  # absolute time the segment began
+    onset: float  # absolute time the fault began
 
 
 # step anatomy, seconds
@@ -112,6 +141,15 @@ COMM_S = 0.15
 SLOW_COMM_S = 0.6  # collectives over PCIe once NVLink is gone
 GAP_S = 0.03  # the loader's hand-over between steps, even when healthy
 STARVED_WAIT_S = 0.9
+# comm_bound: a fixed step whose compute part varies a little from step to step; the rest is all-reduce
+SOCKET_STEP_S = 2.0
+SOCKET_COMPUTE_S = 0.9  # +- 0.1
+# checkpoint_stall: compute, then every rank waits while the save runs; one save per cycle
+CHECKPOINT_CYCLE_S = 85.0
+CHECKPOINT_SAVE_S = 30.0  # .. + 5, from save to save
+# offload_starvation: one burst of compute at an irregular place in every cycle
+OFFLOAD_CYCLE_S = 0.9
+OFFLOAD_BURST_S = 0.235  # +- 0.09
 
 AMBIENT_C = 28.0
 HEAT_K = 0.075  # degrees per watt at steady state
@@ -309,8 +347,11 @@ class NodeModel:
             wait = max(wait, COMPUTE_S / max(slowest, 0.5) - COMPUTE_S)
             hot = affected
         comm = SLOW_COMM_S if name == "nvlink_down" else COMM_S
+        period = GAP_S + wait + COMPUTE_S + comm
+        if name == "comm_bound":
+            period = SOCKET_STEP_S
         off = name == "shm_exhaustion" and x >= sc.onset_s + sc.fill_s
-        return _Plan(name, affected, starving, hot, wait, comm, GAP_S + wait + COMPUTE_S + comm, off, t - x)
+        return _Plan(name, affected, starving, hot, wait, comm, period, off, t - x, t - x + sc.onset_s)
 
     @staticmethod
     def _phase(plan: _Plan, g: int, t: float) -> Phase:
@@ -321,10 +362,24 @@ class NodeModel:
             return Phase.IDLE
         if plan.off or (name == "gpu_lost" and g in plan.affected):
             return Phase.OFF
-        pos = (t - plan.start) % plan.period
+        if name == "offload_starvation":  # every rank in lockstep: the FSDP collectives keep them together
+            cycle, at = divmod(t - plan.onset, OFFLOAD_CYCLE_S)
+            k = int(cycle)
+            burst = OFFLOAD_BURST_S + 0.09 * noise(0x0FF1, k)
+            begin = (OFFLOAD_CYCLE_S - burst) * (0.5 + 0.5 * noise(0x0FF2, k))
+            return Phase.OFFLOAD_BURST if begin <= at < begin + burst else Phase.OFFLOAD_WAIT
+        if name == "checkpoint_stall":
+            cycle, at = divmod(t - plan.onset, CHECKPOINT_CYCLE_S)
+            save = CHECKPOINT_SAVE_S + 2.5 * (1.0 + noise(0xC4E, int(cycle)))
+            if at >= CHECKPOINT_CYCLE_S - save:
+                return Phase.CHECKPOINT
+        step, pos = divmod(t - plan.start, plan.period)
         if pos < GAP_S:
             return Phase.DATA_WAIT
         pos -= GAP_S
+        if name == "comm_bound":
+            compute = SOCKET_COMPUTE_S + 0.1 * noise(0x50C, int(step))
+            return Phase.TP_COMPUTE if pos < compute else Phase.SOCKET_COMM
         wait = plan.wait
         if g in plan.starving:
             if pos < wait:
@@ -342,7 +397,7 @@ class NodeModel:
         """The phases in the tick ending at t and their mean factors (4 sub-samples)."""
         n = 4 if dt > 0 else 1
         phases = [self._phase(plan, g, t - dt + (k + 0.5) * dt / n) for k in range(n)]
-        sums = [0.0] * 8
+        sums = [0.0] * N_FACTORS
         for p in phases:
             for i, v in enumerate(FACTOR_TUPLES[p]):
                 sums[i] += v
@@ -407,7 +462,10 @@ class NodeModel:
         if idle:
             reasons |= GPU_IDLE
         g.reasons = reasons
-        g.util = round(100 * f.busy)
+        util = 100 * f.busy
+        if 0 < f.busy < 0.15:  # a trickle of small kernels and copies: it varies from sample to sample
+            util *= 1.0 + 0.8 * nz
+        g.util = round(util)
         g.mem_util = round(100 * f.mem * (1.0 + 0.05 * nz)) if f.mem > 0 else 0
         all_idle = all(p in (Phase.IDLE, Phase.OFF) for p in phases)
         g.sm_clock_mhz = b.sm_idle_mhz if all_idle else round(b.sm_max_mhz * g.clock_factor / 15) * 15
@@ -450,9 +508,9 @@ class NodeModel:
                 if g.link_up[link]:
                     g.link_tx[link] += per_link
                     g.link_rx[link] += per_link * 0.98
-        active = any(p in (Phase.COMPUTE, Phase.COMM, Phase.NCCL_WAIT, Phase.DATA_WAIT) for p in phases)
-        pcie_rx = 1.0e9 if active else 2e6
-        pcie_tx = 0.1e9 if active else 1e6
+        active = any(p in FED for p in phases)
+        pcie_rx = (1.0e9 if active else 2e6) + f.pcie_rx * 1e9 * (1.0 + 0.05 * nz)
+        pcie_tx = (0.1e9 if active else 1e6) + f.pcie_tx * 1e9 * (1.0 + 0.05 * nz)
         if nvlink_down and f.nvlink > 0:
             pcie_rx += (12e9 if affected else 4e9) * f.nvlink
             pcie_tx += (12e9 if affected else 4e9) * f.nvlink
@@ -470,11 +528,18 @@ class NodeModel:
         h = self.host
         name = plan.name
         cause = sc.effective_cause() if name in ("data_starvation", "data_starvation_all") else ""
-        job = self._phase(plan, 0, t) not in (Phase.OFF, Phase.IDLE)
+        phase = self._phase(plan, 0, t)
+        job = phase not in (Phase.OFF, Phase.IDLE)
+        saving = phase == Phase.CHECKPOINT  # the ranks' writers stream the checkpoint to disk
+        offload = name == "offload_starvation"  # the optimizer steps on the host: cores busy, none pinned
         for core in range(h.cores):
             nz = noise(1000 + core, self.tick)
             busy, iow = 0.04 + 0.02 * nz, 0.02 + 0.01 * nz
-            if core < LOADER_CORES and job:
+            if offload:
+                busy = 0.35 + 0.10 * nz
+            if saving:
+                busy, iow = 0.10 + 0.03 * nz, 0.08 + 0.03 * nz
+            if core < LOADER_CORES and job and not saving:
                 busy = 0.55 + 0.15 * nz
                 if cause == "cpu":
                     busy = 0.995
@@ -492,11 +557,13 @@ class NodeModel:
         rate = 900 * MiB * (1.0 + 0.2 * noise(77, self.tick)) if job else 2 * MiB
         if cause == "io":
             rate = 140 * MiB * (1.0 + 0.3 * noise(78, self.tick))
+        if saving:
+            rate = 2 * MiB
         h.disk_read_bytes += rate * dt
-        h.disk_write_bytes += 20 * MiB * dt
+        h.disk_write_bytes += (1500 * MiB * (1.0 + 0.2 * noise(79, self.tick)) if saving else 20 * MiB) * dt
         h.psi_avg10 = {
-            "io": 0.45 if cause == "io" else 0.01,
-            "cpu": 0.35 if cause == "cpu" else 0.02,
+            "io": 0.45 if cause == "io" else 0.08 if saving else 0.01,
+            "cpu": 0.35 if cause == "cpu" else 0.05 if offload else 0.02,
             "memory": 0.0,
         }
         for res, avg in h.psi_avg10.items():

@@ -32,6 +32,22 @@ SCENARIOS: dict[str, tuple[str, tuple[int, ...], str]] = {
         "",
     ),
     "gpu_lost": ("one GPU falls off the bus (XID 79); every NVML call on it fails", (7,), ""),
+    "comm_bound": (
+        "slow collectives (NCCL over sockets): every step spends about half its time in all-reduce at "
+        "100 % util, low SM activity and power, traffic over PCIe",
+        (),
+        "",
+    ),
+    "checkpoint_stall": (
+        "every ~50 s of compute, every rank stalls ~30-35 s while a checkpoint is written",
+        (),
+        "",
+    ),
+    "offload_starvation": (
+        "host-bound FSDP CPU offload: util 10-30 % in short irregular bursts, ~25 % of TDP, PCIe busy",
+        (),
+        "",
+    ),
 }
 
 CAUSES = ("io", "cpu", "shm", "host_transfer", "unknown")
@@ -43,10 +59,16 @@ TOUR: tuple[tuple[str, float], ...] = (
     ("healthy", 90.0),
     ("comm_hang", 300.0),
     ("healthy", 90.0),
+    ("comm_bound", 240.0),
+    ("healthy", 90.0),
     ("thermal_throttle", 240.0),
     ("healthy", 60.0),
+    ("checkpoint_stall", 240.0),
+    ("healthy", 90.0),
     ("shm_exhaustion", 420.0),
     ("healthy", 60.0),
+    ("offload_starvation", 240.0),
+    ("healthy", 90.0),
     ("idle_allocated", 420.0),
 )
 
