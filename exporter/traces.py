@@ -5,12 +5,13 @@ points the live exporter samples in the same format, so anything seen live can b
 Real logs parse as they are: units in the header or in the cells or nowhere, ``, `` or ``,``,
 ``[N/A]``/``[Not Supported]`` for missing values, nvidia-smi/ISO 8601/Unix timestamps, an ``index``
 column or rows in index order (``--gpus N``), any subset of columns, repeated headers where nvidia-smi
-was restarted into the same file.
+was restarted into the same file. A gzip-compressed trace (``.csv.gz``) reads the same as its ``.csv``.
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
 import math
 import re
 import time
@@ -226,7 +227,10 @@ class TraceReader:
             self.stats.warnings.append(message)
 
     def _open(self) -> IO[str]:
+        """The file as text; a ``.gz`` file is decompressed on the fly."""
         try:
+            if self.path.suffix.lower() == ".gz":
+                return gzip.open(self.path, "rt", newline="", encoding="utf-8")
             return self.path.open(newline="", encoding="utf-8")
         except OSError as exc:
             raise TraceError(f"{self.path}: cannot read ({exc.strerror or exc})") from None
@@ -242,6 +246,8 @@ class TraceReader:
                 raise TraceError(f"{self.path}: not a UTF-8 text file ({exc.reason})") from None
             except csv.Error as exc:
                 raise TraceError(f"{self.path}:{reader.line_num}: {exc}") from None
+            except (gzip.BadGzipFile, EOFError) as exc:
+                raise TraceError(f"{self.path}: not a readable gzip file ({exc or 'truncated'})") from None
 
     def _is_header(self, fields: list[str]) -> bool:
         return fields[0].strip().lower().startswith("timestamp") or not self._columns

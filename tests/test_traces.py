@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import io
 
 import pytest
@@ -151,6 +152,39 @@ def test_missing_and_binary_files_are_errors(tmp_path):
     path.write_bytes(b"\xff\xfe\x00binary\x80\x81")
     with pytest.raises(TraceError, match="UTF-8"):
         list(TraceReader(path))
+
+
+def test_gzip_compressed_trace_reads_like_the_plain_one(tmp_path):
+    plain = tmp_path / "t.csv"
+    plain.write_bytes(SMI.replace("\n", "\r\n").encode())  # Windows line ends survive decompression too
+    packed = tmp_path / "t.csv.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    rows, packed_rows = list(TraceReader(plain)), list(TraceReader(packed))
+    assert len(rows) == 3
+    assert [(r.line, r.gpu, r.t, r.point, r.name) for r in packed_rows] == [
+        (r.line, r.gpu, r.t, r.point, r.name) for r in rows
+    ]
+    no_index = "\n".join(
+        ",".join(c for i, c in enumerate(line.split(",")) if i != 1) for line in SMI.splitlines()
+    )
+    inferred = tmp_path / "n.csv.gz"
+    inferred.write_bytes(gzip.compress(no_index.encode()))
+    assert [r.gpu for r in TraceReader(inferred)] == ["0", "1", "0"]  # the GPU count is read from it too
+
+
+def test_bad_gzip_files_are_errors(tmp_path):
+    fake = tmp_path / "fake.csv.gz"
+    fake.write_text(SMI)
+    with pytest.raises(TraceError, match="gzip"):
+        list(TraceReader(fake))
+    truncated = tmp_path / "cut.csv.gz"
+    truncated.write_bytes(gzip.compress(SMI.encode())[:40])
+    with pytest.raises(TraceError, match="gzip"):
+        list(TraceReader(truncated))
+    binary = tmp_path / "bin.csv.gz"
+    binary.write_bytes(gzip.compress(b"\xff\xfe\x00binary\x80\x81"))
+    with pytest.raises(TraceError, match="UTF-8"):
+        list(TraceReader(binary))
 
 
 def test_writer_output_reads_back_as_the_same_points():
