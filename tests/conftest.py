@@ -18,7 +18,7 @@ from exporter.sources.kubelet import PodResourcesSource
 from exporter.sources.nvml import NvmlSource
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("GBE_SHARED_DIR", REPO.parent / "shared"))
+EXAMPLES = REPO / "examples" / "traces"  # the labelled example traces (NAME.csv.gz + NAME.labels.json)
 T0 = 1_790_000_000.0
 
 
