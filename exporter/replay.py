@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from exporter.analysis.engine import KINDS, Analyzer, VerdictEvent
+from exporter.analysis.ledger import STATES
 from exporter.thresholds import EVAL_INTERVAL
 from exporter.traces import ReadStats, TraceReader
 
@@ -37,6 +38,8 @@ class ReplayResult:
     episodes: list[Episode] = field(default_factory=list)
     jobs: list[dict[str, object]] = field(default_factory=list)
     silent: dict[str, str] = field(default_factory=dict)
+    ledger: dict[str, dict[str, float]] = field(default_factory=dict)  # gpu -> state -> seconds
+    job_ledger: dict[str, dict[str, float]] = field(default_factory=dict)  # job (group) -> state -> seconds
 
 
 def replay(
@@ -107,6 +110,12 @@ def replay(
             evaluate(next_eval)
             next_eval += step
     result.seconds = last_t
+    analyzer.flush_ledgers()
+    for gpu in sorted(analyzer.gpus(), key=_gpu_order):
+        result.ledger[gpu] = dict(analyzer.ledger(gpu).totals)
+        job = result.job_ledger.setdefault(analyzer.group_of(gpu), dict.fromkeys(STATES, 0.0))
+        for state, seconds in result.ledger[gpu].items():
+            job[state] += seconds
     result.silent = {kind: why for kind, why in analyzer.missing.items() if kind not in analyzer.had_inputs}
     return result
 

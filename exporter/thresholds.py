@@ -22,13 +22,30 @@ class Threshold:
     reason: str
 
 
+@dataclass(frozen=True)
+class Choice:
+    """A policy word rather than a number (an alert's severity), with its reason."""
+
+    key: str
+    value: str
+    reason: str
+
+
 _TABLE: dict[str, Threshold] = {}
+_CHOICES: dict[str, Choice] = {}
 
 
 def _t(key: str, value: float, unit: str, reason: str) -> Threshold:
     if key in _TABLE:
         raise ValueError(f"threshold {key} defined twice")
     entry = _TABLE[key] = Threshold(key, value, unit, reason)
+    return entry
+
+
+def _c(key: str, value: str, reason: str) -> Choice:
+    if key in _CHOICES or key in _TABLE:
+        raise ValueError(f"policy {key} defined twice")
+    entry = _CHOICES[key] = Choice(key, value, reason)
     return entry
 
 
@@ -149,6 +166,138 @@ SCORE_EXIT = _t(
     "...and must fall below this one to start resolving: the gap is the hysteresis that stops flapping.",
 )
 
+# ---- the time ledger: every second of a GPU goes to one state ---------------------------------------
+
+LEDGER_STEADY_UTIL = _t(
+    "ledger.steady_util_ratio",
+    0.80,
+    "ratio",
+    "A utilization sample at or above 80 % counts as wholly working: the short gaps inside it are kernel "
+    "launch and framework overhead of a step (healthy H100 jobs train at 84-91 %), not a wait for input.",
+)
+LEDGER_BUSY_UTIL = _t(
+    "ledger.busy_util_ratio",
+    0.50,
+    "ratio",
+    "At or below 50 % the no-kernel part of a sample is waiting time in full (utilization is the share of "
+    "the sample period with a kernel resident); between 50 and 80 % it fades out. Also the line above "
+    "which a sample is busy for the detectors' busy/idle rhythm.",
+)
+LEDGER_COMM_SM = _t(
+    "ledger.comm_sm_per_util",
+    0.25,
+    "ratio",
+    "A resident kernel with fewer than a quarter of the SMs active per unit of utilization is a collective "
+    "waiting or moving data (an NCCL kernel occupies a few SMs), not compute (70-85 % of SMs).",
+)
+LEDGER_COMM_MEM_UTIL = _t(
+    "ledger.comm_mem_util_ratio",
+    0.10,
+    "ratio",
+    "Without SM activity: a GPU resident all second whose memory controller is under 10 % busy moves "
+    "next to nothing through HBM: a collective spinning or crawling over a slow transport. Training "
+    "kernels keep it 20-60 % busy.",
+)
+LEDGER_COMM_POWER_LOW = _t(
+    "ledger.comm_power_low_ratio",
+    0.30,
+    "ratio",
+    "Without SM activity or memory utilization, a GPU resident all second that draws under 30 % of its "
+    "power limit runs a spin-wait: an "
+    "H100 waiting in NCCL draws 100-120 W of 700 W, a V100 40-70 W of 250-300 W.",
+)
+LEDGER_COMM_POWER_HIGH = _t(
+    "ledger.comm_power_high_ratio",
+    0.50,
+    "ratio",
+    "...and above 50 % it is computing; in between, the resident time is split in proportion. Power is "
+    "averaged over about a second by the board, so this split is coarse: SM activity wins where it exists.",
+)
+LEDGER_THROTTLE_CLOCK = _t(
+    "ledger.throttle_clock_ratio",
+    0.97,
+    "ratio",
+    "With the power cap holding the clocks, compute time counts as throttled when the SM clock is more "
+    "than 3 % below its maximum: the cap is actually costing speed, not just reported.",
+)
+LEDGER_POWER_AT_LIMIT = _t(
+    "ledger.power_at_limit_ratio",
+    0.95,
+    "ratio",
+    "Logs without clock-event reasons: drawing 95 % of the enforced limit with lowered clocks is the cap.",
+)
+LEDGER_STALE = _t(
+    "ledger.stale_seconds",
+    3.0,
+    "seconds",
+    "A second with no new sample reuses the last one up to 3 s old (two periods of the slowest 1.5 s "
+    "sampling); older, the second is not counted (no data), so the states sum to the observed time.",
+)
+LEDGER_STARTUP_COMPUTE = _t(
+    "ledger.startup_compute_seconds",
+    10.0,
+    "seconds",
+    "A job has started training once its GPU has worked for 10 s: before that, pauses are start-up (model "
+    "load, dataset download, NCCL set-up) and count as idle, not as waiting for input. A few warm-up "
+    "kernels during loading do not end the start-up.",
+)
+LEDGER_WINDOW = _t(
+    "ledger.window_seconds",
+    300.0,
+    "seconds",
+    "Verdicts judge the share of the last five minutes lost to each family of states: long enough to "
+    "cover a checkpoint cycle or a slow loader's burst pattern, short enough to follow a job's phases.",
+)
+LEDGER_FAST_WINDOW = _t(
+    "ledger.fast_window_seconds",
+    120.0,
+    "seconds",
+    "...and of the last two minutes, so that heavy losses page quickly.",
+)
+COVERAGE_SHARE = _t(
+    "coverage.share",
+    0.30,
+    "ratio",
+    "The coverage rule: a GPU held by a job that loses 30 % of five minutes to one family (waiting for "
+    "input or checkpoints, slow collectives, stalls, throttling) always carries that family's verdict, "
+    "whatever shape the loss has. A healthy job loses a few percent to logging and short saves.",
+)
+COVERAGE_EXIT = _t(
+    "coverage.exit_share",
+    0.20,
+    "ratio",
+    "...and keeps it until the five-minute share falls below 20 %: a verdict holds while its condition "
+    "lasts and does not drop out between two checkpoints or two slow bursts.",
+)
+COVERAGE_FAST_SHARE = _t(
+    "coverage.fast_share",
+    0.40,
+    "ratio",
+    "40 % of the last two minutes lost to one family fires at once: more than one 45-second evaluation "
+    "or checkpoint pause in two minutes, so a single quick save does not.",
+)
+COVERAGE_FAST_EXIT = _t(
+    "coverage.fast_exit_share",
+    0.25,
+    "ratio",
+    "...and the two-minute evidence ends below 25 %.",
+)
+COVERAGE_CLEAR = _t(
+    "coverage.clear_share",
+    0.10,
+    "ratio",
+    "Two minutes with under 10 % lost: the condition has ended, and the five-minute share no longer holds "
+    "the verdict (it would otherwise linger for minutes after a fix).",
+)
+RECENT_WAIT_SHARE = _t(
+    "coverage.recent_wait_share",
+    0.50,
+    "ratio",
+    "Half of the last half-minute in step-level waits (for input, or inside collectives that move data) "
+    "while the job still computes between them: starved or communication-bound now. Long pauses do not "
+    "count here (they are checkpoints, stalls or idle time), so a save or an evaluation cannot fire it.",
+)
+
 STARVATION_IDLE_FRACTION = _t(
     "starvation.idle_fraction",
     0.15,
@@ -189,6 +338,13 @@ STARVATION_PAUSE = _t(
     "Input gaps are step-sized (sub-second to a few seconds). An idle stretch reaching the present that is "
     "longer than 10 s is a pause (checkpoint, evaluation, a crashed job), not a starving pipeline.",
 )
+PCIE_BUSY = _t(
+    "starvation.pcie_busy_bytes_per_second",
+    5e9,
+    "bytes_per_second",
+    "PCIe carrying 5 GB/s on average (a fifth of a Gen4 x16 link, a tenth of Gen5) while the GPU waits: "
+    "the host link is the pipeline (CPU offload, pageable copies); a fed training step moves under 2 GB/s.",
+)
 STARVATION_FIRE = _t(
     "starvation.fire_after_seconds",
     15.0,
@@ -228,10 +384,11 @@ HANG_TRAFFIC = _t(
 )
 HANG_FIRE = _t(
     "hang.fire_after_seconds",
-    120.0,
+    60.0,
     "seconds",
-    "Two minutes of a pinned, quiet collective on every GPU of the job is a hang, well inside PyTorch's "
-    "600 s NCCL watchdog.",
+    "A minute more of a pinned, quiet collective on every GPU of the job, nobody off-kernel and nothing "
+    "moving, is a hang: no collective waits that long for peers that are all present. Well inside "
+    "PyTorch's 600 s NCCL watchdog; the alert's `for` confirms it before paging.",
 )
 HANG_PEER_FIRE = _t(
     "hang.peer_wait_fire_after_seconds",
@@ -342,6 +499,18 @@ NVLINK_ERROR_RATE = _t(
 NVLINK_FIRE = _t("nvlink.fire_after_seconds", 30.0, "seconds", "Half a minute of a degraded fabric fires it.")
 NVLINK_RESOLVE = _t("nvlink.resolve_after_seconds", 60.0, "seconds", "A healthy minute resolves it.")
 
+COMM_BOUND_FIRE = _t(
+    "comm_bound.fire_after_seconds",
+    30.0,
+    "seconds",
+    "Half a minute of steps dominated by collectives fires it: slow transports do not come and go.",
+)
+COMM_BOUND_RESOLVE = _t(
+    "comm_bound.resolve_after_seconds",
+    60.0,
+    "seconds",
+    "A minute of fast collectives resolves it.",
+)
 # the exporter's own health, for the alert rules
 COLLECT_STALE = _t(
     "exporter.stale_seconds",
@@ -350,6 +519,88 @@ COLLECT_STALE = _t(
     "Thirty seconds without a successful collection at 1 s sampling: the exporter is stuck or NVML hangs.",
 )
 
+
+# ---- alerts: how long a condition must hold before it pages, and how loud -----------------------------
+
+
+@dataclass(frozen=True)
+class AlertPolicy:
+    for_: Threshold
+    severity: Choice
+
+    @property
+    def for_text(self) -> str:
+        """The ``for`` as Prometheus writes durations (``2m``, ``30s``, ``0s``)."""
+        seconds = int(self.for_.value)
+        if seconds and seconds % 3600 == 0:
+            return f"{seconds // 3600}h"
+        if seconds and seconds % 60 == 0:
+            return f"{seconds // 60}m"
+        return f"{seconds}s"
+
+
+ALERT_POLICIES: dict[str, AlertPolicy] = {}
+
+
+def _alert(name: str, for_s: float, severity: str, reason: str) -> AlertPolicy:
+    policy = ALERT_POLICIES[name] = AlertPolicy(
+        _t(f"alert.{name}.for_seconds", for_s, "seconds", reason),
+        _c(f"alert.{name}.severity", severity, reason),
+    )
+    return policy
+
+
+_alert(
+    "GpuDataStarvation",
+    120.0,
+    "warning",
+    "Two minutes of a GPU waiting for its input (or for checkpoints) is a job running at a fraction of its "
+    "speed: worth a warning, not a wake-up.",
+)
+_alert(
+    "GpuCommHang",
+    120.0,
+    "critical",
+    "Two more minutes of the verdict (a job on another node still saving a checkpoint would have moved "
+    "by then) and the job is hung: critical, since the NCCL watchdog kills it at ten.",
+)
+_alert(
+    "GpuCommBound",
+    300.0,
+    "warning",
+    "Slow collectives (NCCL over sockets instead of NVLink/EFA) do not end by themselves; five minutes "
+    "keeps a transient network slowdown from paging.",
+)
+_alert(
+    "GpuThermalThrottling",
+    120.0,
+    "warning",
+    "Two minutes of heat throttling outlasts a burst: the cooling cannot keep up.",
+)
+_alert(
+    "GpuPowerCapped",
+    300.0,
+    "warning",
+    "A lowered power cap is configuration, not an accident of the moment: five minutes confirms it.",
+)
+_alert(
+    "GpuIdleAllocated",
+    600.0,
+    "info",
+    "A reserved GPU doing nothing is waste, not breakage: informational after ten more minutes.",
+)
+_alert(
+    "GpuShmNearlyFull",
+    60.0,
+    "warning",
+    "A filling /dev/shm kills DataLoader workers within minutes: page after one minute above the line.",
+)
+_alert(
+    "GpuNvlinkDown",
+    300.0,
+    "critical",
+    "A link down for five minutes is not a retraining blip: collectives run on slower paths.",
+)
 
 # XID codes that mean trouble with the GPU or its driver rather than with a user's program. Their
 # counters are exported from zero, so that increase() sees the first event.
@@ -406,3 +657,8 @@ def board_tdp(name: str) -> float | None:
 def table() -> dict[str, Threshold]:
     """Every threshold, by key."""
     return dict(_TABLE)
+
+
+def choices() -> dict[str, Choice]:
+    """Every policy word (alert severities), by key."""
+    return dict(_CHOICES)

@@ -7,9 +7,11 @@ a zero score: it stays silent rather than guess.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from exporter.analysis.features import GpuFeatures, HostFeatures, UtilStats
+from exporter.analysis.ledger import Shares, coverage
 from exporter.thresholds import (
     CORE_PINNED,
     HANG_POWER,
@@ -19,11 +21,15 @@ from exporter.thresholds import (
     IDLE_MEMORY,
     IOWAIT_HIGH,
     NVLINK_ERROR_RATE,
+    PCIE_BUSY,
     POWER_CAP_BELOW_DEFAULT,
     POWER_CAP_SHARE,
     POWER_LOW,
     PSI_CPU_HIGH,
     PSI_IO_HIGH,
+    RECENT_WAIT_SHARE,
+    SCORE_ENTER,
+    SCORE_EXIT,
     SHM_FILL_HORIZON,
     SHM_WARNING,
     STARVATION_BUSY_FRACTION,
@@ -40,22 +46,34 @@ from exporter.thresholds import (
     THERMAL_SLOWDOWN,
 )
 
-KINDS = (
-    "data_starvation",
-    "comm_hang",
-    "thermal_throttle",
-    "power_throttle",
-    "shm_exhaustion",
-    "idle_allocated",
-    "nvlink_degraded",
-)
-
 
 @dataclass(frozen=True)
 class Evidence:
     score: float = 0.0
     cause: str = ""
     missing: str = ""
+
+
+@dataclass(frozen=True)
+class Context:
+    """Everything a kind's detector may look at for one GPU at one evaluation."""
+
+    f: GpuFeatures
+    host: HostFeatures | None = None
+    recent: Shares = field(default_factory=Shares)  # the ledger over the evidence window
+    fast: Shares = field(default_factory=Shares)  # ...over the fast window
+    slow: Shares = field(default_factory=Shares)  # ...over the ledger window
+    idle_s: float | None = None  # how long the GPU has held memory without a kernel (None: unknown)
+    idle_horizon_s: float = 0.0
+    slowdown_c: float | None = None
+    pauses: int = 0  # stopped runs longer than the pause allowance within the fast window
+
+
+def covered(
+    c: Context, pick: Callable[[Shares], float], fast_pick: Callable[[Shares], float] | None = None
+) -> float:
+    """The coverage rule's score for one share of the ledger."""
+    return coverage(c.fast, c.slow, pick, SCORE_ENTER.value, SCORE_EXIT.value, fast_pick)
 
 
 def clamp(x: float) -> float:
@@ -70,9 +88,11 @@ def ramp(x: float, zero: float, one: float) -> float:
 # ---- data starvation ---------------------------------------------------------------------------
 
 
-def starvation(f: GpuFeatures, h: HostFeatures | None) -> Evidence:
+def starvation(f: GpuFeatures, h: HostFeatures | None, waiting: float | None = None) -> Evidence:
     """The GPU waits for its input: busy/idle rhythm (or a wide swing), power well under what it could
-    draw and wave-like. Peers waiting in NCCL keep a kernel resident, so they never show idle gaps."""
+    draw and wave-like. Peers waiting in NCCL keep a kernel resident, so they never show idle gaps.
+    ``waiting``: the ledger's share of the window spent waiting for input; it replaces the raw idle share,
+    so that start-up (idle in the ledger) and framework gaps of a busy job are not mistaken for it."""
     if f.util_mean is None:
         return Evidence(missing="needs utilization.gpu")
     if f.n < 5 or (f.busy_fraction or 0.0) < STARVATION_BUSY_FRACTION.value:
@@ -83,10 +103,13 @@ def starvation(f: GpuFeatures, h: HostFeatures | None) -> Evidence:
         return Evidence(score=0.25)  # a pause, not the rhythm of a starving pipeline
     # sustained: the rhythm shows in both halves of the window (a single dip lives in one half)
     halves = [h for h in f.halves if h is not None]
-    rhythm = _rhythm(f.idle_fraction or 0.0, f.gaps)
+    idle = (f.idle_fraction or 0.0) if waiting is None else waiting
+    rhythm = _rhythm(idle, f.gaps)
     if len(halves) < 2 or any(h.gaps < 1 or h.idle_fraction < 0.05 for h in halves):
         rhythm = min(rhythm, 0.45)
     swing = min((_swing(h) for h in halves), default=0.0)
+    if waiting is not None and waiting < STARVATION_IDLE_FRACTION.value / 2:
+        swing = 0.0  # the ledger sees no waiting: a swing between phases (start-up, evaluation) is not it
     util_evidence = max(rhythm, swing)
     score = util_evidence
     ratio = f.power_ratio
@@ -130,8 +153,13 @@ def starvation_cause(f: GpuFeatures, h: HostFeatures | None) -> str:
         ]
         if cpu:
             strengths["cpu"] = max(cpu)
+    transfer = []
     if f.mem_util_in_gaps is not None:
-        strengths["host_transfer"] = ramp(f.mem_util_in_gaps, 0.05, 0.15)  # copies while no kernel runs
+        transfer.append(ramp(f.mem_util_in_gaps, 0.05, 0.15))  # copies while no kernel runs
+    if f.pcie_bps is not None:
+        transfer.append(f.pcie_bps / PCIE_BUSY.value)  # the host link kept busy: offload, pageable copies
+    if transfer:
+        strengths["host_transfer"] = max(transfer)
     cause, strength = max(strengths.items(), key=lambda kv: kv[1], default=("unknown", 0.0))
     return cause if strength >= 1.0 else "unknown"
 
@@ -273,3 +301,74 @@ def nvlink_degraded(f: GpuFeatures) -> Evidence:
         return Evidence(missing="needs NVLink link state, P2P status or fabric state")
     cause, score = max(parts.items(), key=lambda kv: kv[1])
     return Evidence(score=score, cause=cause if score > 0 else "")
+
+
+# ---- kind detectors: the shapes above and the coverage rule over the ledger -------------------------
+
+
+def detect_starvation(c: Context) -> Evidence:
+    """Waiting for input or for checkpoints: the rhythm in the evidence window, or the coverage rule over
+    the ledger's input_wait + checkpoint time. The cause: checkpoint when synchronous long pauses
+    dominate, else the node's strongest signal."""
+    shape = starvation(c.f, c.host, c.recent.family("input") if c.recent.counted_s else None)
+    if shape.missing:
+        return shape
+    # one long pause in the fast window is a save or an evaluation: only a repeated one counts there
+    repeated = c.pauses >= 2
+    waiting = SCORE_ENTER.value * c.recent.get("input_wait") / RECENT_WAIT_SHARE.value
+    score = max(
+        shape.score,
+        clamp(waiting),
+        covered(c, lambda s: s.family("input"), None if repeated else lambda s: s.get("input_wait")),
+    )
+    if score <= 0:
+        return Evidence()
+    if c.slow.get("checkpoint") >= c.slow.get("input_wait") and c.slow.get("checkpoint") > 0:
+        return Evidence(score=score, cause="checkpoint")
+    return Evidence(score=score, cause=starvation_cause(c.f, c.host))
+
+
+def detect_comm_bound(c: Context) -> Evidence:
+    """Steps dominated by slow collectives: kernels resident, few SMs active, traffic flowing, the job
+    still progressing (a quiet, stopped collective is a stall instead)."""
+    if c.f.util_mean is None:
+        return Evidence(missing="needs utilization.gpu")
+    if c.f.sm_mean is None and c.f.power_ratio is None:
+        return Evidence(missing="needs GPM SM activity or power.draw with a power limit")
+    fast = SCORE_ENTER.value * c.recent.get("comm_wait") / RECENT_WAIT_SHARE.value
+    if c.recent.get("computing") + c.recent.get("throttled") <= 0:
+        fast = 0.0  # nothing computed between the collectives: not a step pattern
+    return Evidence(score=clamp(max(fast, covered(c, lambda s: s.family("comm")))))
+
+
+def detect_comm_hang(c: Context) -> Evidence:
+    ev = comm_hang(c.f)
+    if ev.missing:
+        return ev
+    return Evidence(score=max(ev.score, covered(c, lambda s: s.family("stall"))))
+
+
+def detect_thermal(c: Context) -> Evidence:
+    ev = thermal(c.f, c.slowdown_c)
+    if ev.missing:
+        return ev
+    return Evidence(score=max(ev.score, covered(c, lambda s: s.thermal)))
+
+
+def detect_power(c: Context) -> Evidence:
+    ev = power_throttle(c.f)
+    if ev.missing or ev.cause != "cap_below_default":
+        return ev  # capped at the board's default limit: routine, the ledger's throttled time says how much
+    return Evidence(score=max(ev.score, covered(c, lambda s: s.get("throttled") - s.thermal)), cause=ev.cause)
+
+
+def detect_shm(c: Context) -> Evidence:
+    return shm_exhaustion(c.host)
+
+
+def detect_idle(c: Context) -> Evidence:
+    return idle_allocated(c.idle_s, c.idle_horizon_s)
+
+
+def detect_nvlink(c: Context) -> Evidence:
+    return nvlink_degraded(c.f)

@@ -10,8 +10,11 @@ from dataclasses import dataclass, field
 
 from exporter.analysis import detectors as d
 from exporter.analysis.features import GpuFeatures, HostFeatures, gpu_features, host_features
+from exporter.analysis.kinds import KINDS as REGISTRY
+from exporter.analysis.kinds import NAMES as KINDS
+from exporter.analysis.ledger import GpuLedger, Shares, Tick, measure
 from exporter.analysis.points import GpuPoint, HostPoint
-from exporter.analysis.verdicts import TIMINGS, Track, step
+from exporter.analysis.verdicts import Track, step
 from exporter.analysis.window import Window
 from exporter.thresholds import (
     EVIDENCE_WINDOW,
@@ -21,9 +24,8 @@ from exporter.thresholds import (
     IDLE_MEMORY,
     SCORE_ENTER,
     UTIL_IDLE_LINE,
+    board_tdp,
 )
-
-KINDS = d.KINDS
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,10 @@ class _Gpu:
     power_seen_w: float | None = None  # the most it drew while busy (p95 of a busy window)
     tracks: dict[str, Track] = field(default_factory=lambda: {kind: Track() for kind in KINDS})
     features: GpuFeatures = field(default_factory=GpuFeatures)
+    ledger: GpuLedger = field(default_factory=GpuLedger)
+    ticked: float | None = None  # the last second the ledger took
+    held: bool = False  # did a job hold it at the last tick
+    shares: tuple[Shares, Shares, Shares] = (Shares(), Shares(), Shares())
 
 
 class Analyzer:
@@ -116,12 +122,57 @@ class Analyzer:
         state = self._gpu(gpu)
         state.window.clear()
         state.idle_since = None
+        state.ledger.forget_run()
 
     def window(self, gpu: str) -> Window[GpuPoint]:
         return self._gpu(gpu).window
 
     def features(self, gpu: str) -> GpuFeatures:
         return self._gpu(gpu).features
+
+    def ledger(self, gpu: str) -> GpuLedger:
+        return self._gpu(gpu).ledger
+
+    def flush_ledgers(self) -> None:
+        """The end of a trace: commit every held-back second as it stands."""
+        for state in self._gpus.values():
+            state.ledger.forget_run()
+
+    def gpus(self) -> list[str]:
+        return list(self._gpus)
+
+    def group_of(self, gpu: str) -> str:
+        return self._gpu(gpu).group
+
+    # ---- the ledger ----------------------------------------------------------------------------
+
+    def _tick_ledgers(self, now: float, chosen: list[str]) -> None:
+        """Give each GPU's last second its states: measure every GPU, then judge each in its job."""
+        ticks: dict[str, Tick] = {}
+        groups: dict[str, list[str]] = {}
+        for gpu in chosen:
+            groups.setdefault(self._gpus[gpu].group, []).append(gpu)
+        for members in groups.values():
+            held = sum(self._gpus[g].held for g in members)
+            for gpu in members:
+                state = self._gpus[gpu]
+                start = state.ticked if state.ticked is not None else now - 1.0
+                if now <= start:
+                    continue
+                fresh = [p for p in _since(state.window, start) if p.t <= now]
+                points = state.ledger.points_for(fresh, now)
+                peers = held - 1 if state.held else held
+                ref = _power_ref(points, state)
+                ticks[gpu] = measure(points, start, now, peers, ref, state.slowdown_c)
+                state.ticked = now
+            job = [ticks[g] for g in members if g in ticks and ticks[g].span > 0 and ticks[g].held]
+            stopped = len(job) >= 2 and all(t.stopped for t in job)
+            quiet = stopped and not any(t.off_kernel for t in job)
+            for gpu in members:
+                if gpu in ticks:
+                    tick = ticks[gpu]
+                    self._gpus[gpu].held = tick.span > 0 and tick.held
+                    self._gpus[gpu].ledger.commit(tick, stopped, quiet)
 
     # ---- evaluation ----------------------------------------------------------------------------
 
@@ -136,6 +187,7 @@ class Analyzer:
         host = host_features(host_points) if host_points else None
         self.host_features = host or HostFeatures()
         evidence: dict[str, dict[str, d.Evidence]] = {}
+        self._tick_ledgers(now, chosen)
         for gpu in chosen:
             state = self._gpus[gpu]
             state.window.evict(now)
@@ -147,15 +199,20 @@ class Analyzer:
                 if state.idle_known
                 else None
             )
-            evidence[gpu] = {
-                "data_starvation": d.starvation(f, host),
-                "comm_hang": d.comm_hang(f),
-                "thermal_throttle": d.thermal(f, state.slowdown_c),
-                "power_throttle": d.power_throttle(f),
-                "shm_exhaustion": d.shm_exhaustion(host),
-                "idle_allocated": d.idle_allocated(idle_s, IDLE_AFTER.value),
-                "nvlink_degraded": d.nvlink_degraded(f),
-            }
+            state.shares = state.ledger.shares(now)
+            recent, fast, slow = state.shares
+            ctx = d.Context(
+                f=f,
+                host=host,
+                recent=recent,
+                fast=fast,
+                slow=slow,
+                idle_s=idle_s,
+                idle_horizon_s=IDLE_AFTER.value,
+                slowdown_c=state.slowdown_c,
+                pauses=state.ledger.pauses(now),
+            )
+            evidence[gpu] = {name: kind.detector(ctx) for name, kind in REGISTRY.items()}
             for kind, ev in evidence[gpu].items():
                 if ev.missing:
                     if kind not in self.had_inputs:
@@ -175,6 +232,12 @@ class Analyzer:
         events: list[VerdictEvent] = []
         for members in groups.values():
             hung = [g for g in members if evidence[g]["comm_hang"].score >= SCORE_ENTER.value]
+            starving = [
+                g
+                for g in members
+                if evidence[g]["data_starvation"].score >= SCORE_ENTER.value
+                or self._gpus[g].tracks["data_starvation"].firing
+            ]
             all_hung = len(hung) == len(members)
             for gpu in members:
                 state = self._gpus[gpu]
@@ -193,6 +256,9 @@ class Analyzer:
                         related = tuple(
                             g for g in members if g != gpu and d.waiting_in_collective(self._gpus[g].features)
                         )
+                    elif kind == "comm_bound" and any(g != gpu for g in starving):
+                        # peers waiting for a starved rank: the rank is the problem, not the transport
+                        ev, related = d.Evidence(), tuple(g for g in starving if g != gpu)
                     elif kind == "nvlink_degraded" and cause == "p2p":
                         # P2P failing only toward peers that lost their own links or fabric is their fault
                         broken = [
@@ -203,10 +269,29 @@ class Analyzer:
                         if broken and len(broken) >= (state.features.p2p_failed or 0):
                             ev, cause, related = d.Evidence(), "", tuple(broken)
                     track = state.tracks[kind]
-                    change = step(track, ev.score, cause, now, TIMINGS[kind], hold)
+                    change = step(track, ev.score, cause, now, REGISTRY[kind].timing, hold)
                     if change:
                         events.append(
                             VerdictEvent(now, gpu, kind, change, round(ev.score, 3), track.cause, related)
                         )
                     out[gpu][kind] = KindState(ev.score, track.firing, track.cause if track.firing else "")
         return out, events
+
+
+def _since(window: Window[GpuPoint], t: float) -> list[GpuPoint]:
+    """The window's points after t, oldest first (walks back from the newest)."""
+    out: list[GpuPoint] = []
+    for p in reversed(window):
+        if p.t <= t:
+            break
+        out.append(p)
+    out.reverse()
+    return out
+
+
+def _power_ref(points: list[GpuPoint], state: _Gpu) -> float | None:
+    """What the GPU may draw: enforced limit, else default, else the board's TDP, else the most seen."""
+    for p in reversed(points):
+        if p.power_limit_w or p.power_default_w:
+            return p.power_limit_w or p.power_default_w
+    return board_tdp(state.name) or state.power_seen_w

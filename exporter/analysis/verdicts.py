@@ -5,48 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.thresholds import (
-    HANG_FIRE,
-    HANG_RESOLVE,
-    NVLINK_FIRE,
-    NVLINK_RESOLVE,
-    POWER_FIRE,
-    POWER_RESOLVE,
-    SCORE_ENTER,
-    SCORE_EXIT,
-    SHM_RESOLVE,
-    SHM_RESOLVE_RATIO,
-    SHM_WARNING,
-    STARVATION_FIRE,
-    STARVATION_RESOLVE,
-    THERMAL_FIRE,
-    THERMAL_RESOLVE,
-)
-
 
 @dataclass(frozen=True)
 class Timing:
-    enter: float
-    exit: float
-    fire_after: float
-    resolve_after: float
-
-
-TIMINGS: dict[str, Timing] = {
-    "data_starvation": Timing(
-        SCORE_ENTER.value, SCORE_EXIT.value, STARVATION_FIRE.value, STARVATION_RESOLVE.value
-    ),
-    "comm_hang": Timing(SCORE_ENTER.value, SCORE_EXIT.value, HANG_FIRE.value, HANG_RESOLVE.value),
-    "thermal_throttle": Timing(
-        SCORE_ENTER.value, SCORE_EXIT.value, THERMAL_FIRE.value, THERMAL_RESOLVE.value
-    ),
-    "power_throttle": Timing(SCORE_ENTER.value, SCORE_EXIT.value, POWER_FIRE.value, POWER_RESOLVE.value),
-    # the score is the fill ratio: fire at the warning line, resolve below the resolve line
-    "shm_exhaustion": Timing(SHM_WARNING.value, SHM_RESOLVE_RATIO.value, 0.0, SHM_RESOLVE.value),
-    # the score is idle time over IDLE_AFTER: it fires when that is reached, resolves on the first work
-    "idle_allocated": Timing(1.0, 0.999, 0.0, 0.0),
-    "nvlink_degraded": Timing(SCORE_ENTER.value, SCORE_EXIT.value, NVLINK_FIRE.value, NVLINK_RESOLVE.value),
-}
+    enter: float  # evidence must reach this score to start counting...
+    exit: float  # ...and fall below this one to start resolving
+    fire_after: float  # seconds at or above enter before the verdict fires
+    resolve_after: float  # seconds below exit before it resolves
 
 
 @dataclass

@@ -46,6 +46,9 @@ class Window(Generic[P]):
     def __iter__(self) -> Iterator[P]:
         return iter(self._points)
 
+    def __reversed__(self) -> Iterator[P]:
+        return reversed(self._points)
+
     def __len__(self) -> int:
         return len(self._points)
 

@@ -1,0 +1,452 @@
+"""The time ledger: every second of every GPU goes to exactly one state. Pure: no clocks, no I/O.
+
+Each evaluation tick (one second, live and in ``replay``) the points that arrived for a GPU are split:
+
+* a utilization sample ``u`` says a kernel was resident for ``u`` of its period. Below the busy line the
+  rest is waiting time (``gap``); above the steady line the GPU counts as wholly working (the gaps inside
+  are launch overhead); in between the waiting part fades out;
+* the resident part is a collective (``comm``) when few SMs are active per unit of utilization (GPM), or,
+  without GPM, in proportion to how far the power draw sits below computing power. A GPU with no peer in
+  its job cannot wait for one: its resident time is compute;
+* compute time is ``throttled`` while thermal reasons hold the clocks, or the power cap lowers them;
+* a collective is ``quiet`` when NVLink and PCIe carry next to nothing.
+
+Then the second gets its states from its context (the run of stopped seconds it belongs to and the GPUs of
+its job). A second is *stopped* when the GPU did (almost) no work and moved no data. Stopped runs up to the
+pause allowance are step-level waits: ``input_wait`` (no kernel) and ``comm_wait`` (in a collective). A
+longer run is held back (at most the allowance) and then judged as a whole:
+
+* before the job has trained (or while its memory keeps growing: a model load) it is ``idle``;
+* every GPU of the job stopped together, all in a quiet collective: ``stalled`` (a hang);
+* every GPU of the job stopped together, someone off-kernel: ``checkpoint`` (the job pauses as one);
+* one GPU off-kernel while its peers work or wait: ``input_wait``; a GPU waiting on peers: ``comm_wait``;
+* longer than the idle horizon with no kernel: ``idle``.
+
+``free`` is a GPU no job holds (memory under the idle line). Seconds without a sample (a lost GPU, a hole in
+a log) are not counted: the states sum to the observed time.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from exporter.analysis.points import GpuPoint
+from exporter.thresholds import (
+    COVERAGE_CLEAR,
+    COVERAGE_EXIT,
+    COVERAGE_FAST_EXIT,
+    COVERAGE_FAST_SHARE,
+    COVERAGE_SHARE,
+    EVIDENCE_WINDOW,
+    HANG_TRAFFIC,
+    IDLE_AFTER,
+    IDLE_MEMORY,
+    LEDGER_BUSY_UTIL,
+    LEDGER_COMM_MEM_UTIL,
+    LEDGER_COMM_POWER_HIGH,
+    LEDGER_COMM_POWER_LOW,
+    LEDGER_COMM_SM,
+    LEDGER_FAST_WINDOW,
+    LEDGER_POWER_AT_LIMIT,
+    LEDGER_STALE,
+    LEDGER_STARTUP_COMPUTE,
+    LEDGER_STEADY_UTIL,
+    LEDGER_THROTTLE_CLOCK,
+    LEDGER_WINDOW,
+    STARVATION_PAUSE,
+    TEMP_HOT,
+    THERMAL_CLOCK_DROP,
+    THERMAL_SLOWDOWN,
+    UTIL_IDLE_LINE,
+)
+
+STATES: tuple[str, ...] = (
+    "computing",
+    "input_wait",
+    "comm_wait",
+    "stalled",
+    "checkpoint",
+    "throttled",
+    "idle",
+    "free",
+)
+# where each state's time is lost: one family per verdict kind (computing and free lose nothing)
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "input": ("input_wait", "checkpoint"),
+    "comm": ("comm_wait",),
+    "stall": ("stalled",),
+    "throttle": ("throttled",),
+    "idle": ("idle",),
+}
+_INDEX = {state: i for i, state in enumerate(STATES)}
+_THERMAL = len(STATES)  # one more slot: the part of `throttled` that is for heat (the rest is power)
+_SLOTS = len(STATES) + 1
+
+THERMAL_BITS = 0x20 | 0x40  # sw_thermal, hw_thermal
+HW_SLOWDOWN = 0x8  # thermal or a power brake: thermal only when the GPU is hot
+POWER_CAP_BITS = 0x4 | 0x80  # sw_power_cap, hw_power_brake
+
+
+# ---- one point, one second ----------------------------------------------------------------------
+
+
+def waiting_part(util: float) -> float:
+    """The share of a sample period spent waiting with no kernel, from its utilization."""
+    if util < UTIL_IDLE_LINE.value:
+        return 1.0
+    steady, busy = LEDGER_STEADY_UTIL.value, LEDGER_BUSY_UTIL.value
+    if util >= steady:
+        return 0.0
+    fade = 1.0 if util <= busy else (steady - util) / (steady - busy)
+    return (1.0 - util) * fade
+
+
+def comm_part(p: GpuPoint, resident_all_tick: bool, tick_power_ratio: float | None) -> float:
+    """The share of a point's resident time that is a collective rather than compute. SM activity tells
+    per sample. Without it, memory utilization or power (board-averaged over about a second) can only
+    tell for a GPU resident the whole second: at low duty they read low because of the gaps."""
+    util = p.util or 0.0
+    if util < LEDGER_BUSY_UTIL.value:
+        return 0.0  # a short resident stretch in a waiting sample: too little to call
+    if p.sm_active is not None:
+        return 1.0 if p.sm_active < LEDGER_COMM_SM.value * util else 0.0
+    if not resident_all_tick:
+        return 0.0
+    if p.mem_util is not None:
+        return 1.0 if p.mem_util < LEDGER_COMM_MEM_UTIL.value else 0.0
+    if tick_power_ratio is not None:
+        low, high = LEDGER_COMM_POWER_LOW.value, LEDGER_COMM_POWER_HIGH.value
+        return min(1.0, max(0.0, (high - tick_power_ratio) / (high - low)))
+    return 0.0
+
+
+def throttle_reason(p: GpuPoint, slowdown_c: float | None) -> str:
+    """``thermal``, ``power`` or "" for compute time at this point."""
+    clock = p.sm_clock_hz / p.sm_clock_max_hz if p.sm_clock_hz and p.sm_clock_max_hz else None
+    if p.reasons is not None:
+        hot = p.temp_c is not None and p.temp_c >= TEMP_HOT.value
+        if p.reasons & THERMAL_BITS or (p.reasons & HW_SLOWDOWN and hot):
+            return "thermal"
+        if p.reasons & POWER_CAP_BITS and (clock is None or clock < LEDGER_THROTTLE_CLOCK.value):
+            return "power"
+        return ""
+    if clock is None:
+        return ""
+    slowdown = slowdown_c or THERMAL_SLOWDOWN.value
+    if p.temp_c is not None and p.temp_c >= slowdown - 3 and clock < THERMAL_CLOCK_DROP.value:
+        return "thermal"
+    at_limit = (
+        p.power_w is not None
+        and p.power_limit_w
+        and p.power_w >= LEDGER_POWER_AT_LIMIT.value * p.power_limit_w
+    )
+    return "power" if at_limit and clock < LEDGER_THROTTLE_CLOCK.value else ""
+
+
+def _quiet(p: GpuPoint) -> bool:
+    """NVLink and PCIe carry next to nothing (unknown traffic counts as quiet)."""
+    return all(
+        v is None or v < HANG_TRAFFIC.value
+        for v in (
+            None if p.nvlink_tx_bps is None else p.nvlink_tx_bps + (p.nvlink_rx_bps or 0.0),
+            None if p.pcie_tx_bps is None else p.pcie_tx_bps + (p.pcie_rx_bps or 0.0),
+        )
+    )
+
+
+@dataclass
+class Tick:
+    """One GPU's second, measured from its points, before its context is known."""
+
+    t: float
+    span: float = 0.0
+    free: float = 0.0
+    gap: float = 0.0
+    comm_quiet: float = 0.0
+    comm_flow: float = 0.0
+    compute: float = 0.0
+    throttled: float = 0.0
+    thermal: float = 0.0
+    mem_bytes: float | None = None
+
+    @property
+    def work(self) -> float:
+        return self.compute + self.throttled + self.comm_flow
+
+    @property
+    def held(self) -> bool:
+        return self.free < self.span / 2
+
+    @property
+    def stopped(self) -> bool:
+        """No work and no data moved: waiting with no kernel or in a quiet collective."""
+        return self.held and self.work < UTIL_IDLE_LINE.value * self.span
+
+    @property
+    def off_kernel(self) -> bool:
+        return self.gap >= self.comm_quiet
+
+
+def measure(
+    points: Sequence[GpuPoint],
+    t0: float,
+    t1: float,
+    peers: int,
+    power_ref_w: float | None,
+    slowdown_c: float | None = None,
+) -> Tick:
+    """Split the second (t0, t1] between the raw parts, each point weighing the same."""
+    tick = Tick(t=t1)
+    usable = [p for p in points if p.util is not None]
+    if not usable:
+        return tick
+    tick.span = t1 - t0
+    weight = tick.span / len(usable)
+    resident_all = sum(p.util or 0.0 for p in usable) / len(usable) >= LEDGER_STEADY_UTIL.value
+    powers = [p.power_w for p in usable if p.power_w is not None]
+    power_ratio = sum(powers) / len(powers) / power_ref_w if powers and power_ref_w else None
+    for p in usable:
+        util = p.util or 0.0
+        tick.mem_bytes = p.mem_used_bytes if p.mem_used_bytes is not None else tick.mem_bytes
+        if (
+            p.mem_used_bytes is not None
+            and p.mem_used_bytes < IDLE_MEMORY.value
+            and util < UTIL_IDLE_LINE.value
+        ):
+            tick.free += weight
+            continue
+        gap = waiting_part(util)
+        resident = (1.0 - gap) * weight
+        comm = comm_part(p, resident_all, power_ratio) * resident if peers > 0 else 0.0
+        work = resident - comm
+        tick.gap += gap * weight
+        if comm:
+            if _quiet(p):
+                tick.comm_quiet += comm
+            else:
+                tick.comm_flow += comm
+        reason = throttle_reason(p, slowdown_c) if work > 0 else ""
+        if reason:
+            tick.throttled += work
+            if reason == "thermal":
+                tick.thermal += work
+        else:
+            tick.compute += work
+    return tick
+
+
+# ---- rolling shares -----------------------------------------------------------------------------
+
+
+class _Horizon:
+    """Sums of the committed seconds of the last ``span`` seconds."""
+
+    def __init__(self, span: float) -> None:
+        self.span = span
+        self.items: deque[tuple[float, list[float]]] = deque()
+        self.sums = [0.0] * _SLOTS
+
+    def add(self, t: float, vec: list[float]) -> None:
+        self.items.append((t, vec))
+        for i, v in enumerate(vec):
+            self.sums[i] += v
+
+    def evict(self, now: float) -> None:
+        cutoff = now - self.span
+        while self.items and self.items[0][0] <= cutoff:
+            _, vec = self.items.popleft()
+            for i, v in enumerate(vec):
+                self.sums[i] -= v
+
+
+@dataclass(frozen=True)
+class Shares:
+    """Shares of the counted time of one horizon lost to each state (0-1), and how much was counted."""
+
+    counted_s: float = 0.0
+    by_state: dict[str, float] = field(default_factory=dict)
+    thermal: float = 0.0  # the share throttled for heat (part of by_state["throttled"])
+
+    def family(self, name: str) -> float:
+        return sum(self.by_state.get(s, 0.0) for s in FAMILIES[name])
+
+    def get(self, state: str) -> float:
+        return self.by_state.get(state, 0.0)
+
+
+def _shares(h: _Horizon) -> Shares:
+    counted = sum(h.sums[: len(STATES)])
+    if counted <= 1e-9:
+        return Shares()
+    return Shares(
+        counted_s=counted,
+        by_state={s: max(0.0, h.sums[i]) / counted for i, s in enumerate(STATES)},
+        thermal=max(0.0, h.sums[_THERMAL]) / counted,
+    )
+
+
+# ---- one GPU's ledger ---------------------------------------------------------------------------
+
+
+@dataclass
+class GpuLedger:
+    """A GPU's committed seconds per state (the counters), its stopped run and its rolling shares."""
+
+    totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STATES, 0.0))
+    worked_s: float = 0.0  # working seconds since the job took the GPU: start-up ends at the allowance
+    run_s: float = 0.0  # length of the current stopped run
+    run_mem: float | None = None  # memory used when the run began
+    pending: list[tuple[Tick, bool]] = field(default_factory=list)  # held-back run seconds (tick, started)
+    last: GpuPoint | None = None
+    long_runs: deque[float] = field(default_factory=deque)  # when recent runs outgrew the pause allowance
+    horizons: tuple[_Horizon, ...] = field(
+        default_factory=lambda: tuple(
+            _Horizon(s) for s in (EVIDENCE_WINDOW.value, LEDGER_FAST_WINDOW.value, LEDGER_WINDOW.value)
+        )
+    )
+
+    @property
+    def started(self) -> bool:
+        return self.worked_s >= LEDGER_STARTUP_COMPUTE.value
+
+    def points_for(self, points: list[GpuPoint], t1: float) -> list[GpuPoint]:
+        """The points of this second, or the last one while it is fresh."""
+        if points:
+            self.last = points[-1]
+            return points
+        if self.last is not None and t1 - self.last.t <= LEDGER_STALE.value:
+            return [self.last]
+        return []
+
+    def commit(self, tick: Tick, job_stopped: bool, job_quiet: bool) -> None:
+        """Give the second its states, from the run it belongs to and the job's GPUs."""
+        if tick.span <= 0:
+            return
+        if not tick.held:
+            self._flush()
+            self.worked_s, self.run_s = 0.0, 0.0  # no job: the next one starts afresh
+            self._add(tick.t, _vector(tick, started=False))
+            return
+        if not tick.stopped:
+            self._flush()
+            self.run_s = 0.0
+            self.worked_s += tick.work
+            self._add(tick.t, _vector(tick, self.started))
+            return
+        if self.run_s == 0.0:
+            self.run_mem = tick.mem_bytes
+        self.run_s += tick.span
+        if self.run_s <= STARVATION_PAUSE.value:
+            self.pending.append((tick, self.started))
+            return
+        if self.pending:
+            self.long_runs.append(self.pending[0][0].t)
+        state_gap, state_comm = self._long_run(tick, job_stopped, job_quiet)
+        for held_tick, _ in self.pending:
+            self._add(held_tick.t, _vector(held_tick, True, state_gap, state_comm))
+        self.pending.clear()
+        self._add(tick.t, _vector(tick, True, state_gap, state_comm))
+
+    def _long_run(self, tick: Tick, job_stopped: bool, job_quiet: bool) -> tuple[str, str]:
+        """States of the waiting and of the collective time of a run longer than the pause allowance."""
+        loading = (
+            tick.mem_bytes is not None
+            and self.run_mem is not None
+            and tick.mem_bytes - self.run_mem >= IDLE_MEMORY.value
+        )
+        if not self.started or loading or self.run_s > IDLE_AFTER.value:
+            gap = "idle"
+        elif job_stopped:
+            gap = "checkpoint"
+        else:
+            gap = "input_wait"
+        comm = ("stalled" if job_quiet else "checkpoint") if job_stopped else "comm_wait"
+        return gap, comm
+
+    def _flush(self) -> None:
+        """A run that ended within the allowance: step-level waits."""
+        for tick, started in self.pending:
+            self._add(tick.t, _vector(tick, started))
+        self.pending.clear()
+
+    def _add(self, t: float, vec: list[float]) -> None:
+        for i, state in enumerate(STATES):
+            self.totals[state] += vec[i]
+        for h in self.horizons:
+            h.add(t, vec)
+
+    def shares(self, now: float) -> tuple[Shares, Shares, Shares]:
+        """Shares over the evidence window, the fast window and the ledger window."""
+        out = []
+        for h in self.horizons:
+            h.evict(now)
+            out.append(_shares(h))
+        return out[0], out[1], out[2]
+
+    def pauses(self, now: float) -> int:
+        """Stopped runs longer than the pause allowance that began within the fast window."""
+        while self.long_runs and self.long_runs[0] <= now - LEDGER_FAST_WINDOW.value:
+            self.long_runs.popleft()
+        return len(self.long_runs)
+
+    def observed_s(self) -> float:
+        """Committed plus held-back seconds: what the states must sum to."""
+        return sum(self.totals.values()) + sum(t.span for t, _ in self.pending)
+
+    def forget_run(self) -> None:
+        """The GPU was lost or reset: commit what is held back and start a new run."""
+        self._flush()
+        self.run_s, self.last = 0.0, None
+
+
+def _vector(tick: Tick, started: bool, gap_state: str = "", comm_state: str = "") -> list[float]:
+    vec = [0.0] * _SLOTS
+    vec[_INDEX["free"]] += tick.free
+    vec[_INDEX[gap_state or ("input_wait" if started else "idle")]] += tick.gap
+    vec[_INDEX[comm_state or "comm_wait"]] += tick.comm_quiet
+    vec[_INDEX["comm_wait"]] += tick.comm_flow
+    vec[_INDEX["computing"]] += tick.compute
+    vec[_INDEX["throttled"]] += tick.throttled
+    vec[_THERMAL] += tick.thermal
+    return vec
+
+
+# ---- coverage ------------------------------------------------------------------------------------
+
+
+def coverage(
+    fast: Shares,
+    slow: Shares,
+    pick: Callable[[Shares], float],
+    enter_score: float,
+    exit_score: float,
+    fast_pick: Callable[[Shares], float] | None = None,
+) -> float:
+    """The coverage rule as a score: at the enter share of either window the score reaches the verdicts'
+    enter score, at the exit share their exit score. A window counts once half of it has been observed.
+    ``fast_pick`` reads the fast window differently (what may count there), default ``pick``."""
+
+    def one(s: Shares, span: float, enter: float, exit_: float, read: Callable[[Shares], float]) -> float:
+        if s.counted_s < span / 2:
+            return 0.0
+        return exit_score + (enter_score - exit_score) * (read(s) - exit_) / (enter - exit_)
+
+    fast_read = fast_pick or pick
+    fast_score = one(
+        fast, LEDGER_FAST_WINDOW.value, COVERAGE_FAST_SHARE.value, COVERAGE_FAST_EXIT.value, fast_read
+    )
+    slow_score = one(slow, LEDGER_WINDOW.value, COVERAGE_SHARE.value, COVERAGE_EXIT.value, pick)
+    if fast.counted_s >= LEDGER_FAST_WINDOW.value / 2 and pick(fast) < COVERAGE_CLEAR.value:
+        slow_score = 0.0  # nothing lost lately: the condition has ended
+    score = max(fast_score, slow_score)
+    return min(1.0, max(0.0, score))
+
+
+def job_totals(ledgers: Iterable[GpuLedger]) -> dict[str, float]:
+    out = dict.fromkeys(STATES, 0.0)
+    for ledger in ledgers:
+        for state, seconds in ledger.totals.items():
+            out[state] += seconds
+    return out
