@@ -112,6 +112,13 @@ def _gpu(fams: _Families, view: GpuView, snapshot: Snapshot) -> None:
     r = view.reading
     if r is None:
         return
+    time_fam = fams.counter(
+        "gpu_time_seconds",
+        "Where the GPU's time went: seconds in each ledger state (computing, input_wait, comm_wait, stalled, "
+        "checkpoint, throttled, idle, free); the states sum to the time observed.",
+    )
+    for state, seconds in view.ledger.items():
+        time_fam.add(f'{base},state="{state}"', round(seconds, 3))
     for kind, state in view.verdicts.items():
         fams.gauge("gpu_bottleneck", "1 while the verdict of this kind holds, with its probable cause.").add(
             f'{base},kind="{kind}",cause="{esc(state.cause)}"', 1 if state.firing else 0

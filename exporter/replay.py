@@ -160,7 +160,34 @@ def summary(result: ReplayResult) -> dict[str, object]:
         ],
         "jobs": result.jobs,
         "silent": result.silent,
+        "ledger": {gpu: _rounded(states) for gpu, states in result.ledger.items()},
+        "job_ledger": {job: _rounded(states) for job, states in result.job_ledger.items()},
     }
+
+
+def _rounded(states: dict[str, float]) -> dict[str, float]:
+    return {state: round(seconds, 1) for state, seconds in states.items()}
+
+
+def ledger_lines(result: ReplayResult) -> list[str]:
+    """Where each GPU's time went, and each job's: the share of every state that took any."""
+
+    def line(name: str, states: dict[str, float]) -> str:
+        total = sum(states.values())
+        if total <= 0:
+            return f"  {name}: no utilization samples"
+        parts = [
+            f"{state} {seconds / total:.0%}" for state, seconds in states.items() if seconds / total >= 0.005
+        ]
+        return f"  {name} ({total:.0f} s): " + ", ".join(parts)
+
+    lines = ["where the time went:"]
+    lines += [line(f"GPU {gpu}", states) for gpu, states in result.ledger.items()]
+    lines += [
+        line(f"job {job}" if job != "node" else "all GPUs", states)
+        for job, states in result.job_ledger.items()
+    ]
+    return lines
 
 
 def _clock(result: ReplayResult, t: float) -> str:
@@ -222,4 +249,6 @@ def human(result: ReplayResult) -> str:
         )
     if s.skipped:
         lines.append(f"  {s.skipped} unreadable row(s) skipped")
+    if result.ledger:
+        lines += ledger_lines(result)
     return "\n".join(lines)

@@ -76,6 +76,7 @@ class GpuView:
     xids: dict[int, int] = field(default_factory=dict)
     p2p: dict[tuple[int, str], bool] = field(default_factory=dict)  # (peer index, capability) -> OK
     verdicts: dict[str, KindState] = field(default_factory=dict)  # kind -> score, firing, cause
+    ledger: dict[str, float] = field(default_factory=dict)  # state -> seconds of this GPU's time so far
     pod: PodRef | None = None  # the container holding the whole GPU, when exactly one does
     assignments: tuple[
         tuple[Assignment, str], ...
@@ -506,6 +507,7 @@ class Sampler:
                     xids=xids.get(index, {}),
                     p2p={(b, cap): ok for (a, b, cap), ok in self._p2p.items() if a == index},
                     verdicts=verdicts.get(str(index), {}),
+                    ledger=dict(self.analyzer.ledger(str(index)).totals),
                     pod=owners.get(index),
                     assignments=tuple(held.get(index, ())),
                 )

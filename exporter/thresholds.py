@@ -237,9 +237,10 @@ LEDGER_STARTUP_COMPUTE = _t(
     "ledger.startup_compute_seconds",
     10.0,
     "seconds",
-    "A job has started training once its GPU has worked for 10 s: before that, pauses are start-up (model "
-    "load, dataset download, NCCL set-up) and count as idle, not as waiting for input. A few warm-up "
-    "kernels during loading do not end the start-up.",
+    "A job has started training once its GPU has worked in 10 separate seconds: before that, pauses are "
+    "start-up (model load, dataset download, NCCL set-up) and count as idle, not as waiting for input. A "
+    "few warm-up kernels do not end the start-up, and while memory keeps growing by a GiB within half a "
+    "minute (a model being loaded) pauses stay idle whenever they come.",
 )
 LEDGER_WINDOW = _t(
     "ledger.window_seconds",

@@ -67,6 +67,7 @@ class Context:
     idle_horizon_s: float = 0.0
     slowdown_c: float | None = None
     pauses: int = 0  # stopped runs longer than the pause allowance within the fast window
+    peers: int = 0  # other GPUs held by the same job
 
 
 def covered(
@@ -345,6 +346,8 @@ def detect_comm_hang(c: Context) -> Evidence:
     ev = comm_hang(c.f)
     if ev.missing:
         return ev
+    if c.peers == 0 and c.f.sm_mean is None and c.f.mem_util_mean is None:
+        return Evidence()  # alone, low power at full utilization may be light compute: power cannot tell
     return Evidence(score=max(ev.score, covered(c, lambda s: s.family("stall"))))
 
 

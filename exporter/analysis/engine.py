@@ -166,13 +166,13 @@ class Analyzer:
                 ticks[gpu] = measure(points, start, now, peers, ref, state.slowdown_c)
                 state.ticked = now
             job = [ticks[g] for g in members if g in ticks and ticks[g].span > 0 and ticks[g].held]
-            stopped = len(job) >= 2 and all(t.stopped for t in job)
+            stopped = bool(job) and all(t.stopped for t in job)
             quiet = stopped and not any(t.off_kernel for t in job)
             for gpu in members:
                 if gpu in ticks:
                     tick = ticks[gpu]
                     self._gpus[gpu].held = tick.span > 0 and tick.held
-                    self._gpus[gpu].ledger.commit(tick, stopped, quiet)
+                    self._gpus[gpu].ledger.commit(tick, stopped, quiet, alone=len(job) < 2)
 
     # ---- evaluation ----------------------------------------------------------------------------
 
@@ -188,6 +188,10 @@ class Analyzer:
         self.host_features = host or HostFeatures()
         evidence: dict[str, dict[str, d.Evidence]] = {}
         self._tick_ledgers(now, chosen)
+        held: dict[str, int] = {}
+        for gpu in chosen:
+            state = self._gpus[gpu]
+            held[state.group] = held.get(state.group, 0) + state.held
         for gpu in chosen:
             state = self._gpus[gpu]
             state.window.evict(now)
@@ -211,6 +215,7 @@ class Analyzer:
                 idle_horizon_s=IDLE_AFTER.value,
                 slowdown_c=state.slowdown_c,
                 pauses=state.ledger.pauses(now),
+                peers=held.get(state.group, 0) - (1 if state.held else 0),
             )
             evidence[gpu] = {name: kind.detector(ctx) for name, kind in REGISTRY.items()}
             for kind, ev in evidence[gpu].items():

@@ -103,10 +103,11 @@ def waiting_part(util: float) -> float:
     return (1.0 - util) * fade
 
 
-def comm_part(p: GpuPoint, resident_all_tick: bool, tick_power_ratio: float | None) -> float:
+def comm_part(p: GpuPoint, resident_all_tick: bool, tick_power_ratio: float | None, peers: int) -> float:
     """The share of a point's resident time that is a collective rather than compute. SM activity tells
     per sample. Without it, memory utilization or power (board-averaged over about a second) can only
-    tell for a GPU resident the whole second: at low duty they read low because of the gaps."""
+    tell for a GPU resident the whole second: at low duty they read low because of the gaps. Power alone
+    calls a wait only in a job with peers to wait for."""
     util = p.util or 0.0
     if util < LEDGER_BUSY_UTIL.value:
         return 0.0  # a short resident stretch in a waiting sample: too little to call
@@ -116,7 +117,7 @@ def comm_part(p: GpuPoint, resident_all_tick: bool, tick_power_ratio: float | No
         return 0.0
     if p.mem_util is not None:
         return 1.0 if p.mem_util < LEDGER_COMM_MEM_UTIL.value else 0.0
-    if tick_power_ratio is not None:
+    if tick_power_ratio is not None and peers > 0:  # alone, low power is light compute, not a wait
         low, high = LEDGER_COMM_POWER_LOW.value, LEDGER_COMM_POWER_HIGH.value
         return min(1.0, max(0.0, (high - tick_power_ratio) / (high - low)))
     return 0.0
@@ -219,7 +220,7 @@ def measure(
             continue
         gap = waiting_part(util)
         resident = (1.0 - gap) * weight
-        comm = comm_part(p, resident_all, power_ratio) * resident if peers > 0 else 0.0
+        comm = comm_part(p, resident_all, power_ratio, peers) * resident
         work = resident - comm
         tick.gap += gap * weight
         if comm:
@@ -295,9 +296,9 @@ class GpuLedger:
     """A GPU's committed seconds per state (the counters), its stopped run and its rolling shares."""
 
     totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STATES, 0.0))
-    worked_s: float = 0.0  # working seconds since the job took the GPU: start-up ends at the allowance
+    worked_s: float = 0.0  # seconds with work since the job took the GPU: start-up ends at the allowance
     run_s: float = 0.0  # length of the current stopped run
-    run_mem: float | None = None  # memory used when the run began
+    memory: deque[tuple[float, float]] = field(default_factory=deque)  # (t, memory used) of the last 30 s
     pending: list[tuple[Tick, bool]] = field(default_factory=list)  # held-back run seconds (tick, started)
     last: GpuPoint | None = None
     long_runs: deque[float] = field(default_factory=deque)  # when recent runs outgrew the pause allowance
@@ -320,49 +321,57 @@ class GpuLedger:
             return [self.last]
         return []
 
-    def commit(self, tick: Tick, job_stopped: bool, job_quiet: bool) -> None:
-        """Give the second its states, from the run it belongs to and the job's GPUs."""
+    def commit(self, tick: Tick, job_stopped: bool, job_quiet: bool, alone: bool = False) -> None:
+        """Give the second its states, from the run it belongs to and the job's GPUs: ``job_stopped``
+        when every GPU of the job stopped this second, ``job_quiet`` when all of them sit in a quiet
+        collective, ``alone`` when the job has no other GPU."""
         if tick.span <= 0:
             return
         if not tick.held:
             self._flush()
             self.worked_s, self.run_s = 0.0, 0.0  # no job: the next one starts afresh
+            self.memory.clear()
             self._add(tick.t, _vector(tick, started=False))
             return
+        loading = self._loading(tick)
         if not tick.stopped:
             self._flush()
             self.run_s = 0.0
-            self.worked_s += tick.work
-            self._add(tick.t, _vector(tick, self.started))
+            self.worked_s += tick.span
+            self._add(tick.t, _vector(tick, self.started and not loading))
             return
-        if self.run_s == 0.0:
-            self.run_mem = tick.mem_bytes
         self.run_s += tick.span
         if self.run_s <= STARVATION_PAUSE.value:
-            self.pending.append((tick, self.started))
+            self.pending.append((tick, self.started and not loading))
             return
         if self.pending:
             self.long_runs.append(self.pending[0][0].t)
-        state_gap, state_comm = self._long_run(tick, job_stopped, job_quiet)
+        state_gap, state_comm = self._long_run(loading, job_stopped and not alone, job_quiet)
         for held_tick, _ in self.pending:
             self._add(held_tick.t, _vector(held_tick, True, state_gap, state_comm))
         self.pending.clear()
         self._add(tick.t, _vector(tick, True, state_gap, state_comm))
 
-    def _long_run(self, tick: Tick, job_stopped: bool, job_quiet: bool) -> tuple[str, str]:
-        """States of the waiting and of the collective time of a run longer than the pause allowance."""
-        loading = (
-            tick.mem_bytes is not None
-            and self.run_mem is not None
-            and tick.mem_bytes - self.run_mem >= IDLE_MEMORY.value
-        )
+    def _loading(self, tick: Tick) -> bool:
+        """Memory grew by the idle line within the evidence window: a model or dataset is loading."""
+        if tick.mem_bytes is None:
+            return False
+        memory = self.memory
+        memory.append((tick.t, tick.mem_bytes))
+        while memory and memory[0][0] <= tick.t - EVIDENCE_WINDOW.value:
+            memory.popleft()
+        return tick.mem_bytes - min(m for _, m in memory) >= IDLE_MEMORY.value
+
+    def _long_run(self, loading: bool, together: bool, quiet: bool) -> tuple[str, str]:
+        """States of the waiting and of the collective time of a run longer than the pause allowance:
+        ``together`` when every GPU of a multi-GPU job stopped, ``quiet`` when all sit in a collective."""
         if not self.started or loading or self.run_s > IDLE_AFTER.value:
             gap = "idle"
-        elif job_stopped:
+        elif together:
             gap = "checkpoint"
         else:
             gap = "input_wait"
-        comm = ("stalled" if job_quiet else "checkpoint") if job_stopped else "comm_wait"
+        comm = "stalled" if quiet else "checkpoint" if together else "comm_wait"
         return gap, comm
 
     def _flush(self) -> None:

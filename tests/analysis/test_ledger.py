@@ -1,0 +1,178 @@
+"""The time ledger on constructed telemetry: where each GPU's seconds go, and the verdicts that follow."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from exporter.analysis.engine import Analyzer
+from exporter.analysis.ledger import STATES, Tick, waiting_part
+from tests.analysis.synth import GIB, IDLE, NCCL_SPIN, WORKING, alternating, run, steady, switch
+
+NO_GPM = dict(sm_active=None, tensor_active=None)
+NO_TRAFFIC = dict(nvlink_tx_bps=None, nvlink_rx_bps=None, pcie_tx_bps=None, pcie_rx_bps=None)
+
+
+def shares(r, gpu: str) -> dict[str, float]:
+    r.analyzer.flush_ledgers()
+    totals = r.analyzer.ledger(gpu).totals
+    total = sum(totals.values())
+    return {state: seconds / total for state, seconds in totals.items()}
+
+
+def test_states_sum_to_the_observed_time_within_one_percent():
+    starving = switch(100, steady(WORKING), alternating(1.0, 0.9))
+    waiting = switch(100, steady(WORKING), alternating(1.0, 0.9, idle=NCCL_SPIN))
+    free = steady(replace(IDLE, mem_used_bytes=3 * 2**20))
+    hot = steady(replace(WORKING, reasons=0x40, temp_c=88.0, sm_clock_hz=1700e6))
+    r = run({"0": starving, "1": waiting, "2": free, "3": hot}, 400, dt=0.3)
+    for gpu in "0123":
+        ledger = r.analyzer.ledger(gpu)
+        assert ledger.observed_s() == pytest.approx(400, rel=0.01)
+        r.analyzer.flush_ledgers()
+        assert sum(ledger.totals.values()) == pytest.approx(400, rel=0.01)
+        assert set(ledger.totals) == set(STATES)
+
+
+def test_a_fed_job_computes_all_its_time_even_at_85_to_90_percent():
+    wobble = lambda t: replace(WORKING, util=0.85 + 0.05 * ((t * 5) % 2))  # noqa: E731
+    r = run({"0": wobble, "1": steady(WORKING)}, 300)
+    for gpu in "01":
+        assert shares(r, gpu)["computing"] > 0.99
+    assert r.kinds() == set()
+
+
+def test_utilization_is_kernel_time_below_the_busy_line_and_fades_above_it():
+    assert waiting_part(0.0) == 1.0
+    assert waiting_part(0.2) == pytest.approx(0.8)
+    assert waiting_part(0.5) == pytest.approx(0.5)
+    assert 0 < waiting_part(0.65) < 0.35
+    assert waiting_part(0.85) == 0.0
+
+
+def test_a_starving_rank_waits_for_input_and_its_peers_wait_in_collectives():
+    rank = alternating(1.0, 0.9)
+    peer = alternating(1.0, 0.9, idle=NCCL_SPIN)
+    r = run({"0": peer, "1": peer, "3": rank}, 300)
+    idle_share = 0.9 / 1.9
+    assert shares(r, "3")["input_wait"] == pytest.approx(idle_share, abs=0.05)
+    assert shares(r, "0")["comm_wait"] == pytest.approx(idle_share, abs=0.05)
+    assert shares(r, "0")["input_wait"] < 0.02
+    assert [e.gpu for e in r.fired("data_starvation")] == ["3"]
+    assert r.fired("comm_bound") == []  # its peers wait for it: the rank is the problem
+
+
+@pytest.mark.parametrize(
+    "spin",
+    [NCCL_SPIN, replace(NCCL_SPIN, mem_util=None, **NO_GPM, **NO_TRAFFIC)],
+    ids=["with GPM and traffic", "power only"],
+)
+def test_a_hang_is_stalled_time_from_its_first_second(spin):
+    hung = switch(60, steady(WORKING), steady(spin))
+    r = run({str(g): hung for g in range(4)}, 360)
+    s = shares(r, "0")
+    assert s["stalled"] == pytest.approx(300 / 360, abs=0.02)
+    assert s["comm_wait"] < 0.01
+    assert {e.gpu for e in r.fired("comm_hang")} == {"0", "1", "2", "3"}
+
+
+def test_one_gpu_busy_at_low_power_computes_it_has_no_peer_to_wait_for():
+    light = replace(WORKING, power_w=150.0, mem_util=None, **NO_GPM, **NO_TRAFFIC)
+    r = run({"0": steady(light)}, 200)
+    assert shares(r, "0")["computing"] > 0.99
+    assert r.kinds() == set()
+
+
+def test_startup_is_idle_not_waiting_and_no_verdict_while_the_model_loads():
+    """Memory fills for 100 s at 0 % (model load), then the job trains at 90 %."""
+
+    def job(t: float):
+        if t < 100:
+            return replace(IDLE, mem_used_bytes=(0.5 + 0.6 * t) * GIB)
+        return replace(WORKING, util=0.9)
+
+    r = run({str(g): job for g in range(4)}, 400)
+    s = shares(r, "0")
+    assert s["idle"] + s["free"] == pytest.approx(100 / 400, abs=0.02)
+    assert s["input_wait"] < 0.01 and s["checkpoint"] < 0.01
+    assert r.kinds() == set()
+
+
+def test_a_gpu_nobody_holds_is_free():
+    r = run({"0": steady(replace(IDLE, mem_used_bytes=3 * 2**20))}, 120)
+    assert shares(r, "0")["free"] > 0.99
+    assert r.kinds() == set()
+
+
+def test_capped_clocks_are_throttled_time_and_heat_is_told_apart():
+    capped = replace(WORKING, reasons=0x4, sm_clock_hz=1683e6, power_w=445.0, power_limit_w=450.0)
+    hot = replace(WORKING, reasons=0x40, temp_c=88.0, sm_clock_hz=1750e6)
+    r = run({"0": steady(capped), "1": steady(hot)}, 200)
+    assert shares(r, "0")["throttled"] > 0.99 and shares(r, "1")["throttled"] > 0.99
+    _, _, slow = r.analyzer.ledger("1").shares(200)
+    assert slow.thermal == pytest.approx(slow.get("throttled"))
+    _, _, slow = r.analyzer.ledger("0").shares(200)
+    assert slow.thermal == 0.0
+    assert r.fired("power_throttle", "0") and r.fired("thermal_throttle", "1")
+
+
+def test_host_bound_offload_at_10_hz_pages_and_stays_on_while_it_lasts():
+    """FSDP CPU offload: short bursts, mostly 0-12 %, no clean rhythm, PCIe busy. From t=60 s."""
+
+    def offload(t: float):
+        k = int(t * 10)
+        if (k * 7919) % 10 < 3:  # irregular bursts, about 30 % of the samples
+            return replace(WORKING, util=0.7 + 0.03 * (k % 10), sm_active=0.5, power_w=210.0)
+        return replace(IDLE, util=0.01 * (k % 12), power_w=170.0, pcie_rx_bps=18e9, reasons=0)
+
+    r = run({str(g): switch(60, steady(WORKING), offload) for g in range(4)}, 600, dt=0.1)
+    fired = r.fired("data_starvation")
+    assert sorted(e.gpu for e in fired) == ["0", "1", "2", "3"]  # once each: it never drops out
+    assert max(e.t for e in fired) <= 60 + 90
+    assert all(e.cause == "host_transfer" for e in fired)
+    assert all(r.states[g]["data_starvation"].firing for g in "0123")
+    assert shares(r, "0")["input_wait"] > 0.5
+
+
+def test_a_cpu_bound_consumer_gpu_at_1_to_15_percent_pages_within_minutes():
+    """One RTX 4090 at 1 s sampling, no GPM, no limit column: utilization 1-15 % for ten minutes."""
+    analyzer = Analyzer()
+    analyzer.set_identity("0", name="NVIDIA GeForce RTX 4090")
+
+    def cpu_bound(t: float):
+        k = int(t)
+        return replace(
+            WORKING,
+            util=0.01 + 0.01 * ((k * 37) % 15),
+            power_w=70.0,
+            power_limit_w=None,
+            power_default_w=None,
+            mem_util=0.03,
+            **NO_GPM,
+            **NO_TRAFFIC,
+        )
+
+    r = run({"0": cpu_bound}, 600, dt=1.0, host=lambda t: None, analyzer=analyzer)
+    fired = r.fired("data_starvation")
+    assert len(fired) == 1 and fired[0].t <= 180
+    assert r.states["0"]["data_starvation"].firing
+
+
+def test_slow_collectives_are_comm_bound_on_every_rank_not_starvation():
+    """NCCL over sockets: 0.8 s of compute, 1.2 s in an all-reduce that moves data over PCIe."""
+    allreduce = replace(NCCL_SPIN, power_w=300.0, nvlink_tx_bps=4e8, pcie_tx_bps=4e9, pcie_rx_bps=5e9)
+    step = alternating(0.8, 1.2, busy=WORKING, idle=allreduce)
+    r = run({str(g): switch(60, steady(WORKING), step) for g in range(4)}, 400)
+    fired = r.fired("comm_bound")
+    assert sorted(e.gpu for e in fired) == ["0", "1", "2", "3"]
+    assert max(e.t for e in fired) <= 60 + 90
+    assert r.fired("data_starvation") == [] and r.fired("comm_hang") == []
+    assert shares(r, "0")["comm_wait"] == pytest.approx(0.6 * 340 / 400, abs=0.05)
+
+
+def test_a_stopped_second_is_one_with_no_work_and_no_data_moved():
+    assert Tick(t=1, span=1, gap=0.97, compute=0.03).stopped
+    assert Tick(t=1, span=1, comm_quiet=1.0).stopped
+    assert not Tick(t=1, span=1, comm_flow=1.0).stopped
+    assert not Tick(t=1, span=1, free=1.0).stopped
