@@ -471,9 +471,10 @@ class Sampler:
                 for i, s in self._slots.items()
             ],
         )
-        for index in self._slots:  # the GPUs of one pod are one job; a GPU nobody holds is on its own
+        # the GPUs of one pod are one job; GPUs no pod is known to hold are taken as one job (as in replay)
+        for index in self._slots:
             ref = owners.get(index)
-            self.analyzer.set_group(str(index), f"{ref.namespace}/{ref.pod}" if ref else f"gpu/{index}")
+            self.analyzer.set_group(str(index), f"{ref.namespace}/{ref.pod}" if ref else "node")
         up = [str(i) for i, slot in self._slots.items() if slot.status == "ok"]
         verdicts, self.events = self.analyzer.evaluate(now, up)
         for event in self.events:

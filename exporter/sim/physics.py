@@ -133,6 +133,7 @@ class _Plan(NamedTuple):
     off: bool  # the job has died
     start: float  # absolute time the segment began
     onset: float  # absolute time the fault began
+    waiting: frozenset[int]  # the GPUs whose job waits for a starving or hot rank (its pod's GPUs)
 
 
 # step anatomy, seconds
@@ -351,7 +352,13 @@ class NodeModel:
         if name == "comm_bound":
             period = SOCKET_STEP_S
         off = name == "shm_exhaustion" and x >= sc.onset_s + sc.fill_s
-        return _Plan(name, affected, starving, hot, wait, comm, period, off, t - x, t - x + sc.onset_s)
+        # only the ranks of the slow GPU's own job (pod) wait for it; another pod's job runs on
+        split = self.n_gpus if sc.pods == 1 else (self.n_gpus + 1) // 2
+        slow_jobs = {g < split for g in starving | hot}
+        waiting = frozenset(g for g in range(self.n_gpus) if (g < split) in slow_jobs)
+        return _Plan(
+            name, affected, starving, hot, wait, comm, period, off, t - x, t - x + sc.onset_s, waiting
+        )
 
     @staticmethod
     def _phase(plan: _Plan, g: int, t: float) -> Phase:
@@ -387,6 +394,12 @@ class NodeModel:
             return Phase.COMPUTE if pos < wait + COMPUTE_S else Phase.COMM
         if g in plan.hot:  # a throttled GPU computes the whole time its peers wait for it
             return Phase.COMPUTE if pos < wait + COMPUTE_S else Phase.COMM
+        if g not in plan.waiting:  # another job on the node: its own healthy step
+            wait = 0.0
+            pos = (t - plan.start) % (GAP_S + COMPUTE_S + plan.comm)
+            if pos < GAP_S:
+                return Phase.DATA_WAIT
+            pos -= GAP_S
         if pos < COMPUTE_S:
             return Phase.COMPUTE
         if pos < COMPUTE_S + wait:
