@@ -463,6 +463,12 @@ POWER_CAP_BELOW_DEFAULT = _t(
 POWER_FIRE = _t("power.fire_after_seconds", 30.0, "seconds", "Half a minute at a lowered cap fires it.")
 POWER_RESOLVE = _t("power.resolve_after_seconds", 60.0, "seconds", "A minute off the cap resolves it.")
 
+SHM_EARLY = _t(
+    "shm.early_ratio",
+    0.75,
+    "ratio",
+    "A volume above 75 % that is filling fast may fire before the warning line (see the fill horizon).",
+)
 SHM_FILL_HORIZON = _t(
     "shm.fill_horizon_seconds",
     60.0,
@@ -519,6 +525,13 @@ COLLECT_STALE = _t(
     "seconds",
     "Thirty seconds without a successful collection at 1 s sampling: the exporter is stuck or NVML hangs.",
 )
+COLLECT_ERROR_RATE = _t(
+    "exporter.collect_errors_per_minute",
+    1.0,
+    "per_minute",
+    "More than one collection error a minute (the one-time probes of unsupported calls aside) is a source "
+    "failing again and again, not a hiccup.",
+)
 
 
 # ---- alerts: how long a condition must hold before it pages, and how loud -----------------------------
@@ -543,7 +556,12 @@ class AlertPolicy:
 ALERT_POLICIES: dict[str, AlertPolicy] = {}
 
 
+SEVERITIES = ("critical", "warning", "info")
+
+
 def _alert(name: str, for_s: float, severity: str, reason: str) -> AlertPolicy:
+    if severity not in SEVERITIES:
+        raise ValueError(f"alert {name}: severity {severity!r} is not one of {', '.join(SEVERITIES)}")
     policy = ALERT_POLICIES[name] = AlertPolicy(
         _t(f"alert.{name}.for_seconds", for_s, "seconds", reason),
         _c(f"alert.{name}.severity", severity, reason),
@@ -601,6 +619,121 @@ _alert(
     300.0,
     "critical",
     "A link down for five minutes is not a retraining blip: collectives run on slower paths.",
+)
+
+# the other alerts of the rule file: the seed table's raw signals, the fabric and the exporter itself
+_alert(
+    "GpuUtilizationLow",
+    900.0,
+    "info",
+    "Low utilization is a suspicion, not a failure: a quarter of an hour below the line (on top of the "
+    "10-minute average) keeps evaluations and warm-ups quiet; informational, the verdicts say why.",
+)
+_alert(
+    "GpuPowerFarBelowTdp",
+    600.0,
+    "warning",
+    "Ten minutes of a busy GPU far below its TDP is a pattern, not a slow step: the job runs at a "
+    "fraction of its speed.",
+)
+_alert(
+    "GpuTemperatureHigh",
+    300.0,
+    "warning",
+    "Five minutes above the hot line under load outlasts a burst; the clocks are about to drop.",
+)
+_alert(
+    "GpuMemoryNearlyFull",
+    600.0,
+    "warning",
+    "A caching allocator holds on to freed blocks, so a nearly full framebuffer can be normal for a while: "
+    "ten minutes at the line is worth a warning (an OOM is likely, not certain).",
+)
+_alert(
+    "GpuShmFull",
+    0.0,
+    "critical",
+    "At the critical line DataLoader workers are dying now: page at once, critical.",
+)
+_alert(
+    "GpuPodShmDefault",
+    300.0,
+    "warning",
+    "A pod on the 64 MiB default /dev/shm fails under load; five minutes skips pods that are being "
+    "replaced. A warning: the job may still not use shared memory much.",
+)
+_alert(
+    "GpuIoWaitHighWhileStarving",
+    300.0,
+    "warning",
+    "Five minutes of I/O wait while GPUs starve ties the starvation to storage: a warning that names the "
+    "cause, not a new failure.",
+)
+_alert(
+    "GpuP2PUnavailable",
+    300.0,
+    "critical",
+    "Peer-to-peer over NVLink failing for five minutes is not a probe racing a reset: collectives run on "
+    "slow paths on a node built for NVLink.",
+)
+_alert(
+    "GpuFabricNotReady",
+    300.0,
+    "critical",
+    "Registration with the NVSwitch fabric takes well under five minutes after boot; longer, the fabric "
+    "manager is not running and NCCL cannot use NVLink.",
+)
+_alert(
+    "GpuNvlinkErrors",
+    0.0,
+    "warning",
+    "The rule already averages five minutes of the error counters: it fires at once, as a warning (links "
+    "retrain and recover).",
+)
+_alert(
+    "GpuXidCritical",
+    0.0,
+    "critical",
+    "A critical XID is a hardware or driver fault already logged by the kernel: page at once.",
+)
+_alert(
+    "GpuDown",
+    120.0,
+    "critical",
+    "A GPU that has not answered NVML for two minutes while the others do is off the bus or hung, not "
+    "timing out once: critical, its job is dead.",
+)
+_alert(
+    "GpuExporterDown",
+    300.0,
+    "critical",
+    "Five minutes of failed scrapes outlast a pod restart or a rollout: a node's GPUs are unmonitored.",
+)
+_alert(
+    "GpuExporterAbsent",
+    900.0,
+    "critical",
+    "No target at all for a quarter of an hour is a removed DaemonSet or a monitor that matches nothing, "
+    "not an upgrade: no GPU is monitored.",
+)
+_alert(
+    "GpuExporterCollectionStale",
+    300.0,
+    "warning",
+    "Five minutes of stale collections is a hung driver call, not one slow sample.",
+)
+_alert(
+    "GpuExporterNvmlDown",
+    600.0,
+    "warning",
+    "Ten minutes without NVML outlasts a driver upgrade: GPU metrics are absent.",
+)
+_alert(
+    "GpuExporterCollectErrors",
+    900.0,
+    "warning",
+    "Errors that keep climbing for a quarter of an hour are not a transient driver hiccup; a warning, "
+    "the collections that work still report.",
 )
 
 # XID codes that mean trouble with the GPU or its driver rather than with a user's program. Their

@@ -20,6 +20,9 @@ from exporter.thresholds import (
     HANG_UTIL,
     IDLE_MEMORY,
     IOWAIT_HIGH,
+    LEDGER_COMM_MEM_UTIL,
+    LEDGER_POWER_AT_LIMIT,
+    LEDGER_THROTTLE_CLOCK,
     NVLINK_ERROR_RATE,
     PCIE_BUSY,
     POWER_CAP_BELOW_DEFAULT,
@@ -30,6 +33,7 @@ from exporter.thresholds import (
     RECENT_WAIT_SHARE,
     SCORE_ENTER,
     SCORE_EXIT,
+    SHM_EARLY,
     SHM_FILL_HORIZON,
     SHM_WARNING,
     STARVATION_BUSY_FRACTION,
@@ -45,6 +49,30 @@ from exporter.thresholds import (
     THERMAL_RISE,
     THERMAL_SLOWDOWN,
 )
+
+# Shape constants: where a detector's ramps start and end, and how strong a fact is. Policy numbers (what
+# counts as starving, hot, hung...) live in the threshold table; these only shape the scores around them.
+BELOW_ENTER = 0.45  # suggestive evidence: capped just under the enter score, never a verdict alone
+PAUSE_SCORE = 0.25  # a pause: under the exit score, so a firing verdict starts to resolve
+FORECAST = 0.6  # a forecast (heading for the slowdown point): fires, but weaker than a fact
+FIRM = 0.8  # a fact the driver reports (links down, P2P failing)
+STRONG = 0.9  # a fact that breaks collectives outright (fabric not ready), or clocks already cut
+CONFIRM_WEIGHT = 0.4  # how much power confirms or weakens utilization evidence
+RAMP_WIDTH = 0.1  # the width of a ramp around a threshold, in the threshold's ratio units
+FED_POWER = 0.75  # a fed GPU draws 75 %+ of what it may draw: no power evidence of starving
+WAVES_CV = (0.05, 0.15)  # power's coefficient of variation: steady below, wave-like above
+FLAT_CV = (0.12, 0.05)  # ...and the flat power of a spinning kernel: wavy above 0.12, flat below 0.05
+MIN_HALF_IDLE = 0.05  # each half of the window must idle at least this much for a sustained rhythm
+SWING_ABOVE = 0.07  # a swing starts counting this far above the swing line...
+SWING_BELOW = 0.15  # ...and counts fully this far below it
+SHM_CAUSE_FROM = 0.8  # a filling shm starts to explain starvation at 80 %...
+SHM_CAUSE_WEIGHT = 1.2  # ...and, when it does, it outranks iowait (a full shm makes I/O look slow too)
+COPY_UTIL = (0.05, 0.15)  # memory-controller utilization in the gaps: copies while no kernel runs
+UNDER_LOAD = 0.3  # a GPU busy in under 30 % of its samples is not under load: nothing to throttle
+PINNED = 0.9  # a rank waiting in a collective keeps utilization at 90 %+ with no idle sample
+CLOCK_MARGIN = 0.02  # clock evidence starts 2 points above the throttled-clock line
+SLOWDOWN_NEAR_C = 3  # within 3 degrees of the slowdown point counts as at it
+CAP_DEPTH = 0.3  # a cap 30 points further below the default limit is as deep as it gets
 
 
 @dataclass(frozen=True)
@@ -101,13 +129,13 @@ def starvation(f: GpuFeatures, h: HostFeatures | None, waiting: float | None = N
     if f.mem_used_bytes is not None and f.mem_used_bytes < IDLE_MEMORY.value:
         return Evidence()  # no job holds the GPU: nothing can starve
     if f.trailing_idle_s > STARVATION_PAUSE.value:
-        return Evidence(score=0.25)  # a pause, not the rhythm of a starving pipeline
+        return Evidence(score=PAUSE_SCORE)  # a pause, not the rhythm of a starving pipeline
     # sustained: the rhythm shows in both halves of the window (a single dip lives in one half)
     halves = [h for h in f.halves if h is not None]
     idle = (f.idle_fraction or 0.0) if waiting is None else waiting
     rhythm = _rhythm(idle, f.gaps)
-    if len(halves) < 2 or any(h.gaps < 1 or h.idle_fraction < 0.05 for h in halves):
-        rhythm = min(rhythm, 0.45)
+    if len(halves) < 2 or any(h.gaps < 1 or h.idle_fraction < MIN_HALF_IDLE for h in halves):
+        rhythm = min(rhythm, BELOW_ENTER)
     swing = min((_swing(h) for h in halves), default=0.0)
     if waiting is not None and waiting < STARVATION_IDLE_FRACTION.value / 2:
         swing = 0.0  # the ledger sees no waiting: a swing between phases (start-up, evaluation) is not it
@@ -115,25 +143,27 @@ def starvation(f: GpuFeatures, h: HostFeatures | None, waiting: float | None = N
     score = util_evidence
     ratio = f.power_ratio
     if ratio is not None:
-        low = ramp(ratio, 0.75, POWER_LOW.value)
-        waves = ramp(f.power_cv or 0.0, 0.05, 0.15)
+        low = ramp(ratio, FED_POWER, POWER_LOW.value)
+        waves = ramp(f.power_cv or 0.0, *WAVES_CV)
         # power confirms; a board whose idle power is high may not drop far, so it only weighs 40 %
-        score = util_evidence * (0.6 + 0.4 * max(low, waves))
+        score = util_evidence * (1 - CONFIRM_WEIGHT + CONFIRM_WEIGHT * max(low, waves))
     return Evidence(score=score, cause=starvation_cause(f, h) if score > 0 else "")
 
 
 def _rhythm(idle: float, gaps: float) -> float:
     """Busy/idle alternation: idle share and the number of separate gaps (per window)."""
-    score = ramp(idle, 0.05, STARVATION_IDLE_FRACTION.value + 0.1) * ramp(gaps, 0, STARVATION_GAPS.value)
-    if idle < STARVATION_IDLE_FRACTION.value or gaps < STARVATION_GAPS.value:
-        score = min(score, 0.45)
+    line = STARVATION_IDLE_FRACTION.value
+    score = ramp(idle, MIN_HALF_IDLE, line + RAMP_WIDTH) * ramp(gaps, 0, STARVATION_GAPS.value)
+    if idle < line or gaps < STARVATION_GAPS.value:
+        score = min(score, BELOW_ENTER)
     return score
 
 
 def _swing(h: UtilStats) -> float:
     """Utilization swinging well below full (coarse sampling blurs the gaps into 60-80 %)."""
-    low = ramp(h.mean, STARVATION_SWING_MEAN.value + 0.07, STARVATION_SWING_MEAN.value - 0.15)
-    return low * ramp(h.spread, STARVATION_SWING_SPREAD.value - 0.1, STARVATION_SWING_SPREAD.value + 0.1)
+    low = ramp(h.mean, STARVATION_SWING_MEAN.value + SWING_ABOVE, STARVATION_SWING_MEAN.value - SWING_BELOW)
+    spread = STARVATION_SWING_SPREAD.value
+    return low * ramp(h.spread, spread - RAMP_WIDTH, spread + RAMP_WIDTH)
 
 
 def starvation_cause(f: GpuFeatures, h: HostFeatures | None) -> str:
@@ -141,7 +171,7 @@ def starvation_cause(f: GpuFeatures, h: HostFeatures | None) -> str:
     strengths: dict[str, float] = {}
     if h is not None:
         if h.shm_ratio is not None:
-            strengths["shm"] = ramp(h.shm_ratio, 0.8, SHM_WARNING.value) * 1.2
+            strengths["shm"] = ramp(h.shm_ratio, SHM_CAUSE_FROM, SHM_WARNING.value) * SHM_CAUSE_WEIGHT
         io = [
             x
             for x in (_over(h.iowait, IOWAIT_HIGH.value), _over(h.psi_io, PSI_IO_HIGH.value))
@@ -156,7 +186,7 @@ def starvation_cause(f: GpuFeatures, h: HostFeatures | None) -> str:
             strengths["cpu"] = max(cpu)
     transfer = []
     if f.mem_util_in_gaps is not None:
-        transfer.append(ramp(f.mem_util_in_gaps, 0.05, 0.15))  # copies while no kernel runs
+        transfer.append(ramp(f.mem_util_in_gaps, *COPY_UTIL))  # copies while no kernel runs
     if f.pcie_bps is not None:
         transfer.append(f.pcie_bps / PCIE_BUSY.value)  # the host link kept busy: offload, pageable copies
     if transfer:
@@ -180,24 +210,24 @@ def comm_hang(f: GpuFeatures) -> Evidence:
         return Evidence(missing="needs utilization.gpu")
     quiet: list[float] = []
     if f.power_ratio is not None:
-        idle_power = ramp(f.power_ratio, HANG_POWER.value + 0.1, HANG_POWER.value)
-        quiet.append(idle_power * ramp(f.power_cv or 0.0, 0.12, 0.05))
+        idle_power = ramp(f.power_ratio, HANG_POWER.value + RAMP_WIDTH, HANG_POWER.value)
+        quiet.append(idle_power * ramp(f.power_cv or 0.0, *FLAT_CV))
     if f.sm_mean is not None:
-        quiet.append(ramp(f.sm_mean, HANG_SM.value + 0.1, HANG_SM.value))
+        quiet.append(ramp(f.sm_mean, HANG_SM.value + RAMP_WIDTH, HANG_SM.value))
     if not quiet:
         return Evidence(missing="needs power.draw with a power limit, or GPM SM activity")
     for traffic in (f.nvlink_bps, f.pcie_bps):
         if traffic is not None:
             quiet.append(ramp(traffic, 2 * HANG_TRAFFIC.value, HANG_TRAFFIC.value))
     if f.mem_util_mean is not None:
-        quiet.append(ramp(f.mem_util_mean, 0.1, 0.05))
-    pinned = ramp(f.util_p05, HANG_UTIL.value - 0.1, HANG_UTIL.value)
+        quiet.append(ramp(f.mem_util_mean, LEDGER_COMM_MEM_UTIL.value, LEDGER_COMM_MEM_UTIL.value / 2))
+    pinned = ramp(f.util_p05, HANG_UTIL.value - RAMP_WIDTH, HANG_UTIL.value)
     return Evidence(score=pinned * min(quiet))
 
 
 def waiting_in_collective(f: GpuFeatures) -> bool:
     """A peer of a starved rank: it never idles (a collective kernel stays resident while it waits)."""
-    return f.util_mean is not None and f.util_mean >= 0.9 and (f.idle_fraction or 0.0) == 0.0
+    return f.util_mean is not None and f.util_mean >= PINNED and not f.idle_fraction
 
 
 # ---- thermal -----------------------------------------------------------------------------------
@@ -208,7 +238,7 @@ def thermal(f: GpuFeatures, slowdown_c: float | None = None) -> Evidence:
     slowdown point, or a GPU above the hot line still climbing toward it."""
     if f.thermal_share is None and f.temp_last is None:
         return Evidence(missing="needs clocks_event_reasons.active or temperature.gpu")
-    if (f.busy_fraction or 0.0) < 0.3:
+    if (f.busy_fraction or 0.0) < UNDER_LOAD:
         return Evidence()  # not under load: a hot idle GPU does not slow anything
     parts = [0.0]
     if f.thermal_share is not None:
@@ -216,18 +246,17 @@ def thermal(f: GpuFeatures, slowdown_c: float | None = None) -> Evidence:
     if f.temp_last is not None and f.temp_mean is not None:
         slowdown = slowdown_c or THERMAL_SLOWDOWN.value
         capped = (f.cap_share or 0.0) >= POWER_CAP_SHARE.value
-        if f.busy_clock_ratio is not None and not capped and f.temp_mean >= slowdown - 3:
-            parts.append(
-                0.9 * ramp(f.busy_clock_ratio, THERMAL_CLOCK_DROP.value + 0.02, THERMAL_CLOCK_DROP.value)
-            )
+        if f.busy_clock_ratio is not None and not capped and f.temp_mean >= slowdown - SLOWDOWN_NEAR_C:
+            drop = THERMAL_CLOCK_DROP.value
+            parts.append(STRONG * ramp(f.busy_clock_ratio, drop + CLOCK_MARGIN, drop))
         rise = f.temp_slope or 0.0
         heading_for_slowdown = (
             rise >= THERMAL_RISE.value and (slowdown - f.temp_last) / rise <= THERMAL_HORIZON.value
         )
         if f.temp_last >= TEMP_HOT.value and heading_for_slowdown:
-            parts.append(0.6)
+            parts.append(FORECAST)
         if f.temp_mean >= TEMP_HOT.value:
-            parts.append(0.4)  # hot but steady: worth a look, not a verdict
+            parts.append(BELOW_ENTER)  # hot but steady: worth a look, not a verdict
     return Evidence(score=max(parts))
 
 
@@ -239,20 +268,20 @@ def power_throttle(f: GpuFeatures) -> Evidence:
     training at TDP and only scores low; a cap well below the default is what matters."""
     if f.cap_share is None and (f.power_mean is None or f.limit_w is None):
         return Evidence(missing="needs clocks_event_reasons.active, or power.draw with power.limit")
-    if (f.busy_fraction or 0.0) < 0.3:
+    if (f.busy_fraction or 0.0) < UNDER_LOAD:
         return Evidence()
     share = f.cap_share
     if share is None:  # no reasons column: at the limit with clocks below their maximum
-        at_limit = f.power_mean >= 0.95 * f.limit_w  # type: ignore[operator]
-        slowed = f.busy_clock_ratio is not None and f.busy_clock_ratio < 0.97
+        at_limit = f.power_mean >= LEDGER_POWER_AT_LIMIT.value * f.limit_w  # type: ignore[operator]
+        slowed = f.busy_clock_ratio is not None and f.busy_clock_ratio < LEDGER_THROTTLE_CLOCK.value
         share = 1.0 if at_limit and slowed else 0.0
     held = ramp(share, 0.0, POWER_CAP_SHARE.value)
     if f.limit_w and f.default_w and f.limit_w < POWER_CAP_BELOW_DEFAULT.value * f.default_w:
-        depth = ramp(
-            f.limit_w / f.default_w, POWER_CAP_BELOW_DEFAULT.value, POWER_CAP_BELOW_DEFAULT.value - 0.3
-        )
-        return Evidence(score=held * (0.6 + 0.4 * depth), cause="cap_below_default")
-    return Evidence(score=0.3 * held, cause="at_default_limit")
+        line = POWER_CAP_BELOW_DEFAULT.value
+        depth = ramp(f.limit_w / f.default_w, line, line - CAP_DEPTH)
+        score = held * (1 - CONFIRM_WEIGHT + CONFIRM_WEIGHT * depth)
+        return Evidence(score=score, cause="cap_below_default")
+    return Evidence(score=SCORE_EXIT.value * held, cause="at_default_limit")  # routine: never fires
 
 
 # ---- shared memory -----------------------------------------------------------------------------
@@ -265,7 +294,7 @@ def shm_exhaustion(h: HostFeatures | None) -> Evidence:
         return Evidence(missing="needs host.shm.used and host.shm.total")
     score = h.shm_ratio
     if (
-        h.shm_ratio >= 0.75
+        h.shm_ratio >= SHM_EARLY.value
         and h.shm_seconds_to_full is not None
         and h.shm_seconds_to_full <= SHM_FILL_HORIZON.value
     ):
@@ -291,13 +320,13 @@ def nvlink_degraded(f: GpuFeatures) -> Evidence:
     parts: dict[str, float] = {}
     if f.nvlink_links:
         down = (f.nvlink_links - (f.nvlink_active or 0.0)) / f.nvlink_links
-        parts["links_down"] = 0.8 + 0.2 * down if down > 0 else 0.0
+        parts["links_down"] = FIRM + (1 - FIRM) * down if down > 0 else 0.0
     if f.p2p_failed is not None:
-        parts["p2p"] = 0.8 if f.p2p_failed > 0 else 0.0
+        parts["p2p"] = FIRM if f.p2p_failed > 0 else 0.0
     if f.fabric_ready is not None:
-        parts["fabric"] = 0.0 if f.fabric_ready else 0.9
+        parts["fabric"] = 0.0 if f.fabric_ready else STRONG
     if f.nvlink_error_rate is not None:
-        parts["errors"] = 0.6 * ramp(f.nvlink_error_rate, 0.0, NVLINK_ERROR_RATE.value)
+        parts["errors"] = FORECAST * ramp(f.nvlink_error_rate, 0.0, NVLINK_ERROR_RATE.value)
     if not parts:
         return Evidence(missing="needs NVLink link state, P2P status or fabric state")
     cause, score = max(parts.items(), key=lambda kv: kv[1])

@@ -22,6 +22,7 @@ from exporter.thresholds import (
     HANG_PEER_FIRE,
     IDLE_AFTER,
     IDLE_MEMORY,
+    LEDGER_BUSY_UTIL,
     SCORE_ENTER,
     UTIL_IDLE_LINE,
     board_tdp,
@@ -66,7 +67,9 @@ class _Gpu:
 
 
 class Analyzer:
-    def __init__(self, window_s: float = 60.0, evidence_s: float = EVIDENCE_WINDOW.value) -> None:
+    def __init__(
+        self, window_s: float = EVIDENCE_WINDOW.value, evidence_s: float = EVIDENCE_WINDOW.value
+    ) -> None:
         self.window_s = max(window_s, evidence_s)
         self.evidence_s = evidence_s
         self._gpus: dict[str, _Gpu] = {}
@@ -111,7 +114,7 @@ class Analyzer:
 
     @staticmethod
     def _see_power(state: _Gpu, f: GpuFeatures) -> None:
-        if (f.util_mean or 0.0) >= 0.5 and f.n >= 5 and f.power_p95 is not None:
+        if (f.util_mean or 0.0) >= LEDGER_BUSY_UTIL.value and f.n >= 5 and f.power_p95 is not None:
             state.power_seen_w = max(state.power_seen_w or 0.0, f.power_p95)
 
     def add_host_point(self, point: HostPoint) -> None:

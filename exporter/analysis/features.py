@@ -11,13 +11,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from exporter.analysis.points import GpuPoint, HostPoint
-from exporter.analysis.window import quantile
-from exporter.thresholds import UTIL_IDLE_LINE, board_tdp
+from exporter.analysis.window import HIGH_Q, LOW_Q, quantile
+from exporter.thresholds import LEDGER_BUSY_UTIL, UTIL_IDLE_LINE, board_tdp
 
 THERMAL_BITS = 0x20 | 0x40  # sw_thermal, hw_thermal
 HW_SLOWDOWN = 0x8
 POWER_CAP_BITS = 0x4 | 0x80  # sw_power_cap, hw_power_brake
-BUSY_LINE = 0.5
+BUSY_LINE = LEDGER_BUSY_UTIL.value
+FLAT = 1e-12  # a variance this small is no spread at all: no slope
+PER_MINUTE = 60.0
 RECENT_S = 10.0  # thermal reasons are judged on the last 10 s: they switch fast
 
 
@@ -42,8 +44,8 @@ def util_stats(utils: Sequence[float]) -> UtilStats | None:
     ordered = sorted(utils)
     return UtilStats(
         mean=sum(utils) / len(utils),
-        p05=quantile(ordered, 0.05),
-        p95=quantile(ordered, 0.95),
+        p05=quantile(ordered, LOW_Q),
+        p95=quantile(ordered, HIGH_Q),
         idle_fraction=sum(1 for u in utils if u < UTIL_IDLE_LINE.value) / len(utils),
         gaps=count_gaps(utils),
     )
@@ -131,7 +133,7 @@ def slope(pairs: Sequence[tuple[float, float]], most: int = 32) -> float | None:
         stt += t * t
         stv += t * v
     var = stt - st * st / n
-    if var <= 1e-12:
+    if var <= FLAT:
         return None
     return (stv - st * sv / n) / var
 
@@ -199,7 +201,7 @@ def gpu_features(
         power_cv = math.sqrt(sum((x - power_mean) ** 2 for x in powers) / len(powers)) / power_mean
     error_rate = None
     if len(errors) >= 2 and errors[-1][0] > errors[0][0]:
-        error_rate = max(0.0, errors[-1][1] - errors[0][1]) / (errors[-1][0] - errors[0][0]) * 60.0
+        error_rate = max(0.0, errors[-1][1] - errors[0][1]) / (errors[-1][0] - errors[0][0]) * PER_MINUTE
     whole = util_stats(utils)
     limit, default = _last(points, "power_limit_w"), _last(points, "power_default_w")
     return GpuFeatures(
@@ -213,7 +215,7 @@ def gpu_features(
         halves=(util_stats(utils[: len(utils) // 2]), util_stats(utils[len(utils) // 2 :])),
         trailing_idle_s=last_t - trailing_start if trailing_start is not None else 0.0,
         power_mean=power_mean,
-        power_p95=quantile(sorted(powers), 0.95) if powers else None,
+        power_p95=quantile(sorted(powers), HIGH_Q) if powers else None,
         power_cv=power_cv,
         power_ref_w=limit or default or board_tdp(name) or power_seen_w,
         limit_w=limit,

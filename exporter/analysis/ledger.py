@@ -279,7 +279,7 @@ class Shares:
 
 def _shares(h: _Horizon) -> Shares:
     counted = sum(h.sums[: len(STATES)])
-    if counted <= 1e-9:
+    if counted <= 0:
         return Shares()
     return Shares(
         counted_s=counted,

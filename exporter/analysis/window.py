@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 P = TypeVar("P")
+LOW_Q, HIGH_Q = 0.05, 0.95  # the quantiles exported as p05/p95 and a window's spread is measured between
 
 
 class Window(Generic[P]):
@@ -84,8 +85,8 @@ def summarize(values: list[float]) -> Stats | None:
         mean=sum(ordered) / len(ordered),
         min=ordered[0],
         max=ordered[-1],
-        p05=quantile(ordered, 0.05),
-        p95=quantile(ordered, 0.95),
+        p05=quantile(ordered, LOW_Q),
+        p95=quantile(ordered, HIGH_Q),
         count=len(ordered),
     )
 
