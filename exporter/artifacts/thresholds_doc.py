@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from exporter.thresholds import BOARD_TDP_W, CRITICAL_XIDS, table
+from exporter.thresholds import (
+    ALERT_POLICIES,
+    BOARD_TDP_W,
+    CRITICAL_XIDS,
+    Choice,
+    Threshold,
+    choices,
+    table,
+)
 
 UNITS = {
     "ratio": "",
@@ -27,6 +35,10 @@ def _value(value: float, unit: str) -> str:
     return f"{value:g}{UNITS.get(unit, ' ' + unit)}"
 
 
+def _entry(entry: Threshold | Choice) -> str:
+    return entry.value if isinstance(entry, Choice) else _value(entry.value, entry.unit)
+
+
 def render() -> str:
     lines = [
         "# Threshold table",
@@ -38,13 +50,32 @@ def render() -> str:
         "dashboard thresholds and the chart's values are generated from it.",
         "",
     ]
+    policies = {p.for_.key for p in ALERT_POLICIES.values()} | {
+        p.severity.key for p in ALERT_POLICIES.values()
+    }
     areas: dict[str, list] = {}
-    for entry in table().values():
-        areas.setdefault(entry.key.split(".")[0], []).append(entry)
+    for entry in [*table().values(), *choices().values()]:
+        if entry.key not in policies:
+            areas.setdefault(entry.key.split(".")[0], []).append(entry)
     for area, entries in areas.items():
         lines += [f"## {area}", "", "| key | value | why |", "|---|---|---|"]
-        lines += [f"| `{e.key}` | {_value(e.value, e.unit)} | {e.reason} |" for e in entries]
+        lines += [f"| `{e.key}` | {_entry(e)} | {e.reason} |" for e in entries]
         lines.append("")
+    lines += [
+        "## alert",
+        "",
+        "How long each alert's condition must hold before it fires (`alert.<Alert>.for_seconds`) and how",
+        "loud it is (`alert.<Alert>.severity`): the [alert rules](alerts.md) and the chart's",
+        "`prometheusRule.rules` defaults.",
+        "",
+        "| alert | for | severity | why |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| [{name}](runbooks/{name}.md) | {p.for_text} | {p.severity.value} | {p.for_.reason} |"
+        for name, p in ALERT_POLICIES.items()
+    ]
+    lines.append("")
     lines += ["## Critical XID codes", "", "| XID | meaning |", "|---|---|"]
     lines += [f"| {xid} | {text} |" for xid, text in CRITICAL_XIDS.items()]
     lines += [
