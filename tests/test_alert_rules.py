@@ -74,3 +74,109 @@ def test_thresholds_come_from_the_table():
         next(a for a in alerts.ALERTS if a.name == "GpuShmFull"), {"shm_critical": "0.5"}
     )
     assert overridden.endswith("> 0.5")
+
+
+# ---- one place per kind, one place per number ---------------------------------------------------------
+
+
+def test_every_alert_takes_for_and_severity_from_the_threshold_table():
+    from exporter import thresholds as th
+
+    assert [a.name for a in alerts.ALERTS] == list(dict.fromkeys(a.name for a in alerts.ALERTS))
+    assert {a.name for a in alerts.ALERTS} == set(th.ALERT_POLICIES), "an alert without a policy, or back"
+    rules = {r["alert"]: r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
+    for name, policy in th.ALERT_POLICIES.items():
+        assert rules[name]["labels"]["severity"] == policy.severity.value
+        assert rules[name].get("for", "0s") == policy.for_text
+        assert policy.severity.value in th.SEVERITIES
+    source = (REPO / "exporter" / "artifacts" / "alerts.py").read_text()
+    typed = re.findall(r'"(critical|warning|info|[0-9]*[1-9][0-9]*[smh])"', source)  # 0s: no `for`
+    assert typed == [], f"alerts.py types a severity or a `for` itself: {typed}"
+
+
+def test_every_kind_of_the_registry_pages_and_verdict_alerts_come_from_it():
+    from exporter.analysis.kinds import KINDS
+
+    by_name = {a.name: a for a in alerts.ALERTS}
+    for kind in KINDS.values():
+        assert kind.alert in by_name, f"{kind.name}: its alert {kind.alert} is not in the rules"
+        if kind.name in alerts.VERDICTS:
+            a = by_name[kind.alert]
+            assert a.group == alerts.VERDICT_GROUP
+            assert a.expr.startswith(f'gpu_bottleneck{{kind="{kind.name}"') and a.expr.endswith("} == 1")
+            assert (a.for_, a.severity) == (kind.policy.for_text, kind.policy.severity.value)
+    verdict_rules = [a.name for a in alerts.ALERTS if a.group == alerts.VERDICT_GROUP]
+    assert verdict_rules == [k.alert for k in KINDS.values() if k.name in alerts.VERDICTS]
+    assert by_name["GpuPowerCapped"].expr == (
+        'gpu_bottleneck{kind="power_throttle", cause="cap_below_default"} == 1'
+    )
+    assert by_name["GpuCommBound"].severity == "warning" and by_name["GpuCommBound"].for_ == "5m"
+
+
+# numbers a PromQL expression may type itself: nothing and one (`== 0`, `== 1`, `> 0`)
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_PLACEHOLDER = re.compile(r"\$\{\w+\}")
+_RANGE = re.compile(r"\[[0-9]+[smhdwy]\]")
+_PER_MINUTE = re.compile(r"\*\s*60(?![\w.])")  # a per-second rate as a per-minute one
+_NUMBER = re.compile(r"(?<![\w.])(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:e[+-]?[0-9]+)?(?![\w.])", re.I)
+
+
+def bare_numbers(expr: str) -> list[str]:
+    """Numbers typed into an expression rather than named as ``${placeholders}`` (label values,
+    range durations and the seconds of a minute aside)."""
+    text = _PER_MINUTE.sub(" ", _RANGE.sub("[]", _PLACEHOLDER.sub(" ", _STRING.sub('""', expr))))
+    return [n for n in _NUMBER.findall(text) if n not in ("0", "1")]
+
+
+def test_no_bare_number_in_an_alert_expression():
+    found = {a.name: hits for a in alerts.ALERTS if (hits := bare_numbers(a.expr))}
+    assert found == {}, f"name these in exporter/thresholds.py and alerts.PARAMS: {found}"
+    for a in alerts.ALERTS:  # and every placeholder is a threshold of the table
+        assert set(_PLACEHOLDER.findall(a.expr)) <= {f"${{{k}}}" for k in alerts.PARAMS} | {"${job}"}
+
+
+def test_the_number_check_sees_a_bare_number_and_accepts_named_ones():
+    assert bare_numbers('x{stat="mean"} > 0.5') == ["0.5"]
+    assert bare_numbers("increase(x[5m]) > 5 * ${rate}") == ["5"]
+    assert bare_numbers("x > 1e9 and y < .2") == ["1e9", ".2"]
+    assert bare_numbers('x{xid=~"46|79"} == 1 and rate(y[10m]) * 60 > ${n} and z == 0') == []
+    assert bare_numbers('gpu_nvlink_up == 0 and up{job="${job}"} > ${busy_util}') == []
+
+
+def _fires_when(name: str) -> str:
+    text = (REPO / "docs" / "runbooks" / f"{name}.md").read_text()
+    head = text.split("\n\n")[1]  # the line under the title
+    assert "**Fires when:**" in head, f"{name}: the runbook does not say when it fires"
+    return " ".join(head.split("**Fires when:**", 1)[1].split())
+
+
+def test_runbooks_state_the_alerts_for():
+    for a in alerts.ALERTS:
+        seconds = int(a.policy.for_.value)
+        said = _fires_when(a.name)
+        if seconds == 0:
+            continue
+        if seconds % 60:
+            pattern = rf"\b{seconds} seconds\b"
+        elif seconds == 60:
+            pattern = r"\b(a|one) (more )?minute\b"
+        else:
+            pattern = rf"\b{seconds // 60} (more )?minutes\b"
+        assert re.search(pattern, said), f"{a.name} holds for {a.for_}; its runbook says: {said}"
+
+
+def test_the_threshold_page_lists_every_policy_word():
+    from exporter import thresholds as th
+
+    page = (REPO / "docs" / "thresholds.md").read_text()
+    for name, policy in th.ALERT_POLICIES.items():
+        assert f"| [{name}](runbooks/{name}.md) | {policy.for_text} | {policy.severity.value} |" in page
+    policies = {p.severity.key for p in th.ALERT_POLICIES.values()}
+    for key, choice in th.choices().items():
+        assert key in policies or f"| `{key}` | {choice.value} |" in page
+
+
+def test_the_readmes_count_the_rules():
+    n = len(alerts.ALERTS)
+    assert f"holds {n} alert\nrules" in (REPO / "README.md").read_text()
+    assert f"the {n} alerts of" in (REPO / "helm" / "gpu-bottleneck-exporter" / "README.md").read_text()

@@ -13,14 +13,16 @@ from dataclasses import dataclass
 from string import Template
 
 from exporter import thresholds as th
+from exporter.analysis.kinds import KINDS
 
 RUNBOOK_BASE = "https://github.com/gpu-bottleneck-exporter/gpu-bottleneck-exporter/blob/main/docs/runbooks/"
 JOB = "gpu-bottleneck-exporter"
 
-# placeholder -> (threshold, how the chart spells its value key)
+# placeholder -> its threshold (the chart spells the value key in camelCase)
 PARAMS: dict[str, th.Threshold] = {
     "util_suspicion": th.UTIL_SUSPICION,
     "util_idle": th.UTIL_IDLE_LINE,
+    "busy_util": th.LEDGER_BUSY_UTIL,
     "power_low": th.POWER_LOW,
     "temp_hot": th.TEMP_HOT,
     "shm_warning": th.SHM_WARNING,
@@ -31,6 +33,7 @@ PARAMS: dict[str, th.Threshold] = {
     "nvlink_errors_per_minute": th.NVLINK_ERROR_RATE,
     "idle_memory_bytes": th.IDLE_MEMORY,
     "stale_seconds": th.COLLECT_STALE,
+    "collect_errors_per_minute": th.COLLECT_ERROR_RATE,
 }
 
 # the node a series comes from: the chart relabels `node` from the pod's node; else the target
@@ -41,81 +44,120 @@ POD = "{{ with $labels.pod }} (pod {{ $labels.namespace }}/{{ . }}){{ end }}"
 
 @dataclass(frozen=True)
 class Alert:
+    """One rule. Its ``for`` and severity are the threshold table's (``th.ALERT_POLICIES``)."""
+
     name: str
     group: str
-    severity: str
     expr: str  # PromQL with ${placeholders} from PARAMS and ${job}
-    for_: str
     summary: str
     description: str
 
+    @property
+    def policy(self) -> th.AlertPolicy:
+        return th.ALERT_POLICIES[self.name]
+
+    @property
+    def severity(self) -> str:
+        return self.policy.severity.value
+
+    @property
+    def for_(self) -> str:
+        return self.policy.for_text
+
     def runbook(self, base: str = RUNBOOK_BASE) -> str:
         return f"{base}{self.name}.md"
+
+
+# ---- verdicts of the analysis: one alert per kind of the registry that pages on its own verdict ------
+
+VERDICT_GROUP = "gpu-bottleneck-verdicts"
+
+
+@dataclass(frozen=True)
+class VerdictText:
+    summary: str
+    description: str  # follows "GPU <n> (<uuid>) on <node> (pod <namespace>/<pod>)"
+    cause: str = ""  # page only for this cause of the kind
+
+
+def _minutes(*seconds: th.Threshold) -> str:
+    return f"{sum(t.value for t in seconds) / 60:g}"
+
+
+VERDICTS: dict[str, VerdictText] = {
+    "data_starvation": VerdictText(
+        "GPU is starving for input data.",
+        ' {{ if eq $labels.cause "checkpoint" }}stalls with every rank of its job while checkpoints are '
+        "written (cause: checkpoint): long pauses with memory resident and no kernel take a large share "
+        "of its time.{{ else }}waits for its input every step (probable cause: {{ $labels.cause }}). "
+        "Utilization alternates between busy and idle and power stays far below TDP.{{ end }} See the "
+        "runbook for the cause.",
+    ),
+    "comm_hang": VerdictText(
+        "GPU is stuck in a collective (NCCL hang).",
+        " has kept an NCCL kernel resident for minutes with near-idle power and no NVLink or PCIe traffic "
+        "({{ $labels.cause }}). The job is hung and will hit the NCCL watchdog.",
+    ),
+    "comm_bound": VerdictText(
+        "GPU steps are dominated by slow collectives.",
+        " spends much of every step inside collectives: kernels stay resident while few SMs are active "
+        "and traffic keeps flowing. NCCL probably runs on a slow transport (sockets/TCP, P2P disabled, "
+        "no NVLink or EFA).",
+    ),
+    "thermal_throttle": VerdictText(
+        "GPU is throttling for heat.",
+        " lowers its clocks for heat (or is about to): utilization stays high while steps slow down.",
+    ),
+    "power_throttle": VerdictText(
+        "GPU is held at a power cap below its default limit.",
+        " is held at a power limit below the board's default and its clocks are reduced.",
+        cause="cap_below_default",
+    ),
+    "idle_allocated": VerdictText(
+        "GPU is allocated but idle.",
+        " has held memory without running a kernel for more than "
+        + _minutes(th.IDLE_AFTER, th.ALERT_POLICIES[KINDS["idle_allocated"].alert].for_)
+        + " minutes.",
+    ),
+}
+
+
+def verdict_expr(kind: str, cause: str = "") -> str:
+    selector = f'kind="{kind}"' + (f', cause="{cause}"' if cause else "")
+    return f"gpu_bottleneck{{{selector}}} == 1"
+
+
+def _verdict_alerts() -> tuple[Alert, ...]:
+    unknown = set(VERDICTS) - set(KINDS)
+    if unknown:
+        raise ValueError(f"alert texts for kinds the registry does not have: {sorted(unknown)}")
+    out = []
+    for kind in KINDS.values():
+        text = VERDICTS.get(kind.name)
+        if text is None:
+            continue  # its alert is a rule on raw signals below (GpuShmNearlyFull, GpuNvlinkDown)
+        if text.cause and text.cause not in kind.causes:
+            raise ValueError(f"{kind.name} has no cause {text.cause!r}")
+        expr = verdict_expr(kind.name, text.cause)
+        out.append(Alert(kind.alert, VERDICT_GROUP, expr, text.summary, GPU + POD + text.description))
+    return tuple(out)
 
 
 def _busy(series: str = "") -> str:
     return f'gpu_utilization_window_ratio{{stat="mean"{series}}}'
 
 
+_SHM_DEFAULT = f"{th.SHM_DEFAULT_BYTES.value / (1 << 20):g} MiB"
+
 ALERTS: tuple[Alert, ...] = (
-    # ---- verdicts of the analysis ---------------------------------------------------------------
-    Alert(
-        "GpuDataStarvation",
-        "gpu-bottleneck-verdicts",
-        "warning",
-        'gpu_bottleneck{kind="data_starvation"} == 1',
-        "2m",
-        "GPU is starving for input data.",
-        GPU + POD + " waits for its input every step (probable cause: {{ $labels.cause }}). Utilization "
-        "alternates between busy and idle and power stays far below TDP. See the runbook for the cause.",
-    ),
-    Alert(
-        "GpuCommHang",
-        "gpu-bottleneck-verdicts",
-        "critical",
-        'gpu_bottleneck{kind="comm_hang"} == 1',
-        "1m",
-        "GPU is stuck in a collective (NCCL hang).",
-        GPU + POD + " has kept an NCCL kernel resident for minutes with near-idle power and no NVLink or "
-        "PCIe traffic ({{ $labels.cause }}). The job is hung and will hit the NCCL watchdog.",
-    ),
-    Alert(
-        "GpuThermalThrottling",
-        "gpu-bottleneck-verdicts",
-        "warning",
-        'gpu_bottleneck{kind="thermal_throttle"} == 1',
-        "2m",
-        "GPU is throttling for heat.",
-        GPU + POD + " lowers its clocks for heat (or is about to): utilization stays high while steps slow "
-        "down.",
-    ),
-    Alert(
-        "GpuPowerCapped",
-        "gpu-bottleneck-verdicts",
-        "warning",
-        'gpu_bottleneck{kind="power_throttle", cause="cap_below_default"} == 1',
-        "5m",
-        "GPU is held at a power cap below its default limit.",
-        GPU + POD + " is held at a power limit below the board's default and its clocks are reduced.",
-    ),
-    Alert(
-        "GpuIdleAllocated",
-        "gpu-bottleneck-verdicts",
-        "info",
-        'gpu_bottleneck{kind="idle_allocated"} == 1',
-        "10m",
-        "GPU is allocated but idle.",
-        GPU + POD + " has held memory without running a kernel for more than 15 minutes.",
-    ),
+    *_verdict_alerts(),
     # ---- the seed table as plain rules ----------------------------------------------------------
     Alert(
         "GpuUtilizationLow",
         "gpu-utilization",
-        "info",
         "avg_over_time(" + _busy() + "[10m]) < ${util_suspicion}"
         " and " + _busy() + " > ${util_idle}"
         " and on (instance, gpu, uuid) gpu_memory_used_bytes > ${idle_memory_bytes}",
-        "15m",
         "GPU utilization stays below the suspicion line.",
         GPU + POD + " averaged {{ $value | humanizePercentage }} utilization over 10 minutes while a job "
         "holds it: a data or communication bottleneck is suspected.",
@@ -123,10 +165,8 @@ ALERTS: tuple[Alert, ...] = (
     Alert(
         "GpuPowerFarBelowTdp",
         "gpu-utilization",
-        "warning",
         'gpu_power_window_watts{stat="mean"} / ignoring (stat) gpu_power_default_limit_watts'
-        " < ${power_low} and on (instance, gpu, uuid) " + _busy() + " > 0.5",
-        "10m",
+        " < ${power_low} and on (instance, gpu, uuid) " + _busy() + " > ${busy_util}",
         "Busy GPU draws far less power than its TDP.",
         GPU + POD + " is busy but draws {{ $value | humanizePercentage }} of its default power limit: it is "
         "starved or waiting, not computing.",
@@ -134,19 +174,15 @@ ALERTS: tuple[Alert, ...] = (
     Alert(
         "GpuTemperatureHigh",
         "gpu-thermal-power",
-        "warning",
         'gpu_temperature_celsius{sensor="gpu"} > ${temp_hot}'
-        " and on (instance, gpu, uuid) " + _busy() + " > 0.5",
-        "5m",
+        " and on (instance, gpu, uuid) " + _busy() + " > ${busy_util}",
         "GPU runs above the hot line under load.",
         GPU + POD + " is at {{ $value }} °C under load; above the hot line clocks are close to dropping.",
     ),
     Alert(
         "GpuMemoryNearlyFull",
         "gpu-thermal-power",
-        "warning",
         "gpu_memory_used_bytes / gpu_memory_total_bytes > ${memory_full}",
-        "10m",
         "GPU framebuffer is nearly full.",
         GPU + POD + " uses {{ $value | humanizePercentage }} of its memory: the next allocation may fail "
         "with CUDA out of memory.",
@@ -154,10 +190,8 @@ ALERTS: tuple[Alert, ...] = (
     Alert(
         "GpuShmNearlyFull",
         "gpu-node-shm-io",
-        "warning",
         "gpu_node_shm_used_bytes / gpu_node_shm_size_bytes > ${shm_warning}"
         " and gpu_node_shm_used_bytes / gpu_node_shm_size_bytes <= ${shm_critical}",
-        "1m",
         "Shared memory is nearly full.",
         "{{ $labels.mountpoint }} on " + NODE + POD + " is {{ $value | humanizePercentage }} full. "
         "DataLoader workers die with 'Bus error' when it fills.",
@@ -165,9 +199,7 @@ ALERTS: tuple[Alert, ...] = (
     Alert(
         "GpuShmFull",
         "gpu-node-shm-io",
-        "critical",
         "gpu_node_shm_used_bytes / gpu_node_shm_size_bytes > ${shm_critical}",
-        "0s",
         "Shared memory is full.",
         "{{ $labels.mountpoint }} on " + NODE + POD + " is {{ $value | humanizePercentage }} full: "
         "DataLoader workers are dying with 'Bus error' now.",
@@ -175,20 +207,16 @@ ALERTS: tuple[Alert, ...] = (
     Alert(
         "GpuPodShmDefault",
         "gpu-node-shm-io",
-        "warning",
         "gpu_pod_shm_default_size == 1",
-        "5m",
-        "GPU pod runs on the 64 MiB default /dev/shm.",
+        f"GPU pod runs on the {_SHM_DEFAULT} default /dev/shm.",
         "Pod {{ $labels.namespace }}/{{ $labels.pod }} on " + NODE + " holds GPUs but its /dev/shm is the "
-        "64 MiB container default: DataLoader workers will die with 'Bus error' under load.",
+        f"{_SHM_DEFAULT} container default: DataLoader workers will die with 'Bus error' under load.",
     ),
     Alert(
         "GpuIoWaitHighWhileStarving",
         "gpu-node-shm-io",
-        "warning",
         "gpu_node_cpu_iowait_ratio > ${iowait_high}"
-        ' and on (instance) count by (instance) (gpu_bottleneck{kind="data_starvation"} == 1) > 0',
-        "5m",
+        " and on (instance) count by (instance) (" + verdict_expr("data_starvation") + ") > 0",
         "Node waits on I/O while its GPUs starve.",
         NODE + " spends {{ $value | humanizePercentage }} of its CPU time in I/O wait while GPUs starve: "
         "storage is too slow for the data loaders.",
@@ -197,19 +225,15 @@ ALERTS: tuple[Alert, ...] = (
     Alert(
         "GpuNvlinkDown",
         "gpu-fabric",
-        "critical",
         "gpu_nvlink_up == 0",
-        "5m",
         "NVLink is down.",
         "NVLink {{ $labels.link }} of " + GPU + " is down: NCCL falls back to slower paths.",
     ),
     Alert(
         "GpuP2PUnavailable",
         "gpu-fabric",
-        "critical",
         'gpu_p2p_status{capability="nvlink"} == 0'
         " and on (instance, gpu, uuid) (count by (instance, gpu, uuid) (gpu_nvlink_up) > 0)",
-        "5m",
         "Peer-to-peer over NVLink is unavailable.",
         GPU + " cannot reach GPU {{ $labels.peer_gpu }} peer-to-peer over NVLink: NCCL uses SHM, "
         "P2P/CUMEM/read or sockets instead.",
@@ -217,27 +241,23 @@ ALERTS: tuple[Alert, ...] = (
     Alert(
         "GpuFabricNotReady",
         "gpu-fabric",
-        "critical",
         'gpu_fabric_state{state="completed"} == 0',
-        "5m",
         "GPU is not registered with the NVSwitch fabric.",
         GPU + " has not completed NVSwitch fabric registration: is the fabric manager running?",
     ),
     Alert(
         "GpuNvlinkErrors",
         "gpu-fabric",
-        "warning",
-        "sum without (link, type) (increase(gpu_nvlink_errors_total[5m])) > 5 * ${nvlink_errors_per_minute}",
-        "0s",
+        # errors a minute, averaged over five: the same condition as `increase(...[5m]) > 5 * rate`
+        "sum without (link, type) (rate(gpu_nvlink_errors_total[5m])) * 60 > ${nvlink_errors_per_minute}",
         "NVLink errors are climbing.",
-        GPU + " logged {{ $value }} NVLink replay/recovery/CRC errors in 5 minutes: a link is degrading.",
+        GPU + " logs {{ $value | humanize }} NVLink replay/recovery/CRC errors a minute over the last 5 "
+        "minutes: a link is degrading.",
     ),
     Alert(
         "GpuXidCritical",
         "gpu-fabric",
-        "critical",
         'increase(gpu_xid_errors_total{xid=~"' + "|".join(map(str, th.CRITICAL_XIDS)) + '"}[10m]) > 0',
-        "0s",
         "GPU reported a critical XID.",
         GPU + POD + " reported XID {{ $labels.xid }}: a hardware or driver fault. Check `dmesg` and the "
         "runbook's XID table.",
@@ -245,9 +265,7 @@ ALERTS: tuple[Alert, ...] = (
     Alert(
         "GpuDown",
         "gpu-fabric",
-        "critical",
         "gpu_up == 0 and on (instance) gpu_exporter_nvml_up == 1",
-        "2m",
         "GPU does not answer.",
         GPU + " does not answer NVML (lost from the bus, timed out, or erroring) while the other GPUs do.",
     ),
@@ -255,9 +273,7 @@ ALERTS: tuple[Alert, ...] = (
     Alert(
         "GpuExporterDown",
         "gpu-exporter",
-        "critical",
         'up{job="${job}"} == 0',
-        "5m",
         "gpu-bottleneck-exporter is down.",
         "Prometheus cannot scrape the exporter on {{ $labels.instance }}: that node's GPUs are not "
         "monitored.",
@@ -265,9 +281,7 @@ ALERTS: tuple[Alert, ...] = (
     Alert(
         "GpuExporterAbsent",
         "gpu-exporter",
-        "critical",
         'absent(up{job="${job}"})',
-        "15m",
         "No gpu-bottleneck-exporter target exists.",
         "Prometheus has no target for job ${job}: no GPU is monitored (DaemonSet gone, or the "
         "ServiceMonitor/PodMonitor does not match).",
@@ -275,9 +289,7 @@ ALERTS: tuple[Alert, ...] = (
     Alert(
         "GpuExporterCollectionStale",
         "gpu-exporter",
-        "warning",
         "time() - gpu_exporter_last_collect_timestamp_seconds > ${stale_seconds}",
-        "5m",
         "gpu-bottleneck-exporter stopped collecting.",
         "The {{ $labels.source }} collection on " + NODE + " last succeeded {{ $value | humanizeDuration }} "
         "ago: metrics are stale (a hung driver call?).",
@@ -285,9 +297,7 @@ ALERTS: tuple[Alert, ...] = (
     Alert(
         "GpuExporterNvmlDown",
         "gpu-exporter",
-        "warning",
         "gpu_exporter_nvml_up == 0",
-        "10m",
         "gpu-bottleneck-exporter cannot use NVML.",
         "The exporter on " + NODE + " has no NVML session (driver missing, unloaded or mismatched): GPU "
         "metrics are absent.",
@@ -295,10 +305,8 @@ ALERTS: tuple[Alert, ...] = (
     Alert(
         "GpuExporterCollectErrors",
         "gpu-exporter",
-        "warning",
         'sum by (instance, source, error) (rate(gpu_exporter_collect_errors_total{error!~"NotSupported|'
-        'FunctionNotFound"}[10m])) * 60 > 1',
-        "15m",
+        'FunctionNotFound"}[10m])) * 60 > ${collect_errors_per_minute}',
         "gpu-bottleneck-exporter keeps hitting collection errors.",
         "The {{ $labels.source }} collection on " + NODE + " fails with {{ $labels.error }} "
         "{{ $value | humanize }} times a minute.",

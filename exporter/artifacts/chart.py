@@ -17,12 +17,12 @@ from pathlib import Path
 
 import yaml
 
+from exporter import thresholds as th
 from exporter.artifacts import alerts, dashboards
 
 CHART = "helm/gpu-bottleneck-exporter"
 REPO = Path(__file__).resolve().parents[2]
 DURATION = r"^(0|([0-9]+(ms|s|m|h|d|w|y))+)$"
-SEVERITIES = ["critical", "warning", "info"]
 
 
 def camel(snake: str) -> str:
@@ -226,7 +226,7 @@ def _rule_schema() -> dict:
         "properties": {
             "enabled": {"type": "boolean"},
             "for": {"type": "string", "pattern": DURATION},
-            "severity": {"type": "string", "enum": SEVERITIES},
+            "severity": {"type": "string", "enum": list(th.SEVERITIES)},
         },
     }
 
