@@ -73,6 +73,7 @@ PINNED = 0.9  # a rank waiting in a collective keeps utilization at 90 %+ with n
 CLOCK_MARGIN = 0.02  # clock evidence starts 2 points above the throttled-clock line
 SLOWDOWN_NEAR_C = 3  # within 3 degrees of the slowdown point counts as at it
 CAP_DEPTH = 0.3  # a cap 30 points further below the default limit is as deep as it gets
+STALLED_SHARE = 0.5  # half of the evidence window in the ledger's stalled state: hang evidence
 
 
 @dataclass(frozen=True)
@@ -377,7 +378,10 @@ def detect_comm_hang(c: Context) -> Evidence:
         return ev
     if c.peers == 0 and c.f.sm_mean is None and c.f.mem_util_mean is None:
         return Evidence()  # alone, low power at full utilization may be light compute: power cannot tell
-    return Evidence(score=max(ev.score, covered(c, lambda s: s.family("stall"))))
+    # the ledger's stalled time already means every rank quiet past the pause allowance: half of the
+    # evidence window of it is as strong as the raw shape over the whole window
+    stalled = SCORE_ENTER.value * c.recent.get("stalled") / STALLED_SHARE
+    return Evidence(score=clamp(max(ev.score, stalled, covered(c, lambda s: s.family("stall")))))
 
 
 def detect_thermal(c: Context) -> Evidence:

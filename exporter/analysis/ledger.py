@@ -72,6 +72,20 @@ STATES: tuple[str, ...] = (
     "idle",
     "free",
 )
+# what each state means, for the docs and the dashboards
+STATE_MEANING: dict[str, str] = {
+    "computing": "kernels doing work (the gaps inside a busy sample are launch overhead, counted here)",
+    "input_wait": "no kernel, waiting on the host: the data loader, CPU offload, host-to-device copies",
+    "comm_wait": "inside a collective (NCCL kernel resident, few SMs active): waiting for peers or moving "
+    "data over a slow transport",
+    "stalled": "every GPU of the job in a collective with nothing moving for longer than the pause "
+    "allowance: a hang",
+    "checkpoint": "every GPU of the job paused together for longer than the pause allowance after it "
+    "trained: saving a checkpoint (or evaluating on the host)",
+    "throttled": "computing with clocks lowered for heat or by the power cap",
+    "idle": "memory held, no kernel: start-up (model load, dataset download) or a reserved GPU doing nothing",
+    "free": "no job holds the GPU (under the idle memory line)",
+}
 # where each state's time is lost: one family per verdict kind (computing and free lose nothing)
 FAMILIES: dict[str, tuple[str, ...]] = {
     "input": ("input_wait", "checkpoint"),

@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from exporter.artifacts import alerts, chart, dashboards, thresholds_doc
+from exporter.artifacts import alerts, chart, dashboards, detection_doc, thresholds_doc
 
 # repository-relative path -> function producing the file's content
 ARTIFACTS: dict[str, Callable[[], str]] = {
     "docs/thresholds.md": thresholds_doc.render,
+    "docs/detection.md": detection_doc.render,
     "alerts/gpu-bottleneck-exporter.rules.yml": alerts.render,
     "docs/alerts.md": alerts.render_doc,
     **{path: dashboards.renderer(path) for path in dashboards.DASHBOARDS},

@@ -1,0 +1,242 @@
+"""docs/detection.md: the ledger, how each verdict follows from it, and worked examples. The tables and
+every number come from the ledger's states, the verdict registry and the threshold table."""
+
+from __future__ import annotations
+
+from exporter import thresholds as th
+from exporter.analysis.kinds import KINDS
+from exporter.analysis.ledger import FAMILIES, STATE_MEANING, STATES
+
+
+def _pct(t: th.Threshold) -> str:
+    return f"{t.value * 100:g} %"
+
+
+def _s(t: th.Threshold) -> str:
+    return f"{t.value:g} s"
+
+
+def _ledger() -> list[str]:
+    return [
+        "## The time ledger",
+        "",
+        "Every second of every GPU goes to exactly one state, decided from that second's samples and from "
+        "the other GPUs of its job. The exporter counts them in `gpu_time_seconds_total{state}` (per GPU, "
+        "with its pod's labels); `replay` prints them per GPU and per job. The states sum to the time "
+        "observed (seconds with no sample, such as a lost GPU, are not counted).",
+        "",
+        "| state | meaning |",
+        "|---|---|",
+        *[f"| `{state}` | {STATE_MEANING[state]} |" for state in STATES],
+        "",
+        "How a second is split:",
+        "",
+        "- **Utilization is kernel time.** A driver sample of `u` says a kernel was resident for `u` of its "
+        f"period. Below {_pct(th.UTIL_IDLE_LINE)} the sample is waiting time; up to "
+        f"{_pct(th.LEDGER_BUSY_UTIL)} its no-kernel part `1 - u` is waiting; from "
+        f"{_pct(th.LEDGER_STEADY_UTIL)} up the GPU counts as wholly working (the gaps inside are launch "
+        "overhead: healthy H100 jobs train at 84-91 %); in between, the waiting part fades out. So a GPU "
+        "at 10-30 % for minutes is waiting 70-90 % of its time, whatever its rhythm.",
+        "- **A collective or compute.** Of the resident time, a sample is a collective when fewer than "
+        f"{_pct(th.LEDGER_COMM_SM)} of the SMs are active per unit of utilization (GPM). Without GPM, a GPU "
+        f"resident the whole second is in a collective when its memory controller is under "
+        f"{_pct(th.LEDGER_COMM_MEM_UTIL)} busy, or (without memory utilization, and only when the job has "
+        f"other GPUs) in proportion to how far its power sits between {_pct(th.LEDGER_COMM_POWER_HIGH)} and "
+        f"{_pct(th.LEDGER_COMM_POWER_LOW)} of its limit. A GPU at low duty is never called a collective "
+        "from power or memory utilization: they read low because of its gaps.",
+        "- **Throttled.** Compute time with thermal clock-event reasons, or with the power cap holding "
+        f"clocks more than {100 - th.LEDGER_THROTTLE_CLOCK.value * 100:g} % under their maximum.",
+        "- **Quiet.** A collective is quiet when NVLink and PCIe carry under "
+        f"{th.HANG_TRAFFIC.value / 1e6:g} MB/s (or the trace has no traffic columns).",
+        "",
+        "Then the second's context decides what its waiting is. A second is *stopped* when the GPU did "
+        f"under {_pct(th.UTIL_IDLE_LINE)} work and moved no data. Stopped runs up to "
+        f"{_s(th.STARVATION_PAUSE)} are step-level waits (`input_wait`, `comm_wait`); a longer run is held "
+        "back that long (the counters lag by at most this much) and judged as a whole:",
+        "",
+        f"- before the job has worked in {th.LEDGER_STARTUP_COMPUTE.value:g} separate seconds, or while its "
+        f"memory grows by {th.IDLE_MEMORY.value / (1 << 30):g} GiB within {_s(th.EVIDENCE_WINDOW)} (a model "
+        f"loading), or past {_s(th.IDLE_AFTER)}, waiting is `idle`;",
+        "- every GPU of a multi-GPU job stopped together, all inside a quiet collective: `stalled`;",
+        "- every GPU of a multi-GPU job stopped together, someone with no kernel: `checkpoint`;",
+        "- otherwise a GPU with no kernel is `input_wait` (its peers wait for it) and one in a collective "
+        "`comm_wait`.",
+        "",
+        "A GPU under the idle memory line with no kernel is `free`, and the next job on it starts afresh. "
+        "Live, the GPUs of one pod are one job (from the kubelet); GPUs no pod is known to hold, and every "
+        "GPU of a replayed log, are taken as one job.",
+        "",
+    ]
+
+
+def _coverage() -> list[str]:
+    families = ", ".join(
+        f"`{name}` ({' + '.join(f'`{s}`' for s in states)})" for name, states in FAMILIES.items()
+    )
+    rows = []
+    for k in KINDS.values():
+        p = k.policy
+        rows.append(
+            f"| `{k.name}` | {f'`{k.family}`' if k.family else '-'} | {k.timing.fire_after:g} s | "
+            f"{k.timing.resolve_after:g} s | [{k.alert}](runbooks/{k.alert}.md) | {p.for_text} | "
+            f"{p.severity.value} | {', '.join(f'`{c}`' for c in k.causes) or '-'} | {k.meaning} |"
+        )
+    return [
+        "## From the ledger to verdicts: the coverage rule",
+        "",
+        f"The ledger's families are {families}. **A GPU a job holds that loses "
+        f"{_pct(th.COVERAGE_SHARE)} of the last {th.LEDGER_WINDOW.value / 60:g} minutes, or "
+        f"{_pct(th.COVERAGE_FAST_SHARE)} of the last {th.LEDGER_FAST_WINDOW.value / 60:g}, to one family "
+        "carries that family's verdict**, whatever shape the loss has. It keeps it until the five-minute "
+        f"share falls under {_pct(th.COVERAGE_EXIT)} and the two-minute one under "
+        f"{_pct(th.COVERAGE_FAST_EXIT)}, or until two minutes lose under {_pct(th.COVERAGE_CLEAR)} (the "
+        "condition has ended). A verdict holds while its condition lasts: it does not drop out between two "
+        "checkpoints or two slow bursts. A single long pause (one save, one evaluation) counts in the "
+        "two-minute window only as input time, not as a checkpoint: only repeated pauses page fast.",
+        "",
+        "Faster evidence comes from the shapes the detectors know: the busy/idle rhythm of a starving "
+        f"loader (at least {th.STARVATION_GAPS.value:g} gaps in {_s(th.EVIDENCE_WINDOW)}, with the ledger's "
+        f"waiting share above {_pct(th.STARVATION_IDLE_FRACTION)}), {_pct(th.RECENT_WAIT_SHARE)} of the "
+        "last half-minute in step-level waits, a pinned and quiet collective, thermal reasons, the power "
+        "cap. The evidence of a kind is the strongest of its shape and its coverage, from 0 to 1 "
+        f"(`gpu_bottleneck_score`); it must reach {th.SCORE_ENTER.value:g} and hold for the kind's fire "
+        f"time to fire, and stay under {th.SCORE_EXIT.value:g} for its resolve time to resolve.",
+        "",
+        "| kind | family | fires after | resolves after | alert | `for` | severity | causes | meaning |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+        "Every kind is one entry of the registry (`exporter/analysis/kinds.py`): its detector, timing, alert "
+        "and dashboard code. The alert rules, dashboards and this table are generated from it.",
+        "",
+    ]
+
+
+def _kinds() -> list[str]:
+    return [
+        "## The verdicts",
+        "",
+        "**`data_starvation`**: the GPU waits for its input or for checkpoints. The ledger's `input_wait` "
+        "and `checkpoint` time, or the rhythm of a starving loader (utilization 100 -> 0 -> 100, power "
+        "well below the limit and wave-like), or half of the last half-minute waiting. The `cause`: "
+        "`checkpoint` when synchronous long pauses dominate the waiting; otherwise the node's strongest "
+        f"signal: `shm` (the shm volume filling past {_pct(th.SHM_WARNING)}), `io` (I/O wait over "
+        f"{_pct(th.IOWAIT_HIGH)} or I/O pressure), `cpu` (a core pinned or CPU pressure), `host_transfer` "
+        f"(PCIe carrying {th.PCIE_BUSY.value / 1e9:g} GB/s, or the memory controller busy while no kernel "
+        "runs: offload, pageable copies), else `unknown`. *Peers are not blamed*: the other ranks of a "
+        "data-parallel job wait for a starved rank inside NCCL (their time is `comm_wait`), and they get "
+        "neither this verdict nor `comm_bound`; replay names them next to the starved rank.",
+        "",
+        "**`comm_bound`**: steps dominated by slow collectives (NCCL over sockets instead of NVLink or EFA, "
+        "P2P disabled). The ledger's `comm_wait` time: kernels resident, few SMs active or the memory "
+        "controller quiet, traffic flowing, the job still computing between collectives. Not a hang: it "
+        "progresses.",
+        "",
+        "**`comm_hang`**: stuck in a collective: every rank pinned at 100 % with power near idle "
+        f"(under {_pct(th.HANG_POWER)} of the limit) and flat, few SMs active, no NVLink or PCIe traffic. "
+        f"When every GPU of the job is stalled it fires after {_s(th.HANG_FIRE)} more "
+        '(`cause="all_ranks"`), well inside PyTorch\'s 10-minute NCCL watchdog; when some rank is not in '
+        f"the collective (saving, loading) the others wait for it, and that is a hang after "
+        f"{_s(th.HANG_PEER_FIRE)} (`peer_not_in_collective`). A GPU alone in its job is only called hung "
+        "on SM activity or memory utilization, not on power alone.",
+        "",
+        "**`thermal_throttle`** and **`power_throttle`**: the ledger's `throttled` time, split by reason, "
+        "plus the thermal shapes (reasons in the last 10 s, clocks cut near the slowdown point, a GPU above "
+        f"{th.TEMP_HOT.value:g} °C climbing toward it). Capping at the board's default limit is routine for "
+        f"training at TDP and never fires; a limit under {_pct(th.POWER_CAP_BELOW_DEFAULT)} of the default "
+        "does (`cap_below_default`).",
+        "",
+        f"**`shm_exhaustion`**: `/dev/shm` or a pod's memory-backed shm volume at {_pct(th.SHM_WARNING)}, "
+        f"or above {_pct(th.SHM_EARLY)} and full within {_s(th.SHM_FILL_HORIZON)} at its fill rate.",
+        "",
+        f"**`idle_allocated`**: memory resident and no kernel for {_s(th.IDLE_AFTER)}. Start-up (the "
+        "ledger's `idle` before the job trains) is not a verdict until it lasts that long.",
+        "",
+        "**`nvlink_degraded`**: links down, the NVSwitch fabric not registered, P2P failing, or NVLink "
+        f"errors above {th.NVLINK_ERROR_RATE.value:g} a minute; a GPU whose P2P fails only toward a broken "
+        "peer is not blamed.",
+        "",
+    ]
+
+
+EXAMPLES = """## Worked examples (the labelled traces in `examples/traces`)
+
+**Input, host-bound offload** (`offload_starvation_h100x8`, 10 Hz): from 120 s every H100 sits at 0-12 %
+utilization with short bursts, about 25 % of its power limit, PCIe carrying ~20 GB/s. There is no clean
+rhythm, but every sample's no-kernel time is waiting: the ledger gives each GPU ~71 % `input_wait`. Half of
+the last half-minute waiting fires `data_starvation` 27-74 s after the onset, cause `host_transfer` (the
+PCIe line), and the coverage rule holds it to the end of the trace.
+
+**Input, checkpoints** (`checkpoint_stall_h100x8`): from 200 s every GPU stops together for ~35 s of every
+50 s. Each pause outlasts the pause allowance with every GPU of the job stopped: `checkpoint`, 54 % of
+the wall time. The second pause within two minutes fires `data_starvation` with cause `checkpoint` on all
+eight GPUs at 268 s; between pauses the five-minute share keeps it on.
+
+**Communication** (`comm_bound_h100x8`): from 200 s each step spends ~1.2 s in an all-reduce over sockets
+(utilization 100 %, SM activity ~12 %, NVLink quiet, PCIe busy). The ledger gives ~49 % `comm_wait`;
+`comm_bound` fires on every GPU at ~255 s. Without GPM (nvidia-smi columns only) the memory controller,
+quiet during the collective, tells the same.
+
+**Communication, a starved peer** (`starvation_h100x8`): only GPU 3 waits for its input (34 %
+`input_wait`); its seven peers spend the same 34 % in `comm_wait`, waiting for it in NCCL. GPU 3 gets
+`data_starvation`; the peers get nothing, because the rank they wait for is the problem.
+
+**Stall** (`hang_h100x8`): at 300 s every rank sits in a collective at ~120 W with nothing moving. After
+the pause allowance the whole run is `stalled`; `comm_hang` (`all_ranks`) fires at ~375 s on every GPU.
+
+**Throttling** (`thermal_h100x8`, `power_cap_h100x8`): GPU 5 computes with thermal reasons active (77 %
+`throttled`, all of it for heat): `thermal_throttle` at ~227 s. Every GPU capped at 450 W of 700 W with
+the clocks held at 85 %: `throttled` 99 %, `power_throttle` (`cap_below_default`) after 31 s.
+
+**Idle and start-up** (`idle_h100x8`, `startup_healthy_h100x8`): memory held with no kernel from the start
+is `idle`; `idle_allocated` fires at 300 s. A healthy job that loads its model for 110 s (memory growing
+at 0 %) then trains at 88-91 % spends 18 % `idle` and 81 % `computing`: no verdict.
+
+"""
+
+REPLAY = """## Reading a replay
+
+```
+$ gpu-bottleneck-exporter replay examples/traces/starvation_h100x8.csv.gz
+examples/traces/starvation_h100x8.csv.gz: 8 GPU(s), 899.8 s of samples, 36000 rows, from 2026-03-01 10:30:53
+  GPU 3: data_starvation from 272 s (10:35:25) to the end, 628 s, peak score 1.00, cause cpu; GPUs 0, 2, 4, 5, 6, 7 wait for it in NCCL
+  GPU 0, 1, 2, 4, 5, 6, 7: no verdict
+  silent (inputs missing from this trace): nvlink_degraded needs NVLink link state, P2P status or fabric state
+where the time went:
+  GPU 0 (899 s): computing 66%, comm_wait 34%
+  ...
+  GPU 3 (899 s): computing 66%, input_wait 34%
+  all GPUs (7192 s): computing 66%, input_wait 5%, comm_wait 30%
+```
+
+`--json` prints one JSON object per line: a `verdict` line each time a verdict fires or resolves (`t` in
+seconds since the first sample), a `job` line when several GPUs hang together, and a final `summary` with
+the verdict episodes and the ledger per GPU (`ledger`) and per job (`job_ledger`), in seconds. Logs without
+an `index` column: rows sharing the first timestamp are taken as one sample of every GPU, or give
+`--gpus N`. A detector whose inputs are missing stays silent and the summary says so.
+
+## Detection quality
+
+`make bench-detection` (`python bench/detection.py`) replays every labelled trace in `examples/traces` and
+judges verdicts as pages: episodes detected, paged (the verdict held unbroken for its alert's `for`), the
+share of each episode the verdict held, time to detect and to page, false verdicts and false pages, the
+ledger's error against each trace's `ledger_truth`, and the same table for a naive baseline (the seed
+threshold table as plain alert rules over 15-second scrapes).
+"""  # noqa: E501
+
+
+def render() -> str:
+    head = [
+        "# How the exporter decides why a GPU is not working",
+        "",
+        "<!-- generated by `make artifacts` from exporter/artifacts/detection_doc.py, the verdict registry "
+        "and the threshold table; do not edit -->",
+        "",
+        "The analysis runs every second, live on the exporter's samples and on the virtual clock of "
+        "`gpu-bottleneck-exporter replay TRACE.csv` (an nvidia-smi log, or what `record` wrote): the same "
+        "code, the same verdicts. It keeps every driver utilization and power sample (not one value per "
+        "scrape) and the node's I/O wait, busiest core, pressure stall information and `/dev/shm`. Every "
+        "number below lives in the [threshold table](thresholds.md) with its reason.",
+        "",
+    ]
+    return "\n".join(head + _ledger() + _coverage() + _kinds()) + "\n" + EXAMPLES + REPLAY
