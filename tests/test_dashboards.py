@@ -11,6 +11,8 @@ import warnings
 import pytest
 
 from exporter import thresholds as th
+from exporter.analysis.kinds import KINDS, NAMES
+from exporter.analysis.ledger import STATES
 from exporter.artifacts import dashboards
 from exporter.artifacts.dashboard_checks import panels, problems
 from tests.conftest import REPO
@@ -80,6 +82,8 @@ def test_structural_checks_catch_each_kind_of_mistake():
     del ps[3]["fieldConfig"]["defaults"]["unit"]
     ps[4]["targets"][0]["datasource"] = {"type": "prometheus", "uid": "prometheus"}
     ps[5]["targets"][0]["expr"] = 'rate(gpu_pcie_bytes_total{node="$nod"}[5m])'
+    ps[6]["targets"][0]["expr"] = 'increase(gpu_pcie_bytes_total{node="$node"}[$__range])'
+    ps[7]["repeat"] = "rack"
     found = "\n".join(problems(broken))
     for words in (
         "used more than once",
@@ -89,6 +93,8 @@ def test_structural_checks_catch_each_kind_of_mistake():
         "not on ${datasource}",
         "undefined variable $nod",
         "fixed range [5m]",
+        "[$__range] in a range query",
+        "repeats over undefined variable $rack",
     ):
         assert words in found, found
 
@@ -127,16 +133,137 @@ def test_fleet_overview_answers_what_where_and_since_when():
     assert "ALERTS" in panes["Firing alerts"]["targets"][0]["expr"]
 
 
-def test_verdict_codes_rank_every_verdict_word():
-    words = {kind for kind, _, _ in dashboards.VERDICT_CODES if kind}
-    assert words == {
-        "data_starvation", "comm_hang", "thermal_throttle", "power_throttle", "shm_exhaustion",
-        "idle_allocated", "nvlink_degraded",
-    }  # fmt: skip
+def test_verdict_codes_come_from_the_registry():
+    codes = {c.name: c for c in dashboards.VERDICT_CODES}
+    assert codes.pop("") == (0, "", "ok", "green")
+    assert set(codes) == set(NAMES)
+    for name, kind in KINDS.items():
+        assert codes[name] == (kind.rank, name, kind.label, kind.colour)
+    assert codes["comm_bound"].text == "comm-bound"
     expr = dashboards.verdict_code("", "gpu")
-    for code, (kind, _, _) in enumerate(dashboards.VERDICT_CODES):
-        if kind:
-            assert f'gpu_bottleneck{{kind="{kind}"}} * {code}' in expr
+    for c in dashboards.VERDICT_CODES[1:]:
+        assert f'gpu_bottleneck{{kind="{c.name}"}} * {c.value}' in expr
+    assert expr.startswith("max by (gpu) (")  # the most serious verdict wins
+
+
+@pytest.mark.parametrize("path", FILES)
+def test_every_verdict_timeline_maps_every_kind(path):
+    timelines = [p for p in panels(load(path)) if "gpu_bottleneck{" in json.dumps(p.get("targets", []))]
+    timelines = [p for p in timelines if p["type"] == "state-timeline"]
+    assert timelines
+    for panel in timelines:
+        options = panel["fieldConfig"]["defaults"]["mappings"][0]["options"]
+        assert {o["text"] for o in options.values()} == {c.text for c in dashboards.VERDICT_CODES}
+        assert options[str(KINDS["comm_bound"].rank)]["text"] == "comm-bound"
+
+
+def test_verdict_ranks_must_be_distinct(monkeypatch):
+    clash = dataclasses.replace(KINDS["comm_bound"], rank=KINDS["comm_hang"].rank)
+    monkeypatch.setattr(dashboards, "KINDS", {**KINDS, "comm_bound": clash})
+    with pytest.raises(ValueError, match="distinct"):
+        dashboards._verdict_codes()
+
+
+def test_a_new_kind_reaches_the_dashboards_without_an_edit(monkeypatch):
+    new = dataclasses.replace(KINDS["nvlink_degraded"], name="pcie_degraded", label="PCIe degraded", rank=9)
+    monkeypatch.setattr(dashboards, "KINDS", {**KINDS, new.name: new})
+    monkeypatch.setattr(dashboards, "VERDICT_CODES", dashboards._verdict_codes())
+    panes = by_title(json.loads(dashboards.to_json(dashboards.fleet())))
+    timeline = panes["Verdict by node and GPU"]
+    assert timeline["fieldConfig"]["defaults"]["mappings"][0]["options"]["9"]["text"] == "PCIe degraded"
+    assert 'kind="pcie_degraded"' in timeline["targets"][0]["expr"]
+    assert "pcie_degraded" in panes["Other verdicts"]["targets"][0]["expr"]
+
+
+def test_fleet_stats_count_every_kind_once():
+    panes = by_title(load("dashboards/gpu-bottleneck-fleet.json"))
+    counted: list[str] = []
+    for title, _, kinds in dashboards.verdict_stats():
+        expr = panes[title]["targets"][0]["expr"]
+        assert panes[title]["type"] == "stat"
+        assert f'kind=~"{"|".join(kinds)}"' in expr
+        counted += kinds
+    assert sorted(counted) == sorted(NAMES)
+    assert 'kind=~"comm_bound"' in panes["Comm-bound GPUs"]["targets"][0]["expr"]
+    assert 'kind=~"thermal_throttle|power_throttle"' in panes["Throttled GPUs"]["targets"][0]["expr"]
+
+
+def test_ledger_states_have_one_style_each():
+    assert tuple(dashboards.LEDGER_STYLE) == STATES
+    assert [c.name for c in dashboards.LEDGER_CODES] == list(STATES)
+    assert len({c.value for c in dashboards.LEDGER_CODES}) == len(STATES)
+    assert 0 not in {c.value for c in dashboards.LEDGER_CODES}  # no state reads as "no data"
+    colours = {state: colour for state, (_, colour) in dashboards.LEDGER_STYLE.items()}
+    assert colours["computing"] == "green" and colours["input_wait"] == "red"
+    assert colours["stalled"] == "dark-red" and colours["idle"] == "blue" and colours["free"] == "gray"
+
+
+def state_colours(panel: dict) -> dict[str, str]:
+    """Each state's fixed colour, from the panel's by-name overrides."""
+    found = {}
+    for override in panel["fieldConfig"].get("overrides", []):
+        assert override["matcher"]["id"] == "byName"
+        for prop in override["properties"]:
+            if prop["id"] == "color":
+                found[override["matcher"]["options"]] = prop["value"]["fixedColor"]
+    return found
+
+
+def assert_share_panel(panel: dict, selector: str, by: str) -> None:
+    assert panel["type"] == "timeseries"
+    defaults = panel["fieldConfig"]["defaults"]
+    assert defaults["unit"] == "percentunit" and (defaults["min"], defaults["max"]) == (0, 1)
+    assert defaults["custom"]["stacking"]["mode"] == "normal"
+    (target,) = panel["targets"]
+    rate = f"rate(gpu_time_seconds_total{{{selector}}}[$__rate_interval])"
+    keys = f"{by}, state" if by else "state"
+    total = f"sum by ({by}) ({rate})" if by else f"sum ({rate})"
+    assert target["expr"] == f"sum by ({keys}) ({rate}) / ignoring (state) group_left {total}"
+    assert target["legendFormat"] == "{{state}}"
+    assert state_colours(panel) == {s: colour for s, (_, colour) in dashboards.LEDGER_STYLE.items()}
+
+
+def assert_hours_panel(panel: dict, selector: str) -> None:
+    assert panel["type"] == "bargauge"
+    assert panel["fieldConfig"]["defaults"]["unit"] == "h"
+    (target,) = panel["targets"]
+    assert target["instant"] is True
+    assert target["expr"] == (
+        f"sort_desc(sum by (state) (increase(gpu_time_seconds_total{{{selector}}}[$__range])) / 3600)"
+    )
+    assert target["legendFormat"] == "{{state}}"
+    assert state_colours(panel) == {s: colour for s, (_, colour) in dashboards.LEDGER_STYLE.items()}
+
+
+def test_fleet_shows_where_gpu_time_goes():
+    panes = by_title(load("dashboards/gpu-bottleneck-fleet.json"))
+    assert panes["Where GPU time goes"]["type"] == "row"
+    assert_share_panel(panes["Share of GPU time by state"], 'node=~"$node"', "")
+    per_node = panes["Share of GPU time by state on $node"]
+    assert_share_panel(per_node, 'node=~"$node"', "node")
+    assert per_node["repeat"] == "node"
+    assert_hours_panel(panes["GPU-hours by state"], 'node=~"$node"')
+
+
+def test_job_view_shows_where_the_jobs_gpu_time_goes():
+    panes = by_title(load("dashboards/gpu-bottleneck-job.json"))
+    selector = 'namespace="$namespace", pod=~"$pod"'
+    assert_share_panel(panes["Where the job's GPU time goes"], selector, "")
+    assert_hours_panel(panes["Job GPU-hours by state"], selector)
+
+
+def test_node_detail_draws_a_ledger_timeline_per_gpu():
+    panes = by_title(load("dashboards/gpu-bottleneck-node.json"))
+    assert_share_panel(panes["Share of GPU time by state"], 'node="$node", gpu=~"$gpu"', "")
+    timeline = panes["Where each GPU's time goes"]
+    assert timeline["type"] == "state-timeline"
+    (target,) = timeline["targets"]
+    assert target["legendFormat"] == "GPU {{gpu}}" and target["expr"].startswith("max by (gpu) (")
+    assert 'rate(gpu_time_seconds_total{node="$node", gpu=~"$gpu"}[$__rate_interval])' in target["expr"]
+    options = timeline["fieldConfig"]["defaults"]["mappings"][0]["options"]
+    for c in dashboards.LEDGER_CODES:
+        assert f'label_replace(vector({c.value}), "state", "{c.name}", "", "")' in target["expr"]
+        assert (options[str(c.value)]["text"], options[str(c.value)]["color"]) == (c.text, c.colour)
 
 
 def test_node_detail_draws_the_threshold_table_lines():

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-PANEL_TYPES = frozenset({"timeseries", "stat", "state-timeline", "heatmap", "table", "row"})
+PANEL_TYPES = frozenset({"timeseries", "stat", "state-timeline", "heatmap", "table", "bargauge", "row"})
 GRID_COLUMNS = 24
 DATASOURCE = "${datasource}"
 
@@ -90,7 +90,11 @@ def _targets(panel: dict, name: str, variables: set[str]) -> tuple[set[str], lis
             found.append(f"{name} uses undefined variable ${ref}")
         if _RANGE_FUNC.search(expr):
             for window in _RANGE_SELECTOR.findall(expr):
-                if window != "$__rate_interval":
+                if window == "$__range" and target.get("instant"):
+                    continue  # one value over the dashboard's whole range, e.g. increase(...[$__range])
+                if window == "$__range":
+                    found.append(f"{name} query {target.get('refId')} uses [$__range] in a range query")
+                elif window != "$__rate_interval":
                     found.append(f"{name} uses a fixed range [{window}] instead of $__rate_interval")
     return used, found
 
@@ -127,6 +131,10 @@ def problems(board: dict) -> list[str]:
             found.append(f"{name} is not on {DATASOURCE}")
         refs, target_problems = _targets(panel, name, variables)
         used |= refs
+        if panel.get("repeat"):  # one copy of the panel per value of a variable
+            used.add(panel["repeat"])
+            if panel["repeat"] not in variables:
+                found.append(f"{name} repeats over undefined variable ${panel['repeat']}")
         found += target_problems
     for unused in sorted(variables - used - {"datasource"}):
         found.append(f"variable ${unused} is never used")

@@ -2,7 +2,9 @@
 
 Three dashboards answer "which GPUs are starving, why, and since when": the fleet overview, one node
 and its GPUs, and one job (pod) across nodes. Threshold steps and reference lines come from the
-threshold table; every query runs on the ``$datasource`` variable; every panel has a unit.
+threshold table; verdict codes, texts and colours from the verdict registry (``analysis/kinds.py``); the
+"where GPU time goes" panels from the time ledger (``gpu_time_seconds_total{state}``, ``analysis/ledger.py``);
+every query runs on the ``$datasource`` variable; every panel has a unit and a description.
 """
 
 from __future__ import annotations
@@ -11,15 +13,26 @@ import json
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from exporter import thresholds as th
+from exporter.analysis.kinds import KINDS
+from exporter.analysis.ledger import STATES
 
 # the SDK marks classic dashboards deprecated in favour of v2, which Grafana's sidecar does not load yet
 warnings.filterwarnings("ignore", category=DeprecationWarning, module="grafana_foundation_sdk")
 
+from grafana_foundation_sdk.builders import (  # noqa: E402
+    bargauge,
+    heatmap,
+    prometheus,
+    stat,
+    statetimeline,
+    table,
+    timeseries,
+)
 from grafana_foundation_sdk.builders import common as cb  # noqa: E402
 from grafana_foundation_sdk.builders import dashboard as db  # noqa: E402
-from grafana_foundation_sdk.builders import heatmap, prometheus, stat, statetimeline, table, timeseries  # noqa: E402
 from grafana_foundation_sdk.cog.encoder import JSONEncoder  # noqa: E402
 from grafana_foundation_sdk.models import common as cm  # noqa: E402
 from grafana_foundation_sdk.models import dashboard as dm  # noqa: E402
@@ -28,39 +41,124 @@ from grafana_foundation_sdk.models import prometheus as pm  # noqa: E402
 
 DS = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
 TAGS = ["gpu", "gpu-bottleneck-exporter"]
+LEDGER_METRIC = "gpu_time_seconds_total"
+
+
+class Code(NamedTuple):
+    """One value a state timeline can show: its number, the label value it stands for, text and colour."""
+
+    value: int
+    name: str
+    text: str
+    colour: str
+
+
+def _verdict_codes() -> tuple[Code, ...]:
+    """Code 0 is ok; every kind of the registry takes its rank, so the highest code is the most serious."""
+    ranked = sorted(KINDS.values(), key=lambda k: k.rank)
+    ranks = [k.rank for k in ranked]
+    if ranks[0] < 1 or len(set(ranks)) != len(ranks):
+        raise ValueError(f"verdict ranks must be distinct and at least 1: {ranks}")
+    return (Code(0, "", "ok", "green"), *(Code(k.rank, k.name, k.label, k.colour) for k in ranked))
+
 
 # verdicts as one code per GPU, most serious highest: a state timeline shows the worst one
-VERDICT_CODES: tuple[tuple[str, str, str], ...] = (
-    ("", "ok", "green"),
-    ("idle_allocated", "idle allocated", "blue"),
-    ("power_throttle", "power capped", "purple"),
-    ("thermal_throttle", "thermal", "orange"),
-    ("nvlink_degraded", "NVLink degraded", "yellow"),
-    ("shm_exhaustion", "shm full", "dark-orange"),
-    ("data_starvation", "starving", "red"),
-    ("comm_hang", "hung", "dark-red"),
+VERDICT_CODES: tuple[Code, ...] = _verdict_codes()
+
+# the ledger's states, the one place that names and colours them on every dashboard (legend text,
+# series colour, state timeline value); the timeline's code is the state's position in ledger.STATES
+LEDGER_STYLE: dict[str, tuple[str, str]] = {
+    "computing": ("computing", "green"),
+    "input_wait": ("input wait", "red"),
+    "comm_wait": ("comm wait", "light-red"),
+    "stalled": ("stalled", "dark-red"),
+    "checkpoint": ("checkpoint", "dark-orange"),
+    "throttled": ("throttled", "orange"),
+    "idle": ("idle", "blue"),
+    "free": ("free", "gray"),  # no job holds the GPU (a CSS colour name, which Grafana accepts)
+}
+LEDGER_CODES: tuple[Code, ...] = tuple(
+    Code(i, state, *LEDGER_STYLE[state]) for i, state in enumerate(STATES, start=1)
 )
+
+# the fleet's verdict counters: one stat per ledger family (the time a kind of verdict loses), its kinds
+# read from the registry; kinds of any other family (shm, NVLink: no time lost by themselves) are counted
+# together, so a new kind is always counted somewhere
+FAMILY_STATS: dict[str, tuple[str, str]] = {
+    "input": ("Starving GPUs", "GPUs waiting for their input data (or for a checkpoint) now."),
+    "stall": ("Hung GPUs", "GPUs stuck in a collective now."),
+    "comm": ("Comm-bound GPUs", "GPUs whose steps are dominated by slow collectives now."),
+    "throttle": ("Throttled GPUs", "GPUs held down by heat or a lowered power cap."),
+    "idle": (
+        "Idle allocated GPUs",
+        f"GPUs holding memory without work for {th.IDLE_AFTER.value / 60:g} minutes or more.",
+    ),
+}
+
+
+def verdict_stats() -> list[tuple[str, str, tuple[str, ...]]]:
+    """(title, description, kinds) of each fleet stat that counts GPUs by verdict, every kind in one."""
+    found = [
+        (title, desc, tuple(k.name for k in KINDS.values() if k.family == family))
+        for family, (title, desc) in FAMILY_STATS.items()
+    ]
+    rest = [k for k in KINDS.values() if k.family not in FAMILY_STATS]
+    if rest:
+        found.append(
+            (
+                "Other verdicts",
+                "GPUs with a verdict that loses no GPU time by itself, now: "
+                + ", ".join(k.label for k in rest)
+                + ".",
+                tuple(k.name for k in rest),
+            )
+        )
+    return [stat_ for stat_ in found if stat_[2]]
 
 
 def verdict_code(selector: str, by: str) -> str:
     """The most serious verdict per ``by`` group as a number (see VERDICT_CODES), 0 when none holds."""
-    terms = [
-        f'gpu_bottleneck{{kind="{kind}"{selector}}} * {code}'
-        for code, (kind, _, _) in enumerate(VERDICT_CODES)
-        if kind
-    ]
+    terms = [f'gpu_bottleneck{{kind="{c.name}"{selector}}} * {c.value}' for c in VERDICT_CODES if c.name]
     return f"max by ({by}) ({' or '.join(reversed(terms))})"
 
 
-def verdict_mappings() -> list[dm.ValueMap]:
+def code_mappings(codes: tuple[Code, ...]) -> list[dm.ValueMap]:
     return [
         dm.ValueMap(
             options={
-                str(code): dm.ValueMappingResult(text=text, color=color, index=code)
-                for code, (_, text, color) in enumerate(VERDICT_CODES)
+                str(c.value): dm.ValueMappingResult(text=c.text, color=c.colour, index=i)
+                for i, c in enumerate(codes)
             }
         )
     ]
+
+
+def ledger_rates(selector: str, by: str) -> str:
+    """Seconds per second of the ledger's time, summed by ``by`` (everything when empty)."""
+    grouping = f" by ({by})" if by else ""
+    return f"sum{grouping} (rate({LEDGER_METRIC}{{{selector}}}[$__rate_interval]))"
+
+
+def ledger_share(selector: str, by: str = "") -> str:
+    """The share (0-1) of the GPUs' time in each state per ``by`` group: the states add up to 1."""
+    keys = f"{by}, state" if by else "state"
+    return f"{ledger_rates(selector, keys)} / ignoring (state) group_left {ledger_rates(selector, by)}"
+
+
+def ledger_hours(selector: str) -> str:
+    """GPU-hours in each state over the dashboard's range, largest first."""
+    return f"sort_desc(sum by (state) (increase({LEDGER_METRIC}{{{selector}}}[$__range])) / 3600)"
+
+
+def ledger_code(selector: str, by: str) -> str:
+    """Per ``by`` group, the code (see LEDGER_CODES) of the state that held most of each interval: the
+    states whose rate equals the group's largest get their code from a constant vector per state label."""
+    rates = ledger_rates(selector, f"{by}, state")
+    codes = " or ".join(
+        f'label_replace(vector({c.value}), "state", "{c.name}", "", "")' for c in LEDGER_CODES
+    )
+    largest = f"({rates} > 0) == on ({by}) group_left max by ({by}) ({rates})"
+    return f"max by ({by}) (({largest}) * 0 + on (state) group_left () ({codes}))"
 
 
 def steps(*pairs: tuple[float, str], base: str = "green") -> db.ThresholdsConfig:
@@ -169,20 +267,79 @@ def _stat(title: str, description: str, expr: str, unit: str = "none", red_from:
     )
 
 
-def _timeline(title: str, description: str, expr: str, legend: str) -> statetimeline.Panel:
+def _timeline(
+    title: str, description: str, expr: str, legend: str, codes: tuple[Code, ...] | None = None
+) -> statetimeline.Panel:
+    """A state timeline of codes: the verdicts' unless ``codes`` says otherwise."""
     return (
         statetimeline.Panel()
         .title(title)
         .description(description)
         .unit("none")
         .with_target(query(expr, legend))
-        .mappings(verdict_mappings())
+        .mappings(code_mappings(codes or VERDICT_CODES))
         .show_value(cm.VisibilityMode.NEVER)
         .merge_values(True)
         .row_height(0.8)
         .fill_opacity(80)
         .thresholds(steps())
     )
+
+
+def _state_style(panel):
+    """Each ledger state's series in its colour and under its text (the legend shows the label value)."""
+    for state, (text, colour) in LEDGER_STYLE.items():
+        panel = panel.override_by_name(
+            state,
+            [
+                dm.DynamicConfigValue(id_val="color", value={"mode": "fixed", "fixedColor": colour}),
+                dm.DynamicConfigValue(id_val="displayName", value=text),
+            ],
+        )
+    return panel
+
+
+def _shares(title: str, description: str, expr: str) -> timeseries.Panel:
+    """The share of time in each ledger state, stacked: the states add up to 100 %."""
+    p = (
+        timeseries.Panel()
+        .title(title)
+        .description(description)
+        .unit("percentunit")
+        .min(0)
+        .max(1)
+        .line_width(0)
+        .fill_opacity(85)
+        .stacking(cb.StackingConfig().mode(cm.StackingMode.NORMAL))
+        .legend(
+            cb.VizLegendOptions()
+            .show_legend(True)
+            .display_mode(cm.LegendDisplayMode.LIST)
+            .placement(cm.LegendPlacement.BOTTOM)
+        )
+        .tooltip(cb.VizTooltipOptions().mode(cm.TooltipDisplayMode.MULTI).sort(cm.SortOrder.DESCENDING))
+        .with_target(query(expr, "{{state}}"))
+    )
+    return _state_style(p)
+
+
+def _hours(title: str, description: str, expr: str) -> bargauge.Panel:
+    """GPU-hours per ledger state over the dashboard's range, one bar per state."""
+    p = (
+        bargauge.Panel()
+        .title(title)
+        .description(description)
+        .unit("h")
+        .min(0)
+        .decimals(1)
+        .with_target(query(expr, "{{state}}", instant=True))
+        .orientation(cm.VizOrientation.HORIZONTAL)
+        .display_mode(cm.BarGaugeDisplayMode.BASIC)
+        .show_unfilled(True)
+        .reduce_options(cb.ReduceDataOptions().calcs(["lastNotNull"]))
+        .thresholds(steps())
+    )
+    return _state_style(p)
 
 
 def _variables(d: db.Dashboard, *names: tuple[str, str, bool]) -> db.Dashboard:
@@ -238,28 +395,16 @@ def fleet() -> db.Dashboard:
     )
     b = Board(d)
     sel = ', node=~"$node"'
-    for title, kind, desc in (
-        ("Starving GPUs", "data_starvation", "GPUs waiting for their input data now."),
-        ("Hung GPUs", "comm_hang", "GPUs stuck in a collective now."),
-        (
-            "Throttled GPUs",
-            "thermal_throttle|power_throttle",
-            "GPUs held down by heat or a lowered power cap.",
-        ),
-        (
-            "Idle allocated GPUs",
-            "idle_allocated",
-            f"GPUs holding memory without work for {th.IDLE_AFTER.value / 60:g} minutes or more.",
-        ),
-    ):
-        b.add(_stat(title, desc, f'count(gpu_bottleneck{{kind=~"{kind}"{sel}}} == 1) or vector(0)'), 4, 4)
+    for title, desc, kinds in verdict_stats():
+        expr = f'count(gpu_bottleneck{{kind=~"{"|".join(kinds)}"{sel}}} == 1) or vector(0)'
+        b.add(_stat(title, desc, expr), 3, 4)
     b.add(
         _stat(
             "GPUs down",
             "GPUs that did not answer their last collection.",
             'count(gpu_up{node=~"$node"} == 0) or vector(0)',
         ),
-        4,
+        3,
         4,
     )
     b.add(
@@ -268,7 +413,7 @@ def fleet() -> db.Dashboard:
             "Alerts of the exporter's rules firing now.",
             'count(ALERTS{alertstate="firing", alertname=~"Gpu.*"}) or vector(0)',
         ),
-        4,
+        3,
         4,
     )
     b.row("Verdicts")
@@ -383,6 +528,40 @@ def fleet() -> db.Dashboard:
         12,
         8,
     )
+    b.row("Where GPU time goes")
+    nodes = 'node=~"$node"'
+    b.add(
+        _shares(
+            "Share of GPU time by state",
+            "Where the selected nodes' GPU time goes, from each GPU's time ledger: computing, waiting for "
+            "input, for a collective or for a checkpoint, stalled, throttled, idle while allocated, free. "
+            "Stacked: the states add up to 100 %.",
+            ledger_share(nodes),
+        ),
+        16,
+        8,
+    )
+    b.add(
+        _hours(
+            "GPU-hours by state",
+            "GPU-hours spent in each ledger state over the dashboard's time range, on the selected nodes.",
+            ledger_hours(nodes),
+        ),
+        8,
+        8,
+    )
+    b.add(
+        _shares(
+            "Share of GPU time by state on $node",
+            "The same share for each node (one panel per node): the states add up to 100 %.",
+            ledger_share(nodes, "node"),
+        )
+        .repeat("node")
+        .repeat_direction("h")
+        .max_per_row(3),
+        8,
+        7,
+    )
     return d
 
 
@@ -417,6 +596,29 @@ def node() -> db.Dashboard:
             "Strength of the evidence for each verdict.",
             query(f"gpu_bottleneck_score{{{g}}} > 0", "GPU {{gpu}} {{kind}}"),
             lines=line(th.SCORE_ENTER, "red"),
+        ),
+        8,
+        7,
+    )
+    b.add(
+        _timeline(
+            "Where each GPU's time goes",
+            "The time-ledger state that held most of each interval, per GPU: computing, input wait, comm "
+            "wait, stalled, checkpoint, throttled, idle or free. A mixed interval shows its largest part "
+            "only; the share beside it shows the mix.",
+            ledger_code(g, "gpu"),
+            "GPU {{gpu}}",
+            LEDGER_CODES,
+        ),
+        16,
+        7,
+    )
+    b.add(
+        _shares(
+            "Share of GPU time by state",
+            "Where the selected GPUs' time goes, from their time ledgers. Stacked: the states add up to "
+            "100 %.",
+            ledger_share(g),
         ),
         8,
         7,
@@ -780,6 +982,26 @@ def job() -> db.Dashboard:
         9,
     )
     b.add(
+        _shares(
+            "Where the job's GPU time goes",
+            "The share of the selected pods' GPU time in each ledger state: computing, waiting for input, "
+            "for a collective or for a checkpoint, stalled, throttled, idle. Stacked: the states add up to "
+            "100 %.",
+            ledger_share(p),
+        ),
+        16,
+        8,
+    )
+    b.add(
+        _hours(
+            "Job GPU-hours by state",
+            "GPU-hours the selected pods spent in each ledger state over the dashboard's time range.",
+            ledger_hours(p),
+        ),
+        8,
+        8,
+    )
+    b.add(
         _ratio(
             "Utilization",
             "Window mean per GPU: a starved rank dips, its peers stay pinned.",
@@ -913,6 +1135,7 @@ _TYPES = {
     "state-timeline": "state timeline",
     "heatmap": "heatmap",
     "table": "table",
+    "bargauge": "bar gauge",
 }
 
 
@@ -926,8 +1149,17 @@ def render_doc() -> str:
         "overview, follow a node into the node and GPU detail, or open the job view for one pod's GPUs",
         "across nodes. Each dashboard links to the others and keeps the time range and variables.",
         "",
-        "State timelines colour each GPU by its most serious verdict: "
-        + ", ".join(f"{text} ({color})" for _, text, color in VERDICT_CODES)
+        "Verdict timelines colour each GPU by its most serious verdict: "
+        + ", ".join(f"{c.text} ({c.colour})" for c in VERDICT_CODES)
+        + ".",
+        "The order and colours are the verdict registry's (`exporter/analysis/kinds.py`): a new kind appears",
+        "on every dashboard without an edit.",
+        "",
+        "The *where GPU time goes* panels read each GPU's time ledger, `gpu_time_seconds_total{state}`: the",
+        "states add up to the time observed, so the rate of each state is its share of the time. Stacked",
+        "shares, GPU-hours over the dashboard's range (`increase(...[$__range]) / 3600`) and the node view's",
+        "ledger timeline (the state that held most of each interval) colour the states alike: "
+        + ", ".join(f"{c.text} ({c.colour})" for c in LEDGER_CODES)
         + ".",
         "",
         _IMPORT,

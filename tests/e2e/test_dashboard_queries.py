@@ -22,6 +22,7 @@ SCENARIOS = {
     "sim-shm": "shm_exhaustion:fill=40,shm_gib=16",
 }
 RATE_INTERVAL = "30s"  # what Grafana would pick for a short range at a 1 s scrape interval
+RANGE = "3600s"  # $__range as Grafana writes it for Prometheus on a one-hour dashboard
 LEGEND_LABEL = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 LABEL_VALUES = re.compile(r"^label_values\((?:(.*),\s*)?(\w+)\)$")
 
@@ -57,7 +58,7 @@ def variable_choices(stack: Stack, board: dict) -> list[dict[str, str]]:
 def run_target(stack: Stack, target: dict, combos: list[dict[str, str]]) -> list[dict]:
     series = []
     for combo in combos:
-        expr = substitute(target["expr"], {**combo, "__rate_interval": RATE_INTERVAL})
+        expr = substitute(target["expr"], {**combo, "__rate_interval": RATE_INTERVAL, "__range": RANGE})
         if target.get("instant"):
             series += stack.query(expr)
         else:
@@ -93,7 +94,19 @@ def verdict_codes(stack: Stack) -> dict[tuple[str, str], int]:
 
 
 def code(kind: str) -> int:
-    return next(i for i, (k, _, _) in enumerate(dashboards.VERDICT_CODES) if k == kind)
+    return next(c.value for c in dashboards.VERDICT_CODES if c.name == kind)
+
+
+def at_now(stack: Stack, expr: str, by: tuple[str, ...]) -> dict[tuple[str, ...], float]:
+    """An instant query with the rate interval the dashboards would get, keyed by the ``by`` labels."""
+    result = stack.query(substitute(expr, {"__rate_interval": RATE_INTERVAL}))
+    return {tuple(s["metric"][k] for k in by): float(s["value"][1]) for s in result}
+
+
+def input_wait_shows(stack: Stack) -> bool:
+    """The starving rank's ledger has more input wait than a rank of the same job that is fed."""
+    shares = at_now(stack, dashboards.ledger_share('node="sim-starvation"', "gpu"), ("gpu", "state"))
+    return shares.get(("1", "input_wait"), 0.0) > shares.get(("0", "input_wait"), 0.0)
 
 
 @pytest.mark.slow
@@ -116,6 +129,7 @@ def test_every_panel_query_returns_series_with_its_legend_labels(tmp_path):
             if (
                 all(codes.get(k) == v for k, v in expected.items())
                 and shm_shown
+                and input_wait_shows(stack)
                 and not missing_series(stack)
             ):
                 break
@@ -125,6 +139,16 @@ def test_every_panel_query_returns_series_with_its_legend_labels(tmp_path):
         for key, value in expected.items():
             assert codes.get(key) == value, (key, codes)
         assert any(c == code("shm_exhaustion") for (n, _), c in codes.items() if n == "sim-shm"), codes
+        # the ledger panels: shares add up to one per node, the timeline shows only ledger codes
+        shares = at_now(stack, dashboards.ledger_share('node=~".*"', "node"), ("node", "state"))
+        for node in SCENARIOS:
+            total = sum(v for (n, _), v in shares.items() if n == node)
+            assert abs(total - 1) < 1e-9, (node, shares)
+        ledger_codes = {c.value for c in dashboards.LEDGER_CODES}
+        for node in SCENARIOS:
+            shown = at_now(stack, dashboards.ledger_code(f'node="{node}"', "gpu"), ("gpu",))
+            assert shown and set(shown.values()) <= ledger_codes, (node, shown)
+        assert input_wait_shows(stack)
         fleet = json.loads((REPO / "dashboards/gpu-bottleneck-fleet.json").read_text())
         offenders = next(p for p in panels(fleet) if p["title"] == "Worst offenders")["targets"][0]
         rows = stack.query(substitute(offenders["expr"], {"node": ".*"}))
