@@ -10,15 +10,19 @@ the exporter alone and says so. Ctrl-C stops everything.
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 import tempfile
 import threading
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from exporter.artifacts.dashboards import ledger_share
 from exporter.sim.scenarios import SCENARIOS, TOUR, TOUR_SECONDS
 from scripts.stack import (
     ALERTMANAGER,
@@ -68,6 +72,45 @@ def narrate(started: float, stop: threading.Event) -> None:
             _say(f"the simulated node now: {name} ({SCENARIOS[name][0]})")
 
 
+LEDGER_EVERY_S = 30.0
+NODE = "sim-node-1"
+
+
+def _query(prom_port: int, expr: str) -> list[dict]:
+    url = f"http://127.0.0.1:{prom_port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.load(response)["data"]["result"]
+
+
+def ledger_report(prom_port: int) -> str:
+    """Where the node's GPU time went over the last minute, from the node dashboard's own queries."""
+    selector = f'node="{NODE}"'
+    node = _query(prom_port, ledger_share(selector).replace("$__rate_interval", "1m"))
+    gpus = _query(prom_port, ledger_share(selector, "gpu").replace("$__rate_interval", "1m"))
+    if not node:
+        return "ledger: no data yet"
+    shares = sorted(((float(r["value"][1]), r["metric"]["state"]) for r in node), reverse=True)
+    text = "ledger, last minute: " + ", ".join(
+        f"{state} {share:.0%}" for share, state in shares if share >= 0.01
+    )
+    losing: dict[str, tuple[float, str]] = {}
+    for r in gpus:
+        state, share = r["metric"]["state"], float(r["value"][1])
+        if state not in ("computing", "free") and share > losing.get(r["metric"]["gpu"], (0.0, ""))[0]:
+            losing[r["metric"]["gpu"]] = (share, state)
+    worst = [f"GPU {g} {state} {share:.0%}" for g, (share, state) in sorted(losing.items()) if share >= 0.2]
+    return text + (f"  |  {'; '.join(worst)}" if worst else "")
+
+
+def report_ledger(prom_port: int, stop: threading.Event) -> None:
+    """Print the ledger every half-minute while the tour moves on."""
+    while not stop.wait(LEDGER_EVERY_S):
+        try:
+            _say(ledger_report(prom_port))
+        except (OSError, ValueError, KeyError) as exc:
+            _say(f"ledger: Prometheus did not answer ({exc})")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -91,7 +134,7 @@ def main() -> int:
             stack = Stack(
                 workdir / "stack",
                 RULES,
-                [Target(args.port, {"node": "sim-node-1"})],
+                [Target(args.port, {"node": NODE})],
                 receiver.url,
                 interval="5s",
                 **ports,
@@ -103,6 +146,9 @@ def main() -> int:
                 f"grafana:       add http://localhost:{stack.prometheus_port} as a Prometheus data source, "
                 "then import dashboards/*.json (docs/dashboards.md)"
             )
+            print(
+                "every 30 s a line says where the node's GPU time went (the node dashboard's ledger query);"
+            )
             print("pages from Alertmanager are printed below as they arrive (the rules keep their real")
             print("`for` durations, so a page comes a few minutes into its scenario;")
             print(f"the tour takes {TOUR_SECONDS / 60:.0f} min)")
@@ -113,6 +159,8 @@ def main() -> int:
             print("running the exporter alone. Watch gpu_bottleneck in /metrics.")
         print("Ctrl-C stops the demo.\n", flush=True)
         threading.Thread(target=narrate, args=(started, stop), daemon=True).start()
+        if stack:
+            threading.Thread(target=report_ledger, args=(stack.prometheus_port, stop), daemon=True).start()
         while not stop.wait(1.0):
             if exporter.poll() is not None:
                 _say(f"the exporter exited ({exporter.returncode}); see {workdir / 'exporter.log'}")
