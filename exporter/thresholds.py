@@ -235,12 +235,13 @@ LEDGER_STALE = _t(
 )
 LEDGER_STARTUP_COMPUTE = _t(
     "ledger.startup_compute_seconds",
-    10.0,
+    30.0,
     "seconds",
-    "A job has started training once its GPU has worked in 10 separate seconds: before that, pauses are "
-    "start-up (model load, dataset download, NCCL set-up) and count as idle, not as waiting for input. A "
-    "few warm-up kernels do not end the start-up, and while memory keeps growing by a GiB within half a "
-    "minute (a model being loaded) pauses stay idle whenever they come.",
+    "A job has started training once its GPU has worked in 30 separate seconds: before that, pauses are "
+    "start-up (model load, dataset download, NCCL set-up, sharding the model, the loader's first batches) "
+    "and count as idle, not as waiting for input. Initialisation kernels take seconds, not half a minute; "
+    "and while memory keeps growing by a GiB within half a minute (a model being loaded) pauses stay idle "
+    "whenever they come.",
 )
 LEDGER_WINDOW = _t(
     "ledger.window_seconds",
