@@ -226,8 +226,11 @@ def comm_hang(f: GpuFeatures) -> Evidence:
     return Evidence(score=pinned * min(quiet))
 
 
-def waiting_in_collective(f: GpuFeatures) -> bool:
-    """A peer of a starved rank: it never idles (a collective kernel stays resident while it waits)."""
+def waiting_in_collective(f: GpuFeatures, recent: Shares | None = None) -> bool:
+    """A peer of a starved rank: it never idles (a collective kernel stays resident while it waits), or
+    the ledger puts a good part of its recent time inside collectives."""
+    if recent is not None and recent.get("comm_wait") >= STARVATION_IDLE_FRACTION.value:
+        return True
     return f.util_mean is not None and f.util_mean >= PINNED and not f.idle_fraction
 
 

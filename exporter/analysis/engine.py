@@ -262,7 +262,10 @@ class Analyzer:
                         related = tuple(g for g in hung if g != gpu)
                     elif kind == "data_starvation":
                         related = tuple(
-                            g for g in members if g != gpu and d.waiting_in_collective(self._gpus[g].features)
+                            g
+                            for g in members
+                            if g != gpu
+                            and d.waiting_in_collective(self._gpus[g].features, self._gpus[g].shares[0])
                         )
                     elif kind == "comm_bound" and any(g != gpu for g in starving):
                         # peers waiting for a starved rank: the rank is the problem, not the transport

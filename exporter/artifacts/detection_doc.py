@@ -199,7 +199,7 @@ REPLAY = """## Reading a replay
 ```
 $ gpu-bottleneck-exporter replay examples/traces/starvation_h100x8.csv.gz
 examples/traces/starvation_h100x8.csv.gz: 8 GPU(s), 899.8 s of samples, 36000 rows, from 2026-03-01 10:30:53
-  GPU 3: data_starvation from 272 s (10:35:25) to the end, 628 s, peak score 1.00, cause cpu; GPUs 0, 2, 4, 5, 6, 7 wait for it in NCCL
+  GPU 3: data_starvation from 272 s (10:35:25) to the end, 628 s, peak score 1.00, cause cpu; GPUs 0, 1, 2, 4, 5, 6, 7 wait for it in NCCL
   GPU 0, 1, 2, 4, 5, 6, 7: no verdict
   silent (inputs missing from this trace): nvlink_degraded needs NVLink link state, P2P status or fabric state
 where the time went:
