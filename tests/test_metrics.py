@@ -205,7 +205,7 @@ def test_label_values_are_escaped_and_round_trip():
 
 def test_verdicts_are_exported_per_gpu_and_kind(make_node, make_sampler, clock):
     sampler, _ = make_sampler(make_node("data_starvation"))
-    body, _ = Renderer().render(step(sampler, clock, cycles=40))
+    body, _ = Renderer().render(step(sampler, clock, cycles=90))  # start-up, then a minute
     verdicts = samples_by_name(body)["gpu_bottleneck"]
     firing = {(x.labels["gpu"], x.labels["kind"], x.labels["cause"]) for x in verdicts if x.value == 1}
     assert firing == {("3", "data_starvation", "cpu")}

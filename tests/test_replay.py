@@ -74,6 +74,12 @@ def test_replay_json_lines_on_stdout_and_nothing_else():
     }
     assert all(set(v) <= {"event", "t", "gpu", "kind", "state", "score", "cause"} for v in verdicts)
     assert [v["t"] for v in verdicts] == sorted(v["t"] for v in verdicts)
+    summary = lines[-1]
+    for gpu, states in summary["ledger"].items():  # each GPU's states sum to its observed time
+        assert sum(states.values()) == pytest.approx(900, rel=0.01), gpu
+    assert summary["ledger"]["3"]["input_wait"] > 0.3 * 900 > summary["ledger"]["0"]["input_wait"]
+    assert summary["ledger"]["0"]["comm_wait"] > 0.3 * 900
+    assert sum(summary["job_ledger"]["node"].values()) == pytest.approx(8 * 900, rel=0.01)
 
 
 @pytest.mark.slow
@@ -82,7 +88,11 @@ def test_replay_human_summary_names_the_rank_and_its_waiting_peers():
     result = _run("replay", str(path))
     assert result.returncode == 0
     assert "GPU 3: data_starvation from" in result.stdout and "cause cpu" in result.stdout
-    assert "wait for it in NCCL" in result.stdout and "GPU 0, 1, 2, 4, 5, 6, 7: no verdict" in result.stdout
+    assert "GPUs 0, 1, 2, 4, 5, 6, 7 wait for it in NCCL" in result.stdout
+    assert "GPU 0, 1, 2, 4, 5, 6, 7: no verdict" in result.stdout
+    assert "where the time went:" in result.stdout
+    assert "GPU 3 (899 s): computing 66%, input_wait 34%" in result.stdout
+    assert "GPU 0 (899 s): computing 66%, comm_wait 34%" in result.stdout
 
 
 def test_replay_of_an_unreadable_file_is_a_clear_error(tmp_path):

@@ -24,6 +24,7 @@ from exporter.thresholds import (
     IDLE_MEMORY,
     LEDGER_BUSY_UTIL,
     SCORE_ENTER,
+    STARVATION_IDLE_FRACTION,
     UTIL_IDLE_LINE,
     board_tdp,
 )
@@ -240,11 +241,14 @@ class Analyzer:
         events: list[VerdictEvent] = []
         for members in groups.values():
             hung = [g for g in members if evidence[g]["comm_hang"].score >= SCORE_ENTER.value]
+            # ranks off-kernel a good part of the time (starving, or still starting up): their peers'
+            # collective waits are waits for them
             starving = [
                 g
                 for g in members
                 if evidence[g]["data_starvation"].score >= SCORE_ENTER.value
                 or self._gpus[g].tracks["data_starvation"].firing
+                or _off_kernel(self._gpus[g].shares[0]) >= STARVATION_IDLE_FRACTION.value
             ]
             all_hung = len(hung) == len(members)
             for gpu in members:
@@ -287,6 +291,11 @@ class Analyzer:
                         )
                     out[gpu][kind] = KindState(ev.score, track.firing, track.cause if track.firing else "")
         return out, events
+
+
+def _off_kernel(recent: Shares) -> float:
+    """The share of the recent window a GPU held memory with no kernel: waiting, pausing or starting."""
+    return recent.get("input_wait") + recent.get("checkpoint") + recent.get("idle")
 
 
 def _since(window: Window[GpuPoint], t: float) -> list[GpuPoint]:
