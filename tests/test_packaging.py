@@ -80,7 +80,7 @@ def test_the_pinned_set_installs_and_serves(tmp_path: Path):
     subprocess.run([*pip, "install", "-r", str(REPO / "requirements.lock")], check=True, timeout=600)
     src = tmp_path / "src"  # what the Dockerfile copies, so the build leaves nothing in the checkout
     shutil.copytree(REPO / "exporter", src / "exporter", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(REPO / name, src / name)
     subprocess.run([*pip, "install", "--no-deps", str(src)], check=True, timeout=600)
     check = subprocess.run([*pip, "check"], capture_output=True, text=True)
