@@ -1,17 +1,20 @@
-"""Command line: ``serve`` (the default), ``scenarios``; flags and GBE_* environment variables."""
+"""Command line: ``serve`` (the default), ``scenarios``, ``replay``, ``record``; flags and GBE_* environment
+variables. Every mistake in them is one line naming the flag or variable, and exit status 2."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+import math
 import os
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from exporter import __version__
-from exporter.config import ENV_PREFIX, Settings
+from exporter.config import ENV_PREFIX, Settings, SettingsError
 
 log = logging.getLogger("exporter")
 
@@ -32,6 +35,23 @@ def _paths(text: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in text.split(",") if p.strip())
 
 
+def _int(text: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise ValueError(f"must be a whole number, not {text!r}") from None
+
+
+def _float(text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ValueError(f"must be a number, not {text!r}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"must be a finite number, not {text!r}")
+    return value
+
+
 def _level(text: str) -> str:
     if text.lower() not in ("debug", "info", "warning", "error"):
         raise ValueError(f"log level must be debug, info, warning or error, not {text!r}")
@@ -40,22 +60,22 @@ def _level(text: str) -> str:
 
 SERVE_FLAGS = (
     Flag("--listen-address", "listen_address", str, "address to bind; all interfaces by default"),
-    Flag("--port", "port", int, "HTTP port for /metrics, /healthz and /readyz"),
-    Flag("--interval", "interval_s", float, "seconds between collections"),
-    Flag("--window", "window_s", float, "seconds of samples kept for window statistics and analysis"),
+    Flag("--port", "port", _int, "HTTP port for /metrics, /healthz and /readyz"),
+    Flag("--interval", "interval_s", _float, "seconds between collections"),
+    Flag("--window", "window_s", _float, "seconds of samples kept for window statistics and analysis"),
     Flag(
         "--collect-timeout",
         "collect_timeout_s",
-        float,
+        _float,
         "seconds after which a collection that has not returned is reported as timed out",
     ),
     Flag(
         "--slow-interval",
         "slow_interval_s",
-        float,
+        _float,
         "seconds between reads of slowly changing GPU state (fabric, processes, default power limit)",
     ),
-    Flag("--p2p-interval", "p2p_interval_s", float, "seconds between reads of the GPU-pair P2P status"),
+    Flag("--p2p-interval", "p2p_interval_s", _float, "seconds between reads of the GPU-pair P2P status"),
     Flag("--proc-root", "proc_root", str, "where the node's /proc is mounted"),
     Flag("--sys-root", "sys_root", str, "where the node's /sys is mounted"),
     Flag("--host-root", "host_root", str, "where the node's root filesystem (or its /dev/shm) is mounted"),
@@ -66,25 +86,34 @@ SERVE_FLAGS = (
         str,
         "the kubelet's PodResources socket, for pod labels; empty to turn pod attribution off",
     ),
-    Flag("--pod-resources-interval", "pod_resources_interval_s", float, "seconds between PodResources reads"),
+    Flag(
+        "--pod-resources-interval", "pod_resources_interval_s", _float, "seconds between PodResources reads"
+    ),
     Flag(
         "--simulate",
         "simulate",
         str,
         "run on a simulated node instead of the real NVML: SCENARIO[:key=value,...] (see 'scenarios')",
     ),
-    Flag("--sim-gpus", "sim_gpus", int, "number of simulated GPUs"),
+    Flag("--sim-gpus", "sim_gpus", _int, "number of simulated GPUs"),
     Flag("--log-level", "log_level", _level, "debug, info, warning or error"),
 )
+# record samples like serve but serves nothing: it takes every serve flag except these
+LISTEN_FLAGS = frozenset({"--listen-address", "--port"})
+RECORD_FLAGS = tuple(f for f in SERVE_FLAGS if f.flag not in LISTEN_FLAGS)
 
 
 class UsageError(Exception):
-    pass
+    """A bad flag or variable: one line on stderr, exit status 2."""
 
 
-def _add_serve_flags(parser: argparse.ArgumentParser) -> None:
+class CommandError(Exception):
+    """The command could not do its work (a taken port, nothing recorded): one line, exit status 1."""
+
+
+def _add_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, flags: Sequence[Flag]) -> None:
     defaults = Settings()
-    for f in SERVE_FLAGS:
+    for f in flags:
         default = getattr(defaults, f.field)
         shown = ",".join(default) if isinstance(default, tuple) else default
         parser.add_argument(
@@ -96,23 +125,49 @@ def _add_serve_flags(parser: argparse.ArgumentParser) -> None:
         )
 
 
-def settings_from(args: argparse.Namespace, environ: dict[str, str]) -> Settings:
-    """Flags win over environment variables, which win over defaults. Bad values raise UsageError."""
+def settings_from(
+    args: argparse.Namespace, environ: dict[str, str], flags: Sequence[Flag] = SERVE_FLAGS
+) -> Settings:
+    """Flags win over environment variables, which win over defaults. Bad values raise UsageError naming
+    the flag or the variable the value came from. Only ``flags`` (the command's own) are read."""
     values: dict[str, object] = {}
-    for f in SERVE_FLAGS:
+    origins = {f.field: f.flag for f in flags}
+    for f in flags:
         raw, origin = getattr(args, f.field, None), f.flag
         if raw is None and f.env in environ:
             raw, origin = environ[f.env], f.env
         if raw is None:
             continue
+        origins[f.field] = origin
         try:
             values[f.field] = f.kind(raw)
         except ValueError as exc:
             raise UsageError(f"{origin}: {exc}") from None
     try:
-        return Settings(**values)  # type: ignore[arg-type]
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        settings = Settings(**values)  # type: ignore[arg-type]
+    except SettingsError as exc:
+        raise UsageError(
+            "; ".join(f"{origins.get(field, field)}: {text}" for field, text in exc.problems)
+        ) from None
+    if settings.simulate:
+        _check_scenario(settings, origins["simulate"], origins["sim_gpus"])
+    return settings
+
+
+def _check_scenario(settings: Settings, origin: str, gpus_origin: str) -> None:
+    """The scenario parses and names only GPUs the simulated node has."""
+    from exporter.sim import ScenarioError, parse_scenario
+
+    try:
+        scenario = parse_scenario(settings.simulate)
+    except ScenarioError as exc:
+        raise UsageError(f"{origin}: {exc}") from None
+    outside = [g for g in scenario.gpus if not 0 <= g < settings.sim_gpus]
+    if outside:
+        raise UsageError(
+            f"{origin}: gpus={'+'.join(map(str, outside))}: the simulated node has {settings.sim_gpus} GPUs "
+            f"(0-{settings.sim_gpus - 1}; {gpus_origin} sets how many)"
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -121,9 +176,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Prometheus exporter that tells why GPUs are not working. Without a command, 'serve'.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    # serve is the default command, so its options are the top-level ones too (shown in --help)
+    _add_flags(parser.add_argument_group("serve options (the default command)"), SERVE_FLAGS)
     sub = parser.add_subparsers(dest="command")
     serve = sub.add_parser("serve", help="sample the GPUs and the node and serve /metrics (default)")
-    _add_serve_flags(serve)
+    _add_flags(serve, SERVE_FLAGS)
     sub.add_parser("scenarios", help="list the simulator's scenarios")
     replay = sub.add_parser(
         "replay",
@@ -139,8 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="sample like serve, but write the samples as a trace CSV that replay reads",
     )
     record.add_argument("--output", "-o", required=True, help="CSV file to write ('-' for stdout)")
-    record.add_argument("--duration", type=float, help="seconds to record (default: until interrupted)")
-    _add_serve_flags(record)
+    record.add_argument("--duration", help="seconds to record (default: until interrupted)")
+    _add_flags(record, RECORD_FLAGS)
     return parser
 
 
@@ -158,11 +215,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "replay":
             return _replay(args.trace, args.gpus, args.json)
         if args.command == "record":
-            return _record(settings_from(args, dict(os.environ)), args.output, args.duration)
+            duration = _duration(args.duration)
+            return _record(settings_from(args, dict(os.environ), RECORD_FLAGS), args.output, duration)
         return _serve(settings_from(args, dict(os.environ)))
     except UsageError as exc:
         print(f"gpu-bottleneck-exporter: {exc}", file=sys.stderr)
         return 2
+    except CommandError as exc:
+        print(f"gpu-bottleneck-exporter: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # the reader went away (`replay ... | head`): stop quietly. Point stdout at /dev/null so the
+        # interpreter's final flush of what is still buffered does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 0
+
+
+def _duration(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = _float(text)
+    except ValueError as exc:
+        raise UsageError(f"--duration: {exc}") from None
+    if value <= 0:
+        raise UsageError(f"--duration: must be positive, not {text!r}")
+    return value
 
 
 def _logging(level: str) -> None:
@@ -214,15 +294,34 @@ def _close(node) -> None:
         node.close()
 
 
+def _listen(address: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything else starts: a taken port is one clear line."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((address, port))
+    except OSError as exc:
+        sock.close()
+        where = f"[{address}]:{port}" if family == socket.AF_INET6 else f"{address}:{port}"
+        raise CommandError(f"cannot listen on {where}: {exc.strerror or exc}") from None
+    return sock
+
+
 def _serve(settings: Settings) -> int:
     from exporter.server import serve
 
     _logging(settings.log_level)
-    app, node = _application(settings)
+    sock = _listen(settings.listen_address, settings.port)
+    try:
+        app, node = _application(settings)
+    except BaseException:
+        sock.close()
+        raise
     shown = "localhost" if settings.listen_address in ("0.0.0.0", "::") else settings.listen_address
     log.info("serving http://%s:%d/metrics", shown, settings.port)
     try:
-        serve(app)
+        serve(app, sock)
     finally:
         _close(node)
     return 0
@@ -266,17 +365,35 @@ def _replay(path: str, gpus: int | None, as_json: bool) -> int:
 
 
 def _record(settings: Settings, output: str, duration: float | None) -> int:
+    """Samples to ``output`` through a temporary file beside it, renamed into place only when at least one
+    row was recorded: a run that saw no GPU fails and leaves no empty trace behind."""
     import signal
+    import tempfile
     import threading
 
     from exporter.traces import TraceWriter
 
     _logging(settings.log_level)
+    partial = None
+    if output == "-":
+        stream = sys.stdout
+    else:
+        target = os.path.abspath(output)
+        try:
+            fd, partial = tempfile.mkstemp(
+                prefix=f".{os.path.basename(target)}.", suffix=".partial", dir=os.path.dirname(target)
+            )
+        except OSError as exc:
+            raise UsageError(f"--output: cannot write {output} ({exc.strerror})") from None
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # what open() would have made, not mkstemp's 0600
+        stream = os.fdopen(fd, "w", encoding="utf-8")
     try:
-        stream = sys.stdout if output == "-" else open(output, "w", encoding="utf-8")  # noqa: SIM115
-    except OSError as exc:
-        raise UsageError(f"--output: cannot write {output} ({exc.strerror})") from None
-    app, node = _application(settings)
+        app, node = _application(settings)
+    except BaseException:
+        _discard(stream, partial)
+        raise
     writer, lock, done = TraceWriter(stream), threading.Lock(), threading.Event()
 
     def on_gpu(identity, points) -> None:
@@ -299,9 +416,23 @@ def _record(settings: Settings, output: str, duration: float | None) -> int:
     finally:
         app.stop()
         with lock:
-            stream.flush()
-            if stream is not sys.stdout:
+            if writer.rows and partial is not None:
                 stream.close()
+                os.replace(partial, output)
+            elif partial is not None:
+                _discard(stream, partial)
+            else:
+                stream.flush()
         _close(node)
-    log.info("wrote %d rows", writer.rows)
+    if not writer.rows:
+        raise CommandError(
+            f"recorded nothing: no GPU answered (see the warnings above); {output} not written"
+        )
+    log.info("wrote %d rows to %s", writer.rows, output)
     return 0
+
+
+def _discard(stream, partial: str | None) -> None:
+    if partial is not None:
+        stream.close()
+        os.unlink(partial)

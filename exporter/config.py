@@ -7,6 +7,15 @@ from dataclasses import dataclass
 ENV_PREFIX = "GBE_"
 
 
+class SettingsError(ValueError):
+    """Settings that cannot work together; ``problems`` pairs each field with what is wrong with it, so
+    the command line can name the flag or variable the value came from."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        super().__init__("; ".join(text for _, text in problems))
+        self.problems = problems
+
+
 @dataclass(frozen=True)
 class Settings:
     listen_address: str = "0.0.0.0"
@@ -30,15 +39,15 @@ class Settings:
     log_level: str = "info"
 
     def __post_init__(self) -> None:
-        problems = []
+        problems: list[tuple[str, str]] = []
         if not 0 < self.port < 65536:
-            problems.append(f"port must be 1-65535, not {self.port}")
+            problems.append(("port", f"port must be 1-65535, not {self.port}"))
         for name in ("interval_s", "window_s", "collect_timeout_s", "slow_interval_s", "p2p_interval_s"):
             if getattr(self, name) <= 0:
-                problems.append(f"{name.removesuffix('_s').replace('_', '-')} must be positive")
+                problems.append((name, f"{name.removesuffix('_s').replace('_', '-')} must be positive"))
         if self.window_s < self.interval_s:
-            problems.append("window must be at least one interval")
+            problems.append(("window_s", "window must be at least one interval"))
         if self.sim_gpus < 1 or self.sim_gpus > 64:
-            problems.append("sim-gpus must be 1-64")
+            problems.append(("sim_gpus", "sim-gpus must be 1-64"))
         if problems:
-            raise ValueError("; ".join(problems))
+            raise SettingsError(problems)

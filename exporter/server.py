@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -72,11 +73,24 @@ def _exit_cleanly(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
 
-def serve(application: Application) -> None:
+# uvicorn's loggers keep no handlers of their own and propagate to the root logger, so their lines carry
+# the exporter's format; dictConfig must not disable the loggers that already exist (the exporter's).
+UVICORN_LOG_CONFIG: dict[str, object] = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "loggers": {
+        name: {"handlers": [], "propagate": True} for name in ("uvicorn", "uvicorn.error", "uvicorn.access")
+    },
+}
+
+
+def serve(application: Application, sock: socket.socket | None = None) -> None:
     """Run until SIGTERM/SIGINT; uvicorn shuts down gracefully and the lifespan stops the sampler.
 
-    uvicorn re-raises the signal after its graceful shutdown; the handler installed here turns that
-    (and a signal that arrives before uvicorn listens) into a normal exit with status 0."""
+    ``sock``: a socket already bound to the listen address (the command binds first, so a taken port is
+    an error before anything starts); without it uvicorn binds itself. uvicorn re-raises the signal
+    after its graceful shutdown; the handler installed here turns that (and a signal that arrives before
+    uvicorn listens) into a normal exit with status 0."""
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, _exit_cleanly)
@@ -89,5 +103,6 @@ def serve(application: Application) -> None:
         access_log=False,
         lifespan="on",
         server_header=False,
+        log_config=UVICORN_LOG_CONFIG,
     )
-    uvicorn.Server(config).run()
+    uvicorn.Server(config).run(sockets=[sock] if sock is not None else None)

@@ -65,10 +65,24 @@ class Page:
     annotations: dict[str, str]
 
 
-class PageReceiver:
-    """Alertmanager's webhook target: keeps every alert it is sent, calls ``on_page`` for each."""
+@dataclass
+class Notification:
+    """One webhook call of Alertmanager: one alert group (e.g. one alert on one node), all its alerts."""
 
-    def __init__(self, on_page: Callable[[Page], None] | None = None) -> None:
+    status: str
+    group_labels: dict[str, str]
+    pages: list[Page]
+
+
+class PageReceiver:
+    """Alertmanager's webhook target: keeps every alert it is sent, calls ``on_page`` for each and
+    ``on_notification`` once per webhook call (one alert group)."""
+
+    def __init__(
+        self,
+        on_page: Callable[[Page], None] | None = None,
+        on_notification: Callable[[Notification], None] | None = None,
+    ) -> None:
         self.pages: list[Page] = []
         self.lock = threading.Lock()
         receiver = self
@@ -76,14 +90,18 @@ class PageReceiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                pages = []
                 for alert in body.get("alerts", []):
                     page = Page(
                         alert.get("status", ""), alert.get("labels", {}), alert.get("annotations", {})
                     )
+                    pages.append(page)
                     with receiver.lock:
                         receiver.pages.append(page)
                     if on_page:
                         on_page(page)
+                if on_notification and pages:
+                    on_notification(Notification(body.get("status", ""), body.get("groupLabels", {}), pages))
                 self.send_response(200)
                 self.end_headers()
 
@@ -145,6 +163,7 @@ class Stack:
     targets: list[Target]
     receiver_url: str
     interval: str = "1s"
+    group_by: tuple[str, ...] = ("...",)  # Alertmanager's grouping: every alert on its own by default
     prometheus_port: int = field(default_factory=free_port)
     alertmanager_port: int = field(default_factory=free_port)
     procs: list[subprocess.Popen] = field(default_factory=list)
@@ -176,7 +195,7 @@ class Stack:
         return (
             "route:\n"
             "  receiver: pages\n"
-            "  group_by: ['...']\n"
+            f"  group_by: [{', '.join(repr(g) for g in self.group_by)}]\n"
             "  group_wait: 1s\n"
             "  group_interval: 1s\n"
             "  repeat_interval: 24h\n"

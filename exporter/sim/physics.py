@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import NamedTuple
 
-from exporter.sim.scenarios import TOUR_SECONDS, Scenario, tour_timeline
+from exporter.sim.scenarios import TOURS, Scenario, tour_seconds, tour_timeline
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -261,7 +261,9 @@ class NodeModel:
         self.clock = clock
         self.dt = sample_period_s
         self.lock = threading.RLock()
-        self.timeline = tour_timeline() if scenario.name == "tour" else [(0.0, scenario)]
+        touring = scenario.name in TOURS
+        self.timeline = tour_timeline(scenario.name) if touring else [(0.0, scenario)]
+        self.cycle_s = tour_seconds(scenario.name) if touring else 0.0
         self.start = clock()
         self.t = self.start  # time of the last tick
         self.tick = 0
@@ -291,8 +293,8 @@ class NodeModel:
     def segment(self, t: float) -> tuple[Scenario, float]:
         """The scenario in force at absolute time t, and t relative to its segment start."""
         rel = t - self.start
-        if len(self.timeline) > 1:
-            rel = rel % TOUR_SECONDS
+        if self.cycle_s:
+            rel = rel % self.cycle_s
         start, scenario = self.timeline[0]
         for seg_start, seg in self.timeline:
             if rel >= seg_start:

@@ -1,7 +1,8 @@
 """Scenario definitions for the simulated node: which failure, on which GPUs, from when.
 
 A scenario is written ``NAME[:key=value,...]`` on the command line, e.g.
-``data_starvation:gpus=3,cause=io,onset=30``. ``tour`` cycles through the interesting ones.
+``data_starvation:gpus=3,cause=io,onset=30``. ``tour`` cycles through the interesting ones,
+``short_tour`` through those that page within minutes.
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ SCENARIOS: dict[str, tuple[str, tuple[int, ...], str]] = {
 
 CAUSES = ("io", "cpu", "shm", "host_transfer", "unknown")
 
-# The demo's tour: (scenario, seconds). Healthy stretches between faults let verdicts resolve.
+# The tours: (scenario, seconds). Healthy stretches between faults let verdicts resolve. ``tour`` shows
+# every scenario with the shipped alert timings; ``short_tour`` is the demo's default: the phases that page
+# within a few minutes each (with the demo's shortened `for`), about eleven minutes in all.
 TOUR: tuple[tuple[str, float], ...] = (
     ("healthy", 90.0),
     ("data_starvation", 240.0),
@@ -102,7 +105,7 @@ class ScenarioError(ValueError):
 def parse_scenario(text: str) -> Scenario:
     """Parse ``NAME[:key=value,...]``; raise ScenarioError with a helpful message."""
     name, _, rest = text.strip().partition(":")
-    if name not in SCENARIOS and name != "tour":
+    if name not in SCENARIOS and name not in TOURS:
         raise ScenarioError(f"unknown scenario {name!r}; choose one of: {', '.join(scenario_names())}")
     scenario = Scenario(name=name)
     if not rest:
@@ -142,17 +145,38 @@ def _apply_param(s: Scenario, key: str, value: str) -> Scenario:
     raise ScenarioError(f"unknown scenario parameter {key!r} (onset, gpus, cause, fill, shm_gib, cap, pods)")
 
 
+SHORT_TOUR: tuple[tuple[str, float], ...] = (
+    ("healthy", 30.0),
+    ("data_starvation", 100.0),
+    ("healthy", 30.0),
+    ("comm_hang", 120.0),
+    ("healthy", 30.0),
+    ("comm_bound", 110.0),
+    ("healthy", 30.0),
+    ("thermal_throttle", 100.0),
+    ("healthy", 30.0),
+    ("shm_exhaustion", 100.0),
+)
+TOURS: dict[str, tuple[tuple[str, float], ...]] = {"tour": TOUR, "short_tour": SHORT_TOUR}
+SHM_FILL_S = {"tour": 240.0, "short_tour": 60.0}  # how fast /dev/shm fills in each tour
+
+
 def scenario_names() -> list[str]:
-    return [*SCENARIOS, "tour"]
+    return [*SCENARIOS, *TOURS]
 
 
-def tour_timeline() -> list[tuple[float, Scenario]]:
-    """The tour as (start second, scenario) segments."""
+def tour_timeline(name: str = "tour") -> list[tuple[float, Scenario]]:
+    """A tour as (start second, scenario) segments."""
     out, start = [], 0.0
-    for name, seconds in TOUR:
-        out.append((start, Scenario(name=name, fill_s=240.0 if name == "shm_exhaustion" else 300.0)))
+    for scenario, seconds in TOURS[name]:
+        fill = SHM_FILL_S[name] if scenario == "shm_exhaustion" else Scenario.fill_s
+        out.append((start, Scenario(name=scenario, fill_s=fill)))
         start += seconds
     return out
 
 
-TOUR_SECONDS = sum(seconds for _, seconds in TOUR)
+def tour_seconds(name: str = "tour") -> float:
+    return sum(seconds for _, seconds in TOURS[name])
+
+
+TOUR_SECONDS = tour_seconds("tour")

@@ -205,8 +205,8 @@ def test_the_command_on_a_node_without_gpu_serves_host_metrics():
 @pytest.mark.parametrize(
     ("args", "env", "message"),
     [
-        (["--port", "http"], {}, "--port: invalid literal"),
-        ([], {"GBE_PORT": "99999"}, "port must be 1-65535"),
+        (["--port", "http"], {}, "--port: must be a whole number, not 'http'"),
+        ([], {"GBE_PORT": "99999"}, "GBE_PORT: port must be 1-65535"),
         (["--interval", "-1"], {}, "interval must be positive"),
         (["--simulate", "meltdown"], {}, "unknown scenario 'meltdown'"),
         (["--log-level", "loud"], {}, "log level must be"),

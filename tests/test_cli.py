@@ -1,0 +1,189 @@
+"""The real command's rough edges: what a new user sees when a pipe closes, a port is taken, a value is
+wrong or a flag is missing from help. Each test runs ``python -m exporter`` as a user would."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from scripts.stack import free_port
+from tests.conftest import EXAMPLES, REPO
+
+STARVATION = EXAMPLES / "starvation_h100x8.csv.gz"
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) \S+: ")
+
+
+def _run(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "exporter", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+    )
+
+
+def _one_line_error(result: subprocess.CompletedProcess, status: int, *words: str) -> None:
+    assert result.returncode == status, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("gpu-bottleneck-exporter: ") and "Traceback" not in result.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+def _real_nvml_present() -> bool:
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return False
+    return True
+
+
+def test_replay_into_a_closed_pipe_exits_quietly():
+    """`replay TRACE --json | head -1`: the reader goes away after one line; no traceback, status 0."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter", "replay", str(STARVATION), "--json"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    proc.stdout.close()  # what head does after its line
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=120) == 0, stderr
+    assert first.startswith('{"event": "verdict"')
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr and "Exception ignored" not in stderr
+
+
+@pytest.mark.skipif(_real_nvml_present(), reason="this machine has a real NVIDIA driver")
+def test_record_that_saw_no_gpu_fails_and_leaves_no_file(tmp_path):
+    out = tmp_path / "node.csv"
+    result = _run("record", "-o", str(out), "--duration", "0.5", "--pod-resources-socket", "")
+    assert result.returncode == 1, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("gpu-bottleneck-exporter: ")]
+    said = "recorded nothing: no GPU answered (see the warnings above)"
+    assert errors == [f"gpu-bottleneck-exporter: {said}; {out} not written"]
+    assert "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == []  # neither the trace nor a temporary file
+
+
+@pytest.mark.parametrize("duration", ["-5", "0", "soon", "inf"])
+def test_record_rejects_a_duration_that_is_not_positive(tmp_path, duration):
+    result = _run("record", "-o", str(tmp_path / "x.csv"), "--duration", duration)
+    _one_line_error(result, 2, "--duration: must be")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_record_offers_no_listen_flags_and_ignores_their_variables(tmp_path):
+    help_text = _run("record", "--help").stdout
+    assert "--port" not in help_text and "--listen-address" not in help_text
+    assert "--simulate" in help_text and "--duration" in help_text
+    result = _run("record", "-o", str(tmp_path / "x.csv"), "--port", "9400")
+    assert result.returncode == 2 and "unrecognized arguments: --port 9400" in result.stderr
+    # serve's variables are serve's: a bad GBE_PORT does not stop a recording
+    result = _run(
+        "record", "-o", str(tmp_path / "x.csv"), "--duration", "1.2", "--simulate", "healthy",
+        "--sim-gpus", "1", "--interval", "0.5", env={"GBE_PORT": "abc"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "x.csv").read_text().startswith("timestamp, index, name")
+
+
+def test_a_taken_port_is_one_line_before_anything_starts():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = _run("--simulate", "healthy", "--listen-address", "127.0.0.1", "--port", str(port))
+    _one_line_error(result, 1, f"cannot listen on 127.0.0.1:{port}", "in use")
+    assert (
+        "serving" not in result.stdout + result.stderr and "simulating" not in result.stdout + result.stderr
+    )
+
+
+def test_top_level_help_shows_the_serve_options():
+    result = _run("--help")
+    assert result.returncode == 0
+    for flag in ("--simulate", "--port", "--listen-address", "--sim-gpus", "GBE_PORT", "GBE_SIMULATE"):
+        assert flag in result.stdout, flag
+    assert "serve options (the default command)" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "origin"),
+    [
+        (["--port", "abc"], {}, "--port: must be a whole number, not 'abc'"),
+        ([], {"GBE_PORT": "abc"}, "GBE_PORT: must be a whole number, not 'abc'"),
+        (["--interval", "fast"], {}, "--interval: must be a number, not 'fast'"),
+        ([], {"GBE_SIM_GPUS": "eight"}, "GBE_SIM_GPUS: must be a whole number"),
+    ],
+)
+def test_a_value_that_is_not_a_number_names_the_flag_or_variable(args, env, origin):
+    result = _run(*args, env=env)
+    _one_line_error(result, 2, origin)
+    assert "invalid literal" not in result.stderr
+
+
+def test_simulated_gpus_must_exist():
+    result = _run("--simulate", "data_starvation:gpus=99")
+    _one_line_error(result, 2, "--simulate: gpus=99", "the simulated node has 8 GPUs (0-7")
+    result = _run("--simulate", "data_starvation:gpus=1+3", "--sim-gpus", "2")
+    _one_line_error(result, 2, "gpus=3", "has 2 GPUs", "--sim-gpus")
+
+
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [
+        ({"GBE_SIMULATE": "nosuch"}, ("GBE_SIMULATE: unknown scenario 'nosuch'",)),
+        ({"GBE_SIMULATE": "comm_hang:gpus=12"}, ("GBE_SIMULATE: gpus=12",)),
+        ({"GBE_INTERVAL": "-1"}, ("GBE_INTERVAL: interval must be positive",)),
+        ({"GBE_WINDOW": "0.5", "GBE_INTERVAL": "1"}, ("GBE_WINDOW: window must be at least one interval",)),
+    ],
+)
+def test_errors_from_a_variable_name_the_variable(env, words):
+    result = _run(env=env)
+    _one_line_error(result, 2, *words)
+    assert "--simulate" not in result.stderr and "--interval" not in result.stderr
+
+
+def test_uvicorn_lines_share_the_exporters_log_format():
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter", "--simulate", "healthy", "--sim-gpus", "1"],
+        cwd=REPO,
+        env={**os.environ, "GBE_PORT": str(port), "GBE_LISTEN_ADDRESS": "127.0.0.1", "GBE_INTERVAL": "0.5"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        time.sleep(1.0)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=15)
+    assert proc.returncode == 0, out
+    lines = out.splitlines()
+    assert any("uvicorn" in line and "Application startup complete" in line for line in lines), out
+    assert [line for line in lines if not LOG_LINE.match(line)] == []
+    assert "INFO:" not in out
