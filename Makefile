@@ -20,7 +20,7 @@ tools:
 
 demo: $(VENV)/.installed
 	-./scripts/install-tools.sh
-	$(BIN)/python scripts/demo.py --port $(PORT)
+	$(BIN)/python scripts/demo.py --port $(PORT) $(DEMO_ARGS)
 
 test: $(VENV)/.installed tools
 	$(BIN)/ruff check .
