@@ -417,7 +417,7 @@ class Sampler:
 
     def _open_failed(self, error: BaseException, mono: float) -> None:
         name = error_name(error, self.nvml.N) if self.nvml else type(error).__name__
-        self.errors.inc("nvml", name, "nvmlInit")
+        self.errors.inc("nvml", name, "nvmlInit", level=logging.DEBUG)  # _retry_later's warning says it
         self._retry_later(name, str(error), mono)
         self._call(self.nvml.close, name="nvml-close")  # type: ignore[union-attr]
 

@@ -177,3 +177,27 @@ def test_sampler_without_sources_still_publishes(clock):
     sampler = Sampler(Settings(), ErrorCounter(), None, None, clock=clock)
     snap = sampler.cycle(wait_s=0)
     assert snap.ready and snap.gpus == () and snap.host is None
+
+
+def test_a_node_without_gpu_or_kubelet_logs_one_warning(make_node, clock, caplog, tmp_path):
+    """README: a GPU-less node starts anyway and logs one warning; the rest is counted, not shouted."""
+    from exporter.errors import ErrorCounter
+    from exporter.sources.kubelet import PodResourcesSource
+    from exporter.sources.nvml import NvmlSource
+    from tests.conftest import FAST, RefreshingHostSource
+
+    node = make_node("healthy", library_present=False)
+    errors = ErrorCounter()
+    host = RefreshingHostSource(node, errors, clock=clock, **node.host_options())
+    nvml = NvmlSource(node.install(), errors, clock=clock)
+    kubelet = PodResourcesSource(errors, str(tmp_path / "no-kubelet.sock"), timeout_s=0.5)
+    sampler = Sampler(FAST, errors, host, nvml, clock=clock, kubelet=kubelet)
+    try:
+        with caplog.at_level("INFO"):
+            step(sampler, clock, cycles=3)
+    finally:
+        sampler.stop()
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and warnings[0].startswith("NVML is not usable (LibraryNotFound"), warnings
+    counted = errors.snapshot()
+    assert counted[("nvml", "LibraryNotFound")] >= 1 and counted[("kubelet", "SocketNotFound")] >= 1

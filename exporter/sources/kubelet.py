@@ -6,6 +6,7 @@ means no pod labels this round and a counted error, never a crash and never a sl
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass
@@ -63,7 +64,14 @@ class PodResourcesSource:
     def collect(self) -> tuple[Assignment, ...] | None:
         """Every GPU and MIG device assigned to a container; None when the kubelet could not say."""
         if not os.path.exists(self.socket_path):
-            self.errors.inc(SOURCE, "SocketNotFound", self.socket_path)
+            # no kubelet here (a node without Kubernetes, or the socket not mounted): routine on a
+            # workstation, so not a warning; the count and GpuExporterCollectErrors say it on a cluster
+            self.errors.inc(
+                SOURCE,
+                "SocketNotFound",
+                f"{self.socket_path}: series carry no pod labels",
+                level=logging.INFO,
+            )
             return None
         try:
             response = self._stub().List(api_pb2.ListPodResourcesRequest(), timeout=self.timeout_s)

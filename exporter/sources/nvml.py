@@ -439,13 +439,14 @@ class NvmlSource:
                 self.errors.inc(SOURCE, name, f"field values on GPU {dev.index}")
                 raise GpuLost(name)
             leave_out = name in LEAVE_OUT_ERRORS
-            if leave_out:
+            if leave_out:  # probing: boards lack some fields (an H100 has no sync-boost counter, field 76)
                 dropped.append(request)
             self.errors.inc(
                 SOURCE,
                 name,
-                f"field {request[0]} scope {request[1]} on GPU {dev.index}",
-                level=logging.INFO if leave_out else logging.WARNING,
+                f"field {request[0]} scope {request[1]} on GPU {dev.index}"
+                + (": not offered by this GPU or driver, no longer asked for" if leave_out else ""),
+                level=logging.DEBUG if leave_out else logging.WARNING,
             )
         if dropped:
             setattr(dev, attr, [r for r in requests if r not in dropped])

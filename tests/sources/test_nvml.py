@@ -204,3 +204,23 @@ def test_no_new_samples_is_not_an_error(make_node, clock):
     assert first.util_samples and again.util_samples == ()
     assert again.util == first.util  # the latest value is carried
     assert ("nvml", "NotFound") not in errors.snapshot()
+
+
+def test_unsupported_fields_are_dropped_quietly_after_the_first_probe(make_node, clock, caplog):
+    """A simulated (or real) H100 has no sync-boost counter (field 76): counted once, logged at debug
+    with what it means, never asked for again, and nothing about it at info or above."""
+    node = make_node("healthy", n_gpus=1)
+    with caplog.at_level("DEBUG"):
+        source, devices, errors = opened(node, clock)
+        for _ in range(3):
+            clock.advance(1.0)
+            source.collect(devices[0])
+    loud = [r.getMessage() for r in caplog.records if r.levelno >= 20 and "NotSupported" in r.getMessage()]
+    assert loud == []
+    quiet = [r.getMessage() for r in caplog.records if "field 76" in r.getMessage()]
+    assert quiet == [
+        "nvml: NotSupported (field 76 scope 0 on GPU 0: not offered by this GPU or driver, "
+        "no longer asked for) (counted in gpu_exporter_collect_errors_total)"
+    ]
+    assert errors.snapshot()[("nvml", "NotSupported")] >= 1
+    assert (76, 0) not in devices[0].fields
