@@ -331,7 +331,7 @@ def _serve(settings: Settings) -> int:
 def _replay(path: str, gpus: int | None, as_json: bool, report: str | None = None) -> int:
     from exporter.replay import event_json, human, replay, summary
     from exporter.report import ReportData, write_report
-    from exporter.traces import TraceError
+    from exporter.traces import TraceError, clipped_warnings
 
     if gpus is not None and gpus < 1:
         raise UsageError("--gpus must be at least 1")
@@ -354,6 +354,8 @@ def _replay(path: str, gpus: int | None, as_json: bool, report: str | None = Non
             f"gpu-bottleneck-exporter: ignoring unknown columns: {', '.join(stats.unknown_columns)}",
             file=sys.stderr,
         )
+    for warning in clipped_warnings(stats):
+        print(f"gpu-bottleneck-exporter: {path}: {warning}", file=sys.stderr)
     for warning in stats.warnings:
         print(f"gpu-bottleneck-exporter: {warning}; row skipped", file=sys.stderr)
     if stats.skipped > len(stats.warnings):

@@ -198,6 +198,7 @@ def summary(result: ReplayResult) -> dict[str, object]:
         "rows": result.stats.rows,
         "skipped_rows": result.stats.skipped,
         "unknown_columns": result.stats.unknown_columns,
+        "clipped_values": dict(result.stats.clipped),
         "verdicts": [
             {
                 "gpu": e.gpu,
@@ -300,6 +301,11 @@ def human(result: ReplayResult) -> str:
         )
     if s.skipped:
         lines.append(f"  {s.skipped} unreadable row(s) skipped")
+    if s.clipped:
+        lines.append(
+            f"  {sum(s.clipped.values())} impossible value(s) read as missing: "
+            + ", ".join(f"{column} {count}" for column, count in s.clipped.items())
+        )
     if result.ledger:
         lines += ledger_lines(result)
     return "\n".join(lines)

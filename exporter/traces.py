@@ -91,6 +91,41 @@ DEFAULT_UNITS: dict[str, str] = {
     ),
 }
 
+# Physically possible values, in the base units points hold: (low, high, as shown, why). A cell outside is a
+# corrupt or mis-scaled value (9999 C, -40 W, 250 %); it is read as missing, never fed to the detectors,
+# and counted per column (a warning each, ``clipped_values`` in the replay summary).
+_SHARE = (0.0, 1.0, "0-100 %", "a share of time or capacity")
+BOUNDS: dict[str, tuple[float, float, str, str]] = {
+    **dict.fromkeys(
+        (
+            "util",
+            "mem_util",
+            "sm_active",
+            "tensor_active",
+            "iowait",
+            "core_busy_max",
+            "psi_io",
+            "psi_cpu",
+            "psi_memory",
+        ),
+        _SHARE,
+    ),
+    **dict.fromkeys(
+        ("temp_c", "temp_mem_c"), (-40.0, 150.0, "-40..150 C", "beyond any GPU's storage and shutdown limits")
+    ),
+    **dict.fromkeys(
+        ("power_w", "power_limit_w", "power_default_w"),
+        (0.0, 5000.0, "0..5000 W", "no board draws less than nothing or more than a whole 8-GPU tray"),
+    ),
+    **dict.fromkeys(
+        ("sm_clock_hz", "sm_clock_max_hz"), (0.0, 1e10, "0..10000 MHz", "no GPU clocks above a few GHz")
+    ),
+    **dict.fromkeys(
+        ("mem_used_bytes", "mem_total_bytes", "shm_used_bytes", "shm_size_bytes"),
+        (0.0, math.inf, ">= 0 MiB", "memory is never negative"),
+    ),
+}
+
 # what record writes: (header, point, attribute, scale from base units to the header's unit, format)
 WRITE_COLUMNS: tuple[tuple[str, str, str, float, str], ...] = (
     ("utilization.gpu [%]", "gpu", "util", 100.0, "{:.0f} %"),
@@ -162,6 +197,7 @@ class ReadStats:
     gpus: list[str] = field(default_factory=list)
     names: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    clipped: dict[str, int] = field(default_factory=dict)  # column -> impossible values read as missing
 
 
 def parse_timestamp(text: str) -> float:
@@ -202,6 +238,15 @@ def parse_cell(text: str, unit: str) -> float | None:
     return value * UNIT_SCALE[scale_unit]
 
 
+def clipped_warnings(stats: ReadStats) -> list[str]:
+    """One line per column that had impossible values."""
+    lines = []
+    for name, count in stats.clipped.items():
+        _, _, shown, why = BOUNDS[GPU_COLUMNS[name][1]]
+        lines.append(f"{name}: {count} value(s) outside {shown} ({why}) read as missing")
+    return lines
+
+
 class TraceReader:
     """Iterates a trace's rows as points. Bad rows are skipped with a warning naming their line."""
 
@@ -210,6 +255,7 @@ class TraceReader:
     def __init__(self, path: str | Path, gpus: int | None = None) -> None:
         self.path = Path(path)
         self.gpus = gpus
+        self._gpus_given = gpus is not None
         self.stats = ReadStats()
         self._columns: list[Column] = []
         self._by_name: dict[str, int] = {}
@@ -289,6 +335,19 @@ class TraceReader:
                 break
         return max(count, 1)
 
+    def _check_gpu_count(self) -> None:
+        """--gpus given for a log that names its GPUs: they must agree."""
+        key = "index" if "index" in self._by_name else "uuid"
+        ids: set[str] = set()
+        for _, fields in self._lines():
+            if not fields[0].strip().lower().startswith("timestamp") and len(fields) > self._by_name[key]:
+                ids.add(fields[self._by_name[key]].strip())
+        if len(ids) != self.gpus:
+            raise TraceError(
+                f"{self.path}: the log has {len(ids)} GPUs (its {key} column says so), not the {self.gpus} "
+                "of --gpus; --gpus is only for logs without an index or uuid column"
+            )
+
     # ---- rows ----------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[TraceRow]:
@@ -296,8 +355,11 @@ class TraceReader:
         for line, fields in self._lines():
             if self._is_header(fields):
                 self._parse_header(fields, line)
-                if needs_count and "index" not in self._by_name and "uuid" not in self._by_name:
+                identified = "index" in self._by_name or "uuid" in self._by_name
+                if needs_count and not identified:
                     self.gpus = self._infer_gpu_count()
+                elif identified and self._gpus_given and not self.stats.rows:
+                    self._check_gpu_count()
                 needs_count = False
                 continue
             if len(fields) != len(self._columns):
@@ -331,6 +393,7 @@ class TraceReader:
         ts = parse_timestamp(fields[self._by_name["timestamp"]])
         gpu_values: dict[str, float | None] = {}
         host_values: dict[str, float | None] = {}
+        clipped: list[Column] = []
         for col in self._columns:
             if col.target is None:
                 continue
@@ -339,8 +402,13 @@ class TraceReader:
                 value = parse_cell(fields[col.index], col.unit)
             except ValueError as exc:
                 raise ValueError(f"column {col.name!r}: {exc}") from None
+            if value is not None and attr in BOUNDS and not BOUNDS[attr][0] <= value <= BOUNDS[attr][1]:
+                value = None
+                clipped.append(col)
             (gpu_values if kind == "gpu" else host_values)[attr] = value
         gpu = self._gpu_id(fields)
+        for col in clipped:  # counted once the row is known to be read
+            self.stats.clipped[col.name] = self.stats.clipped.get(col.name, 0) + 1
         if self._first_ts is None:
             self._first_ts = ts
             self.stats.first_timestamp = ts

@@ -4,11 +4,23 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
+import subprocess
+import sys
 
 import pytest
 
 from exporter.analysis.points import GpuPoint, HostPoint
-from exporter.traces import TraceError, TraceReader, TraceWriter, parse_cell, parse_timestamp, read_text
+from exporter.traces import (
+    TraceError,
+    TraceReader,
+    TraceWriter,
+    clipped_warnings,
+    parse_cell,
+    parse_timestamp,
+    read_text,
+)
+from tests.conftest import REPO
 
 MIB = 2**20
 
@@ -239,3 +251,67 @@ def test_writer_output_reads_back_as_the_same_points():
         assert getattr(back, field) == pytest.approx(getattr(point, field), rel=1e-3, abs=1e-3), field
     assert rows[0].host.iowait == pytest.approx(0.05) and rows[0].host.shm_size_bytes == 65536 * MIB
     assert rows[1].t == pytest.approx(0.75) and rows[1].point.util is None
+
+
+def test_impossible_values_are_read_as_missing_and_counted_per_column():
+    rows = read_text(
+        "timestamp, index, utilization.gpu [%], power.draw [W], temperature.gpu, clocks.sm [MHz], "
+        "memory.used [MiB]\n"
+        "1, 0, 250 %, 300 W, 9999, 1980 MHz, 100 MiB\n"
+        "1, 1, 50 %, -20 W, 60, 20000 MHz, -5 MiB\n"
+        "2, 0, 100 %, 5000 W, -40, 0 MHz, 0 MiB\n"
+    )
+    first, second, third = (r.point for r in rows)
+    assert first.util is None and first.temp_c is None and first.power_w == 300.0
+    assert second.power_w is None and second.sm_clock_hz is None and second.mem_used_bytes is None
+    assert second.util == 0.5 and second.temp_c == 60.0
+    assert (third.util, third.power_w, third.temp_c, third.sm_clock_hz) == (1.0, 5000.0, -40.0, 0.0)  # bounds
+
+
+def test_clipped_values_are_one_warning_per_column_and_in_the_summary(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text(
+        "timestamp, index, utilization.gpu [%], temperature.gpu\n"
+        + "".join(f"{i}, 0, {250 if i % 2 else 90} %, 9999\n" for i in range(6))
+    )
+    reader = TraceReader(path)
+    assert len(list(reader)) == 6
+    assert reader.stats.clipped == {"utilization.gpu": 3, "temperature.gpu": 6}
+    assert clipped_warnings(reader.stats) == [  # in the order first met
+        "temperature.gpu: 6 value(s) outside -40..150 C (beyond any GPU's storage and shutdown limits) "
+        "read as missing",
+        "utilization.gpu: 3 value(s) outside 0-100 % (a share of time or capacity) read as missing",
+    ]
+    result = subprocess.run(
+        [sys.executable, "-m", "exporter", "replay", str(path), "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    clipped = json.loads(result.stdout.splitlines()[-1])["clipped_values"]
+    assert clipped == {"utilization.gpu": 3, "temperature.gpu": 6}
+    assert result.stderr.count("utilization.gpu: 3 value(s) outside 0-100 %") == 1
+    assert result.stderr.count("temperature.gpu: 6 value(s) outside -40..150 C") == 1
+    human = subprocess.run(
+        [sys.executable, "-m", "exporter", "replay", str(path)], cwd=REPO, capture_output=True, text=True
+    )
+    assert "9 impossible value(s) read as missing: temperature.gpu 6, utilization.gpu 3" in human.stdout
+
+
+def test_replay_gpus_that_disagree_with_the_index_column_is_an_error(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("timestamp, index, utilization.gpu [%]\n" + "".join(f"0, {g}, 90 %\n" for g in range(8)))
+    said = r"the log has 8 GPUs \(its index column says so\), not the 3 of --gpus"
+    with pytest.raises(TraceError, match=said):
+        list(TraceReader(path, gpus=3))
+    assert len(list(TraceReader(path, gpus=8))) == 8  # agreeing is fine
+    result = subprocess.run(
+        [sys.executable, "-m", "exporter", "replay", str(path), "--gpus", "3"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert (
+        result.returncode == 1 and "the log has 8 GPUs" in result.stderr and "Traceback" not in result.stderr
+    )
