@@ -125,12 +125,16 @@ def comm_part(p: GpuPoint, resident_all_tick: bool, tick_power_ratio: float | No
     util = p.util or 0.0
     if util < LEDGER_BUSY_UTIL.value:
         return 0.0  # a short resident stretch in a waiting sample: too little to call
-    if p.sm_active is not None:
-        return 1.0 if p.sm_active < LEDGER_COMM_SM.value * util else 0.0
+    if p.sm_active is not None and p.sm_active < LEDGER_COMM_SM.value * util:
+        return 1.0
     if not resident_all_tick:
         return 0.0
+    # SM activity is an average over the collection (about a second), memory utilization a driver sample
+    # like utilization itself: a collective shorter than the collection shows in the latter only
     if p.mem_util is not None:
         return 1.0 if p.mem_util < LEDGER_COMM_MEM_UTIL.value else 0.0
+    if p.sm_active is not None:
+        return 0.0
     if tick_power_ratio is not None and peers > 0:  # alone, low power is light compute, not a wait
         low, high = LEDGER_COMM_POWER_LOW.value, LEDGER_COMM_POWER_HIGH.value
         return min(1.0, max(0.0, (high - tick_power_ratio) / (high - low)))
