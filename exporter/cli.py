@@ -254,11 +254,12 @@ def _logging(level: str) -> None:
 
 
 def _scenarios() -> int:
-    from exporter.sim.scenarios import SCENARIOS, TOUR
+    from exporter.sim.scenarios import SCENARIOS, TOURS
 
     for name, (text, _, _) in SCENARIOS.items():
         print(f"{name:22s} {text}")
-    print(f"{'tour':22s} cycles through: " + ", ".join(f"{n} ({s:.0f} s)" for n, s in TOUR))
+    for name, tour in TOURS.items():
+        print(f"{name:22s} cycles through: " + ", ".join(f"{n} ({s:.0f} s)" for n, s in tour))
     print(
         "\nparameters: onset=SECONDS gpus=3+5 cause=io|cpu|shm|host_transfer fill=SECONDS shm_gib=N cap=WATTS"
     )

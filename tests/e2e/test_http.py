@@ -242,3 +242,4 @@ def test_scenarios_are_listed():
         [sys.executable, "-m", "exporter", "scenarios"], cwd=REPO, capture_output=True, text=True, timeout=30
     )
     assert result.returncode == 0 and "data_starvation" in result.stdout and "tour" in result.stdout
+    assert "short_tour" in result.stdout  # the demo's default tour is listed with its phases
