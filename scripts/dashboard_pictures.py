@@ -32,7 +32,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from exporter.artifacts import alerts
-from scripts.stack import REPO, PrometheusApi, simulated_fleet
+from scripts.demo import DEMO_FOR  # the demo's copy of the rules, so that alerts fire within the run
+from scripts.stack import HEADLESS_CHROMIUM, REPO, PrometheusApi, simulated_fleet
 
 FLEET = {
     "node-a": "data_starvation:gpus=1",
@@ -40,7 +41,6 @@ FLEET = {
     "node-c": "comm_bound",
     "node-d": "thermal_throttle:gpus=1",
 }
-DEMO_FOR = "30s"  # as scripts/demo.py: a demo-only copy of the rules so that alerts fire within the run
 RATE_INTERVAL = "1m"
 BANNER = (
     "Not Grafana: these panels are drawn from the dashboard's own queries against a real Prometheus "
@@ -493,16 +493,9 @@ def screenshot(html_path: Path, png: Path, height: int) -> None:
         subprocess.run(
             [
                 browser,
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
+                *HEADLESS_CHROMIUM,
                 "--hide-scrollbars",
                 f"--user-data-dir={profile}",
-                "--virtual-time-budget=5000",
                 f"--window-size=1400,{height}",
                 f"--screenshot={png}",
                 html_path.as_uri(),

@@ -24,6 +24,19 @@ PROMETHEUS = "prometheus"
 ALERTMANAGER = "prometheus-alertmanager"  # Debian's name for the alertmanager binary
 
 
+# headless Chromium that reaches for no network (this machine has none): the report test and the
+# dashboard pictures share these
+HEADLESS_CHROMIUM: tuple[str, ...] = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--virtual-time-budget=5000",
+)
+
 _HANDED_OUT: set[int] = set()  # ports given to processes that may not have bound them yet
 
 

@@ -25,6 +25,7 @@ from exporter.report import (
     reduce_series,
     render,
 )
+from scripts.stack import HEADLESS_CHROMIUM
 from tests.conftest import EXAMPLES, REPO, require_tool
 
 STARVATION = EXAMPLES / "starvation_h100x8.csv.gz"
@@ -139,17 +140,10 @@ def _browser(chromium: str, profile: Path, *args: str) -> subprocess.CompletedPr
     return subprocess.run(
         [
             chromium,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
+            *HEADLESS_CHROMIUM,
             f"--user-data-dir={profile}",
             "--enable-logging=stderr",
             "--v=0",
-            "--virtual-time-budget=5000",
             "--window-size=1400,2400",
             *args,
         ],
