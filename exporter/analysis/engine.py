@@ -17,12 +17,14 @@ from exporter.analysis.points import GpuPoint, HostPoint
 from exporter.analysis.verdicts import Track, step
 from exporter.analysis.window import Window
 from exporter.thresholds import (
+    EVAL_INTERVAL,
     EVIDENCE_WINDOW,
     HANG_FIRE,
     HANG_PEER_FIRE,
     IDLE_AFTER,
     IDLE_MEMORY,
     LEDGER_BUSY_UTIL,
+    LEDGER_STALE,
     SCORE_ENTER,
     STARVATION_IDLE_FRACTION,
     UTIL_IDLE_LINE,
@@ -160,10 +162,12 @@ class Analyzer:
             held = sum(self._gpus[g].held for g in members)
             for gpu in members:
                 state = self._gpus[gpu]
-                start = state.ticked if state.ticked is not None else now - 1.0
+                start = state.ticked if state.ticked is not None else now - EVAL_INTERVAL.value
                 if now <= start:
                     continue
                 fresh = [p for p in _since(state.window, start) if p.t <= now]
+                if fresh:  # after a hole in the data (a lost GPU, a gap in a log) count from the samples
+                    start = max(start, fresh[0].t - LEDGER_STALE.value)
                 points = state.ledger.points_for(fresh, now)
                 peers = held - 1 if state.held else held
                 ref = _power_ref(points, state)

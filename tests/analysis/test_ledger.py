@@ -35,6 +35,16 @@ def test_states_sum_to_the_observed_time_within_one_percent():
         assert set(ledger.totals) == set(STATES)
 
 
+def test_a_hole_in_the_samples_is_not_counted():
+    """The GPU answers nothing from 100 s to 200 s (lost, or a gap in a log): those seconds are no state."""
+    analyzer = Analyzer()
+    r = run({"0": steady(WORKING)}, 100, analyzer=analyzer)
+    r = run({"0": steady(WORKING)}, 100, analyzer=analyzer, start=200)
+    analyzer.flush_ledgers()
+    assert sum(analyzer.ledger("0").totals.values()) == pytest.approx(200, abs=5)
+    assert r.kinds() == set()
+
+
 def test_a_fed_job_computes_all_its_time_even_at_85_to_90_percent():
     wobble = lambda t: replace(WORKING, util=0.85 + 0.05 * ((t * 5) % 2))  # noqa: E731
     r = run({"0": wobble, "1": steady(WORKING)}, 300)
