@@ -164,7 +164,7 @@ EXAMPLES = """## Worked examples (the labelled traces in `examples/traces`)
 **Input, host-bound offload** (`offload_starvation_h100x8`, 10 Hz): from 120 s every H100 sits at 0-12 %
 utilization with short bursts, about 25 % of its power limit, PCIe carrying ~20 GB/s. There is no clean
 rhythm, but every sample's no-kernel time is waiting: the ledger gives each GPU ~71 % `input_wait`. Half of
-the last half-minute waiting fires `data_starvation` 27-74 s after the onset, cause `host_transfer` (the
+the last half-minute waiting fires `data_starvation` 27-32 s after the onset, cause `host_transfer` (the
 PCIe line), and the coverage rule holds it to the end of the trace.
 
 **Input, checkpoints** (`checkpoint_stall_h100x8`): from 200 s every GPU stops together for ~35 s of every
