@@ -206,3 +206,14 @@ def test_a_stopped_second_is_one_with_no_work_and_no_data_moved():
     assert Tick(t=1, span=1, comm_quiet=1.0).stopped
     assert not Tick(t=1, span=1, comm_flow=1.0).stopped
     assert not Tick(t=1, span=1, free=1.0).stopped
+
+
+def test_collectives_shorter_than_the_collection_show_in_memory_utilization():
+    """Live, SM activity is averaged over each one-second collection: with 0.8 s compute and 1.2 s of
+    all-reduce it reads ~0.4 throughout. The per-sample memory utilization still tells them apart."""
+    allreduce = replace(NCCL_SPIN, power_w=300.0, mem_util=0.04, pcie_tx_bps=4e9, pcie_rx_bps=5e9)
+    step = alternating(0.8, 1.2, busy=WORKING, idle=allreduce)
+    averaged = lambda t: replace(step(t), sm_active=0.4)  # noqa: E731
+    r = run({str(g): switch(60, steady(WORKING), averaged) for g in range(4)}, 400)
+    assert sorted(e.gpu for e in r.fired("comm_bound")) == ["0", "1", "2", "3"]
+    assert shares(r, "0")["comm_wait"] == pytest.approx(0.6 * 340 / 400, abs=0.05)
