@@ -67,22 +67,22 @@ GPU_COLUMNS: dict[str, tuple[str, str]] = {
     "host.psi.memory": ("host", "psi_memory"),
 }
 META_COLUMNS = {"timestamp", "index", "name", "uuid", "pci.bus_id", "driver_version", "pstate", "serial"}
+# the columns that are shares of time or capacity, written in percent
+PERCENT_FIELDS = (
+    "util",
+    "mem_util",
+    "sm_active",
+    "tensor_active",
+    "iowait",
+    "core_busy_max",
+    "psi_io",
+    "psi_cpu",
+    "psi_memory",
+)
+
 # the unit a column has when neither its header nor its cells say (nvidia-smi's own units)
 DEFAULT_UNITS: dict[str, str] = {
-    **dict.fromkeys(
-        (
-            "util",
-            "mem_util",
-            "sm_active",
-            "tensor_active",
-            "iowait",
-            "core_busy_max",
-            "psi_io",
-            "psi_cpu",
-            "psi_memory",
-        ),
-        "%",
-    ),
+    **dict.fromkeys(PERCENT_FIELDS, "%"),
     **dict.fromkeys(("mem_used_bytes", "mem_total_bytes", "shm_used_bytes", "shm_size_bytes"), "MiB"),
     **dict.fromkeys(("power_w", "power_limit_w", "power_default_w"), "W"),
     **dict.fromkeys(("sm_clock_hz", "sm_clock_max_hz"), "MHz"),
@@ -96,20 +96,7 @@ DEFAULT_UNITS: dict[str, str] = {
 # and counted per column (a warning each, ``clipped_values`` in the replay summary).
 _SHARE = (0.0, 1.0, "0-100 %", "a share of time or capacity")
 BOUNDS: dict[str, tuple[float, float, str, str]] = {
-    **dict.fromkeys(
-        (
-            "util",
-            "mem_util",
-            "sm_active",
-            "tensor_active",
-            "iowait",
-            "core_busy_max",
-            "psi_io",
-            "psi_cpu",
-            "psi_memory",
-        ),
-        _SHARE,
-    ),
+    **dict.fromkeys(PERCENT_FIELDS, _SHARE),
     **dict.fromkeys(
         ("temp_c", "temp_mem_c"), (-40.0, 150.0, "-40..150 C", "beyond any GPU's storage and shutdown limits")
     ),

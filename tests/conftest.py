@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 from collections.abc import Iterator
@@ -40,6 +41,15 @@ def _missing(what: str) -> NoReturn:
     if os.environ.get("CI") == "true":
         pytest.fail(f"{what} is required in CI but was not found; `make test` installs it")
     pytest.skip(f"{what} not installed (`make test` installs it)")
+
+
+def real_nvml_present() -> bool:
+    """A real NVIDIA driver on this machine (tests that need none skip there)."""
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return False
+    return True
 
 
 def require_tool(name: str) -> str:

@@ -3,7 +3,6 @@ wrong or a flag is missing from help. Each test runs ``python -m exporter`` as a
 
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 import signal
@@ -16,7 +15,7 @@ import httpx
 import pytest
 
 from scripts.stack import free_port
-from tests.conftest import EXAMPLES, REPO
+from tests.conftest import EXAMPLES, REPO, real_nvml_present
 
 STARVATION = EXAMPLES / "starvation_h100x8.csv.gz"
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) \S+: ")
@@ -42,14 +41,6 @@ def _one_line_error(result: subprocess.CompletedProcess, status: int, *words: st
         assert word in lines[0], lines[0]
 
 
-def _real_nvml_present() -> bool:
-    try:
-        ctypes.CDLL("libnvidia-ml.so.1")
-    except OSError:
-        return False
-    return True
-
-
 def test_replay_into_a_closed_pipe_exits_quietly():
     """`replay TRACE --json | head -1`: the reader goes away after one line; no traceback, status 0."""
     proc = subprocess.Popen(
@@ -68,7 +59,7 @@ def test_replay_into_a_closed_pipe_exits_quietly():
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr and "Exception ignored" not in stderr
 
 
-@pytest.mark.skipif(_real_nvml_present(), reason="this machine has a real NVIDIA driver")
+@pytest.mark.skipif(real_nvml_present(), reason="this machine has a real NVIDIA driver")
 def test_record_that_saw_no_gpu_fails_and_leaves_no_file(tmp_path):
     out = tmp_path / "node.csv"
     result = _run("record", "-o", str(out), "--duration", "0.5", "--pod-resources-socket", "")

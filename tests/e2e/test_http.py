@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import gzip
 import os
 import signal
@@ -23,7 +22,7 @@ from exporter.config import Settings
 from exporter.server import create_app
 from exporter.sim import SimulatedNode
 from scripts.stack import free_port
-from tests.conftest import REPO
+from tests.conftest import REPO, real_nvml_present
 
 
 def wait_ready(url: str, timeout: float = 20.0) -> httpx.Response:
@@ -172,16 +171,8 @@ def test_the_command_serves_a_simulated_node_and_stops_on_sigterm():
     assert "simulating 2 x NVIDIA H100" in out
 
 
-def _real_nvml_present() -> bool:
-    try:
-        ctypes.CDLL("libnvidia-ml.so.1")
-    except OSError:
-        return False
-    return True
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(_real_nvml_present(), reason="this machine has a real NVIDIA driver")
+@pytest.mark.skipif(real_nvml_present(), reason="this machine has a real NVIDIA driver")
 def test_the_command_on_a_node_without_gpu_serves_host_metrics():
     port = free_port()
     proc = _start(["--port", str(port), "--listen-address", "127.0.0.1", "--interval", "0.5"])
