@@ -106,6 +106,11 @@ def _gpu(fams: _Families, view: GpuView, snapshot: Snapshot) -> None:
     fams.gauge(
         "gpu_up", "1 when the GPU answered its last collection; 0 when lost, timed out or erroring."
     ).add(base, 1 if view.up else 0)
+    if view.collected_t is not None:  # kept while the GPU is down: how old its last data is
+        fams.gauge(
+            "gpu_last_collect_timestamp_seconds",
+            "Unix time of the GPU's last successful collection; stays at it while the GPU is down.",
+        ).add(base, view.collected_t)
     xid_fam = fams.counter("gpu_xid_errors", "XID events reported by the driver, by XID code.")
     for xid in sorted(set(CRITICAL_XIDS) | set(view.xids)):
         xid_fam.add(f'{base},xid="{xid}"', view.xids.get(xid, 0))
@@ -274,6 +279,12 @@ def _self(fams: _Families, snapshot: Snapshot) -> None:
         fams.gauge(
             "gpu_exporter_last_collect_timestamp_seconds", "Time of the last successful collection."
         ).add(f'source="{source}"', ts)
+    if snapshot.pod_assignment_t is not None:
+        fams.gauge(
+            "gpu_exporter_pod_assignment_timestamp_seconds",
+            "Unix time of the kubelet answer the pod labels come from; older than the poll interval while "
+            "the kubelet does not answer and the last assignment is held for its grace period.",
+        ).add("", snapshot.pod_assignment_t)
     errors = fams.counter("gpu_exporter_collect_errors", "Collection errors by source and error name.")
     for (source, error), count in sorted(snapshot.errors.items()):
         errors.add(labels(source=source, error=error), count)

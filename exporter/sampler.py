@@ -25,10 +25,15 @@ from exporter.config import Settings
 from exporter.errors import ErrorCounter
 from exporter.sources.host import HostSource
 from exporter.sources.kubelet import Assignment, PodRef, PodResourcesSource
-from exporter.sources.nvml import Device, GpuLost, NvmlSource, SessionError, error_name
+from exporter.sources.nvml import Device, GpuLost, GpuReadFailed, NvmlSource, SessionError, error_name
 from exporter.sources.nvml_events import XidWatcher
 from exporter.sources.readings import GpuIdentity, GpuReading, HostReading
-from exporter.thresholds import UTIL_IDLE_LINE
+from exporter.thresholds import (
+    KUBELET_SOCKET_RECOUNT,
+    KUBELET_SOCKET_WATCH,
+    POD_LABEL_GRACE,
+    UTIL_IDLE_LINE,
+)
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +86,7 @@ class GpuView:
     assignments: tuple[
         tuple[Assignment, str], ...
     ] = ()  # every device of it the kubelet gave out (, MIG UUID)
+    collected_t: float | None = None  # wall time of its last successful collection (kept while down)
 
     @property
     def up(self) -> bool:
@@ -101,6 +107,7 @@ class Snapshot:
     last_success: dict[str, float]
     errors: dict[tuple[str, str], int]
     pod_shm_default: dict[tuple[str, str], bool] = field(default_factory=dict)  # (ns, pod) of GPU pods
+    pod_assignment_t: float | None = None  # wall time of the kubelet answer the pod labels come from
 
 
 EMPTY_SNAPSHOT = Snapshot(0, 0.0, False, False, {}, (), None, {}, {}, {}, {})
@@ -114,6 +121,7 @@ class GpuSlot:
     call: Call | None = None
     call_kind: str = ""
     next_reprobe: float = 0.0
+    collected_t: float | None = None
 
 
 class Sampler:
@@ -132,6 +140,10 @@ class Sampler:
         self._kubelet_call: Call | None = None
         self._next_kubelet = 0.0
         self._assignments: tuple[Assignment, ...] = ()
+        self._assignments_t: float | None = None  # when the kubelet gave them (wall time)
+        self._kubelet_ok = False  # did the last List answer
+        self._socket_watch: Call | None = None  # looks for a missing PodResources socket
+        self._next_socket_watch = 0.0
         self.errors = errors
         self.host = host
         self.nvml = nvml
@@ -254,28 +266,58 @@ class Sampler:
         if self.kubelet is not None and self._kubelet_call is None and mono >= self._next_kubelet:
             self._kubelet_call = self._call(self.kubelet.collect, name="kubelet-list")
             self._next_kubelet = mono + self.settings.pod_resources_interval_s
+        elif self.kubelet is not None and self.kubelet.missing and self._kubelet_call is None:
+            self._watch_socket(mono)
+
+    def _watch_socket(self, mono: float) -> None:
+        """While the socket is missing, look for it every second so that labels return within seconds."""
+        watch = self._socket_watch
+        if watch is not None and watch.done.is_set():
+            self._socket_watch = None
+            if watch.result is True:  # it is back: ask the kubelet at the next cycle
+                self.kubelet.missing = False  # type: ignore[union-attr]
+                self._next_kubelet = mono
+                return
+        if self._socket_watch is None and mono >= self._next_socket_watch:
+            path = self.kubelet.socket_path  # type: ignore[union-attr]
+            self._socket_watch = self._call(os.path.exists, path, name="kubelet-socket")
+            self._next_socket_watch = mono + KUBELET_SOCKET_WATCH.value
+
+    def _kubelet_failed(self) -> None:
+        """The kubelet did not answer: the last assignment stays for the grace period, then goes."""
+        self._kubelet_ok = False
+        self._expire_assignments()
+
+    def _expire_assignments(self) -> None:
+        held = self._assignments_t
+        if not self._kubelet_ok and held is not None and self.clock() - held > POD_LABEL_GRACE.value:
+            log.info("no kubelet answer for %.0f s: pod labels dropped", self.clock() - held)
+            self._assignments, self._assignments_t = (), None
 
     def _harvest_kubelet(self, mono: float) -> None:
+        self._expire_assignments()
         call = self._kubelet_call
         if call is None or not call.done.is_set():
             return
         self._kubelet_call = None
         if call.error is not None:
             self.errors.inc("kubelet", "InternalError", repr(call.error))
-            self._assignments = ()
-        elif call.result is None:  # the kubelet could not say: no pod labels rather than stale ones
-            self._assignments = ()
-            if self.kubelet is not None and not os.path.exists(self.kubelet.socket_path):
+            self._kubelet_failed()
+        elif call.result is None:  # the kubelet could not say: the last answer holds for a grace period
+            self._kubelet_failed()
+            if self.kubelet is not None and self.kubelet.missing:  # not a kubelet node, or restarting:
+                # counted once a minute; _watch_socket brings it back within seconds of its return
                 self._next_kubelet = mono + max(
-                    60.0, self.settings.pod_resources_interval_s
-                )  # not a kubelet node?
+                    KUBELET_SOCKET_RECOUNT.value, self.settings.pod_resources_interval_s
+                )
         else:
             self._assignments = call.result  # type: ignore[assignment]
+            self._assignments_t, self._kubelet_ok = self.clock(), True
             self._durations["kubelet"] = call.elapsed
             self._last_success["kubelet"] = self.clock()
 
     def _pending(self) -> list[Call]:
-        calls = [self._open_call, self._host_call, self._p2p_call, self._kubelet_call]
+        calls = [self._open_call, self._host_call, self._p2p_call, self._kubelet_call, self._socket_watch]
         calls += [s.call for s in self._slots.values()]
         return [c for c in calls if c is not None and not c.done.is_set()]
 
@@ -308,6 +350,14 @@ class Sampler:
                 session_lost = True
             elif slot.call_kind == "reprobe":
                 self._reprobed(slot, call, mono)
+            elif isinstance(call.error, GpuReadFailed):  # this GPU only; its collection is retried
+                if slot.status != "error":
+                    log.warning(
+                        "GPU %d does not answer (%s); the others keep reporting",
+                        slot.device.index,
+                        call.error,
+                    )
+                slot.status, slot.reading = "error", None
             elif isinstance(call.error, GpuLost):
                 slot.device.lost, slot.status, slot.reading = True, "lost", None
                 slot.next_reprobe = mono + self.settings.lost_gpu_retry_s
@@ -337,6 +387,7 @@ class Sampler:
 
     def _collected(self, slot: GpuSlot, reading: GpuReading) -> None:
         prev, slot.reading, slot.status = slot.reading, reading, "ok"
+        slot.collected_t = reading.t
         index = slot.device.index
         failed = [ok for (a, _, cap), ok in self._p2p.items() if a == index and cap == "nvlink"]
         points = gpu_points(reading, prev, p2p_failed=failed.count(False) if failed else None)
@@ -493,7 +544,10 @@ class Sampler:
             is_up = slot.status == "ok"
             # the analyzer keeps at least its evidence window; the exported statistics cover --window
             recent = [p for p in self.analyzer.window(str(index)) if p.t > now - self.settings.window_s]
-            util = [p.util for p in recent if p.util is not None] if is_up else []
+            # a window is current only while its signal is: a failed read does not leave its window behind
+            has_util = is_up and slot.reading is not None and slot.reading.util is not None
+            has_power = is_up and slot.reading is not None and slot.reading.power_w is not None
+            util = [p.util for p in recent if p.util is not None] if has_util else []
             views.append(
                 GpuView(
                     index=index,
@@ -502,7 +556,7 @@ class Sampler:
                     reading=slot.reading if is_up else None,
                     util_window=summarize(util),
                     power_window=summarize([p.power_w for p in recent if p.power_w is not None])
-                    if is_up
+                    if has_power
                     else None,
                     idle_fraction=fraction_below(util, UTIL_IDLE_LINE.value),
                     xids=xids.get(index, {}),
@@ -511,6 +565,7 @@ class Sampler:
                     ledger=dict(self.analyzer.ledger(str(index)).totals),
                     pod=owners.get(index),
                     assignments=tuple(held.get(index, ())),
+                    collected_t=slot.collected_t,
                 )
             )
         host_recent = [p for p in self.analyzer.host_window if p.t > now - self.settings.window_s]
@@ -545,5 +600,6 @@ class Sampler:
             last_success=dict(self._last_success),
             errors=self.errors.snapshot(),
             pod_shm_default=shm_default,
+            pod_assignment_t=self._assignments_t,
         )
         return self._snapshot

@@ -17,6 +17,13 @@ from exporter.errors import ErrorCounter
 from exporter.sources.podresources.v1 import api_pb2, api_pb2_grpc
 
 SOURCE = "kubelet"
+# gRPC's own reconnect backoff grows to minutes; a kubelet that restarts is back within seconds, and a
+# list is at most one call every few seconds, so a fresh connection attempt each time costs nothing
+CHANNEL_OPTIONS = (
+    ("grpc.initial_reconnect_backoff_ms", 250),
+    ("grpc.min_reconnect_backoff_ms", 250),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+)
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-")
 
@@ -50,10 +57,11 @@ class PodResourcesSource:
         self.socket_path = socket_path
         self.timeout_s = timeout_s
         self._channel: grpc.Channel | None = None
+        self.missing = False  # the socket was not there at the last look
 
     def _stub(self) -> api_pb2_grpc.PodResourcesListerStub:
         if self._channel is None:
-            self._channel = grpc.insecure_channel(f"unix://{self.socket_path}")
+            self._channel = grpc.insecure_channel(f"unix://{self.socket_path}", options=CHANNEL_OPTIONS)
         return api_pb2_grpc.PodResourcesListerStub(self._channel)
 
     def close(self) -> None:
@@ -63,7 +71,9 @@ class PodResourcesSource:
 
     def collect(self) -> tuple[Assignment, ...] | None:
         """Every GPU and MIG device assigned to a container; None when the kubelet could not say."""
-        if not os.path.exists(self.socket_path):
+        self.missing = not os.path.exists(self.socket_path)
+        if self.missing:
+            self.close()  # the kubelet restarts: the next socket is a new one, reached by a new channel
             # no kubelet here (a node without Kubernetes, or the socket not mounted): routine on a
             # workstation, so not a warning; the count and GpuExporterCollectErrors say it on a cluster
             self.errors.inc(

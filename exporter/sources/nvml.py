@@ -1,12 +1,20 @@
 """GPU source: every signal of the metric contract that NVML offers, over an injected pynvml module.
 
 Rules this module keeps:
-- A call that is not supported (NotSupported, FunctionNotFound, ...) is counted once and then left
-  out for that GPU until the next NVML session; nothing unsupported is ever reported as 0.
+- A call the driver confirms it lacks (NotSupported, FunctionNotFound) is counted once and then left
+  out for that GPU until the next NVML session, which probes it again; nothing unsupported is ever
+  reported as 0.
+- A call refused for another reason (NoPermission, InvalidArgument, a Python exception...) is left out
+  for a while and retried with backoff (``nvml.signal_retry_*`` in the threshold table): it comes back
+  on its own once the cause is gone.
 - ``GpuIsLost`` raises ``GpuLost``: the sampler marks that GPU down and the others carry on.
-- Errors that mean the NVML session itself is gone (driver unloaded, library/driver mismatch) raise
-  ``SessionError``: the sampler shuts NVML down and re-initialises it with backoff.
-- Every other error is counted and costs only that signal for this collection.
+- When none of a GPU's core reads (utilization, power, memory) answered, or a session-wide error came
+  from one GPU's handle while the session itself still answers, ``collect`` raises ``GpuReadFailed``:
+  that GPU is down for this collection, the others carry on.
+- Errors that mean the NVML session itself is gone (driver unloaded, library/driver mismatch, and
+  session-level calls fail too) raise ``SessionError``: the sampler re-initialises NVML with backoff.
+- Every other error is counted and costs only that signal for this collection: a value whose read
+  failed is never carried over from an earlier collection.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from types import ModuleType
 
 from exporter.errors import ErrorCounter
 from exporter.sources.readings import GpuIdentity, GpuReading, NvLinkReading, Sample
+from exporter.thresholds import SIGNAL_RETRY_INITIAL, SIGNAL_RETRY_MAX
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +48,17 @@ LEAVE_OUT_ERRORS = frozenset(
     }
 )
 LOST_ERRORS = frozenset({"GpuIsLost", "GpuNotFound", "ResetRequired"})
+CONFIRMED_UNSUPPORTED = frozenset({"NotSupported", "FunctionNotFound"})  # off until the next session
+# the reads a GPU's data rests on: when none of them answers, the GPU is down, not "up with no values"
+CORE_KEYS = (
+    "samples_util",
+    "samples_mem_util",
+    "utilization",
+    "samples_power",
+    "power",
+    "memory_v2",
+    "memory",
+)
 
 # clock-event reason bits (nvml.h nvmlClocksEventReason*) -> label value
 CLOCK_REASONS: dict[int, str] = {
@@ -83,6 +103,15 @@ SAMPLE_GPU_UTIL, SAMPLE_MEM_UTIL, SAMPLE_POWER = 1, 2, 0  # nvmlSamplingType_t
 
 class GpuLost(Exception):
     """The GPU fell off the bus or needs a reset; its name is the NVML error."""
+
+    status = "lost"
+
+
+class GpuReadFailed(Exception):
+    """This collection of one GPU gave nothing usable (its core reads failed, or its handle reports a
+    session-wide error the session itself does not have); the GPU is down until a collection works."""
+
+    status = "error"
 
 
 class SessionError(Exception):
@@ -137,6 +166,8 @@ class Device:
     gpm_buffer: object | None = None
     next_slow: float = 0.0
     slow: dict[str, object] = field(default_factory=dict)
+    retry: dict[object, tuple[float, float]] = field(default_factory=dict)  # key -> (next try, backoff)
+    failed: set[str] = field(default_factory=set)  # keys whose read failed in the current collection
 
 
 class NvmlSource:
@@ -202,11 +233,19 @@ class NvmlSource:
         except self.N.NVMLError as exc:
             name = error_name(exc, self.N)
             self.errors.inc(SOURCE, name, f"GPU {index} discovery")
-            if name in SESSION_ERRORS:
+            if name in SESSION_ERRORS and not self.session_answers():
                 raise SessionError(name) from exc
             return Device(index=index, handle=None, identity=GpuIdentity(index=index, uuid=""), lost=True)
         dev = Device(index=index, handle=handle, identity=GpuIdentity(index=index, uuid=uuid))
-        dev.identity = self._identity(dev, uuid)
+        try:
+            self._probe(dev)
+        except (GpuLost, GpuReadFailed):  # it failed half-way: down, and re-probed like a lost GPU
+            dev.lost = True
+        return dev
+
+    def _probe(self, dev: Device) -> None:
+        handle = dev.handle
+        dev.identity = self._identity(dev, dev.identity.uuid)
         dev.default_limit_w = self._scaled(
             dev, "default_limit", "nvmlDeviceGetPowerManagementDefaultLimit", 1e-3
         )
@@ -216,7 +255,6 @@ class NvmlSource:
         dev.link_count = self._link_count(dev)
         dev.fields, dev.slow_fields = self._field_requests(dev.link_count)
         self._gpm_setup(dev)
-        return dev
 
     def reprobe(self, dev: Device) -> Device:
         """Try a lost GPU again; a new Device if it answers with the same identity, else the old one."""
@@ -244,9 +282,33 @@ class NvmlSource:
 
     # ---- one call, with the error policy -----------------------------------------------------
 
+    def session_answers(self) -> bool:
+        """Do session-level calls still work? Tells a GPU's own failure from the session's."""
+        try:
+            self.N.nvmlDeviceGetCount()
+            self.N.nvmlSystemGetDriverVersion()
+        except Exception:  # noqa: BLE001 - any failure here means the session is not usable
+            return False
+        return True
+
+    def _off(self, dev: Device, key: object) -> bool:
+        """Is ``key`` left out now: confirmed unsupported, or refused and waiting for its retry?"""
+        if key in dev.unsupported:
+            return True
+        retry = dev.retry.get(key)
+        return retry is not None and self.clock() < retry[0]
+
+    def _back_off(self, dev: Device, key: object) -> None:
+        """Leave ``key`` out for a while; each refusal in a row doubles the wait, up to the maximum."""
+        previous = dev.retry.get(key)
+        delay = (
+            SIGNAL_RETRY_INITIAL.value if previous is None else min(previous[1] * 2, SIGNAL_RETRY_MAX.value)
+        )
+        dev.retry[key] = (self.clock() + delay, delay)
+
     def _call(self, dev: Device, key: str, fn_name: str, *args: object) -> object | None:
         """Run one NVML call for ``dev`` under the module's error policy; None when it gave nothing."""
-        if key in dev.unsupported:
+        if self._off(dev, key):
             return None
         fn = getattr(self.N, fn_name, None)
         if fn is None:  # bindings too old to know the call
@@ -254,15 +316,18 @@ class NvmlSource:
             self.errors.inc(SOURCE, "FunctionNotFound", fn_name, level=logging.INFO)
             return None
         try:
-            return fn(*args)
+            value = fn(*args)
         except Exception as exc:  # noqa: BLE001 - every driver error is data, never a crash
             self._handle(dev, key, fn_name, exc)
             return None
+        dev.retry.pop(key, None)
+        return value
 
     def _handle(self, dev: Device, key: str, fn_name: str, exc: BaseException) -> None:
         name = error_name(exc, self.N)
         level = logging.INFO if name in LEAVE_OUT_ERRORS else logging.WARNING  # probing is routine
         self.errors.inc(SOURCE, name, f"{fn_name} on GPU {dev.index}", level=level)
+        dev.failed.add(key)
         if name == "LibraryMismatch":
             if fn_name in self._mismatched:  # it survived a re-initialisation: the call is just missing
                 dev.unsupported.add(key)
@@ -270,11 +335,15 @@ class NvmlSource:
             self._mismatched.add(fn_name)
             raise SessionError(name) from exc
         if name in SESSION_ERRORS:
+            if self.session_answers():  # only this GPU's handle says so: this GPU's failure
+                raise GpuReadFailed(f"{name} on GPU {dev.index} while the session answers") from exc
             raise SessionError(name) from exc
         if name in LOST_ERRORS:
             raise GpuLost(name) from exc
-        if name in LEAVE_OUT_ERRORS or not isinstance(exc, self.N.NVMLError):
+        if name in CONFIRMED_UNSUPPORTED:
             dev.unsupported.add(key)
+        elif name in LEAVE_OUT_ERRORS or not isinstance(exc, self.N.NVMLError):
+            self._back_off(dev, key)
 
     def _num(self, dev: Device, key: str, fn_name: str, *args: object) -> float | None:
         value = self._call(dev, key, fn_name, *args)
@@ -287,10 +356,10 @@ class NvmlSource:
     def _first(self, dev: Device, options: list[tuple[str, str, tuple[object, ...]]]) -> object | None:
         """The first supported call of a preference list (newest API first)."""
         for key, fn_name, args in options:
-            if key in dev.unsupported:
+            if self._off(dev, key):
                 continue
             value = self._call(dev, key, fn_name, *args)
-            if value is not None or key not in dev.unsupported:
+            if value is not None or not self._off(dev, key):
                 return value
         return None
 
@@ -302,6 +371,7 @@ class NvmlSource:
             raise GpuLost("GpuIsLost")
         h = dev.handle
         now = self.clock()
+        dev.failed = set()
         util = self._samples(dev, SAMPLE_GPU_UTIL, "samples_util", 0.01)
         mem_util = self._samples(dev, SAMPLE_MEM_UTIL, "samples_mem_util", 0.01)
         if util is None or mem_util is None:  # no sample buffer: one instantaneous reading instead
@@ -316,6 +386,8 @@ class NvmlSource:
         for key, samples in (("util", util), ("mem_util", mem_util), ("power", power)):
             if samples:
                 dev.last[key] = samples[-1].value
+            elif samples is None:  # failed or not offered: the last value is not carried as current
+                dev.last.pop(key, None)
 
         mem = self._first(
             dev,
@@ -324,6 +396,8 @@ class NvmlSource:
                 ("memory", "nvmlDeviceGetMemoryInfo", (h,)),
             ],
         )
+        if util is None and power is None and mem is None and self._core_failing(dev):
+            raise GpuReadFailed(f"GPU {dev.index}: no core read answered ({', '.join(sorted(dev.failed))})")
         temp = self._first(
             dev,
             [
@@ -383,18 +457,25 @@ class NvmlSource:
             mig_uuids=slow.get("mig_uuids", ()),  # type: ignore[arg-type]
         )
 
+    @staticmethod
+    def _core_failing(dev: Device) -> bool:
+        """A core read failed in this collection, or is waiting for its retry after a refusal."""
+        return any(key in dev.failed or key in dev.retry for key in CORE_KEYS)
+
     def _samples(self, dev: Device, kind: int, key: str, scale: float) -> tuple[Sample, ...] | None:
         """New driver samples since the last call; () when there are none, None when unsupported."""
-        if key in dev.unsupported:
+        if self._off(dev, key):
             return None
         last = dev.cursors.get(kind, 0)
         try:
             value_type, raw = self.N.nvmlDeviceGetSamples(dev.handle, kind, last)
         except self.N.NVMLError_NotFound:
+            dev.retry.pop(key, None)
             return ()  # no sample newer than the cursor: not an error
         except Exception as exc:  # noqa: BLE001
             self._handle(dev, key, "nvmlDeviceGetSamples", exc)
-            return None if key in dev.unsupported else ()
+            return None  # nothing read: the instantaneous fallback may still answer
+        dev.retry.pop(key, None)
         out = [
             Sample(s.timeStamp / 1e6, _union_value(value_type, s.sampleValue) * scale)
             for s in raw
@@ -421,8 +502,8 @@ class NvmlSource:
     def _field_values(self, dev: Device, slow: bool = False) -> dict[tuple[int, int], float]:
         """One batched nvmlDeviceGetFieldValues; fields the driver does not support are dropped."""
         attr, key = ("slow_fields", "slow_fields") if slow else ("fields", "fields")
-        requests: list[tuple[int, int]] = getattr(dev, attr)
-        if not requests or key in dev.unsupported:
+        requests: list[tuple[int, int]] = [r for r in getattr(dev, attr) if not self._off(dev, r)]
+        if not requests or self._off(dev, key):
             return {}
         values = self._call(dev, key, "nvmlDeviceGetFieldValues", dev.handle, requests)
         if values is None:
@@ -433,23 +514,26 @@ class NvmlSource:
             ret = fv.nvmlReturn
             if ret == 0:
                 out[request] = _union_value(fv.valueType, fv.value)
+                dev.retry.pop(request, None)
                 continue
             name = error_name(self.N.NVMLError(ret), self.N)
             if name in LOST_ERRORS:
                 self.errors.inc(SOURCE, name, f"field values on GPU {dev.index}")
                 raise GpuLost(name)
-            leave_out = name in LEAVE_OUT_ERRORS
-            if leave_out:  # probing: boards lack some fields (an H100 has no sync-boost counter, field 76)
+            confirmed = name in CONFIRMED_UNSUPPORTED
+            if confirmed:  # probing: boards lack some fields (an H100 has no sync-boost counter, field 76)
                 dropped.append(request)
+            elif name in LEAVE_OUT_ERRORS:  # refused for now: asked again after a backoff
+                self._back_off(dev, request)
             self.errors.inc(
                 SOURCE,
                 name,
                 f"field {request[0]} scope {request[1]} on GPU {dev.index}"
-                + (": not offered by this GPU or driver, no longer asked for" if leave_out else ""),
-                level=logging.DEBUG if leave_out else logging.WARNING,
+                + (": not offered by this GPU or driver, no longer asked for" if confirmed else ""),
+                level=logging.DEBUG if name in LEAVE_OUT_ERRORS else logging.WARNING,
             )
         if dropped:
-            setattr(dev, attr, [r for r in requests if r not in dropped])
+            setattr(dev, attr, [r for r in getattr(dev, attr) if r not in dropped])
         return out
 
     def _link_count(self, dev: Device) -> int:
@@ -488,12 +572,16 @@ class NvmlSource:
 
     def _gpm_setup(self, dev: Device) -> None:
         support = self._call(dev, "gpm", "nvmlGpmQueryDeviceSupport", dev.handle)
-        if support is None or not support.isSupportedDevice:
+        if support is None:  # not offered (left out), or refused for now (retried by _gpm)
+            return
+        if not support.isSupportedDevice:
             dev.unsupported.add("gpm")
             return
         first = self._call(dev, "gpm", "nvmlGpmSampleAlloc")
-        second = self._call(dev, "gpm", "nvmlGpmSampleAlloc")
+        second = self._call(dev, "gpm", "nvmlGpmSampleAlloc") if first is not None else None
         if first is None or second is None:
+            if first is not None:
+                self._quiet(self.N.nvmlGpmSampleFree, first)
             return
         dev.gpm_samples = [first, second]
         dev.gpm_buffer = self.N.c_nvmlGpmMetricsGet_t()
@@ -502,7 +590,11 @@ class NvmlSource:
 
     def _gpm(self, dev: Device) -> dict[str, float]:
         """Metrics between the previous GPM sample and a new one (ratios 0-1)."""
-        if "gpm" in dev.unsupported or len(dev.gpm_samples) != 2 or not dev.gpm_metrics:
+        if "gpm" in dev.unsupported or not dev.gpm_metrics:
+            return {}
+        if len(dev.gpm_samples) != 2:  # the setup was refused earlier: try again once its backoff is over
+            if not self._off(dev, "gpm"):
+                self._gpm_setup(dev)
             return {}
         previous, current = dev.gpm_samples
         if self._call(dev, "gpm", "nvmlGpmSampleGet", dev.handle, current) is None:
@@ -538,6 +630,12 @@ class NvmlSource:
         limit = self._scaled(dev, "default_limit", "nvmlDeviceGetPowerManagementDefaultLimit", 1e-3)
         if limit is not None:
             dev.default_limit_w = limit
+        if dev.slowdown_c is None:  # discovery-time reads that failed then: asked again
+            dev.slowdown_c = self._num(dev, "slowdown", "nvmlDeviceGetTemperatureThreshold", h, 1)
+        if dev.sm_max_hz is None:
+            dev.sm_max_hz = self._scaled(dev, "max_sm", "nvmlDeviceGetMaxClockInfo", 1e6, 1)
+        if dev.mem_max_hz is None:
+            dev.mem_max_hz = self._scaled(dev, "max_mem", "nvmlDeviceGetMaxClockInfo", 1e6, 2)
         info_cls = getattr(self.N, "c_nvmlGpuFabricInfoV_t", None)
         if info_cls is not None and "fabric" not in dev.unsupported:
             info = info_cls()
@@ -607,14 +705,20 @@ class NvmlSource:
         out: dict[tuple[int, int, str], bool] = {}
         usable = [d for d in devices if not d.lost and d.handle is not None]
         for a in usable:
-            for b in usable:
-                if a is b:
-                    continue
-                for cap, index in P2P_CAPS.items():
-                    status = self._call(a, f"p2p_{cap}", "nvmlDeviceGetP2PStatus", a.handle, b.handle, index)
-                    if status is not None:
-                        out[(a.index, b.index, cap)] = int(status) == 0
+            try:
+                self._p2p_from(a, usable, out)
+            except (GpuLost, GpuReadFailed):
+                continue  # that GPU's collection says so; the other pairs still count
         return out
+
+    def _p2p_from(self, a: Device, usable: list[Device], out: dict[tuple[int, int, str], bool]) -> None:
+        for b in usable:
+            if a is b:
+                continue
+            for cap, index in P2P_CAPS.items():
+                status = self._call(a, f"p2p_{cap}", "nvmlDeviceGetP2PStatus", a.handle, b.handle, index)
+                if status is not None:
+                    out[(a.index, b.index, cap)] = int(status) == 0
 
 
 def _as_int(value: float | None) -> int | None:
