@@ -263,18 +263,18 @@ class Sampler:
             self._host_call = self._call(self.host.collect, name="host-collect")
 
     def _schedule_kubelet(self, mono: float) -> None:
+        if self.kubelet is not None and self.kubelet.missing and self._kubelet_call is None:
+            self._watch_socket(mono)
         if self.kubelet is not None and self._kubelet_call is None and mono >= self._next_kubelet:
             self._kubelet_call = self._call(self.kubelet.collect, name="kubelet-list")
             self._next_kubelet = mono + self.settings.pod_resources_interval_s
-        elif self.kubelet is not None and self.kubelet.missing and self._kubelet_call is None:
-            self._watch_socket(mono)
 
     def _watch_socket(self, mono: float) -> None:
         """While the socket is missing, look for it every second so that labels return within seconds."""
         watch = self._socket_watch
         if watch is not None and watch.done.is_set():
             self._socket_watch = None
-            if watch.result is True:  # it is back: ask the kubelet at the next cycle
+            if watch.result is True:  # it is back: ask the kubelet now
                 self.kubelet.missing = False  # type: ignore[union-attr]
                 self._next_kubelet = mono
                 return
