@@ -3,6 +3,7 @@ injection, and a simulated /proc for the host source. Drives the tests and ``--s
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from types import ModuleType
@@ -51,7 +52,11 @@ class SimulatedNode:
         self.library = FakeNvmlLibrary(self.model, self.faults, capabilities)
         self.pods = pod_layout(self.model, self.scenario.pods)
         self.host = SimHost(self.model, pods=self.pods)
-        self.kubelet = SimKubelet(str(self.host.root / "kubelet.sock"), lambda: self.pods).start()
+        self._churn_s = self.scenario.effective_churn()
+        self._generation = 0
+        self._pods_lock = threading.Lock()
+        self.host.before_refresh = self.current_pods
+        self.kubelet = SimKubelet(str(self.host.root / "kubelet.sock"), self.current_pods).start()
         if not library_present:
             # what pynvml raises when libnvidia-ml.so.1 cannot be loaded; clear the fault to "install" it
             self.faults.add("nvmlInitWithFlags", pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
@@ -72,6 +77,17 @@ class SimulatedNode:
                 pynvml.nvmlLib = None
                 pynvml._nvmlGetFunctionPointer_cache.clear()
                 pynvml._nvmlLib_refcount = 0
+
+    def current_pods(self) -> list[SimPod]:
+        """The pods now; with churn a new generation of pods takes the GPUs every ``churn`` seconds."""
+        with self._pods_lock:
+            if self._churn_s > 0:
+                generation = int((self.model.clock() - self.model.start) // self._churn_s)
+                if generation != self._generation:
+                    self._generation = generation
+                    self.pods[:] = pod_layout(self.model, self.scenario.pods, generation)
+                    self.host.pods_changed()
+            return list(self.pods)
 
     @property
     def kubelet_socket(self) -> str:
@@ -104,14 +120,15 @@ class SimulatedNode:
         self.close()
 
 
-def pod_layout(model: NodeModel, pods: int) -> list[SimPod]:
+def pod_layout(model: NodeModel, pods: int, generation: int = 0) -> list[SimPod]:
     """The job(s) on the simulated node: one training pod holding every GPU with a 64 GiB memory-backed
-    /dev/shm, or with ``pods=2`` a second pod holding the other half on the 64 MiB default /dev/shm."""
+    /dev/shm, or with ``pods=2`` a second pod holding the other half on the 64 MiB default /dev/shm.
+    Each ``generation`` (pod churn) is a new set of pods: new names, UIDs and sandboxes."""
     n = model.n_gpus
     split = n if pods == 1 else (n + 1) // 2
-    specs = [("ml", "llm-train-0", "trainer", "dshm", range(split))]
+    specs = [("ml", f"llm-train-{generation}", "trainer", "dshm", range(split))]
     if pods == 2:
-        specs.append(("research", "finetune-0", "worker", "", range(split, n)))
+        specs.append(("research", f"finetune-{generation}", "worker", "", range(split, n)))
     out = []
     for i, (namespace, name, container, volume, gpus) in enumerate(specs):
         uuids = [model.gpus[g].uuid for g in gpus]
@@ -119,8 +136,8 @@ def pod_layout(model: NodeModel, pods: int) -> list[SimPod]:
             SimPod(
                 namespace=namespace,
                 name=name,
-                uid=f"6f1c2d3e-4b5a-4c6d-8e7f-{i:012x}",
-                sandbox_id=f"{i + 1:02x}" * 32,
+                uid=f"6f1c2d3e-4b5a-4c6d-8e7f-{generation * 2 + i:012x}",
+                sandbox_id=f"{i + 1:02x}" * 32 if generation == 0 else f"{generation:032x}{i + 1:032x}",
                 container=container,
                 devices={"nvidia.com/gpu": uuids} if uuids else {},
                 shm_volume=volume,

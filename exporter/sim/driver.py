@@ -165,6 +165,8 @@ class FakeNvmlLibrary:
         if index is None:
             return N.NVML_ERROR_INVALID_ARGUMENT
         g = self.model.gpus[index]
+        if g.unresponsive:
+            return N.NVML_ERROR_TIMEOUT
         return N.NVML_ERROR_GPU_IS_LOST if g.lost else g
 
     # ---- session -----------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from exporter.sim.kubelet import SimPod
@@ -29,7 +30,8 @@ EMPTY_DIR = "/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~empty-dir/{volume
 class SimHost:
     def __init__(self, model: NodeModel, root: str | None = None, pods: list[SimPod] | None = None) -> None:
         self.model = model
-        self.pods = pods or []
+        self.pods = pods if pods is not None else []
+        self.before_refresh: Callable[[], object] | None = None  # lets the node change its pods first
         self._own_root = root is None
         self.root = Path(root or tempfile.mkdtemp(prefix="gbe-sim-host-"))
         self.proc_root = str(self.root / "proc")
@@ -48,6 +50,8 @@ class SimHost:
 
     def refresh(self) -> None:
         """Advance the model to now and rewrite every file atomically."""
+        if self.before_refresh is not None:
+            self.before_refresh()
         started = time.thread_time()
         try:
             self._refresh()
@@ -96,6 +100,11 @@ class SimHost:
         return os.statvfs_result(
             (_SHM_BLOCK, _SHM_BLOCK, blocks, free, free, 1 << 20, 1 << 20, 1 << 20, 0, 255)
         )
+
+    def pods_changed(self) -> None:
+        """New pods: containerd removes the bundles of ended tasks and writes the new ones."""
+        shutil.rmtree(self.root / "host" / CONTAINERD_TASKS, ignore_errors=True)
+        self._write_bundles()
 
     def _write_bundles(self) -> None:
         """containerd's task bundles for the pods: sandbox and container OCI specs with their annotations."""

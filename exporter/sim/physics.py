@@ -218,6 +218,7 @@ class GpuState:
     link_errors: list[dict[str, int]] = field(default_factory=list)
     fabric_state: int = 3  # NVML_GPU_FABRIC_STATE_COMPLETED
     lost: bool = False
+    unresponsive: bool = False  # every NVML call on it times out (gpu_unresponsive)
     samples: deque[DriverSample] = field(default_factory=lambda: deque(maxlen=100))
 
     def __post_init__(self) -> None:
@@ -442,6 +443,7 @@ class NodeModel:
         b = self.board
         name = plan.name
         g.lost = name == "gpu_lost" and affected
+        g.unresponsive = name == "gpu_unresponsive" and affected
         if g.lost:
             key = (plan.start + sc.onset_s, g.index)
             if key not in self._xid_sent:

@@ -33,6 +33,11 @@ SCENARIOS: dict[str, tuple[str, tuple[int, ...], str]] = {
         "",
     ),
     "gpu_lost": ("one GPU falls off the bus (XID 79); every NVML call on it fails", (7,), ""),
+    "gpu_unresponsive": (
+        "one GPU stops answering: every NVML call on it times out while the others (and it) keep computing",
+        (6,),
+        "",
+    ),
     "comm_bound": (
         "slow collectives (NCCL over sockets): every step spends about half its time in all-reduce at "
         "100 % util, low SM activity and power, traffic over PCIe",
@@ -49,7 +54,13 @@ SCENARIOS: dict[str, tuple[str, tuple[int, ...], str]] = {
         (),
         "",
     ),
+    "pod_churn": (
+        "a new pod takes every GPU every 10 s (churn=SECONDS); the GPUs compute as in healthy",
+        (),
+        "",
+    ),
 }
+POD_CHURN_S = 10.0  # pod_churn's default: a new pod every 10 s
 
 CAUSES = ("io", "cpu", "shm", "host_transfer", "unknown")
 
@@ -86,6 +97,7 @@ class Scenario:
     shm_size_bytes: int = 16 << 30  # shm_exhaustion: size of /dev/shm
     cap_w: float = 450.0  # power_cap: enforced limit
     pods: int = 1  # jobs on the node: 1 pod holding every GPU, or 2 splitting them (the 2nd on default shm)
+    churn_s: float = 0.0  # a new pod (or pair) takes the GPUs every this many seconds; 0 = never
     params: dict[str, str] = field(default_factory=dict)
 
     def affected(self, n_gpus: int) -> tuple[int, ...]:
@@ -96,6 +108,9 @@ class Scenario:
 
     def effective_cause(self) -> str:
         return self.cause or SCENARIOS[self.name][2]
+
+    def effective_churn(self) -> float:
+        return self.churn_s or (POD_CHURN_S if self.name == "pod_churn" else 0.0)
 
 
 class ScenarioError(ValueError):
@@ -138,11 +153,18 @@ def _apply_param(s: Scenario, key: str, value: str) -> Scenario:
             if value not in ("1", "2"):
                 raise ScenarioError("pods must be 1 or 2")
             return replace(s, pods=int(value))
+        if key == "churn":
+            churn = float(value)
+            if not churn >= 1.0 or churn == float("inf"):  # also rejects nan
+                raise ScenarioError("churn must be a number of seconds, at least 1")
+            return replace(s, churn_s=churn)
     except ValueError as exc:
         if isinstance(exc, ScenarioError):
             raise
         raise ScenarioError(f"bad value {value!r} for scenario parameter {key!r}") from exc
-    raise ScenarioError(f"unknown scenario parameter {key!r} (onset, gpus, cause, fill, shm_gib, cap, pods)")
+    raise ScenarioError(
+        f"unknown scenario parameter {key!r} (onset, gpus, cause, fill, shm_gib, cap, pods, churn)"
+    )
 
 
 SHORT_TOUR: tuple[tuple[str, float], ...] = (

@@ -197,3 +197,15 @@ def test_a_gpu_failing_at_discovery_does_not_stop_the_others(make_node, faulty, 
     node.faults.remove(fault)
     snap = cycle(sampler, clock, 3)
     assert all(g.up for g in snap.gpus)
+
+
+def test_the_gpu_unresponsive_scenario_downs_one_gpu_and_keeps_its_age(make_node, faulty, clock):
+    node = make_node("gpu_unresponsive:onset=5", n_gpus=8)
+    sampler, _ = faulty(node)
+    snap = cycle(sampler, clock, 3)
+    assert all(g.up for g in snap.gpus)
+    snap = cycle(sampler, clock, 5)
+    assert [g.index for g in snap.gpus if not g.up] == [6] and snap.nvml_up
+    metrics = scrape(snap)
+    assert of_gpu(metrics, "gpu_last_collect_timestamp_seconds", 6)[0].value < clock.now - 2
+    assert of_gpu(metrics, "gpu_power_watts", 6) == [] and of_gpu(metrics, "gpu_power_watts", 5)
