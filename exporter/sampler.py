@@ -141,6 +141,7 @@ class Sampler:
         self._next_kubelet = 0.0
         self._assignments: tuple[Assignment, ...] = ()
         self._assignments_t: float | None = None  # when the kubelet gave them (wall time)
+        self._assignments_mono = 0.0  # the same on the monotonic clock, for the grace period
         self._kubelet_ok = False  # did the last List answer
         self._socket_watch: Call | None = None  # looks for a missing PodResources socket
         self._next_socket_watch = 0.0
@@ -289,9 +290,9 @@ class Sampler:
         self._expire_assignments()
 
     def _expire_assignments(self) -> None:
-        held = self._assignments_t
-        if not self._kubelet_ok and held is not None and self.clock() - held > POD_LABEL_GRACE.value:
-            log.info("no kubelet answer for %.0f s: pod labels dropped", self.clock() - held)
+        age = self.monotonic() - self._assignments_mono
+        if not self._kubelet_ok and self._assignments_t is not None and age > POD_LABEL_GRACE.value:
+            log.info("no kubelet answer for %.0f s: pod labels dropped", age)
             self._assignments, self._assignments_t = (), None
 
     def _harvest_kubelet(self, mono: float) -> None:
@@ -313,6 +314,7 @@ class Sampler:
         else:
             self._assignments = call.result  # type: ignore[assignment]
             self._assignments_t, self._kubelet_ok = self.clock(), True
+            self._assignments_mono = self.monotonic()
             self._durations["kubelet"] = call.elapsed
             self._last_success["kubelet"] = self.clock()
 
@@ -450,9 +452,12 @@ class Sampler:
         self._state = "up"
         self._backoff = self.settings.nvml_retry_initial_s
         self._last_open_error = ""
-        self._slots = {}
+        before, self._slots = self._slots, {}
         for dev in devices:
             slot = GpuSlot(device=dev)
+            old = before.get(dev.index)
+            if old is not None and old.device.identity.uuid == dev.identity.uuid:
+                slot.collected_t = old.collected_t  # the age of its data outlives a session restart
             if dev.lost:
                 slot.status, slot.next_reprobe = "lost", mono + self.settings.lost_gpu_retry_s
             self._slots[dev.index] = slot

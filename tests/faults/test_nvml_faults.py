@@ -180,9 +180,13 @@ def test_a_session_error_everywhere_still_restarts_the_session(make_node, faulty
     node = make_node("healthy", n_gpus=4)
     sampler, _ = faulty(node)
     cycle(sampler, clock, 2)
+    last_good = clock.now
     node.faults.add("*", pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
     snap = cycle(sampler, clock, 2)
     assert not snap.nvml_up and all(g.status == "nvml_down" for g in snap.gpus)
+    metrics = scrape(snap)
+    assert {s.value for s in metrics["gpu_last_collect_timestamp_seconds"]} == {last_good}
+    assert "gpu_power_watts" not in metrics
     node.faults.clear()
     snap = cycle(sampler, clock, 3)
     assert snap.nvml_up and all(g.up for g in snap.gpus) and node.library.calls["nvmlInitWithFlags"] >= 2
