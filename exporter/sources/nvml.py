@@ -1,9 +1,9 @@
 """GPU source: every signal of the metric contract that NVML offers, over an injected pynvml module.
 
 Rules this module keeps:
-- A call the driver confirms it lacks (NotSupported, FunctionNotFound) is counted once and then left
-  out for that GPU until the next NVML session, which probes it again; nothing unsupported is ever
-  reported as 0.
+- A call the driver confirms it lacks (NotSupported, FunctionNotFound, or ArgumentVersionMismatch and
+  Deprecated for a versioned struct it does not know) is counted once and then left out for that GPU
+  until the next NVML session, which probes it again; nothing unsupported is ever reported as 0.
 - A call refused for another reason (NoPermission, InvalidArgument, a Python exception...) is left out
   for a while and retried with backoff (``nvml.signal_retry_*`` in the threshold table): it comes back
   on its own once the cause is gone.
@@ -48,7 +48,11 @@ LEAVE_OUT_ERRORS = frozenset(
     }
 )
 LOST_ERRORS = frozenset({"GpuIsLost", "GpuNotFound", "ResetRequired"})
-CONFIRMED_UNSUPPORTED = frozenset({"NotSupported", "FunctionNotFound"})  # off until the next session
+# off until the next session: the driver says it lacks the call (or this version of its struct), which
+# only a driver change can alter, and a driver change means a new session
+CONFIRMED_UNSUPPORTED = frozenset(
+    {"NotSupported", "FunctionNotFound", "ArgumentVersionMismatch", "Deprecated"}
+)
 # the reads a GPU's data rests on: when none of them answers, the GPU is down, not "up with no values"
 CORE_KEYS = (
     "samples_util",
