@@ -551,6 +551,14 @@ SIGNAL_RETRY_MAX = _t(
     "back before a window has passed, and a signal that stays refused costs one call and one counted "
     "error a minute per GPU.",
 )
+SAMPLE_CARRY = _t(
+    "nvml.sample_carry_seconds",
+    10.0,
+    "seconds",
+    "A utilization or power value is carried over collections that brought no new driver sample (the "
+    "buffer fills every 1/6-1 s, so a collection now and then finds none) for at most ten seconds; a "
+    "buffer silent for longer is a frozen driver, and its last value is no longer reported as current.",
+)
 POD_LABEL_GRACE = _t(
     "kubelet.pod_label_grace_seconds",
     120.0,

@@ -28,7 +28,7 @@ from types import ModuleType
 
 from exporter.errors import ErrorCounter
 from exporter.sources.readings import GpuIdentity, GpuReading, NvLinkReading, Sample
-from exporter.thresholds import SIGNAL_RETRY_INITIAL, SIGNAL_RETRY_MAX
+from exporter.thresholds import SAMPLE_CARRY, SIGNAL_RETRY_INITIAL, SIGNAL_RETRY_MAX
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +161,7 @@ class Device:
     link_count: int = 0
     cursors: dict[int, int] = field(default_factory=dict)
     last: dict[str, float] = field(default_factory=dict)
+    last_t: dict[str, float] = field(default_factory=dict)  # when each ``last`` value was read
     default_limit_w: float | None = None
     slowdown_c: float | None = None
     sm_max_hz: float | None = None
@@ -389,9 +390,9 @@ class NvmlSource:
             power = (Sample(now, watts),) if watts is not None else None
         for key, samples in (("util", util), ("mem_util", mem_util), ("power", power)):
             if samples:
-                dev.last[key] = samples[-1].value
-            elif samples is None:  # failed or not offered: the last value is not carried as current
-                dev.last.pop(key, None)
+                dev.last[key], dev.last_t[key] = samples[-1].value, now
+            elif samples is None or now - dev.last_t.get(key, now) > SAMPLE_CARRY.value:
+                dev.last.pop(key, None)  # failed, not offered, or a buffer silent too long: not current
 
         mem = self._first(
             dev,

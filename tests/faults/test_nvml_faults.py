@@ -8,7 +8,7 @@ import itertools
 import pynvml
 import pytest
 
-from exporter.thresholds import SIGNAL_RETRY_INITIAL, SIGNAL_RETRY_MAX
+from exporter.thresholds import SAMPLE_CARRY, SIGNAL_RETRY_INITIAL, SIGNAL_RETRY_MAX
 from tests.faults.conftest import cycle, of_gpu, scrape
 
 VALUES = (  # per-GPU series that carry a reading; none may outlive a failed read
@@ -213,3 +213,18 @@ def test_the_gpu_unresponsive_scenario_downs_one_gpu_and_keeps_its_age(make_node
     metrics = scrape(snap)
     assert of_gpu(metrics, "gpu_last_collect_timestamp_seconds", 6)[0].value < clock.now - 2
     assert of_gpu(metrics, "gpu_power_watts", 6) == [] and of_gpu(metrics, "gpu_power_watts", 5)
+
+
+def test_a_sample_buffer_that_stops_filling_is_not_reported_as_current(make_node, faulty, clock):
+    node = make_node("healthy", n_gpus=2)
+    sampler, _ = faulty(node)
+    cycle(sampler, clock, 2)
+    node.faults.add("nvmlDeviceGetSamples", pynvml.NVML_ERROR_NOT_FOUND, gpu=1)  # "nothing newer", forever
+    metrics = scrape(cycle(sampler, clock, 2))
+    assert of_gpu(metrics, "gpu_utilization_ratio", 1)  # a collection or two without a sample is routine
+    metrics = scrape(cycle(sampler, clock, int(SAMPLE_CARRY.value)))
+    for name in ("gpu_utilization_ratio", "gpu_power_watts", "gpu_utilization_window_ratio"):
+        assert of_gpu(metrics, name, 1) == [] and of_gpu(metrics, name, 0), name
+    node.faults.clear()
+    metrics = scrape(cycle(sampler, clock))
+    assert of_gpu(metrics, "gpu_utilization_ratio", 1) and of_gpu(metrics, "gpu_power_watts", 1)
