@@ -9,6 +9,7 @@ from types import ModuleType
 
 import pynvml
 
+from exporter.sim.conditions import BASE_ENV, EFA_DEVICES, NodeConditions
 from exporter.sim.driver import Capabilities, FakeNvmlLibrary
 from exporter.sim.faults import Fault, FaultPlan
 from exporter.sim.hostfs import SimHost
@@ -49,8 +50,8 @@ class SimulatedNode:
         )
         self.faults = FaultPlan()
         self.library = FakeNvmlLibrary(self.model, self.faults, capabilities)
-        self.pods = pod_layout(self.model, self.scenario.pods)
-        self.host = SimHost(self.model, pods=self.pods)
+        self.pods = pod_layout(self.model, self.scenario.pods, self.library.conditions())
+        self.host = SimHost(self.model, pods=self.pods, conditions=self.library.conditions())
         self.kubelet = SimKubelet(str(self.host.root / "kubelet.sock"), lambda: self.pods).start()
         if not library_present:
             # what pynvml raises when libnvidia-ml.so.1 cannot be loaded; clear the fault to "install" it
@@ -104,17 +105,24 @@ class SimulatedNode:
         self.close()
 
 
-def pod_layout(model: NodeModel, pods: int) -> list[SimPod]:
+def pod_layout(model: NodeModel, pods: int, cond: NodeConditions | None = None) -> list[SimPod]:
     """The job(s) on the simulated node: one training pod holding every GPU with a 64 GiB memory-backed
-    /dev/shm, or with ``pods=2`` a second pod holding the other half on the 64 MiB default /dev/shm."""
+    /dev/shm, or with ``pods=2`` a second pod holding the other half on the 64 MiB default /dev/shm.
+    The training pod also holds the node's EFA devices and runs with IPC_LOCK, as seed 002's pods do;
+    ``cond`` (a doctor scenario) changes its /dev/shm, environment or EFA devices."""
+    cond = cond or NodeConditions()
     n = model.n_gpus
     split = n if pods == 1 else (n + 1) // 2
-    specs = [("ml", "llm-train-0", "trainer", "dshm", range(split))]
+    specs = [("ml", "llm-train-0", "trainer", "" if cond.pod_shm_default else "dshm", range(split))]
     if pods == 2:
         specs.append(("research", "finetune-0", "worker", "", range(split, n)))
     out = []
     for i, (namespace, name, container, volume, gpus) in enumerate(specs):
         uuids = [model.gpus[g].uuid for g in gpus]
+        devices = {"nvidia.com/gpu": uuids} if uuids else {}
+        first = i == 0
+        if first and cond.pod_efa and uuids:
+            devices["vpc.amazonaws.com/efa"] = [f"efa{k}" for k in range(len(EFA_DEVICES))]
         out.append(
             SimPod(
                 namespace=namespace,
@@ -122,8 +130,10 @@ def pod_layout(model: NodeModel, pods: int) -> list[SimPod]:
                 uid=f"6f1c2d3e-4b5a-4c6d-8e7f-{i:012x}",
                 sandbox_id=f"{i + 1:02x}" * 32,
                 container=container,
-                devices={"nvidia.com/gpu": uuids} if uuids else {},
+                devices=devices,
                 shm_volume=volume,
+                env=(*BASE_ENV, *cond.pod_env) if first else (),
+                capabilities=("CAP_IPC_LOCK",) if first else (),
             )
         )
     return out

@@ -1,0 +1,163 @@
+"""The node doctor end to end: the real nvidia-ml-py bindings over the simulated driver, the simulated
+/sys and /proc, a real gRPC kubelet and containerd bundle files; through the command line."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from exporter.cli import main
+from exporter.config import Settings
+from exporter.doctor.checks import CHECKS, run_checks
+from exporter.doctor.command import diagnose
+from exporter.doctor.gather import PodSources, gather, kmsg_xids
+from exporter.doctor.model import Status
+from exporter.doctor.render import table
+from tests.conftest import real_nvml_present
+
+# scenario -> (the one check it fails or warns, its detail, status)
+SCENARIOS = {
+    "no_fabric_manager": ("fabric", "not_started", Status.FAIL),
+    "p2p_blocked": ("p2p", "write_blocked", Status.FAIL),
+    "nvlink_link_down": ("nvlink", "link_down", Status.FAIL),
+    "shm_default": ("pod_shm", "default_shm", Status.FAIL),
+    "nccl_p2p_disabled": ("nccl_env", "p2p_disabled", Status.FAIL),
+    "pcie_degraded": ("pcie", "width_degraded", Status.FAIL),
+    "ecc_pending": ("ecc", "remap_pending", Status.FAIL),
+    "missing_gpu": ("gpu_count", "missing", Status.FAIL),
+    "no_efa": ("rdma", "pod_without_rdma", Status.WARN),
+    "persistence_off": ("driver", "persistence_off", Status.WARN),
+}
+EXIT = {Status.FAIL: 2, Status.WARN: 1}
+
+
+def test_healthy_node_passes_every_check(capsys):
+    assert main(["doctor", "--simulate", "healthy"]) == 0
+    out = capsys.readouterr().out
+    for name in CHECKS:
+        assert re.search(rf"^{name}\s+pass\s+\S", out, re.M), f"{name} did not pass:\n{out}"
+    assert "\033[" not in out  # not a terminal: no colour
+    assert out.rstrip().endswith("0 fail, 0 warn, 12 pass, 0 skipped: exit 0")
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_each_scenario_fails_exactly_its_check_with_its_fix(scenario, capsys):
+    check, detail, status = SCENARIOS[scenario]
+    assert main(["doctor", "--simulate", scenario, "--json"]) == EXIT[status]
+    doc = json.loads(capsys.readouterr().out)
+    flagged = {c["check"]: c for c in doc["checks"] if c["status"] in ("warn", "fail")}
+    assert set(flagged) == {check}, f"{scenario}: {sorted(flagged)}"
+    got = flagged[check]
+    assert (got["status"], got["detail"]) == (status.value, detail)
+    assert got["fix"] == CHECKS[check].fixes[detail] and got["fix"]
+    assert got["evidence"], "a finding without evidence"
+    assert doc["status"] == status.value and doc["exit_code"] == EXIT[status]
+    others = {c["status"] for c in doc["checks"] if c["check"] != check}
+    assert others <= {"pass", "skipped"}
+
+
+def test_scenario_evidence_names_what_is_wrong(capsys):
+    main(["doctor", "--simulate", "nvlink_link_down:gpus=6"])
+    assert re.search(r"^nvlink\s+FAIL\s+GPU 6: link 4 down \(17 of 18 up\)", capsys.readouterr().out, re.M)
+    main(["doctor", "--simulate", "missing_gpu", "--sim-gpus", "4"])
+    out = capsys.readouterr().out
+    assert re.search(r"NVML lists 3 GPU\(s\); expected 4 \(NVIDIA GPUs on the PCI bus\)", out)
+    assert "on the PCI bus but not in NVML: 0000:5d:00.0" in out
+
+
+def test_no_fabric_manager_defers_p2p_to_the_fabric_check():
+    results = {r.check: r for r in run_checks(diagnose(Settings(simulate="no_fabric_manager")))}
+    assert results["p2p"].status is Status.SKIPPED and results["p2p"].detail == "fabric_pending"
+    assert "fabric state not_started" in results["fabric"].evidence[0]
+    assert "nvidia-fabricmanager" in results["fabric"].fix
+
+
+def test_expected_gpus_overrides_the_bus_count(capsys):
+    assert main(["doctor", "--simulate", "healthy", "--expected-gpus", "16"]) == 2
+    assert re.search(
+        r"^gpu_count\s+FAIL\s+NVML lists 8 GPU\(s\); expected 16 \(--expected-gpus\)",
+        capsys.readouterr().out,
+        re.M,
+    )
+
+
+def test_every_detail_a_check_reports_is_in_its_vocabulary():
+    for scenario in [*SCENARIOS, "healthy", "gpu_lost:onset=0", "nvlink_down:onset=0"]:
+        for r in run_checks(diagnose(Settings(simulate=scenario))):
+            assert r.detail in CHECKS[r.check].vocabulary, (scenario, r)
+            if r.status in (Status.WARN, Status.FAIL):
+                assert r.fix == CHECKS[r.check].fixes[r.detail]
+
+
+def test_a_lost_gpu_fails_the_count_and_its_xid_is_read_from_the_kernel_log():
+    results = {r.check: r for r in run_checks(diagnose(Settings(simulate="gpu_lost:onset=0")))}
+    assert (results["gpu_count"].status, results["gpu_count"].detail) == (Status.FAIL, "lost")
+    assert (results["xid"].status, results["xid"].detail) == (Status.FAIL, "critical_xid")
+    assert "XID 79" in results["xid"].evidence[0]
+
+
+def test_kernel_log_xids_map_to_nvml_indices(tmp_path):
+    log = tmp_path / "kmsg"
+    log.write_text(
+        "6,1,2,-;nvidia-nvswitch0: probe\n"
+        "3,2,3,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n"
+        "3,3,4,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n"
+        "3,4,5,-;NVRM: Xid (PCI:0000:5d:00): 13, pid=7, Graphics Exception\n"
+    )
+    assert kmsg_xids(str(log), {"3b:00": 2, "5d:00": 3}) == {2: {79: 2}, 3: {13: 1}}
+    assert kmsg_xids(str(tmp_path / "absent"), {}) is None
+
+
+# ---- a node without NVML -------------------------------------------------------------------------
+
+
+def test_gpu_less_node_skips_every_check_with_no_nvml(make_node, tmp_path):
+    node = make_node(library_present=False)
+    cpu_node_sys = tmp_path / "sys"
+    (cpu_node_sys / "bus/pci/devices/0000:00:1f.0").mkdir(parents=True)  # an Intel bridge, no NVIDIA GPU
+    (cpu_node_sys / "bus/pci/devices/0000:00:1f.0/vendor").write_text("0x8086\n")
+    pods = PodSources(node.kubelet_socket, node.host.host_root, statvfs=node.host.statvfs)
+    facts = gather(node.install(), str(cpu_node_sys), node.host.proc_root, pods)
+    results = run_checks(facts)
+    assert [r.check for r in results] == list(CHECKS)
+    for r in results:
+        assert (r.status, r.detail) == (Status.SKIPPED, "no_nvml"), r
+        assert r.evidence[0] == "no NVML (LibraryNotFound)"
+    text = table(results, "cpu-node")
+    for name in CHECKS:
+        assert re.search(rf"^{name}\s+skipped\s+no NVML \(LibraryNotFound\)$", text, re.M), text
+    assert text.endswith("0 fail, 0 warn, 0 pass, 12 skipped: exit 0")
+
+
+def test_nvml_missing_on_a_node_with_gpus_on_the_bus_fails_the_driver_check(make_node):
+    node = make_node(library_present=False)
+    facts = gather(node.install(), node.host.sys_root, node.host.proc_root, None)
+    results = {r.check: r for r in run_checks(facts)}
+    assert (results["driver"].status, results["driver"].detail) == (Status.FAIL, "driver_broken")
+    assert "8 NVIDIA GPU(s)" in results["driver"].evidence[0]
+    assert all(r.status is Status.SKIPPED for name, r in results.items() if name != "driver")
+
+
+@pytest.mark.skipif(real_nvml_present(), reason="this machine has a GPU driver")
+def test_doctor_on_this_gpu_less_machine_through_the_real_bindings(tmp_path, capsys):
+    code = main(["doctor", "--sys-root", str(tmp_path), "--pod-resources-socket", "", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["status"] == "skipped"
+    assert {c["detail"] for c in doc["checks"]} == {"no_nvml"}
+    assert all(c["evidence"][0].startswith("no NVML (") for c in doc["checks"])
+
+
+def test_bad_flags_are_one_line_and_exit_2(capsys):
+    assert main(["doctor", "--expected-gpus", "many"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["gpu-bottleneck-exporter: --expected-gpus: must be a whole number, not 'many'"]
+    assert main(["doctor", "--simulate", "no_such_fault"]) == 2
+    assert "unknown scenario 'no_such_fault'" in capsys.readouterr().err
+
+
+def test_fix_texts_and_titles_are_complete():
+    for check in CHECKS.values():
+        assert check.title
+        assert set(check.fixes) == set(check.details) - {"fabric_pending"}, check.name
