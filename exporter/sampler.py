@@ -101,6 +101,7 @@ class Snapshot:
     last_success: dict[str, float]
     errors: dict[tuple[str, str], int]
     pod_shm_default: dict[tuple[str, str], bool] = field(default_factory=dict)  # (ns, pod) of GPU pods
+    node_checks: tuple = ()  # the node doctor's latest results (exporter.doctor.model.Result)
 
 
 EMPTY_SNAPSHOT = Snapshot(0, 0.0, False, False, {}, (), None, {}, {}, {}, {})
@@ -161,6 +162,7 @@ class Sampler:
         self._host_done = False
         # the analysis owns the windows of points: window statistics and verdicts come from it
         self.analyzer = Analyzer(window_s=settings.window_s)
+        self.checker: object | None = None  # the node doctor's NodeChecker (own thread); read, never run here
         self.events: list[VerdictEvent] = []  # verdict changes of the last cycle
         # self-metrics
         self._durations: dict[str, float] = {}
@@ -545,5 +547,6 @@ class Sampler:
             last_success=dict(self._last_success),
             errors=self.errors.snapshot(),
             pod_shm_default=shm_default,
+            node_checks=getattr(self.checker, "latest", ()),
         )
         return self._snapshot
