@@ -161,3 +161,39 @@ def test_fix_texts_and_titles_are_complete():
     for check in CHECKS.values():
         assert check.title
         assert set(check.fixes) == set(check.details) - {"fabric_pending"}, check.name
+
+
+def test_colour_only_on_a_terminal(capsys, monkeypatch):
+    from exporter.doctor.render import use_colour
+
+    results = run_checks(diagnose(Settings(simulate="no_fabric_manager")))
+    coloured = table(results, "n1", colour=True)
+    assert re.search(
+        r"^fabric\s+\033\[31;1mFAIL\s*\033\[0m GPUs 0, 1, 2, 3, 4, 5, 6, 7: fabric state", coloured, re.M
+    )
+    assert "\033[" not in table(results, "n1", colour=False)
+
+    class Tty:
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    assert use_colour(Tty()) and not use_colour(object())
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert not use_colour(Tty())
+
+
+def test_json_explains_the_nccl_variables(capsys):
+    main(["doctor", "--simulate", "healthy", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc["nccl_variables"]) == {
+        "NCCL_P2P_DISABLE",
+        "NCCL_IB_DISABLE",
+        "NCCL_P2P_LEVEL",
+        "NCCL_SOCKET_IFNAME",
+        "NCCL_CUMEM_HOST_ENABLE",
+        "NCCL_DEBUG",
+    }
+    assert all(v["does"] and v["hurts"] for v in doc["nccl_variables"].values())
+    assert {c["severity"] for c in doc["checks"]} == {"critical", "warning"}
