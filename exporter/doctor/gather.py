@@ -360,10 +360,12 @@ def _bundles(src: PodSources) -> dict[tuple[str, str], list[ContainerFacts]]:
             continue
         for entry in entries:
             spec = _spec(root / entry / "config.json") or _spec(root / entry / "userdata" / "config.json")
-            if spec:
-                found = _container(spec, src)
-                if found is not None:
-                    out.setdefault(found[0], []).append(found[1])
+            try:
+                found = _container(spec, src) if spec else None
+            except (AttributeError, TypeError, ValueError):
+                found = None  # a spec not shaped like an OCI config: not a container we can read
+            if found is not None:
+                out.setdefault(found[0], []).append(found[1])
     return out
 
 
@@ -415,7 +417,12 @@ def gather(
     """Everything the checks read. ``want_slow`` adds the P2P matrix and the pods (the costly reads)."""
     nvml_facts = gather_nvml(nvml, want_p2p=want_slow)
     host = gather_host(sys_root, proc_root, nvml_facts, clock, xids, kmsg_path)
-    found, why = gather_pods(pods) if (want_slow and pods is not None) else (None, "not read this round")
+    found, why = None, "not read this round"
+    if want_slow and pods is not None:
+        try:
+            found, why = gather_pods(pods)
+        except Exception as exc:  # noqa: BLE001 - the pod checks say "unknown", the others still run
+            found, why = None, f"reading the pods failed: {exc!r}"
     return NodeFacts(nvml=nvml_facts, host=host, pods=found, pods_error=why, expected_gpus=expected_gpus)
 
 

@@ -197,3 +197,24 @@ def test_json_explains_the_nccl_variables(capsys):
     }
     assert all(v["does"] and v["hurts"] for v in doc["nccl_variables"].values())
     assert {c["severity"] for c in doc["checks"]} == {"critical", "warning"}
+
+
+def test_unreadable_runtime_bundles_cost_only_themselves(make_node):
+    node = make_node("shm_default")
+    tasks = node.host.root / "host/run/containerd/io.containerd.runtime.v2.task/k8s.io"
+    for name, text in (
+        ("junk1", "{not json"),
+        ("junk2", '["a list"]'),
+        (
+            "junk3",  # a container spec whose process is not an object
+            '{"annotations": {"io.kubernetes.cri.container-type": "container", '
+            '"io.kubernetes.cri.sandbox-namespace": "ml"}, "process": "x"}',
+        ),
+    ):
+        (tasks / name).mkdir()
+        (tasks / name / "config.json").write_text(text)
+    pods = PodSources(node.kubelet_socket, node.host.host_root, statvfs=node.host.statvfs)
+    facts = gather(node.install(), node.host.sys_root, node.host.proc_root, pods)
+    results = {r.check: r for r in run_checks(facts)}
+    assert (results["pod_shm"].status, results["pod_shm"].detail) == (Status.FAIL, "default_shm")
+    assert results["nccl_env"].status is Status.PASS
