@@ -223,21 +223,31 @@ def _nvswitch(g: GpuFacts) -> bool:
     return any(board in g.name for board in th.NVSWITCH_BOARDS)
 
 
+def _nvlink_p2p(facts: NodeFacts) -> tuple[int, int] | None:
+    """(pairs OK, pairs) of P2P over NVLink, where the matrix was read."""
+    pairs = [ok for (_, _, cap), ok in (facts.nvml.p2p or {}).items() if cap == "nvlink"]
+    return (sum(pairs), len(pairs)) if pairs else None
+
+
 def check_fabric(facts: NodeFacts) -> Result:
     gpus = _live(facts)
     states = {g.index: g.fabric_state for g in gpus if g.fabric_state}
     if not states:
-        unknown = [g.index for g in gpus if g.fabric_supported is None and _nvswitch(g)]
-        if unknown:
+        blind = [g.index for g in gpus if _nvswitch(g)]
+        if not blind:
             return _r(
-                "fabric",
-                Status.WARN,
-                "unknown",
-                [f"{_gpus(unknown)}: the driver does not report a fabric state"],
+                "fabric", Status.SKIPPED, "not_applicable", ["not an NVSwitch system (no fabric to register)"]
             )
-        return _r(
-            "fabric", Status.SKIPPED, "not_applicable", ["not an NVSwitch system (no fabric to register)"]
-        )
+        # an NVSwitch board whose driver reports no fabric state (A100, seed 003): NVLink P2P tells
+        why = f"{_gpus(blind)}: NVSwitch board, but the driver reports no fabric state"
+        p2p = _nvlink_p2p(facts)
+        if p2p is None:
+            return _r("fabric", Status.WARN, "unknown", [why, "the P2P matrix has not been read yet"])
+        ok, n = p2p
+        evidence = [why, f"P2P over NVLink: {ok} of {n} GPU pairs OK"]
+        if ok == 0:
+            return _r("fabric", Status.FAIL, "not_started", evidence)
+        return _r("fabric", Status.PASS, "ok", evidence)
     by_state: dict[str, list[int]] = {}
     for index, state in states.items():
         by_state.setdefault(state, []).append(index)
@@ -258,7 +268,7 @@ def check_p2p(facts: NodeFacts) -> Result:
         return _r("p2p", Status.SKIPPED, "no_data", ["the P2P matrix was not read this round"])
     if len(gpus) < 2:
         return _r("p2p", Status.SKIPPED, "not_applicable", ["fewer than two GPUs"])
-    if any(g.fabric_state not in (None, "completed") for g in gpus):
+    if check_fabric(facts).status in (Status.FAIL, Status.WARN):  # P2P follows the fabric: judged there
         return _r(
             "p2p",
             Status.SKIPPED,

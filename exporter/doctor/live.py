@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from types import ModuleType
 
 from exporter import thresholds as th
@@ -48,6 +49,7 @@ class NodeChecker:
         self.last_run: dict[str, float] = {}  # check -> wall time of its last result
         self._results: dict[str, Result] = {}
         self._next_slow = float("-inf")
+        self._p2p: dict[tuple[int, int, str], bool] | None = None  # the last slow round's P2P matrix
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -92,6 +94,12 @@ class NodeChecker:
             clock=self.clock,
             xids=self.xids,
         )
+        if slow:
+            self._p2p = facts.nvml.p2p
+        elif facts.nvml.usable and self._p2p is not None:
+            # the fabric check reads NVLink P2P where the driver has no fabric state (A100): the last
+            # slow round's matrix, at most a slow interval old, keeps it from flapping between rounds
+            facts = replace(facts, nvml=replace(facts.nvml, p2p=self._p2p))
         names = [name for name, check in CHECKS.items() if slow or not check.slow]
         stamp = time.time()
         for result in run_checks(facts, names):

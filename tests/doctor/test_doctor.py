@@ -11,10 +11,11 @@ import pytest
 from exporter.cli import main
 from exporter.config import Settings
 from exporter.doctor.checks import CHECKS, run_checks
-from exporter.doctor.command import diagnose
+from exporter.doctor.command import SIM_CLOCK, diagnose
 from exporter.doctor.gather import PodSources, gather, kmsg_xids
 from exporter.doctor.model import Status
 from exporter.doctor.render import table
+from exporter.sim import BoardSpec, Capabilities
 from tests.conftest import real_nvml_present
 
 # scenario -> (the one check it fails or warns, its detail, status)
@@ -224,3 +225,35 @@ def test_unreadable_runtime_bundles_cost_only_themselves(make_node):
     results = {r.check: r for r in run_checks(facts)}
     assert (results["pod_shm"].status, results["pod_shm"].detail) == (Status.FAIL, "default_shm")
     assert results["nccl_env"].status is Status.PASS
+
+
+A100 = BoardSpec(name="NVIDIA A100-SXM4-80GB", tdp_w=400.0, nvlinks=12, compute_capability="8.0", gpm=False)
+
+
+def _a100(make_node, scenario: str) -> dict[str, object]:
+    # seed 003's node: A100 SXM4 on NVSwitch, whose driver has no fabric state to report
+    node = make_node(scenario, board=A100, capabilities=Capabilities(fabric=False))
+    pods = PodSources(node.kubelet_socket, node.host.host_root, statvfs=node.host.statvfs)
+    facts = gather(node.install(), node.host.sys_root, node.host.proc_root, pods, clock=lambda: SIM_CLOCK)
+    return {r.check: r for r in run_checks(facts)}
+
+
+def test_a100_without_fabric_manager_fails_the_fabric_check_from_its_p2p_matrix(make_node):
+    results = _a100(make_node, "no_fabric_manager")
+    fabric = results["fabric"]
+    assert (fabric.status, fabric.detail) == (Status.FAIL, "not_started")
+    assert fabric.evidence == (
+        "GPUs 0, 1, 2, 3, 4, 5, 6, 7: NVSwitch board, but the driver reports no fabric state",
+        "P2P over NVLink: 0 of 56 GPU pairs OK",
+    )
+    assert results["p2p"].detail == "fabric_pending"
+    assert {n for n, r in results.items() if r.status in (Status.WARN, Status.FAIL)} == {"fabric"}
+
+
+def test_healthy_a100_passes_with_twelve_links(make_node):
+    results = _a100(make_node, "healthy")
+    assert all(r.status is Status.PASS for r in results.values()), [
+        r for r in results.values() if r.status is not Status.PASS
+    ]
+    assert results["nvlink"].evidence == ("96 NVLinks up on 8 GPU(s), error counters low",)
+    assert "P2P over NVLink: 56 of 56 GPU pairs OK" in results["fabric"].evidence

@@ -12,6 +12,7 @@ from exporter.doctor.checks import CHECKS
 from exporter.doctor.live import NodeChecker
 from exporter.doctor.model import Status
 from exporter.metrics import Renderer
+from exporter.sim import BoardSpec, Capabilities
 from tests.conftest import step
 
 
@@ -95,3 +96,16 @@ def test_a_hung_check_never_holds_up_the_sampler(make_node, make_sampler, clock)
     finally:
         node.faults.remove(hang)
         stuck.join(5)
+
+
+def test_fast_rounds_judge_a_blind_fabric_by_the_last_p2p_matrix(make_node):
+    # an A100 NVSwitch node: no fabric state from the driver, so the fabric check reads NVLink P2P,
+    # which only the slow rounds gather; the fast rounds in between must not flip it to "unknown"
+    a100 = BoardSpec(
+        name="NVIDIA A100-SXM4-80GB", tdp_w=400.0, nvlinks=12, compute_capability="8.0", gpm=False
+    )
+    node = make_node("healthy", n_gpus=4, board=a100, capabilities=Capabilities(fabric=False))
+    checker = _checker(node)
+    for slow in (True, False, False):
+        fabric = {r.check: r for r in checker.run_once(slow=slow)}["fabric"]
+        assert (fabric.status, fabric.detail) == (Status.PASS, "ok"), fabric
