@@ -159,6 +159,13 @@ def check_ecc(facts: NodeFacts) -> Result:
     )
 
 
+def _xid_gpu(facts: NodeFacts, key: int) -> str:
+    if key >= 0:
+        return f"GPU {key}"
+    bus = facts.host.xid_buses.get(key)
+    return f"the GPU at {bus} (NVML cannot identify it)" if bus else "a GPU NVML cannot identify"
+
+
 def check_xid(facts: NodeFacts) -> Result:
     xids = facts.host.xids
     if xids is None:
@@ -175,7 +182,7 @@ def check_xid(facts: NodeFacts) -> Result:
     if not seen:
         return _r("xid", Status.PASS, "ok", [f"no XID in {facts.host.xid_source}"])
     lines = [
-        f"{'GPU ' + str(gpu) if gpu >= 0 else 'a GPU'}: XID {xid} x{n}"
+        f"{_xid_gpu(facts, gpu)}: XID {xid} x{n}"
         + (f" ({th.CRITICAL_XIDS[xid]})" if xid in th.CRITICAL_XIDS else "")
         for (gpu, xid), n in sorted(seen.items())
     ]

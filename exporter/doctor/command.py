@@ -54,6 +54,8 @@ def run(args: argparse.Namespace, environ: dict[str, str]) -> int:
     settings = settings_from(args, environ, flags())
     level = max(logging.WARNING, getattr(logging, settings.log_level.upper()))
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    if level > logging.DEBUG:  # the table reports what the sources count as errors; no log line twice
+        logging.getLogger("exporter.errors").setLevel(logging.ERROR)
     node = socket.gethostname() + (f" (simulated: {settings.simulate})" if settings.simulate else "")
     results = run_checks(diagnose(settings))
     if args.json:

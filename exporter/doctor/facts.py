@@ -77,6 +77,7 @@ class HostFacts:
     clock: ClockFacts | None = None
     xids: dict[int, dict[int, int]] | None = None  # GPU index -> XID -> count; None: no history here
     xid_source: str = ""
+    xid_buses: dict[int, str] = field(default_factory=dict)  # negative key -> PCI address of a GPU NVML lacks
 
 
 @dataclass(frozen=True)

@@ -287,13 +287,20 @@ def gather_host(
 ) -> HostFacts:
     """The host side; XIDs from ``xids`` (the live exporter's counts) or else the kernel log."""
     pids = sorted({pid for g in nvml.gpus for pid in g.pids})
+    pci = pci_gpus(sys_root)
+    unlisted: dict[int, str] = {}  # GPUs on the bus that NVML does not list get negative keys
     if xids is not None:
         found, where = xids(), "the exporter's XID event counts since it started"
     else:
         bus = {_short_bus(g.pci_bus_id): g.index for g in nvml.gpus if g.pci_bus_id}
+        for p in pci or ():
+            if _short_bus(p.bdf) not in bus:
+                key = -1 - len(unlisted)
+                bus[_short_bus(p.bdf)], unlisted[key] = key, p.bdf
         found, where = kmsg_xids(kmsg_path, bus), f"the kernel log ({kmsg_path})"
     return HostFacts(
-        pci_gpus=pci_gpus(sys_root),
+        pci_gpus=pci,
+        xid_buses=unlisted,
         rdma_devices=rdma_devices(sys_root),
         memlock=memlock(proc_root, pids),
         clock=clock(),

@@ -96,7 +96,9 @@ def test_a_lost_gpu_fails_the_count_and_its_xid_is_read_from_the_kernel_log():
     results = {r.check: r for r in run_checks(diagnose(Settings(simulate="gpu_lost:onset=0")))}
     assert (results["gpu_count"].status, results["gpu_count"].detail) == (Status.FAIL, "lost")
     assert (results["xid"].status, results["xid"].detail) == (Status.FAIL, "critical_xid")
-    assert "XID 79" in results["xid"].evidence[0]
+    assert results["xid"].evidence == (
+        "the GPU at 0000:db:00.0 (NVML cannot identify it): XID 79 x1 (GPU has fallen off the bus)",
+    )
 
 
 def test_kernel_log_xids_map_to_nvml_indices(tmp_path):
