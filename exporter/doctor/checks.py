@@ -349,7 +349,7 @@ def check_pod_shm(facts: NodeFacts) -> Result:
         return _skip("pod_shm", pods)
     tiny, small, lines = [], [], []
     for pod in pods:
-        for c in pod.containers:
+        for c in pod.judged:
             if c.shm_bytes is None:
                 lines.append(
                     f"pod {pod.key} container {c.name}: /dev/shm size unknown ({c.shm_source or 'no mount'})"
@@ -383,7 +383,7 @@ def check_nccl_env(facts: NodeFacts) -> Result:
     findings: dict[str, list[str]] = {}  # detail -> lines
     seen = []
     for pod in pods:
-        for c in pod.containers:
+        for c in pod.judged:
             where = f"pod {pod.key} container {c.name}"
             env = {k: v for k, v in c.env.items() if k in NCCL_VARS}
             seen.append(

@@ -97,6 +97,14 @@ class PodFacts:
     pod: str
     resources: dict[str, int] = field(default_factory=dict)  # resource name -> devices held
     containers: tuple[ContainerFacts, ...] = ()  # from the runtime bundles; () when none were found
+    gpu_containers: frozenset[str] = frozenset()  # the containers the kubelet gave GPUs to
+
+    @property
+    def judged(self) -> tuple[ContainerFacts, ...]:
+        """The containers that hold GPUs (a sidecar on the default /dev/shm is not the job's problem);
+        all of them when the runtime's names do not match the kubelet's."""
+        holding = tuple(c for c in self.containers if c.name in self.gpu_containers)
+        return holding or self.containers
 
     @property
     def key(self) -> str:

@@ -35,6 +35,7 @@ from exporter.doctor.facts import (
 )
 from exporter.errors import ErrorCounter
 from exporter.sources import runtime
+from exporter.sources.kubelet import GPU_RESOURCE, MIG_RESOURCE
 from exporter.sources.nvml import (
     LOST_ERRORS,
     SESSION_ERRORS,
@@ -328,12 +329,16 @@ def gather_pods(src: PodSources) -> tuple[tuple[PodFacts, ...] | None, str]:
         return None, error
     containers = _bundles(src)
     pods = []
-    for (namespace, pod), resources in sorted(listed.items()):
-        pods.append(PodFacts(namespace, pod, resources, tuple(containers.get((namespace, pod), ()))))
+    for (namespace, pod), (resources, holders) in sorted(listed.items()):
+        found = tuple(containers.get((namespace, pod), ()))
+        pods.append(PodFacts(namespace, pod, resources, found, frozenset(holders)))
     return tuple(pods), ""
 
 
-def _kubelet(src: PodSources) -> tuple[dict[tuple[str, str], dict[str, int]] | None, str]:
+def _kubelet(
+    src: PodSources,
+) -> tuple[dict[tuple[str, str], tuple[dict[str, int], set[str]]] | None, str]:
+    """(namespace, pod) -> (devices held by resource name, the containers holding GPUs)."""
     if not src.socket_path:
         return None, "pod attribution is off (no PodResources socket)"
     if not os.path.exists(src.socket_path):
@@ -347,12 +352,15 @@ def _kubelet(src: PodSources) -> tuple[dict[tuple[str, str], dict[str, int]] | N
         return None, f"the kubelet did not answer ({code.name if code else 'RpcError'})"
     finally:
         channel.close()
-    out: dict[tuple[str, str], dict[str, int]] = {}
+    out: dict[tuple[str, str], tuple[dict[str, int], set[str]]] = {}
     for pod in response.pod_resources:
-        held = out.setdefault((pod.namespace, pod.name), {})
+        held, holders = out.setdefault((pod.namespace, pod.name), ({}, set()))
         for container in pod.containers:
             for devices in container.devices:
-                held[devices.resource_name] = held.get(devices.resource_name, 0) + len(devices.device_ids)
+                name = devices.resource_name
+                held[name] = held.get(name, 0) + len(devices.device_ids)
+                if name == GPU_RESOURCE or MIG_RESOURCE.match(name):
+                    holders.add(container.name)
     return out, ""
 
 

@@ -259,3 +259,26 @@ def test_healthy_a100_passes_with_twelve_links(make_node):
     ]
     assert results["nvlink"].evidence == ("96 NVLinks up on 8 GPU(s), error counters low",)
     assert "P2P over NVLink: 56 of 56 GPU pairs OK" in results["fabric"].evidence
+
+
+def test_a_sidecar_without_gpus_on_the_default_shm_does_not_fail_the_pod(make_node):
+    node = make_node("healthy")
+    pod = node.pods[0]
+    tasks = node.host.root / "host/run/containerd/io.containerd.runtime.v2.task/k8s.io"
+    spec = json.loads((tasks / pod.sandbox_id[::-1] / "config.json").read_text())
+    spec["annotations"]["io.kubernetes.cri.container-name"] = "log-shipper"
+    spec["mounts"] = [
+        {
+            "destination": "/dev/shm",
+            "source": f"/run/containerd/io.containerd.grpc.v1.cri/sandboxes/{pod.sandbox_id}/shm",
+        }
+    ]
+    spec["process"]["env"] = ["NCCL_P2P_DISABLE=1"]  # not a GPU container: its NCCL settings do not matter
+    (tasks / "sidecar").mkdir()
+    (tasks / "sidecar" / "config.json").write_text(json.dumps(spec))
+    pods = PodSources(node.kubelet_socket, node.host.host_root, statvfs=node.host.statvfs)
+    facts = gather(node.install(), node.host.sys_root, node.host.proc_root, pods, clock=lambda: SIM_CLOCK)
+    assert {c.name for c in facts.pods[0].containers} == {"trainer", "log-shipper"}
+    results = {r.check: r for r in run_checks(facts)}
+    assert results["pod_shm"].status is Status.PASS and results["nccl_env"].status is Status.PASS
+    assert "log-shipper" not in " ".join(results["pod_shm"].evidence)
