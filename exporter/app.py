@@ -9,6 +9,7 @@ from collections.abc import Callable
 from types import ModuleType
 
 from exporter.config import Settings
+from exporter.doctor.live import NodeChecker
 from exporter.errors import ErrorCounter
 from exporter.metrics import Renderer
 from exporter.sampler import Sampler, Snapshot
@@ -57,6 +58,9 @@ class Application:
             else None
         )
         self.sampler = Sampler(settings, self.errors, host, nvml, clock=clock, kubelet=kubelet)
+        # the node doctor's checks, on their own thread; the sampler publishes their latest results
+        self.checker = NodeChecker.for_settings(settings, nvml_module, options, xids=self._xids)
+        self.sampler.checker = self.checker
         self.renderer = Renderer()
         self._started = False
 
@@ -64,11 +68,18 @@ class Application:
         if not self._started:
             self._started = True
             self.sampler.start()
+            self.checker.start()
 
     def stop(self) -> None:
         if self._started:
             self._started = False
+            self.checker.stop()
             self.sampler.stop()
+
+    def _xids(self) -> dict[int, dict[int, int]] | None:
+        """XIDs counted since the exporter started, for the node checks (None while NVML is down)."""
+        snap = self.sampler.snapshot
+        return {view.index: dict(view.xids) for view in snap.gpus} if snap.nvml_up else None
 
     @property
     def snapshot(self) -> Snapshot:

@@ -96,6 +96,12 @@ SERVE_FLAGS = (
         "run on a simulated node instead of the real NVML: SCENARIO[:key=value,...] (see 'scenarios')",
     ),
     Flag("--sim-gpus", "sim_gpus", _int, "number of simulated GPUs"),
+    Flag(
+        "--expected-gpus",
+        "expected_gpus",
+        _int,
+        "GPUs the node should have, for the node checks (0: count the bus)",
+    ),
     Flag("--log-level", "log_level", _level, "debug, info, warning or error"),
 )
 # record samples like serve but serves nothing: it takes every serve flag except these
@@ -199,10 +205,13 @@ def build_parser() -> argparse.ArgumentParser:
     record.add_argument("--output", "-o", required=True, help="CSV file to write ('-' for stdout)")
     record.add_argument("--duration", help="seconds to record (default: until interrupted)")
     _add_flags(record, RECORD_FLAGS)
+    from exporter.doctor.command import add_parser as add_doctor
+
+    add_doctor(sub, _add_flags)
     return parser
 
 
-COMMANDS = ("serve", "scenarios", "replay", "record")
+COMMANDS = ("serve", "scenarios", "replay", "record", "doctor")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -215,6 +224,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _scenarios()
         if args.command == "replay":
             return _replay(args.trace, args.gpus, args.json, args.report)
+        if args.command == "doctor":
+            from exporter.doctor.command import run as doctor
+
+            return doctor(args, dict(os.environ))
         if args.command == "record":
             duration = _duration(args.duration)
             return _record(settings_from(args, dict(os.environ), RECORD_FLAGS), args.output, duration)

@@ -37,6 +37,7 @@ class Settings:
     simulate: str = ""
     sim_gpus: int = 8
     log_level: str = "info"
+    expected_gpus: int = 0  # the node doctor's GPU count; 0: the NVIDIA GPUs on the PCI bus
 
     def __post_init__(self) -> None:
         problems: list[tuple[str, str]] = []
@@ -49,5 +50,7 @@ class Settings:
             problems.append(("window_s", "window must be at least one interval"))
         if self.sim_gpus < 1 or self.sim_gpus > 64:
             problems.append(("sim_gpus", "sim-gpus must be 1-64"))
+        if not 0 <= self.expected_gpus <= 64:
+            problems.append(("expected_gpus", "expected-gpus must be 0-64"))
         if problems:
             raise SettingsError(problems)

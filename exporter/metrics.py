@@ -16,7 +16,7 @@ from importlib import metadata
 from exporter import __version__
 from exporter.sampler import GpuView, Snapshot
 from exporter.sources.nvml import CLOCK_REASONS, FABRIC_STATES
-from exporter.thresholds import CRITICAL_XIDS
+from exporter.thresholds import CRITICAL_XIDS, DOCTOR_SEVERITY
 
 # the classic text format: what every Prometheus 2.x understands (the names here are all legacy-valid)
 TEXT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -290,11 +290,29 @@ def _self(fams: _Families, snapshot: Snapshot) -> None:
         errors.add(labels(source=source, error=error), count)
 
 
+def _node_checks(fams: _Families, snapshot: Snapshot) -> None:
+    """The node doctor's latest results: one series per check in each family (12 checks; bounded)."""
+    for r in snapshot.node_checks:
+        status = r.status.value
+        fams.gauge(
+            "gpu_node_check_info",
+            "The node check's latest result (status pass, warn, fail, skipped) and its detail word.",
+        ).add(labels(check=r.check, status=status, detail=r.detail), 1)
+        if status == "skipped":
+            continue  # nothing was judged: no value rather than a false "0 = passing"
+        # a failing check carries its own severity; a warning from any check is a warning
+        severity = DOCTOR_SEVERITY[r.check].value if status != "warn" else "warning"
+        fams.gauge(
+            "gpu_node_check_failed", "1 while the node check fails (or warns); severity says how bad."
+        ).add(labels(check=r.check, severity=severity), 1 if status in ("fail", "warn") else 0)
+
+
 def families(snapshot: Snapshot) -> list[Family]:
     fams = _Families()
     for view in snapshot.gpus:
         _gpu(fams, view, snapshot)
     _host(fams, snapshot)
+    _node_checks(fams, snapshot)
     _self(fams, snapshot)
     return list(fams)
 

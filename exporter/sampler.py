@@ -108,6 +108,7 @@ class Snapshot:
     errors: dict[tuple[str, str], int]
     pod_shm_default: dict[tuple[str, str], bool] = field(default_factory=dict)  # (ns, pod) of GPU pods
     pod_assignment_t: float | None = None  # wall time of the kubelet answer the pod labels come from
+    node_checks: tuple = ()  # the node doctor's latest results (exporter.doctor.model.Result)
 
 
 EMPTY_SNAPSHOT = Snapshot(0, 0.0, False, False, {}, (), None, {}, {}, {}, {})
@@ -174,6 +175,7 @@ class Sampler:
         self._host_done = False
         # the analysis owns the windows of points: window statistics and verdicts come from it
         self.analyzer = Analyzer(window_s=settings.window_s)
+        self.checker: object | None = None  # the node doctor's NodeChecker (own thread); read, never run here
         self.events: list[VerdictEvent] = []  # verdict changes of the last cycle
         # self-metrics
         self._durations: dict[str, float] = {}
@@ -606,5 +608,6 @@ class Sampler:
             errors=self.errors.snapshot(),
             pod_shm_default=shm_default,
             pod_assignment_t=self._assignments_t,
+            node_checks=getattr(self.checker, "latest", ()),
         )
         return self._snapshot

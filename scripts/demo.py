@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -182,6 +183,16 @@ def report_ledger(prom_port: int, stop: threading.Event) -> None:
             _say(f"ledger: Prometheus did not answer ({exc})")
 
 
+def show_doctor(scenario: str = "no_fabric_manager") -> None:
+    """Before the tour: the node doctor's checklist of a node with one bring-up fault (seed 003's)."""
+    print(f"the node doctor on a simulated node without a fabric manager (doctor --simulate {scenario}):\n")
+    sys.stdout.flush()
+    subprocess.run(
+        [sys.executable, "-m", "exporter", "doctor", "--simulate", scenario], cwd=REPO, check=False
+    )
+    print("(the exporter runs the same checks live: gpu_node_check_failed, GpuNodeCheckFailed)\n", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -197,6 +208,7 @@ def main() -> int:
     if not args.full:
         rules = workdir / "demo.rules.yml"
         rules.write_text(alerts.render(for_override=DEMO_FOR))
+    show_doctor()
     exporter = start_exporter(["--simulate", tour], args.port, log=workdir / "exporter.log")
     receiver = stack = None
     stop = threading.Event()

@@ -148,6 +148,12 @@ def _busy(series: str = "") -> str:
 
 
 _SHM_DEFAULT = f"{th.SHM_DEFAULT_BYTES.value / (1 << 20):g} MiB"
+# a failing node check, with the detail word of its latest result as a label of the page; each alert
+# selects the checks whose severity (exporter/thresholds.py DOCTOR_SEVERITY) is its own
+_NODE_CHECK = (
+    '(gpu_node_check_failed{{severity="{severity}"}} == 1)'
+    " * ignoring (severity, status, detail) group_left (detail) gpu_node_check_info"
+)
 
 ALERTS: tuple[Alert, ...] = (
     *_verdict_alerts(),
@@ -268,6 +274,23 @@ ALERTS: tuple[Alert, ...] = (
         "gpu_up == 0 and on (instance) gpu_exporter_nvml_up == 1",
         "GPU does not answer.",
         GPU + " does not answer NVML (lost from the bus, timed out, or erroring) while the other GPUs do.",
+    ),
+    # ---- the node doctor's checks (exporter/doctor): bring-up faults, with the detail word --------------
+    Alert(
+        "GpuNodeCheckFailed",
+        "gpu-node-checks",
+        _NODE_CHECK.format(severity=th.ALERT_POLICIES["GpuNodeCheckFailed"].severity.value),
+        "A critical node check fails.",
+        "Node check {{ $labels.check }} fails on " + NODE + " ({{ $labels.detail }}). Run "
+        "`gpu-bottleneck-exporter doctor` in the exporter's pod on that node for the evidence and the fix.",
+    ),
+    Alert(
+        "GpuNodeCheckWarning",
+        "gpu-node-checks",
+        _NODE_CHECK.format(severity=th.ALERT_POLICIES["GpuNodeCheckWarning"].severity.value),
+        "A node check warns.",
+        "Node check {{ $labels.check }} warns on " + NODE + " ({{ $labels.detail }}). Run "
+        "`gpu-bottleneck-exporter doctor` in the exporter's pod on that node for the evidence and the fix.",
     ),
     # ---- the exporter itself ----------------------------------------------------------------------
     Alert(

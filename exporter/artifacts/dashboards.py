@@ -568,6 +568,54 @@ def fleet() -> db.Dashboard:
 # ---- node and GPU detail -----------------------------------------------------------------------------
 
 
+NODE_CHECK_COLOURS = {"pass": "green", "warn": "orange", "fail": "red", "skipped": "text"}
+
+
+def _node_checklist() -> table.Panel:
+    """The node doctor's checklist: each check's latest status and detail word (docs/doctor.md)."""
+    status_map = dm.ValueMap(
+        options={
+            status: dm.ValueMappingResult(text=status, color=colour, index=i)
+            for i, (status, colour) in enumerate(NODE_CHECK_COLOURS.items())
+        }
+    )
+    return (
+        table.Panel()
+        .title("Node checklist")
+        .description(
+            "The node doctor's checks as the exporter last ran them (the cheap ones every minute, P2P and "
+            "the pods every five): driver, GPU count, ECC, XIDs, NVLink, fabric manager, P2P, EFA, the GPU "
+            "pods' /dev/shm and NCCL variables, PCIe, host. `gpu-bottleneck-exporter doctor` in the "
+            "exporter's pod prints the evidence and the fix of each; docs/doctor.md lists every detail."
+        )
+        .unit("none")
+        .with_target(query('gpu_node_check_info{node="$node"}', instant=True, fmt="table"))
+        .with_transformation(
+            dm.DataTransformerConfig(
+                id_val="organize",
+                options={
+                    "excludeByName": {
+                        "Time": True,
+                        "__name__": True,
+                        "Value": True,
+                        "job": True,
+                        "instance": True,
+                        "node": True,
+                    },
+                    "indexByName": {"check": 0, "status": 1, "detail": 2},
+                },
+            )
+        )
+        .override_by_name(
+            "status",
+            [
+                dm.DynamicConfigValue(id_val="mappings", value=[status_map]),
+                dm.DynamicConfigValue(id_val="custom.cellOptions", value={"type": "color-background"}),
+            ],
+        )
+    )
+
+
 def node() -> db.Dashboard:
     d = _variables(
         _dashboard(
@@ -889,6 +937,8 @@ def node() -> db.Dashboard:
         12,
         8,
     )
+    b.row("Node checks")
+    b.add(_node_checklist(), 24, 9)
     b.row("Exporter")
     b.add(
         _series(

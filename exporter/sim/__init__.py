@@ -10,6 +10,7 @@ from types import ModuleType
 
 import pynvml
 
+from exporter.sim.conditions import BASE_ENV, EFA_DEVICES, NodeConditions
 from exporter.sim.driver import Capabilities, FakeNvmlLibrary
 from exporter.sim.faults import Fault, FaultPlan
 from exporter.sim.hostfs import SimHost
@@ -50,8 +51,8 @@ class SimulatedNode:
         )
         self.faults = FaultPlan()
         self.library = FakeNvmlLibrary(self.model, self.faults, capabilities)
-        self.pods = pod_layout(self.model, self.scenario.pods)
-        self.host = SimHost(self.model, pods=self.pods)
+        self.pods = pod_layout(self.model, self.scenario.pods, self.library.conditions())
+        self.host = SimHost(self.model, pods=self.pods, conditions=self.library.conditions())
         self._churn_s = self.scenario.effective_churn()
         self._generation = 0
         self._pods_lock = threading.Lock()
@@ -85,7 +86,9 @@ class SimulatedNode:
                 generation = int((self.model.clock() - self.model.start) // self._churn_s)
                 if generation != self._generation:
                     self._generation = generation
-                    self.pods[:] = pod_layout(self.model, self.scenario.pods, generation)
+                    self.pods[:] = pod_layout(
+                        self.model, self.scenario.pods, self.library.conditions(), generation
+                    )
                     self.host.pods_changed()
             return list(self.pods)
 
@@ -120,18 +123,28 @@ class SimulatedNode:
         self.close()
 
 
-def pod_layout(model: NodeModel, pods: int, generation: int = 0) -> list[SimPod]:
+def pod_layout(
+    model: NodeModel, pods: int, cond: NodeConditions | None = None, generation: int = 0
+) -> list[SimPod]:
     """The job(s) on the simulated node: one training pod holding every GPU with a 64 GiB memory-backed
     /dev/shm, or with ``pods=2`` a second pod holding the other half on the 64 MiB default /dev/shm.
-    Each ``generation`` (pod churn) is a new set of pods: new names, UIDs and sandboxes."""
+    The training pod also holds the node's EFA devices and runs with IPC_LOCK, as seed 002's pods do;
+    ``cond`` (a doctor scenario) changes its /dev/shm, environment or EFA devices. Each ``generation``
+    (pod churn) is a new set of pods: new names, UIDs and sandboxes."""
+    cond = cond or NodeConditions()
     n = model.n_gpus
     split = n if pods == 1 else (n + 1) // 2
-    specs = [("ml", f"llm-train-{generation}", "trainer", "dshm", range(split))]
+    volume = "" if cond.pod_shm_default else "dshm"
+    specs = [("ml", f"llm-train-{generation}", "trainer", volume, range(split))]
     if pods == 2:
         specs.append(("research", f"finetune-{generation}", "worker", "", range(split, n)))
     out = []
     for i, (namespace, name, container, volume, gpus) in enumerate(specs):
         uuids = [model.gpus[g].uuid for g in gpus]
+        devices = {"nvidia.com/gpu": uuids} if uuids else {}
+        first = i == 0
+        if first and cond.pod_efa and uuids:
+            devices["vpc.amazonaws.com/efa"] = [f"efa{k}" for k in range(len(EFA_DEVICES))]
         out.append(
             SimPod(
                 namespace=namespace,
@@ -139,8 +152,10 @@ def pod_layout(model: NodeModel, pods: int, generation: int = 0) -> list[SimPod]
                 uid=f"6f1c2d3e-4b5a-4c6d-8e7f-{generation * 2 + i:012x}",
                 sandbox_id=f"{i + 1:02x}" * 32 if generation == 0 else f"{generation:032x}{i + 1:032x}",
                 container=container,
-                devices={"nvidia.com/gpu": uuids} if uuids else {},
+                devices=devices,
                 shm_volume=volume,
+                env=(*BASE_ENV, *cond.pod_env) if first else (),
+                capabilities=("CAP_IPC_LOCK",) if first else (),
             )
         )
     return out

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import pynvml as N
 
+from exporter.sim.conditions import PCIE_GEN, PCIE_WIDTH, NodeConditions, conditions_for
 from exporter.sim.faults import FaultPlan
 from exporter.sim.physics import NodeModel
 
@@ -123,6 +124,7 @@ class FakeNvmlLibrary:
         self._event_sets: dict[int, dict[str, object]] = {}
         # opaque handles (GPM samples, event sets) unique to this library, like pointers into its heap
         self._ids = itertools.count(0x7E0000000010 + (id(self) & 0xFFFFFF) * 0x10000, 0x10)
+        self._conditions: dict[int, NodeConditions] = {}  # id(scenario segment) -> its conditions
         for name in dir(self):
             if name.startswith("nvml") and name not in self.caps.missing_functions:
                 setattr(self, name, _Entry(self, name, getattr(self, name)))
@@ -155,6 +157,21 @@ class FakeNvmlLibrary:
             spent = time.thread_time() - started  # what a real node spends inside libnvidia-ml
             with self._lock:
                 self.cpu_s += spent
+
+    def conditions(self) -> NodeConditions:
+        """The bring-up conditions of the scenario in force (a doctor scenario's one fault)."""
+        scenario = self.model.scenario_at(self.model.t)
+        found = self._conditions.get(id(scenario))
+        if found is None:
+            found = self._conditions[id(scenario)] = conditions_for(scenario, self.model.n_gpus)
+        return found
+
+    def _visible(self) -> list[int]:
+        hidden = self.conditions().hidden
+        return [i for i in range(self.model.n_gpus) if i not in hidden]
+
+    def _link_up(self, g, link: int) -> bool:
+        return g.link_up[link] and (g.index, link) not in self.conditions().links_down
 
     def _gpu_index(self, handle: object) -> int | None:
         index = (_addr(handle) - _DEVICE_BASE) // 0x40
@@ -193,13 +210,15 @@ class FakeNvmlLibrary:
         return N.NVML_SUCCESS
 
     def nvmlDeviceGetCount_v2(self, ref: object) -> int:
-        _put(ref, self.model.n_gpus)
+        _put(ref, len(self._visible()))
         return N.NVML_SUCCESS
 
     def nvmlDeviceGetHandleByIndex_v2(self, index: object, ref: object) -> int:
+        visible = self._visible()
         i = _int(index)
-        if not 0 <= i < self.model.n_gpus:
+        if not 0 <= i < len(visible):
             return N.NVML_ERROR_INVALID_ARGUMENT
+        i = visible[i]  # NVML numbers the GPUs it sees; the handle names the physical one
         if self.model.gpus[i].lost:
             return N.NVML_ERROR_GPU_IS_LOST
         _set_pointer(ref, _DEVICE_BASE + i * 0x40)
@@ -494,7 +513,7 @@ class FakeNvmlLibrary:
             if field_id == N.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX:
                 return int(g.link_rx[scope]) // 1024
             if field_id == N.NVML_FI_DEV_NVLINK_GET_STATE:
-                return 1 if g.link_up[scope] else 0
+                return 1 if self._link_up(g, scope) else 0
             return g.link_errors[scope][_FIELD_ERROR_TYPES[field_id]]
         return None
 
@@ -507,7 +526,7 @@ class FakeNvmlLibrary:
         index = _int(link)
         if not 0 <= index < len(g.link_up):
             return N.NVML_ERROR_INVALID_ARGUMENT
-        _put(ref, 1 if g.link_up[index] else 0)
+        _put(ref, 1 if self._link_up(g, index) else 0)
         return N.NVML_SUCCESS
 
     def nvmlDeviceGetNvLinkErrorCounter(
@@ -531,8 +550,11 @@ class FakeNvmlLibrary:
         if index not in (0, 1, 2, 3, 4):
             return N.NVML_ERROR_INVALID_ARGUMENT
         ok = self.model.p2p_ok(a.index, b.index)
-        if index == 4:  # PCI P2P is not routed on this board
-            ok = False
+        cond = self.conditions()
+        pci = index == 4  # PCI P2P is not routed on this board
+        no_fabric = cond.fabric_state != 3 and index in (0, 1, 2)  # NVSwitch not programmed: no NVLink P2P
+        blocked = cond.p2p_write_blocked and index == 1  # the hypervisor refuses writes, allows reads
+        ok = ok and not (pci or no_fabric or blocked)
         _put(ref, N.NVML_P2P_STATUS_OK if ok else N.NVML_P2P_STATUS_NOT_SUPPORTED)
         return N.NVML_SUCCESS
 
@@ -545,11 +567,73 @@ class FakeNvmlLibrary:
         info = _obj(ref)
         if info.version not in (N.nvmlGpuFabricInfo_v2, N.nvmlGpuFabricInfo_v3):
             return N.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
-        info.state = g.fabric_state
-        info.status = N.NVML_SUCCESS if g.fabric_state == 3 else N.NVML_ERROR_NOT_READY
-        info.cliqueId = 1 if g.fabric_state == 3 else 0
+        state = min(g.fabric_state, self.conditions().fabric_state)
+        info.state = state
+        info.status = N.NVML_SUCCESS if state == 3 else N.NVML_ERROR_NOT_READY
+        info.cliqueId = 1 if state == 3 else 0
         info.healthMask = 0
         return N.NVML_SUCCESS
+
+    # ---- health and bring-up state (the node doctor) -------------------------------------------
+
+    def nvmlDeviceGetPersistenceMode(self, handle: object, ref: object) -> int:
+        g = self._gpu(handle)
+        if isinstance(g, int):
+            return g
+        _put(ref, 1 if self.conditions().persistence else 0)
+        return N.NVML_SUCCESS
+
+    def nvmlDeviceGetEccMode(self, handle: object, current: object, pending: object) -> int:
+        g = self._gpu(handle)
+        if isinstance(g, int):
+            return g
+        _put(current, 1)
+        _put(pending, 1)
+        return N.NVML_SUCCESS
+
+    def nvmlDeviceGetRemappedRows(
+        self, handle: object, corrected: object, uncorrected: object, pending: object, failure: object
+    ) -> int:
+        g = self._gpu(handle)
+        if isinstance(g, int):
+            return g
+        waiting = g.index in self.conditions().remap_pending
+        _put(corrected, 0)
+        _put(uncorrected, 1 if waiting else 0)
+        _put(pending, 1 if waiting else 0)
+        _put(failure, 0)
+        return N.NVML_SUCCESS
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: object, ref: object) -> int:
+        g = self._gpu(handle)
+        # Ampere and later remap rows instead of retiring pages: the driver says NOT_SUPPORTED
+        return g if isinstance(g, int) else N.NVML_ERROR_NOT_SUPPORTED
+
+    def _pcie(self, handle: object, ref: object, value: Callable[[object], int]) -> int:
+        g = self._gpu(handle)
+        if isinstance(g, int):
+            return g
+        _put(ref, value(g))
+        return N.NVML_SUCCESS
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: object, ref: object) -> int:
+        # an idle GPU drops its link to Gen1 to save power, as real boards do
+        return self._pcie(handle, ref, lambda g: PCIE_GEN if g.util >= 5 else 1)
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: object, ref: object) -> int:
+        return self._pcie(handle, ref, lambda g: PCIE_GEN)
+
+    def nvmlDeviceGetGpuMaxPcieLinkGeneration(self, handle: object, ref: object) -> int:
+        return self._pcie(handle, ref, lambda g: PCIE_GEN)
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: object, ref: object) -> int:
+        return self._pcie(handle, ref, lambda g: self.conditions().pcie_width.get(g.index, PCIE_WIDTH))
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: object, ref: object) -> int:
+        return self._pcie(handle, ref, lambda g: PCIE_WIDTH)
+
+    def nvmlDeviceGetNumaNodeId(self, handle: object, ref: object) -> int:
+        return self._pcie(handle, ref, lambda g: g.index * 2 // self.model.n_gpus)
 
     # ---- processes and GPM -------------------------------------------------------------------
 

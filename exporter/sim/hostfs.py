@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from exporter.sim.conditions import EFA_DEVICES, PCIE_GEN, PCIE_WIDTH, NodeConditions
 from exporter.sim.kubelet import SimPod
 from exporter.sim.physics import GiB, MiB, NodeModel
 
@@ -28,10 +29,17 @@ EMPTY_DIR = "/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~empty-dir/{volume
 
 
 class SimHost:
-    def __init__(self, model: NodeModel, root: str | None = None, pods: list[SimPod] | None = None) -> None:
+    def __init__(
+        self,
+        model: NodeModel,
+        root: str | None = None,
+        pods: list[SimPod] | None = None,
+        conditions: NodeConditions | None = None,
+    ) -> None:
         self.model = model
         self.pods = pods if pods is not None else []
         self.before_refresh: Callable[[], object] | None = None  # lets the node change its pods first
+        self.conditions = conditions or NodeConditions()
         self._own_root = root is None
         self.root = Path(root or tempfile.mkdtemp(prefix="gbe-sim-host-"))
         self.proc_root = str(self.root / "proc")
@@ -44,6 +52,7 @@ class SimHost:
             (self.root / d).mkdir(parents=True, exist_ok=True)
         (self.root / "sys/block/loop0").mkdir(exist_ok=True)
         self._write_bundles()
+        self._write_devices()
         self.refresh()
 
     # ---- files -------------------------------------------------------------------------------
@@ -62,6 +71,7 @@ class SimHost:
         with self.model.lock:
             self.model.advance()
             h = self.model.host
+            xids = list(self.model.xid_events)
             stat = self._stat(h.jiffies)
             diskstats = self._diskstats(h.disk_read_bytes, h.disk_write_bytes)
             pressure = {
@@ -72,6 +82,7 @@ class SimHost:
         for res, text in pressure.items():
             self._write(f"proc/pressure/{res}", text)
         self._write("proc/1/mounts", self._mounts())
+        self._write("host/dev/kmsg", self._kmsg(xids))
 
     def _shm_mounts(self) -> dict[str, tuple[int, int]]:
         """Memory-backed mounts of the node: mountpoint -> (size, used). The job's shm volume is the
@@ -126,18 +137,56 @@ class SimHost:
                 "io.kubernetes.cri.container-type": "container",
                 "io.kubernetes.cri.container-name": pod.container,
             }
-            for bundle_id, notes, mounts in (
-                (pod.sandbox_id, sandbox, []),
+            # hostIPC: the runtime leaves the IPC namespace out of the spec (the host's is shared)
+            namespaces = [
+                {"type": t} for t in ("pid", "network", "mount", "uts") + (() if pod.host_ipc else ("ipc",))
+            ]
+            caps = ["CAP_CHOWN", "CAP_KILL", *pod.capabilities]
+            process = {"env": ["PATH=/usr/bin:/bin", *(f"{k}={v}" for k, v in pod.env)]}
+            process["capabilities"] = {"bounding": caps, "effective": caps}  # type: ignore[assignment]
+            for bundle_id, notes, mounts, proc in (
+                (pod.sandbox_id, sandbox, [], {}),
                 (
                     pod.sandbox_id[::-1],
                     container,
                     [{"destination": "/dev/shm", "type": "bind", "source": shm}],
+                    process,
                 ),
             ):
                 (tasks / bundle_id).mkdir(parents=True, exist_ok=True)
-                (tasks / bundle_id / "config.json").write_text(
-                    json.dumps({"annotations": notes, "mounts": mounts})
-                )
+                spec = {"annotations": notes, "mounts": mounts, "linux": {"namespaces": namespaces}}
+                if proc:
+                    spec["process"] = proc
+                (tasks / bundle_id / "config.json").write_text(json.dumps(spec))
+
+    def _write_devices(self) -> None:
+        """/sys/bus/pci/devices for every GPU (NVML may not see them all), the EFA devices under
+        /sys/class/infiniband, and the memlock limit of the GPU processes under /proc."""
+        cond = self.conditions
+        speed = {5: "32.0 GT/s PCIe", 4: "16.0 GT/s PCIe", 1: "2.5 GT/s PCIe"}
+        for g in self.model.gpus:
+            bdf = g.pci_bus_id[4:].lower()  # sysfs spells the domain with four digits
+            files = {
+                "vendor": "0x10de",
+                "device": "0x2330",
+                "class": "0x030200",
+                "numa_node": str(g.index * 2 // self.model.n_gpus),
+                "current_link_speed": speed[PCIE_GEN],
+                "max_link_speed": speed[PCIE_GEN],
+                "current_link_width": str(cond.pcie_width.get(g.index, PCIE_WIDTH)),
+                "max_link_width": str(PCIE_WIDTH),
+            }
+            for name, text in files.items():
+                self._write(f"sys/bus/pci/devices/{bdf}/{name}", text + "\n")
+        for name in EFA_DEVICES:
+            (self.root / "sys/class/infiniband" / name).mkdir(parents=True, exist_ok=True)
+        limits = (
+            "Limit                     Soft Limit           Hard Limit           Units     \n"
+            "Max open files            1048576              1048576              files     \n"
+            "Max locked memory         unlimited            unlimited            bytes     \n"
+        )
+        for g in self.model.gpus:
+            self._write(f"proc/{4242 + g.index * 10}/limits", limits)
 
     @staticmethod
     def _stat(jiffies: list[list[float]]) -> str:
@@ -174,6 +223,15 @@ class SimHost:
         full = f"full avg10={pct / 2:.2f} avg60={pct / 2:.2f} avg300={pct / 2:.2f} total={int(total_us / 2)}"
         return some + "\n" + full + "\n"
 
+    def _kmsg(self, xids: list[tuple[float, int, int]]) -> str:
+        """The kernel log as /dev/kmsg records: the driver's XID lines (the doctor reads them)."""
+        lines = []
+        for n, (t, gpu, xid) in enumerate(xids):
+            bus = self.model.gpus[gpu].pci_bus_id[4:-2].lower()  # 0000:18:00, as NVRM prints it
+            stamp = int((t - self.model.start) * 1e6)
+            lines.append(f"3,{1000 + n},{stamp},-;NVRM: Xid (PCI:{bus}): {xid}, pid=4242, name=python")
+        return "".join(line + "\n" for line in lines)
+
     def _mounts(self) -> str:
         lines = [
             "overlay / overlay rw,relatime 0 0",
@@ -193,6 +251,7 @@ class SimHost:
 
     def _write(self, rel: str, text: str) -> None:
         path = self.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(text)
         os.replace(tmp, path)

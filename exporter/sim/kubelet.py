@@ -23,6 +23,9 @@ class SimPod:
     container: str
     devices: dict[str, list[str]]  # resource name -> device ids
     shm_volume: str = ""  # a memory-backed emptyDir mounted at /dev/shm; "" = the 64 MiB default
+    env: tuple[tuple[str, str], ...] = ()  # the container's environment (its runtime bundle's process.env)
+    capabilities: tuple[str, ...] = ()  # added Linux capabilities, e.g. CAP_IPC_LOCK
+    host_ipc: bool = False
 
 
 @dataclass

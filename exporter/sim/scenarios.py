@@ -59,6 +59,21 @@ SCENARIOS: dict[str, tuple[str, tuple[int, ...], str]] = {
         (),
         "",
     ),
+    # the node doctor's scenarios: healthy training on a node with one bring-up fault (sim/conditions.py)
+    "no_fabric_manager": (
+        "NVSwitch node without a running fabric manager: fabric state not_started, no NVLink P2P (seed 003)",
+        (),
+        "",
+    ),
+    "p2p_blocked": ("a hypervisor blocks P2P writes between GPUs; NCCL falls back to P2P/CUMEM/read", (), ""),
+    "nvlink_link_down": ("one NVLink of GPU 2 is down; the others carry the traffic", (2,), ""),
+    "shm_default": ("the training pod runs on the container runtime's 64 MiB /dev/shm", (), ""),
+    "nccl_p2p_disabled": ("the training container sets NCCL_P2P_DISABLE=1 on an NVLink node", (), ""),
+    "pcie_degraded": ("GPU 3's PCIe link trained at x8 instead of x16", (3,), ""),
+    "ecc_pending": ("GPU 5 has a DRAM row remapping pending: it needs a reset", (5,), ""),
+    "missing_gpu": ("one GPU on the PCI bus is not visible to NVML (7 of 8)", (7,), ""),
+    "no_efa": ("the training pod holds GPUs but none of the node's EFA devices", (), ""),
+    "persistence_off": ("persistence mode is off on every GPU", (), ""),
 }
 POD_CHURN_S = 10.0  # pod_churn's default: a new pod every 10 s
 

@@ -39,6 +39,8 @@ SCENARIOS = {
         "GpuThermalThrottling",
         {"gpu": "1", "kind": "thermal_throttle", **POD},
     ),
+    # the node doctor's live checks: no fabric manager on an NVSwitch node (seed 003), a node-level page
+    "no_fabric": ("no_fabric_manager", "GpuNodeCheckFailed", {"check": "fabric", "detail": "not_started"}),
     "healthy": ("healthy", None, {}),
 }
 
@@ -78,4 +80,5 @@ def test_each_failure_pages_with_its_labels_and_healthy_pages_nothing(tmp_path):
                 assert page.annotations["runbook_url"].endswith(f"/{expected}.md")
                 description = page.annotations["description"]
                 assert "127.0.0.1" in description  # names the node (the target here)...
-                assert "(pod ml/llm-train-0)" in description  # ...and the pod
+                if "pod" in labels:  # ...and the pod, for a GPU's alert (a node check has none)
+                    assert "(pod ml/llm-train-0)" in description

@@ -1,0 +1,66 @@
+"""The doctor's output: a table for a terminal (colour only on a TTY) or JSON for automation."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import textwrap
+from collections import Counter
+
+from exporter import thresholds as th
+from exporter.doctor.checks import CHECKS, NCCL_VARS
+from exporter.doctor.model import EXIT_CODES, Result, Status, worst
+
+COLOURS = {Status.PASS: "32", Status.WARN: "33", Status.FAIL: "31;1", Status.SKIPPED: "2"}
+LABELS = {Status.PASS: "pass", Status.WARN: "WARN", Status.FAIL: "FAIL", Status.SKIPPED: "skipped"}
+NAME_W, STATUS_W = 10, 8
+
+
+def exit_code(results: list[Result]) -> int:
+    return EXIT_CODES[worst(results)]
+
+
+def use_colour(stream: object) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty()) and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+
+
+def table(results: list[Result], node: str, colour: bool = False, width: int | None = None) -> str:
+    width = width or max(60, min(shutil.get_terminal_size((110, 24)).columns, 160))
+    indent = " " * (NAME_W + STATUS_W + 2)
+    body = max(30, width - len(indent))
+    lines = [f"node doctor: {node}", f"{'CHECK':<{NAME_W}} {'STATUS':<{STATUS_W}} EVIDENCE / FIX"]
+    for r in results:
+        label = LABELS[r.status]
+        shown = f"\033[{COLOURS[r.status]}m{label:<{STATUS_W}}\033[0m" if colour else f"{label:<{STATUS_W}}"
+        evidence = list(r.evidence) or [""]
+        wrapped = [w for e in evidence for w in (textwrap.wrap(e, body, break_on_hyphens=False) or [""])]
+        lines.append(f"{r.check:<{NAME_W}} {shown} {wrapped[0]}")
+        lines += [indent + w for w in wrapped[1:]]
+        if r.fix:
+            lines += [indent + w for w in textwrap.wrap("fix: " + r.fix, body, break_on_hyphens=False)]
+    counts = Counter(r.status for r in results)
+    summary = ", ".join(
+        f"{counts[s]} {LABELS[s].lower()}" for s in (Status.FAIL, Status.WARN, Status.PASS, Status.SKIPPED)
+    )
+    lines.append(f"{summary}: exit {exit_code(results)}")
+    return "\n".join(lines)
+
+
+def as_json(results: list[Result], node: str, simulated: str = "") -> str:
+    checks = []
+    for r in results:
+        entry = r.as_dict()
+        entry["title"] = CHECKS[r.check].title
+        entry["severity"] = th.DOCTOR_SEVERITY[r.check].value
+        checks.append(entry)
+    doc = {
+        "node": node,
+        "simulated": simulated or None,
+        "status": worst(results).value,
+        "exit_code": exit_code(results),
+        "checks": checks,
+        "nccl_variables": {name: {"does": does, "hurts": hurts} for name, (does, hurts) in NCCL_VARS.items()},
+    }
+    return json.dumps(doc, indent=2)
