@@ -199,10 +199,16 @@ def build_parser() -> argparse.ArgumentParser:
     record.add_argument("--output", "-o", required=True, help="CSV file to write ('-' for stdout)")
     record.add_argument("--duration", help="seconds to record (default: until interrupted)")
     _add_flags(record, RECORD_FLAGS)
+    nccl = sub.add_parser(
+        "nccl-check",
+        help="read saved NCCL_DEBUG=INFO logs and print the bring-up checklist (exit 0 pass, 1 warn, 2 fail)",
+    )
+    nccl.add_argument("logs", nargs="+", metavar="LOG", help="log files (plain, CRI or .gz; '-' for stdin)")
+    nccl.add_argument("--json", action="store_true", help="one JSON object instead of the checklist")
     return parser
 
 
-COMMANDS = ("serve", "scenarios", "replay", "record")
+COMMANDS = ("serve", "scenarios", "replay", "record", "nccl-check")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -215,6 +221,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _scenarios()
         if args.command == "replay":
             return _replay(args.trace, args.gpus, args.json, args.report)
+        if args.command == "nccl-check":
+            from exporter.nccl_check import run
+
+            return run(args.logs, args.json)
         if args.command == "record":
             duration = _duration(args.duration)
             return _record(settings_from(args, dict(os.environ), RECORD_FLAGS), args.output, duration)
