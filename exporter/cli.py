@@ -52,6 +52,14 @@ def _float(text: str) -> float:
     return value
 
 
+def _onoff(text: str) -> bool:
+    if text.strip().lower() in ("on", "true", "1", "yes"):
+        return True
+    if text.strip().lower() in ("off", "false", "0", "no", ""):
+        return False
+    raise ValueError(f"must be on or off, not {text!r}")
+
+
 def _level(text: str) -> str:
     if text.lower() not in ("debug", "info", "warning", "error"):
         raise ValueError(f"log level must be debug, info, warning or error, not {text!r}")
@@ -97,6 +105,20 @@ SERVE_FLAGS = (
     ),
     Flag("--sim-gpus", "sim_gpus", _int, "number of simulated GPUs"),
     Flag("--log-level", "log_level", _level, "debug, info, warning or error"),
+    Flag(
+        "--pod-logs",
+        "pod_logs",
+        str,
+        "follow the logs of the pods holding GPUs under this directory (the node's /var/log/pods) for "
+        "progress, NCCL transports and errors; empty: off",
+    ),
+    Flag(
+        "--log-patterns",
+        "log_patterns",
+        str,
+        "a YAML file of extra progress patterns (regex + what it yields)",
+    ),
+    Flag("--progress-api", "progress_api", _onoff, "on: accept POST /v1/progress {namespace, pod, step}"),
 )
 # record samples like serve but serves nothing: it takes every serve flag except these
 LISTEN_FLAGS = frozenset({"--listen-address", "--port"})
@@ -151,7 +173,22 @@ def settings_from(
         ) from None
     if settings.simulate:
         _check_scenario(settings, origins["simulate"], origins["sim_gpus"])
+    if settings.log_patterns:
+        _check_patterns(settings.log_patterns, origins["log_patterns"])
     return settings
+
+
+def _check_patterns(path: str, origin: str) -> None:
+    """The progress patterns file reads and every entry compiles."""
+    from exporter.logparse import PatternError, load_patterns
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            load_patterns(f.read(1 << 20))
+    except OSError as exc:
+        raise UsageError(f"{origin}: cannot read {path} ({exc.strerror})") from None
+    except (PatternError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{origin}: {path}: {exc}") from None
 
 
 def _check_scenario(settings: Settings, origin: str, gpus_origin: str) -> None:
@@ -292,6 +329,8 @@ def _application(settings: Settings):  # -> tuple[Application, SimulatedNode | N
         node.host.start()
         if settings.pod_resources_socket:
             settings = replace(settings, pod_resources_socket=node.kubelet_socket)
+        if settings.pod_logs:  # the simulated pods write their own logs
+            settings = replace(settings, pod_logs=node.start_logs())
         log.info(
             "simulating %d x %s, scenario %r", settings.sim_gpus, node.model.board.name, settings.simulate
         )

@@ -406,6 +406,82 @@ HANG_RESOLVE = _t(
     "Traffic or real work for 10 s ends a hang.",
 )
 
+# ---- what the training's own log says (pod logs, POST /v1/progress) --------------------------------------
+PROGRESS_SILENCE = _t(
+    "progress.silence_seconds",
+    60.0,
+    "seconds",
+    "A training rank prints something (a loss, a step, a progress bar) at least every minute; a log quiet "
+    "for longer while NVML sees every GPU pinned in a quiet collective is the hang operators diagnose by "
+    "hand ('the log stopped at 23:08'). Lines newer than this mean the job moves: not a hang.",
+)
+HANG_NO_PROGRESS_FIRE = _t(
+    "hang.no_progress_fire_after_seconds",
+    10.0,
+    "seconds",
+    "A hang the log confirms (a minute of silence on top of the NVML picture) needs only 10 s more to "
+    "rule out a sampling blip: it pages minutes before the NVML-only verdict would.",
+)
+PODLOG_POLL = _t(
+    "podlogs.poll_seconds",
+    1.0,
+    "seconds",
+    "Pod logs are read once a second, on their own thread: the last line's time is exact to a second and "
+    "a scrape never waits for a file.",
+)
+PODLOG_LINES_PER_SECOND = _t(
+    "podlogs.lines_per_second",
+    2000.0,
+    "count",
+    "A training container writes tens of lines a second (a few hundred at NCCL init); above 2,000 a "
+    "second per container the oldest lines of a read are skipped (counted), so a chatty pod cannot take "
+    "the exporter's core. The newest line still sets the time of the last line.",
+)
+PODLOG_READ_BYTES = _t(
+    "podlogs.read_max_bytes",
+    1 << 20,
+    "bytes",
+    "At most 1 MiB of a container's log is read per poll; a backlog beyond it is skipped (counted).",
+)
+PODLOG_LINE_BYTES = _t(
+    "podlogs.line_max_bytes",
+    64 << 10,
+    "bytes",
+    "The runtime splits lines at 16 KiB (P records); a joined line is kept to 64 KiB, the rest dropped.",
+)
+PODLOG_TAIL_BYTES = _t(
+    "podlogs.tail_bytes",
+    64 << 10,
+    "bytes",
+    "A log found at start is read from its last 64 KiB (the last line's time, the step, the transports), "
+    "never whole: warnings and errors are counted from there on.",
+)
+PODLOG_MAX_CONTAINERS = _t(
+    "podlogs.max_containers",
+    64.0,
+    "count",
+    "Containers followed at most: a node's GPU pods have a handful; the bound keeps memory fixed.",
+)
+NCCL_WARNINGS = _t(
+    "nccl.warnings_per_10m",
+    3.0,
+    "count",
+    "NCCL prints a WARN for each fallback or failed call; a few at init happen, more than three in ten "
+    "minutes of a running job is a fault repeating (a link flapping, a plugin retrying).",
+)
+PROGRESS_MAX_PODS = _t(
+    "progress.max_pods",
+    256.0,
+    "count",
+    "POST /v1/progress keeps the step of at most 256 pods (a node runs a few); others are refused.",
+)
+PROGRESS_BODY_BYTES = _t(
+    "progress.body_max_bytes",
+    1024.0,
+    "bytes",
+    "A progress report is {namespace, pod, step}: a kilobyte is plenty; larger bodies are refused.",
+)
+
 THERMAL_REASON_SHARE = _t(
     "thermal.reason_share",
     0.3,

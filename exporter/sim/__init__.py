@@ -14,6 +14,7 @@ from exporter.sim.faults import Fault, FaultPlan
 from exporter.sim.hostfs import SimHost
 from exporter.sim.kubelet import SimKubelet, SimPod
 from exporter.sim.physics import BoardSpec, NodeModel
+from exporter.sim.podlogs import SimPodLogs
 from exporter.sim.scenarios import Scenario, ScenarioError, parse_scenario, scenario_names
 
 __all__ = [
@@ -52,6 +53,7 @@ class SimulatedNode:
         self.pods = pod_layout(self.model, self.scenario.pods)
         self.host = SimHost(self.model, pods=self.pods)
         self.kubelet = SimKubelet(str(self.host.root / "kubelet.sock"), lambda: self.pods).start()
+        self.logs: SimPodLogs | None = None
         if not library_present:
             # what pynvml raises when libnvidia-ml.so.1 cannot be loaded; clear the fault to "install" it
             self.faults.add("nvmlInitWithFlags", pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
@@ -77,6 +79,12 @@ class SimulatedNode:
     def kubelet_socket(self) -> str:
         return self.kubelet.socket_path
 
+    def start_logs(self) -> str:
+        """The pods start writing their container logs; returns the directory (the node's /var/log/pods)."""
+        if self.logs is None:
+            self.logs = SimPodLogs(self.model, self.pods, self.host.root / "pods").start()
+        return str(self.logs.root)
+
     def host_options(self) -> dict[str, object]:
         return {
             "proc_root": self.host.proc_root,
@@ -92,6 +100,8 @@ class SimulatedNode:
 
     def close(self) -> None:
         self.faults.clear()
+        if self.logs is not None:
+            self.logs.close()
         self.uninstall()
         self.kubelet.stop()
         self.host.close()
