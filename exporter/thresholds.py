@@ -409,18 +409,20 @@ HANG_RESOLVE = _t(
 # ---- what the training's own log says (pod logs, POST /v1/progress) --------------------------------------
 PROGRESS_SILENCE = _t(
     "progress.silence_seconds",
-    60.0,
+    30.0,
     "seconds",
-    "A training rank prints something (a loss, a step, a progress bar) at least every minute; a log quiet "
-    "for longer while NVML sees every GPU pinned in a quiet collective is the hang operators diagnose by "
-    "hand ('the log stopped at 23:08'). Lines newer than this mean the job moves: not a hang.",
+    "A running rank prints at least every half minute in the usual setups (progress bars refresh every "
+    "second, Megatron and DeepSpeed log every few steps). Silence alone never pages: it confirms a hang "
+    "only while NVML sees every rank of the job pinned in a quiet collective, the hang operators diagnose "
+    "by hand ('the log stopped at 23:08'); a job that logs less often only loses the early page. Lines "
+    "newer than this mean the job moves: not a hang (an idle tensor-parallel server logging requests).",
 )
 HANG_NO_PROGRESS_FIRE = _t(
     "hang.no_progress_fire_after_seconds",
     10.0,
     "seconds",
-    "A hang the log confirms (a minute of silence on top of the NVML picture) needs only 10 s more to "
-    "rule out a sampling blip: it pages minutes before the NVML-only verdict would.",
+    "A hang the log confirms (its silence on top of the NVML picture on every rank) needs only 10 s more "
+    "to rule out a sampling blip: it fires well before the NVML-only verdict's minute.",
 )
 PODLOG_POLL = _t(
     "podlogs.poll_seconds",
