@@ -148,6 +148,9 @@ def load_patterns(text: str) -> tuple[Pattern, ...]:
         unknown = set(entry) - {"name", "regex", "step", "seconds", "seconds_unit"}
         if unknown:
             raise PatternError(f"entry {i}: unknown keys {sorted(unknown)}")
+        odd = [k for k, v in entry.items() if not isinstance(v, str)]
+        if odd:  # YAML reads an unquoted y, n, on, off or 1 as a bool or a number
+            raise PatternError(f"entry {i}: {', '.join(sorted(odd))} must be strings (quote them)")
         name = str(entry.get("name") or f"custom{i}")
         try:
             regex = re.compile(entry["regex"])

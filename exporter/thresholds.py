@@ -815,6 +815,57 @@ _alert(
     "the collections that work still report.",
 )
 
+# what the GPU pods' logs say (--pod-logs)
+_alert(
+    "GpuNcclNotOnNvlink",
+    600.0,
+    "warning",
+    "A job whose GPUs talk through SHM or NVLink reads on a node built for NVLink writes runs every "
+    "collective slower until it is restarted on a fixed node: ten minutes skips a pod being replaced; a "
+    "warning, the job still runs.",
+)
+_alert(
+    "GpuNcclSocketsWithRdma",
+    600.0,
+    "warning",
+    "Inter-node traffic on TCP sockets while the node has EFA/IB devices is a plugin or configuration "
+    "fault that lasts the job: ten minutes skips a pod being replaced; a warning, the job still runs.",
+)
+_alert(
+    "GpuNcclWarnings",
+    0.0,
+    "warning",
+    "The rule already counts ten minutes of NCCL WARN lines: it fires at once, as a warning.",
+)
+_alert(
+    "GpuPodShmBusError",
+    0.0,
+    "warning",
+    "A DataLoader worker killed by a Bus error has already ended or crippled the job: at once, as a "
+    "warning (the fix is the pod's /dev/shm, not the node).",
+)
+_alert(
+    "GpuPodCudaOom",
+    0.0,
+    "warning",
+    "CUDA out of memory has already ended the step or the job: at once, as a warning (the fix is the "
+    "job's batch or sharding, not the node).",
+)
+_alert(
+    "GpuNcclCollectiveTimeout",
+    0.0,
+    "critical",
+    "The NCCL watchdog (or a DistBackendError) has already killed the job, usually for a hung or lost "
+    "rank: at once, critical, since every GPU of the job sits idle until someone restarts it.",
+)
+_alert(
+    "GpuNcclNetworkError",
+    0.0,
+    "critical",
+    "An RDMA completion error (status 12: retries exceeded) is a link or fabric fault between nodes that "
+    "kills jobs: at once, critical.",
+)
+
 # XID codes that mean trouble with the GPU or its driver rather than with a user's program. Their
 # counters are exported from zero, so that increase() sees the first event.
 CRITICAL_XIDS: dict[int, str] = {

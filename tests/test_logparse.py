@@ -245,6 +245,7 @@ def test_user_patterns_load_and_win(tmp_path):
         ("{regex: x}", "must be a list"),
         ("- [1, 2]", "needs a regex"),
         ("a: [", "not YAML"),
+        ("- {regex: 'x(?P<n>1)', step: no}", "must be strings"),
     ],
 )
 def test_bad_user_patterns_name_the_problem(text, words):
