@@ -44,6 +44,7 @@ protos: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(BIN)/python bench/core.py
 	$(BIN)/python bench/detection.py
+	$(BIN)/python bench/podlogs.py
 
 bench-detection: $(VENV)/.installed
 	$(BIN)/python bench/detection.py
