@@ -578,6 +578,9 @@ class Sampler:
         view = merged(
             self.podlogs.view if self.podlogs else None, self.progress.view() if self.progress else {}
         )
+        if self.podlogs is not None and view is not None and view.collected_t is not None:
+            self._durations["podlogs"] = view.duration_s or 0.0
+            self._last_success["podlogs"] = view.collected_t
         self._progress_t = {}
         for index, ref in owners.items():
             last = view.last_line(ref.namespace, ref.pod) if view is not None else None

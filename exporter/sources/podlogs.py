@@ -19,7 +19,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import BinaryIO
 
 from exporter.errors import ErrorCounter
@@ -71,6 +71,8 @@ class PodLogsView:
     skipped_bytes: int = 0  # backlog beyond a read's bound, and over-long lines
     junk: int = 0  # records that are not CRI
     rdma_devices: int | None = None  # /sys/class/infiniband entries (IB HCAs, EFA devices)
+    duration_s: float | None = None  # how long the last pass took
+    collected_t: float | None = None  # when it ended (wall clock)
 
     def last_line(self, namespace: str, pod: str) -> float | None:
         """The newest line of any container of the pod."""
@@ -103,6 +105,8 @@ class Follower:
     pending_len: int = 0
     last_poll: float | None = None
     drop_first: bool = False  # after a jump into the middle of a file: its first record is a fragment
+    error: str = ""  # why the newest file could not be opened (counted once by the source)
+    counted_error: bool = False
 
     def close(self) -> None:
         if self.fh is not None:
@@ -127,8 +131,10 @@ class Follower:
         self.close()
         try:
             fh = open(path, "rb")  # noqa: SIM115 - kept open across polls to drain a rotated file
-        except OSError:
+        except OSError as exc:
+            self.error = type(exc).__name__
             return
+        self.error = ""
         st = os.fstat(fh.fileno())
         self.fh, self.number, self.inode = fh, number, st.st_ino
         self.partial, self.pending, self.pending_len = b"", [], 0
@@ -270,7 +276,9 @@ class PodLogSource:
         patterns: tuple[Pattern, ...] = PATTERNS,
         sys_root: str = "/sys",
         monotonic: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        self.clock = clock
         self.root = root
         self.errors = errors
         self.patterns = patterns
@@ -359,7 +367,10 @@ class PodLogSource:
             if follower is None:
                 follower = self._followers[key] = Follower(directory, counting=not first)
             follower.poll(now, self.patterns, self._counts, first)
-        self._view = self._publish()
+            if follower.error and not follower.counted_error:
+                follower.counted_error = True
+                self.errors.inc(SOURCE, follower.error, directory)
+        self._view = replace(self._publish(), duration_s=self.monotonic() - now, collected_t=self.clock())
         return self._view
 
     def _rdma_devices(self) -> int | None:

@@ -241,3 +241,11 @@ def test_a_missing_directory_is_counted_once_and_rdma_devices_are_counted(tmp_pa
         view = source.poll()
     assert errors.snapshot() == {("podlogs", "FileNotFoundError"): 1}
     assert view.rdma_devices == 1 and view.containers == ()
+
+
+def test_an_unreadable_log_is_counted_once(node):
+    (node.dir() / "0.log").mkdir()  # unreadable as a file, whoever runs the test
+    for _ in range(3):
+        view = node.poll()
+    assert node.source.errors.snapshot() == {("podlogs", "IsADirectoryError"): 1}
+    assert view.duration_s is not None and view.collected_t is not None
