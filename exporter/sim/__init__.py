@@ -82,6 +82,8 @@ class SimulatedNode:
     def start_logs(self) -> str:
         """The pods start writing their container logs; returns the directory (the node's /var/log/pods)."""
         if self.logs is None:
+            # a node with EFA devices: NCCL on sockets between nodes (comm_bound) is then a fault
+            (self.host.root / "sys" / "class" / "infiniband" / "efa_0").mkdir(parents=True, exist_ok=True)
             self.logs = SimPodLogs(self.model, self.pods, self.host.root / "pods").start()
         return str(self.logs.root)
 

@@ -5,7 +5,9 @@ Each training pod prints its NCCL_DEBUG=INFO init (transports as the scenario ha
 a second while its job runs: a step counter and, every few steps, HF Trainer's loss dict. A hung job
 (``comm_hang``) stops printing at the onset, as a real one does; with ``logs=flow`` it keeps printing
 request lines instead: the idle tensor-parallel server whose NVML picture is the same as a hang's.
-A job killed by a full /dev/shm prints PyTorch's Bus error once.
+A job killed by a full /dev/shm prints PyTorch's Bus error once; a hung one, PyTorch's watchdog timeout
+after ten minutes. ``nvlink_down`` sets its channels up via SHM, ``comm_bound`` over sockets between
+nodes (on a node with an EFA device).
 """
 
 from __future__ import annotations
@@ -21,6 +23,11 @@ from exporter.sim.physics import NodeModel
 LINE_EVERY_S = 1.0
 LOSS_EVERY = 5  # steps between loss dicts
 NCCL = "{host}:{pid}:{pid} [{rank}] NCCL INFO "
+WATCHDOG_S = 600.0  # PyTorch's default NCCL timeout
+WATCHDOG = (
+    "[rank0]:[E ProcessGroupNCCL.cpp:563] [Rank 0] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=4711, OpType=ALLREDUCE, NumelIn=1, Timeout(ms)=600000) ran for 600043 milliseconds"
+)
 
 
 def cri(t: float, text: str, stream: str = "stdout") -> str:
@@ -62,6 +69,7 @@ class SimPodLogs:
         self._thread: threading.Thread | None = None
         self._started = time.time()
         self._bus_error_written = False
+        self._watchdog_written = False
 
     def start(self) -> SimPodLogs:
         now = time.time()
@@ -86,6 +94,9 @@ class SimPodLogs:
         if sc.name == "comm_hang" and faulty:
             if sc.logs == "flow":
                 return [("stdout", 'INFO:     10.0.0.5:41234 - "POST /v1/completions HTTP/1.1" 200 OK')]
+            if x >= sc.onset_s + WATCHDOG_S and not self._watchdog_written:
+                self._watchdog_written = True  # PyTorch's NCCL watchdog ends the job
+                return [("stderr", WATCHDOG)]
             return []  # hung: the log stops
         if sc.name == "shm_exhaustion" and x >= sc.onset_s + sc.fill_s:
             if self._bus_error_written:
