@@ -116,7 +116,7 @@ SERVE_FLAGS = (
         "--log-patterns",
         "log_patterns",
         str,
-        "a YAML file of extra progress patterns (regex + what it yields)",
+        "a JSON file of extra progress patterns: [{name, regex, step, seconds, seconds_unit}]",
     ),
     Flag("--progress-api", "progress_api", _onoff, "on: accept POST /v1/progress {namespace, pod, step}"),
 )

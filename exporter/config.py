@@ -38,7 +38,7 @@ class Settings:
     sim_gpus: int = 8
     log_level: str = "info"
     pod_logs: str = ""  # the kubelet's pod log directory (/var/log/pods); empty: pod logs are not read
-    log_patterns: str = ""  # a YAML file of extra progress patterns
+    log_patterns: str = ""  # a JSON file of extra progress patterns
     progress_api: bool = False  # accept POST /v1/progress
 
     def __post_init__(self) -> None:

@@ -131,14 +131,13 @@ class PatternError(ValueError):
 
 
 def load_patterns(text: str) -> tuple[Pattern, ...]:
-    """User patterns (JSON or YAML list of {name, regex, step?, seconds?, seconds_unit?}), tried before
-    the built-in table. Each must compile and name only groups its regex has."""
-    import yaml
-
+    """User patterns (a JSON list of {name, regex, step?, seconds?, seconds_unit?}; the chart writes
+    its YAML values as JSON), tried before the built-in table. Each must compile and name only groups
+    its regex has."""
     try:
-        entries = yaml.safe_load(text) or []
-    except yaml.YAMLError as exc:
-        raise PatternError(f"not YAML/JSON: {str(exc).splitlines()[0]}") from None
+        entries = json.loads(text) if text.strip() else []
+    except ValueError as exc:
+        raise PatternError(f"not JSON ({exc})") from None
     if not isinstance(entries, list):
         raise PatternError("must be a list of {name, regex, step, seconds, seconds_unit}")
     out = []
@@ -149,7 +148,7 @@ def load_patterns(text: str) -> tuple[Pattern, ...]:
         if unknown:
             raise PatternError(f"entry {i}: unknown keys {sorted(unknown)}")
         odd = [k for k, v in entry.items() if not isinstance(v, str)]
-        if odd:  # YAML reads an unquoted y, n, on, off or 1 as a bool or a number
+        if odd:  # YAML values (the chart's) turn an unquoted y, n, on, off or 1 into a bool or a number
             raise PatternError(f"entry {i}: {', '.join(sorted(odd))} must be strings (quote them)")
         name = str(entry.get("name") or f"custom{i}")
         try:

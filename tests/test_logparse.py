@@ -4,6 +4,8 @@ plain loops, and the errors that end jobs."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from exporter import logparse as lp
@@ -222,30 +224,35 @@ def test_step_seconds_from_successive_steps_when_lines_do_not_say():
     assert s.step_seconds == 2.0 and s.last_t == 130.0
 
 
-def test_user_patterns_load_and_win(tmp_path):
-    text = """
-- name: myloop
-  regex: 'train it=(?P<n>\\d+) took (?P<ms>[\\d.]+)ms'
-  step: n
-  seconds: ms
-  seconds_unit: ms
-"""
+def test_user_patterns_load_and_win():
+    text = json.dumps(
+        [
+            {
+                "name": "myloop",
+                "regex": r"train it=(?P<n>\d+) took (?P<ms>[\d.]+)ms",
+                "step": "n",
+                "seconds": "ms",
+                "seconds_unit": "ms",
+            }
+        ]
+    )
     patterns = lp.load_patterns(text) + lp.PATTERNS
     found = lp.match_progress("train it=42 took 350.0ms step 7", patterns)
     assert found == lp.Progress("myloop", 42, 0.35)
+    assert lp.load_patterns("") == () and lp.load_patterns("[]") == ()
 
 
 @pytest.mark.parametrize(
     ("text", "words"),
     [
-        ("- regex: '(unclosed'", "bad regex"),
-        ("- {regex: 'x(?P<a>1)', step: b}", "no group named 'b'"),
-        ("- {regex: 'x', seconds_unit: minutes}", "seconds_unit"),
-        ("- {regex: 'x', colour: red}", "unknown keys"),
-        ("{regex: x}", "must be a list"),
-        ("- [1, 2]", "needs a regex"),
-        ("a: [", "not YAML"),
-        ("- {regex: 'x(?P<n>1)', step: no}", "must be strings"),
+        ('[{"regex": "(unclosed"}]', "bad regex"),
+        ('[{"regex": "x(?P<a>1)", "step": "b"}]', "no group named 'b'"),
+        ('[{"regex": "x", "seconds_unit": "minutes"}]', "seconds_unit"),
+        ('[{"regex": "x", "colour": "red"}]', "unknown keys"),
+        ('{"regex": "x"}', "must be a list"),
+        ("[[1, 2]]", "needs a regex"),
+        ("- regex: x", "not JSON"),
+        ('[{"regex": "x(?P<n>1)", "step": false}]', "must be strings"),
     ],
 )
 def test_bad_user_patterns_name_the_problem(text, words):
