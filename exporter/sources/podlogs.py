@@ -6,7 +6,8 @@ network and transports, warning and error counts); log text never does. It follo
 the runtime do to the files: partial records (``P``) are joined; a rotated file (renamed to
 ``<n>.log.<timestamp>``, later gzipped) is drained through the descriptor still open on it before the new
 ``<n>.log`` is opened; a restarted container's ``<n+1>.log`` takes over; a truncated file is read again
-from its start. A log found at start is read from its last ``podlogs.tail_bytes`` only, never whole.
+from its start. A log is first read from its last ``podlogs.tail_bytes`` only, never whole; its lines
+older than the source give state (time, step, transports) but are not counted as warnings or errors.
 Reads, lines and joined lines are bounded per container (what is skipped is counted), and so is the
 number of containers followed.
 """
@@ -94,7 +95,8 @@ class Follower:
     """One container's log directory."""
 
     directory: str
-    counting: bool  # False for a log found at start: its tail is the past, only its state counts
+    since: float  # when the source started (wall clock): older lines are the past, state only
+    counting: bool = False  # True once the first read is done: from then on every line is new
     state: LogState = field(default_factory=LogState)
     number: int = -1
     fh: BinaryIO | None = None
@@ -152,7 +154,7 @@ class Follower:
         self.partial, self.pending, self.pending_len = b"", [], 0
         self.drop_first = True
 
-    def poll(self, now: float, patterns: tuple[Pattern, ...], counts: Counts, first: bool) -> None:
+    def poll(self, now: float, patterns: tuple[Pattern, ...], counts: Counts) -> None:
         newest = self.newest()
         if self.fh is None:
             if newest is None:
@@ -172,8 +174,6 @@ class Follower:
         if switched:
             records += self._read(counts)
         self._parse(records, int(budget), patterns, counts)
-        if first:
-            self.counting = True  # from here on every line is new
 
     def _read(self, counts: Counts) -> list[bytes]:
         """Complete records appended since the last read, at most the read bound."""
@@ -250,8 +250,14 @@ class Follower:
                 text = "".join(self.pending) + text
                 self.pending, self.pending_len = [], 0
             lines.append((text, parts[0]))
-        for text, _ in lines:
-            state.feed(text, None, count=self.counting, progress=False)
+        if self.counting:
+            for text, _ in lines:
+                state.feed(text, None, count=True, progress=False)
+        else:  # the first read of a file: what was written before the exporter started is not counted
+            for text, stamp in lines:
+                t = parse_timestamp(stamp.decode("ascii", "replace"))
+                state.feed(text, None, count=t is not None and t >= self.since, progress=False)
+            self.counting = True
         # time of the last line, and the newest line that shows progress
         for _, stamp in reversed(lines):
             t = parse_timestamp(stamp.decode("ascii", "replace"))
@@ -288,7 +294,7 @@ class PodLogSource:
         self._followers: dict[tuple[str, str, str], Follower] = {}
         self._counts = Counts()
         self._view = PodLogsView()
-        self._polls = 0
+        self._since = clock()  # lines older than this are the past: read for state, never counted
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._warned = False
@@ -357,16 +363,14 @@ class PodLogSource:
 
     def poll(self) -> PodLogsView:
         now = self.monotonic()
-        first = self._polls == 0
-        self._polls += 1
         wanted = self._directories()
         for key in [k for k, f in self._followers.items() if wanted.get(k) != f.directory]:
             self._followers.pop(key).close()  # the pod is gone (or replaced by a new UID)
         for key, directory in wanted.items():
             follower = self._followers.get(key)
             if follower is None:
-                follower = self._followers[key] = Follower(directory, counting=not first)
-            follower.poll(now, self.patterns, self._counts, first)
+                follower = self._followers[key] = Follower(directory, since=self._since)
+            follower.poll(now, self.patterns, self._counts)
             if follower.error and not follower.counted_error:
                 follower.counted_error = True
                 self.errors.inc(SOURCE, follower.error, directory)

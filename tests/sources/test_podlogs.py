@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -249,3 +250,18 @@ def test_an_unreadable_log_is_counted_once(node):
         view = node.poll()
     assert node.source.errors.snapshot() == {("podlogs", "IsADirectoryError"): 1}
     assert view.duration_s is not None and view.collected_t is not None
+
+
+def test_a_log_found_late_counts_only_what_was_written_after_the_start(node):
+    node.source.set_pods(frozenset())
+    node.poll()  # the first pass, before the kubelet named any pod
+    log = node.dir() / "0.log"
+    now = time.time()
+    node.write(
+        log,
+        rec(now - 3600, "gpu-node-1:4021:4188 [0] NCCL WARN an hour ago, before the exporter started"),
+        rec(now + 1, "gpu-node-1:4021:4188 [0] NCCL WARN after the exporter started"),
+    )
+    node.source.set_pods(frozenset({POD}))
+    node.poll()
+    assert node.pod().warnings == 1
