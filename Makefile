@@ -45,6 +45,7 @@ bench: $(VENV)/.installed
 	$(BIN)/python bench/core.py
 	$(BIN)/python bench/detection.py
 	$(BIN)/python bench/doctor.py
+	$(BIN)/python bench/podlogs.py
 
 bench-detection: $(VENV)/.installed
 	$(BIN)/python bench/detection.py

@@ -16,6 +16,8 @@ from exporter.sampler import Sampler, Snapshot
 from exporter.sources.host import HostSource
 from exporter.sources.kubelet import PodResourcesSource
 from exporter.sources.nvml import NvmlSource
+from exporter.sources.podlogs import PodLogSource
+from exporter.sources.progress import ProgressStore
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +30,19 @@ def real_nvml() -> ModuleType | None:
         log.warning("nvidia-ml-py is not installed: GPU metrics are off")
         return None
     return pynvml
+
+
+def pod_log_source(settings: Settings, errors: ErrorCounter, sys_root: str) -> PodLogSource | None:
+    """The pod-log source when --pod-logs names a directory, with the user's patterns first."""
+    if not settings.pod_logs:
+        return None
+    from exporter.logparse import PATTERNS, load_patterns
+
+    extra = ()
+    if settings.log_patterns:
+        with open(settings.log_patterns, encoding="utf-8") as f:
+            extra = load_patterns(f.read())
+    return PodLogSource(settings.pod_logs, errors, extra + PATTERNS, sys_root=sys_root)
 
 
 class Application:
@@ -57,7 +72,17 @@ class Application:
             if settings.pod_resources_socket
             else None
         )
-        self.sampler = Sampler(settings, self.errors, host, nvml, clock=clock, kubelet=kubelet)
+        self.progress = ProgressStore(clock) if settings.progress_api else None
+        self.sampler = Sampler(
+            settings,
+            self.errors,
+            host,
+            nvml,
+            clock=clock,
+            kubelet=kubelet,
+            podlogs=pod_log_source(settings, self.errors, str(options["sys_root"])),
+            progress=self.progress,
+        )
         # the node doctor's checks, on their own thread; the sampler publishes their latest results
         self.checker = NodeChecker.for_settings(settings, nvml_module, options, xids=self._xids)
         self.sampler.checker = self.checker

@@ -52,6 +52,14 @@ def _float(text: str) -> float:
     return value
 
 
+def _onoff(text: str) -> bool:
+    if text.strip().lower() in ("on", "true", "1", "yes"):
+        return True
+    if text.strip().lower() in ("off", "false", "0", "no", ""):
+        return False
+    raise ValueError(f"must be on or off, not {text!r}")
+
+
 def _level(text: str) -> str:
     if text.lower() not in ("debug", "info", "warning", "error"):
         raise ValueError(f"log level must be debug, info, warning or error, not {text!r}")
@@ -103,6 +111,20 @@ SERVE_FLAGS = (
         "GPUs the node should have, for the node checks (0: count the bus)",
     ),
     Flag("--log-level", "log_level", _level, "debug, info, warning or error"),
+    Flag(
+        "--pod-logs",
+        "pod_logs",
+        str,
+        "follow the logs of the pods holding GPUs under this directory (the node's /var/log/pods) for "
+        "progress, NCCL transports and errors; empty: off",
+    ),
+    Flag(
+        "--log-patterns",
+        "log_patterns",
+        str,
+        "a JSON file of extra progress patterns: [{name, regex, step, seconds, seconds_unit}]",
+    ),
+    Flag("--progress-api", "progress_api", _onoff, "on: accept POST /v1/progress {namespace, pod, step}"),
 )
 # record samples like serve but serves nothing: it takes every serve flag except these
 LISTEN_FLAGS = frozenset({"--listen-address", "--port"})
@@ -157,7 +179,22 @@ def settings_from(
         ) from None
     if settings.simulate:
         _check_scenario(settings, origins["simulate"], origins["sim_gpus"])
+    if settings.log_patterns:
+        _check_patterns(settings.log_patterns, origins["log_patterns"])
     return settings
+
+
+def _check_patterns(path: str, origin: str) -> None:
+    """The progress patterns file reads and every entry compiles."""
+    from exporter.logparse import PatternError, load_patterns
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            load_patterns(f.read(1 << 20))
+    except OSError as exc:
+        raise UsageError(f"{origin}: cannot read {path} ({exc.strerror})") from None
+    except (PatternError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{origin}: {path}: {exc}") from None
 
 
 def _check_scenario(settings: Settings, origin: str, gpus_origin: str) -> None:
@@ -208,10 +245,16 @@ def build_parser() -> argparse.ArgumentParser:
     from exporter.doctor.command import add_parser as add_doctor
 
     add_doctor(sub, _add_flags)
+    nccl = sub.add_parser(
+        "nccl-check",
+        help="read saved NCCL_DEBUG=INFO logs and print the bring-up checklist (exit 0 pass, 1 warn, 2 fail)",
+    )
+    nccl.add_argument("logs", nargs="+", metavar="LOG", help="log files (plain, CRI or .gz; '-' for stdin)")
+    nccl.add_argument("--json", action="store_true", help="one JSON object instead of the checklist")
     return parser
 
 
-COMMANDS = ("serve", "scenarios", "replay", "record", "doctor")
+COMMANDS = ("serve", "scenarios", "replay", "record", "doctor", "nccl-check")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -228,6 +271,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from exporter.doctor.command import run as doctor
 
             return doctor(args, dict(os.environ))
+        if args.command == "nccl-check":
+            from exporter.nccl_check import run
+
+            return run(args.logs, args.json)
         if args.command == "record":
             duration = _duration(args.duration)
             return _record(settings_from(args, dict(os.environ), RECORD_FLAGS), args.output, duration)
@@ -295,6 +342,8 @@ def _application(settings: Settings):  # -> tuple[Application, SimulatedNode | N
         node.host.start()
         if settings.pod_resources_socket:
             settings = replace(settings, pod_resources_socket=node.kubelet_socket)
+        if settings.pod_logs:  # the simulated pods write their own logs
+            settings = replace(settings, pod_logs=node.start_logs())
         log.info(
             "simulating %d x %s, scenario %r", settings.sim_gpus, node.model.board.name, settings.simulate
         )

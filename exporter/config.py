@@ -38,6 +38,9 @@ class Settings:
     sim_gpus: int = 8
     log_level: str = "info"
     expected_gpus: int = 0  # the node doctor's GPU count; 0: the NVIDIA GPUs on the PCI bus
+    pod_logs: str = ""  # the kubelet's pod log directory (/var/log/pods); empty: pod logs are not read
+    log_patterns: str = ""  # a JSON file of extra progress patterns
+    progress_api: bool = False  # accept POST /v1/progress
 
     def __post_init__(self) -> None:
         problems: list[tuple[str, str]] = []

@@ -307,12 +307,77 @@ def _node_checks(fams: _Families, snapshot: Snapshot) -> None:
         ).add(labels(check=r.check, severity=severity), 1 if status in ("fail", "warn") else 0)
 
 
+def _pod_logs(fams: _Families, snapshot: Snapshot) -> None:
+    """What the GPU pods' logs say: derived numbers only, label values from closed vocabularies."""
+    from exporter.logparse import ERROR_KINDS
+
+    v = snapshot.pod_logs
+    if v is None:
+        return
+    for c in v.containers:
+        text = labels(namespace=c.namespace, pod=c.pod, container=c.container)
+        _set(
+            fams,
+            "gpu_pod_log_last_line_seconds",
+            "Time of the container's newest log line (or progress report), Unix seconds.",
+            text,
+            c.last_line_t,
+        )
+        _set(
+            fams,
+            "gpu_pod_training_step",
+            "The newest training step the container's log (or a progress report) shows.",
+            text,
+            c.step,
+        )
+        _set(
+            fams,
+            "gpu_pod_step_seconds",
+            "Seconds per training step, as the log says or from successive steps.",
+            text,
+            c.step_seconds,
+        )
+    for p in v.pods:
+        pod = labels(namespace=p.namespace, pod=p.pod)
+        if p.version or p.network:
+            fams.gauge(
+                "gpu_pod_nccl_info", "NCCL's version and network plugin, from NCCL_DEBUG=INFO lines."
+            ).add(f"{pod},{labels(version=p.version, network=p.network)}", 1)
+        for scope, name in p.transports:
+            fams.gauge(
+                "gpu_pod_nccl_transport", "A transport NCCL set up channels on (scope intra or inter node)."
+            ).add(f"{pod},{labels(scope=scope, transport=name)}", 1)
+        fams.counter(
+            "gpu_pod_nccl_warnings", "NCCL WARN lines in the pod's logs since the exporter started."
+        ).add(pod, p.warnings)
+        errors = dict(p.errors)
+        fam = fams.counter("gpu_pod_log_errors", "Job-ending errors in the pod's logs, by kind.")
+        for kind in ERROR_KINDS:  # from zero, so that increase() sees the first
+            fam.add(f'{pod},kind="{kind}"', errors.get(kind, 0))
+    _set(
+        fams,
+        "gpu_node_rdma_devices",
+        "RDMA devices of the node (/sys/class/infiniband: IB HCAs, EFA).",
+        "",
+        v.rdma_devices,
+    )
+    lines = fams.counter("gpu_exporter_pod_log_lines", "Pod log records read, by what became of them.")
+    lines.add('result="parsed"', v.lines - v.skipped_lines - v.junk)
+    lines.add('result="skipped"', v.skipped_lines)
+    lines.add('result="junk"', v.junk)
+    fams.counter(
+        "gpu_exporter_pod_log_skipped_bytes",
+        "Pod log bytes jumped over (backlog beyond a read's bound, over-long lines).",
+    ).add("", v.skipped_bytes)
+
+
 def families(snapshot: Snapshot) -> list[Family]:
     fams = _Families()
     for view in snapshot.gpus:
         _gpu(fams, view, snapshot)
     _host(fams, snapshot)
     _node_checks(fams, snapshot)
+    _pod_logs(fams, snapshot)
     _self(fams, snapshot)
     return list(fams)
 

@@ -27,6 +27,8 @@ from exporter.sources.host import HostSource
 from exporter.sources.kubelet import Assignment, PodRef, PodResourcesSource
 from exporter.sources.nvml import Device, GpuLost, GpuReadFailed, NvmlSource, SessionError, error_name
 from exporter.sources.nvml_events import XidWatcher
+from exporter.sources.podlogs import PodLogSource, PodLogsView
+from exporter.sources.progress import ProgressStore, merged
 from exporter.sources.readings import GpuIdentity, GpuReading, HostReading
 from exporter.thresholds import (
     KUBELET_SOCKET_RECOUNT,
@@ -109,6 +111,7 @@ class Snapshot:
     pod_shm_default: dict[tuple[str, str], bool] = field(default_factory=dict)  # (ns, pod) of GPU pods
     pod_assignment_t: float | None = None  # wall time of the kubelet answer the pod labels come from
     node_checks: tuple = ()  # the node doctor's latest results (exporter.doctor.model.Result)
+    pod_logs: PodLogsView | None = None  # what the GPU pods' logs (and progress reports) say; None: off
 
 
 EMPTY_SNAPSHOT = Snapshot(0, 0.0, False, False, {}, (), None, {}, {}, {}, {})
@@ -135,8 +138,13 @@ class Sampler:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         kubelet: PodResourcesSource | None = None,
+        podlogs: PodLogSource | None = None,
+        progress: ProgressStore | None = None,
     ) -> None:
         self.settings = settings
+        # the job's own word (pod logs on their own thread, progress reports): GPU index -> newest sign
+        self.podlogs, self.progress = podlogs, progress
+        self._progress_t: dict[int, float] = {}
         self.kubelet = kubelet
         self._kubelet_call: Call | None = None
         self._next_kubelet = 0.0
@@ -194,6 +202,8 @@ class Sampler:
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="sampler", daemon=True)
         self._thread.start()
+        if self.podlogs is not None:
+            self.podlogs.start()
 
     def stop(self) -> None:
         self._stop.set()
@@ -202,6 +212,8 @@ class Sampler:
         self._close_session(wait_s=1.0)
         if self.kubelet is not None:
             self.kubelet.close()
+        if self.podlogs is not None:
+            self.podlogs.stop()
 
     def _loop(self) -> None:
         interval = self.settings.interval_s
@@ -395,6 +407,9 @@ class Sampler:
         index = slot.device.index
         failed = [ok for (a, _, cap), ok in self._p2p.items() if a == index and cap == "nvlink"]
         points = gpu_points(reading, prev, p2p_failed=failed.count(False) if failed else None)
+        if index in self._progress_t:
+            last = self._progress_t[index]
+            points = [replace(p, log_silent_s=max(0.0, p.t - last)) for p in points]
         gpu = str(index)
         self.analyzer.set_identity(gpu, reading.identity.name, reading.temp_slowdown_c)
         self.analyzer.add_gpu_points(gpu, points)
@@ -593,6 +608,7 @@ class Sampler:
             shm = tuple(s for s in host.shm if s.volume != "dev-shm" or (s.namespace, s.pod) in gpu_pods)
             host = replace(host, shm=shm)
         shm_default = default_shm(gpu_pods, host.shm, host.pod_dev_shm) if host is not None else {}
+        pod_logs = self._progress_signals(frozenset(gpu_pods), owners)
         self._seq += 1
         self._snapshot = Snapshot(
             seq=self._seq,
@@ -609,5 +625,29 @@ class Sampler:
             pod_shm_default=shm_default,
             pod_assignment_t=self._assignments_t,
             node_checks=getattr(self.checker, "latest", ()),
+            pod_logs=pod_logs,
         )
         return self._snapshot
+
+    def _progress_signals(
+        self, gpu_pods: frozenset[tuple[str, str]], owners: dict[int, PodRef]
+    ) -> PodLogsView | None:
+        """Hand the pod list to the log source and the progress store; take their latest numbers."""
+        if self.podlogs is None and self.progress is None:
+            return None
+        if self.podlogs is not None:
+            self.podlogs.set_pods(gpu_pods)
+        if self.progress is not None:
+            self.progress.forget_except(gpu_pods)
+        view = merged(
+            self.podlogs.view if self.podlogs else None, self.progress.view() if self.progress else {}
+        )
+        if self.podlogs is not None and view is not None and view.collected_t is not None:
+            self._durations["podlogs"] = view.duration_s or 0.0
+            self._last_success["podlogs"] = view.collected_t
+        self._progress_t = {}
+        for index, ref in owners.items():
+            last = view.last_line(ref.namespace, ref.pod) if view is not None else None
+            if last is not None:
+                self._progress_t[index] = last
+        return view

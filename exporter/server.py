@@ -62,6 +62,11 @@ def create_app(application: Application) -> FastAPI:
             return PlainTextResponse("ready\n")
         return PlainTextResponse("not ready: the first collection has not finished\n", status_code=503)
 
+    if application.progress is not None:  # --progress-api on
+        from exporter import progress_api
+
+        progress_api.route(app, application.progress)
+
     @app.get("/", response_class=HTMLResponse)
     async def index() -> HTMLResponse:
         return HTMLResponse(INDEX.format(version=__version__))

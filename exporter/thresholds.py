@@ -406,6 +406,84 @@ HANG_RESOLVE = _t(
     "Traffic or real work for 10 s ends a hang.",
 )
 
+# ---- what the training's own log says (pod logs, POST /v1/progress) --------------------------------------
+PROGRESS_SILENCE = _t(
+    "progress.silence_seconds",
+    30.0,
+    "seconds",
+    "A running rank prints at least every half minute in the usual setups (progress bars refresh every "
+    "second, Megatron and DeepSpeed log every few steps). Silence alone never pages: it confirms a hang "
+    "only while NVML sees every rank of the job pinned in a quiet collective, the hang operators diagnose "
+    "by hand ('the log stopped at 23:08'); a job that logs less often only loses the early page. Lines "
+    "newer than this mean the job moves: not a hang (an idle tensor-parallel server logging requests).",
+)
+HANG_NO_PROGRESS_FIRE = _t(
+    "hang.no_progress_fire_after_seconds",
+    10.0,
+    "seconds",
+    "A hang the log confirms (its silence on top of the NVML picture on every rank) needs only 10 s more "
+    "to rule out a sampling blip: it fires well before the NVML-only verdict's minute.",
+)
+PODLOG_POLL = _t(
+    "podlogs.poll_seconds",
+    1.0,
+    "seconds",
+    "Pod logs are read once a second, on their own thread: the last line's time is exact to a second and "
+    "a scrape never waits for a file.",
+)
+PODLOG_LINES_PER_SECOND = _t(
+    "podlogs.lines_per_second",
+    2000.0,
+    "count",
+    "A training container writes tens of lines a second (a few hundred at NCCL init); above 2,000 a "
+    "second per container the oldest lines of a read are skipped (counted), so a chatty pod cannot take "
+    "the exporter's core. The newest line still sets the time of the last line.",
+)
+PODLOG_READ_BYTES = _t(
+    "podlogs.read_max_bytes",
+    1 << 20,
+    "bytes",
+    "At most 1 MiB of a container's log is read per poll; a backlog beyond it is skipped (counted).",
+)
+PODLOG_LINE_BYTES = _t(
+    "podlogs.line_max_bytes",
+    64 << 10,
+    "bytes",
+    "The runtime splits lines at 16 KiB (P records); a joined line is kept to 64 KiB, the rest dropped.",
+)
+PODLOG_TAIL_BYTES = _t(
+    "podlogs.tail_bytes",
+    64 << 10,
+    "bytes",
+    "A log found at start is read from its last 64 KiB (the last line's time, the step, the transports), "
+    "never whole: warnings and errors are counted from there on.",
+)
+PODLOG_MAX_CONTAINERS = _t(
+    "podlogs.max_containers",
+    64.0,
+    "count",
+    "Containers followed at most: a node's GPU pods have a handful; the bound keeps memory fixed.",
+)
+NCCL_WARNINGS = _t(
+    "nccl.warnings_per_10m",
+    3.0,
+    "count",
+    "NCCL prints a WARN for each fallback or failed call; a few at init happen, more than three in ten "
+    "minutes of a running job is a fault repeating (a link flapping, a plugin retrying).",
+)
+PROGRESS_MAX_PODS = _t(
+    "progress.max_pods",
+    256.0,
+    "count",
+    "POST /v1/progress keeps the step of at most 256 pods (a node runs a few); others are refused.",
+)
+PROGRESS_BODY_BYTES = _t(
+    "progress.body_max_bytes",
+    1024.0,
+    "bytes",
+    "A progress report is {namespace, pod, step}: a kilobyte is plenty; larger bodies are refused.",
+)
+
 THERMAL_REASON_SHARE = _t(
     "thermal.reason_share",
     0.3,
@@ -893,6 +971,57 @@ def board_nvlinks(name: str) -> int | None:
             return NVLINKS_BY_BOARD[key]
     return None
 
+
+# what the GPU pods' logs say (--pod-logs)
+_alert(
+    "GpuNcclNotOnNvlink",
+    600.0,
+    "warning",
+    "A job whose GPUs talk through SHM or NVLink reads on a node built for NVLink writes runs every "
+    "collective slower until it is restarted on a fixed node: ten minutes skips a pod being replaced; a "
+    "warning, the job still runs.",
+)
+_alert(
+    "GpuNcclSocketsWithRdma",
+    600.0,
+    "warning",
+    "Inter-node traffic on TCP sockets while the node has EFA/IB devices is a plugin or configuration "
+    "fault that lasts the job: ten minutes skips a pod being replaced; a warning, the job still runs.",
+)
+_alert(
+    "GpuNcclWarnings",
+    0.0,
+    "warning",
+    "The rule already counts ten minutes of NCCL WARN lines: it fires at once, as a warning.",
+)
+_alert(
+    "GpuPodShmBusError",
+    0.0,
+    "warning",
+    "A DataLoader worker killed by a Bus error has already ended or crippled the job: at once, as a "
+    "warning (the fix is the pod's /dev/shm, not the node).",
+)
+_alert(
+    "GpuPodCudaOom",
+    0.0,
+    "warning",
+    "CUDA out of memory has already ended the step or the job: at once, as a warning (the fix is the "
+    "job's batch or sharding, not the node).",
+)
+_alert(
+    "GpuNcclCollectiveTimeout",
+    0.0,
+    "critical",
+    "The NCCL watchdog (or a DistBackendError) has already killed the job, usually for a hung or lost "
+    "rank: at once, critical, since every GPU of the job sits idle until someone restarts it.",
+)
+_alert(
+    "GpuNcclNetworkError",
+    0.0,
+    "critical",
+    "An RDMA completion error (status 12: retries exceeded) is a link or fabric fault between nodes that "
+    "kills jobs: at once, critical.",
+)
 
 # XID codes that mean trouble with the GPU or its driver rather than with a user's program. Their
 # counters are exported from zero, so that increase() sees the first event.

@@ -24,7 +24,7 @@ from typing import IO
 from exporter.analysis.points import GpuPoint, HostPoint
 
 MIB = float(1 << 20)
-UNIT_SCALE = {"%": 0.01, "mib": MIB, "mib/s": MIB, "w": 1.0, "mhz": 1e6, "": 1.0, "c": 1.0}
+UNIT_SCALE = {"%": 0.01, "mib": MIB, "mib/s": MIB, "w": 1.0, "mhz": 1e6, "": 1.0, "c": 1.0, "s": 1.0}
 MISSING = {"", "n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]", "[gpu is lost]", "nan"}
 
 # column name -> (point, attribute, unit of the value stored in the point); units come from the file
@@ -57,6 +57,7 @@ GPU_COLUMNS: dict[str, tuple[str, str]] = {
     "nvlink.errors": ("gpu", "nvlink_errors"),
     "p2p.failed": ("gpu", "p2p_failed"),
     "fabric.ready": ("gpu", "fabric_ready"),
+    "progress.log_silent": ("gpu", "log_silent_s"),
     "host.cpu.iowait": ("host", "iowait"),
     "host.cpu.max_core": ("host", "core_busy_max"),
     "host.shm.used": ("host", "shm_used_bytes"),
@@ -138,6 +139,7 @@ WRITE_COLUMNS: tuple[tuple[str, str, str, float, str], ...] = (
     ("nvlink.errors", "gpu", "nvlink_errors", 1.0, "{:.0f}"),
     ("p2p.failed", "gpu", "p2p_failed", 1.0, "{:.0f}"),
     ("fabric.ready", "gpu", "fabric_ready", 1.0, "{:.0f}"),
+    ("progress.log_silent [s]", "gpu", "log_silent_s", 1.0, "{:.1f}"),
     ("host.cpu.iowait [%]", "host", "iowait", 100.0, "{:.1f}"),
     ("host.cpu.max_core [%]", "host", "core_busy_max", 100.0, "{:.1f}"),
     ("host.shm.used [MiB]", "host", "shm_used_bytes", 1 / MIB, "{:.0f}"),

@@ -293,15 +293,21 @@ def start_exporter(args: list[str], port: int, log: Path | None = None) -> subpr
 
 @contextmanager
 def simulated_fleet(
-    workdir: Path, rules: Path, scenarios: dict[str, str], label: str
+    workdir: Path,
+    rules: Path,
+    scenarios: dict[str, str],
+    label: str,
+    extra_args: dict[str, list[str]] | None = None,
 ) -> Iterator[tuple[Stack, PageReceiver]]:
     """One simulated 2-GPU exporter per scenario (``name -> --simulate``), each a target labelled
-    ``label=name``, behind a started Stack that pages into the returned receiver; all stopped on exit."""
+    ``label=name``, behind a started Stack that pages into the returned receiver; all stopped on exit.
+    ``extra_args``: more flags for some scenarios' exporters (``name -> [flag, value, ...]``)."""
     receiver = PageReceiver()
     exporters, targets = [], []
     for name, simulate in scenarios.items():
         port = free_port()
         args = ["--simulate", simulate, "--sim-gpus", "2", "--interval", "0.5"]
+        args += (extra_args or {}).get(name, [])
         exporters.append(start_exporter(args, port, log=workdir / f"exporter-{name}.log"))
         targets.append(Target(port, {label: name}))
     stack = Stack(workdir / "stack", rules, targets, receiver.url)

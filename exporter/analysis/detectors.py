@@ -28,6 +28,7 @@ from exporter.thresholds import (
     POWER_CAP_BELOW_DEFAULT,
     POWER_CAP_SHARE,
     POWER_LOW,
+    PROGRESS_SILENCE,
     PSI_CPU_HIGH,
     PSI_IO_HIGH,
     RECENT_WAIT_SHARE,
@@ -74,6 +75,7 @@ CLOCK_MARGIN = 0.02  # clock evidence starts 2 points above the throttled-clock 
 SLOWDOWN_NEAR_C = 3  # within 3 degrees of the slowdown point counts as at it
 CAP_DEPTH = 0.3  # a cap 30 points further below the default limit is as deep as it gets
 STALLED_SHARE = 0.5  # half of the evidence window in the ledger's stalled state: hang evidence
+FLOWING = 0.2  # the job's log still moves: under the exit score, so a hang verdict never holds on
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,7 @@ class Context:
     slowdown_c: float | None = None
     pauses: int = 0  # stopped runs longer than the pause allowance within the fast window
     peers: int = 0  # other GPUs held by the same job
+    silent_s: float | None = None  # seconds since the job's last log line or progress report
 
 
 def covered(
@@ -379,6 +382,23 @@ def detect_comm_hang(c: Context) -> Evidence:
     ev = comm_hang(c.f)
     if ev.missing:
         return ev
+    if c.silent_s is not None:
+        return _hang_with_progress(ev, c.silent_s, c)
+    return _hang_from_nvml(ev, c)
+
+
+def _hang_with_progress(ev: Evidence, silent_s: float, c: Context) -> Evidence:
+    """The job's own log decides: lines flowing is a job that moves (an idle server at the same NVML
+    picture), a log silent past the allowance while the GPU sits in a quiet collective is a hang."""
+    if silent_s < PROGRESS_SILENCE.value:
+        return Evidence(score=min(_hang_from_nvml(ev, c).score, FLOWING))
+    quiet = max(ev.score, SCORE_ENTER.value * c.recent.get("stalled") / STALLED_SHARE)
+    if quiet >= SCORE_EXIT.value:
+        return Evidence(score=STRONG, cause="no_progress")
+    return _hang_from_nvml(ev, c)
+
+
+def _hang_from_nvml(ev: Evidence, c: Context) -> Evidence:
     if c.peers == 0 and c.f.sm_mean is None and c.f.mem_util_mean is None:
         return Evidence()  # alone, low power at full utilization may be light compute: power cannot tell
     # the ledger's stalled time already means every rank quiet past the pause allowance: half of the

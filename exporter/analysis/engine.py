@@ -20,6 +20,7 @@ from exporter.thresholds import (
     EVAL_INTERVAL,
     EVIDENCE_WINDOW,
     HANG_FIRE,
+    HANG_NO_PROGRESS_FIRE,
     HANG_PEER_FIRE,
     IDLE_AFTER,
     IDLE_MEMORY,
@@ -224,6 +225,7 @@ class Analyzer:
                 slowdown_c=state.slowdown_c,
                 pauses=state.ledger.pauses(now),
                 peers=held.get(state.group, 0) - (1 if state.held else 0),
+                silent_s=_silent(points, now),
             )
             evidence[gpu] = {name: kind.detector(ctx) for name, kind in REGISTRY.items()}
             for kind, ev in evidence[gpu].items():
@@ -267,6 +269,8 @@ class Analyzer:
                         # wait counts.
                         hold = HANG_FIRE.value if all_hung else HANG_PEER_FIRE.value
                         cause = "all_ranks" if all_hung else "peer_not_in_collective"
+                        if all_hung and all(evidence[g][kind].cause == "no_progress" for g in members):
+                            hold, cause = HANG_NO_PROGRESS_FIRE.value, "no_progress"  # the log confirms it
                         related = tuple(g for g in hung if g != gpu)
                     elif kind == "data_starvation":
                         related = tuple(
@@ -295,6 +299,13 @@ class Analyzer:
                         )
                     out[gpu][kind] = KindState(ev.score, track.firing, track.cause if track.firing else "")
         return out, events
+
+
+def _silent(points: list[GpuPoint], now: float) -> float | None:
+    """Seconds since the job's last sign of progress, from the newest point (None: no log signal)."""
+    if not points or points[-1].log_silent_s is None:
+        return None
+    return points[-1].log_silent_s + max(0.0, now - points[-1].t)
 
 
 def _off_kernel(recent: Shares) -> float:

@@ -76,7 +76,7 @@ _ALL = (
         _timing(HANG_FIRE, HANG_RESOLVE),
         "GpuCommHang",
         "stall",
-        ("all_ranks", "peer_not_in_collective"),
+        ("all_ranks", "peer_not_in_collective", "no_progress"),
         "stuck in a collective: util pinned, power near idle, no NVLink/PCIe traffic, for minutes",
         "hung",
         "dark-red",

@@ -40,6 +40,7 @@ class GpuPoint:
     nvlink_errors: float | None = None  # cumulative replay + recovery + CRC errors over all links
     p2p_failed: float | None = None  # peers this GPU cannot reach peer-to-peer
     fabric_ready: bool | None = None  # NVSwitch fabric registration completed
+    log_silent_s: float | None = None  # seconds since the job's last log line or progress report
 
 
 @dataclass(frozen=True, slots=True)

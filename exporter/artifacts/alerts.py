@@ -34,6 +34,7 @@ PARAMS: dict[str, th.Threshold] = {
     "idle_memory_bytes": th.IDLE_MEMORY,
     "stale_seconds": th.COLLECT_STALE,
     "collect_errors_per_minute": th.COLLECT_ERROR_RATE,
+    "nccl_warnings": th.NCCL_WARNINGS,
 }
 
 # the node a series comes from: the chart relabels `node` from the pod's node; else the target
@@ -154,6 +155,86 @@ _NODE_CHECK = (
     '(gpu_node_check_failed{{severity="{severity}"}} == 1)'
     " * ignoring (severity, status, detail) group_left (detail) gpu_node_check_info"
 )
+
+POD_LOGS_GROUP = "gpu-pod-logs"
+_POD_ON = "Pod {{ $labels.namespace }}/{{ $labels.pod }} on " + NODE
+
+
+def _log_errors(kinds: tuple[str, ...]) -> str:
+    from exporter.logparse import ERROR_KINDS
+
+    unknown = set(kinds) - set(ERROR_KINDS)
+    if unknown:
+        raise ValueError(f"error kinds the parser does not have: {sorted(unknown)}")
+    return 'increase(gpu_pod_log_errors_total{kind=~"' + "|".join(kinds) + '"}[10m]) > 0'
+
+
+def _pod_log_alerts() -> tuple[Alert, ...]:
+    from exporter.logparse import ERROR_FAMILIES, OFF_NVLINK
+
+    return (
+        Alert(
+            "GpuNcclNotOnNvlink",
+            POD_LOGS_GROUP,
+            'gpu_pod_nccl_transport{scope="intra",transport=~"' + "|".join(OFF_NVLINK) + '"} == 1'
+            " and on (instance) (count by (instance) (gpu_nvlink_up == 1) > 0)",
+            "NCCL does not write over NVLink inside the node.",
+            _POD_ON + " runs NCCL channels via {{ $labels.transport }} although the node's GPUs have NVLink: "
+            "P2P writes are unavailable (fabric manager not running, P2P disabled or blocked), so every "
+            "collective is slower.",
+        ),
+        Alert(
+            "GpuNcclSocketsWithRdma",
+            POD_LOGS_GROUP,
+            'gpu_pod_nccl_transport{scope="inter",transport="NET/Socket"} == 1'
+            " and on (instance) gpu_node_rdma_devices > 0",
+            "NCCL talks between nodes over TCP sockets although EFA/IB devices exist.",
+            _POD_ON + " sends NCCL traffic between nodes over sockets while the node has RDMA devices: the "
+            "network plugin did not load or is disabled.",
+        ),
+        Alert(
+            "GpuNcclWarnings",
+            POD_LOGS_GROUP,
+            "increase(gpu_pod_nccl_warnings_total[10m]) > ${nccl_warnings}",
+            "NCCL warnings are climbing.",
+            _POD_ON + " logged {{ $value | humanize }} NCCL WARN lines in 10 minutes: a fallback or a fault "
+            "repeating.",
+        ),
+        Alert(
+            "GpuPodShmBusError",
+            POD_LOGS_GROUP,
+            _log_errors(ERROR_FAMILIES["shm"]),
+            "DataLoader workers die (Bus error).",
+            _POD_ON
+            + " logged DataLoader workers killed ({{ $labels.kind }}): /dev/shm is too small or full.",
+        ),
+        Alert(
+            "GpuPodCudaOom",
+            POD_LOGS_GROUP,
+            _log_errors(ERROR_FAMILIES["oom"]),
+            "A GPU job ran out of GPU memory.",
+            _POD_ON + " logged CUDA out of memory: the step or the job failed.",
+        ),
+        Alert(
+            "GpuNcclCollectiveTimeout",
+            POD_LOGS_GROUP,
+            _log_errors(ERROR_FAMILIES["collective_timeout"]),
+            "An NCCL collective timed out and the job failed.",
+            _POD_ON + " logged {{ $labels.kind }}: a collective never completed (a hung or lost rank) and "
+            "the job was killed.",
+        ),
+        Alert(
+            "GpuNcclNetworkError",
+            POD_LOGS_GROUP,
+            _log_errors(ERROR_FAMILIES["network"]),
+            "An RDMA transfer between nodes failed.",
+            _POD_ON + " logged an NCCL IB/EFA completion error: a link or the fabric between nodes is "
+            "failing.",
+        ),
+    )
+
+
+POD_LOG_ALERTS = _pod_log_alerts()
 
 ALERTS: tuple[Alert, ...] = (
     *_verdict_alerts(),
@@ -292,6 +373,8 @@ ALERTS: tuple[Alert, ...] = (
         "Node check {{ $labels.check }} warns on " + NODE + " ({{ $labels.detail }}). Run "
         "`gpu-bottleneck-exporter doctor` in the exporter's pod on that node for the evidence and the fix.",
     ),
+    # ---- what the GPU pods' logs say (--pod-logs) --------------------------------------------------
+    *POD_LOG_ALERTS,
     # ---- the exporter itself ----------------------------------------------------------------------
     Alert(
         "GpuExporterDown",

@@ -16,6 +16,7 @@ from exporter.sim.faults import Fault, FaultPlan
 from exporter.sim.hostfs import SimHost
 from exporter.sim.kubelet import SimKubelet, SimPod
 from exporter.sim.physics import BoardSpec, NodeModel
+from exporter.sim.podlogs import SimPodLogs
 from exporter.sim.scenarios import Scenario, ScenarioError, parse_scenario, scenario_names
 
 __all__ = [
@@ -58,6 +59,7 @@ class SimulatedNode:
         self._pods_lock = threading.Lock()
         self.host.before_refresh = self.current_pods
         self.kubelet = SimKubelet(str(self.host.root / "kubelet.sock"), self.current_pods).start()
+        self.logs: SimPodLogs | None = None
         if not library_present:
             # what pynvml raises when libnvidia-ml.so.1 cannot be loaded; clear the fault to "install" it
             self.faults.add("nvmlInitWithFlags", pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
@@ -96,6 +98,13 @@ class SimulatedNode:
     def kubelet_socket(self) -> str:
         return self.kubelet.socket_path
 
+    def start_logs(self) -> str:
+        """The pods start writing their container logs; returns the directory (the node's /var/log/pods)."""
+        if self.logs is None:
+            # the node has EFA devices (hostfs): NCCL on sockets between nodes (comm_bound) is a fault
+            self.logs = SimPodLogs(self.model, self.pods, self.host.root / "pods").start()
+        return str(self.logs.root)
+
     def host_options(self) -> dict[str, object]:
         return {
             "proc_root": self.host.proc_root,
@@ -111,6 +120,8 @@ class SimulatedNode:
 
     def close(self) -> None:
         self.faults.clear()
+        if self.logs is not None:
+            self.logs.close()
         self.uninstall()
         self.kubelet.stop()
         self.host.close()

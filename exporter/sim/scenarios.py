@@ -113,6 +113,7 @@ class Scenario:
     cap_w: float = 450.0  # power_cap: enforced limit
     pods: int = 1  # jobs on the node: 1 pod holding every GPU, or 2 splitting them (the 2nd on default shm)
     churn_s: float = 0.0  # a new pod (or pair) takes the GPUs every this many seconds; 0 = never
+    logs: str = "stop"  # comm_hang: the job's log stops (a hang), or keeps flowing (an idle server)
     params: dict[str, str] = field(default_factory=dict)
 
     def affected(self, n_gpus: int) -> tuple[int, ...]:
@@ -164,6 +165,10 @@ def _apply_param(s: Scenario, key: str, value: str) -> Scenario:
             return replace(s, shm_size_bytes=int(float(value) * (1 << 30)))
         if key == "cap":
             return replace(s, cap_w=float(value))
+        if key == "logs":
+            if value not in ("stop", "flow"):
+                raise ScenarioError("logs must be stop or flow")
+            return replace(s, logs=value)
         if key == "pods":
             if value not in ("1", "2"):
                 raise ScenarioError("pods must be 1 or 2")
@@ -178,7 +183,7 @@ def _apply_param(s: Scenario, key: str, value: str) -> Scenario:
             raise
         raise ScenarioError(f"bad value {value!r} for scenario parameter {key!r}") from exc
     raise ScenarioError(
-        f"unknown scenario parameter {key!r} (onset, gpus, cause, fill, shm_gib, cap, pods, churn)"
+        f"unknown scenario parameter {key!r} (onset, gpus, cause, fill, shm_gib, cap, pods, churn, logs)"
     )
 
 

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from exporter.analysis.kinds import KINDS
 from exporter.artifacts import alerts
 from exporter.thresholds import ALERT_POLICIES
 from scripts.stack import simulated_fleet
@@ -42,7 +43,15 @@ SCENARIOS = {
     # the node doctor's live checks: no fabric manager on an NVSwitch node (seed 003), a node-level page
     "no_fabric": ("no_fabric_manager", "GpuNodeCheckFailed", {"check": "fabric", "detail": "not_started"}),
     "healthy": ("healthy", None, {}),
+    # with the pods' logs read: the hung job's log stops and confirms the hang early; the same NVML
+    # picture with lines flowing (an idle tensor-parallel server) pages nothing
+    "hang_logs": ("comm_hang", "GpuCommHang", {"kind": "comm_hang", "cause": "no_progress", **POD}),
+    "serving": ("comm_hang:logs=flow", None, {}),
 }
+POD_LOGS = {name: ["--pod-logs", "on"] for name in ("hang_logs", "serving")}  # on: the simulated pods' logs
+# the idle server is busy at low power, which the raw-signal rules (GpuPowerFarBelowTdp) rightly report;
+# what it must not get is a verdict's page
+VERDICT_ALERTS = {kind.alert for kind in KINDS.values()}
 
 
 @pytest.mark.slow
@@ -53,7 +62,7 @@ def test_each_failure_pages_with_its_labels_and_healthy_pages_nothing(tmp_path):
     rules = tmp_path / "rules.yml"
     rules.write_text(alerts.render(for_override="0s"))  # the verdicts carry their own hold times
     scenarios = {name: simulate for name, (simulate, _, _) in SCENARIOS.items()}
-    with simulated_fleet(tmp_path, rules, scenarios, label="scenario") as (_, receiver):
+    with simulated_fleet(tmp_path, rules, scenarios, label="scenario", extra_args=POD_LOGS) as (_, receiver):
         wanted = {name: exp for name, (_, exp, _) in SCENARIOS.items() if exp}
         start = time.monotonic()
         deadline = start + 300  # the checkpoint and hang verdicts need about two minutes of evidence
@@ -65,10 +74,12 @@ def test_each_failure_pages_with_its_labels_and_healthy_pages_nothing(tmp_path):
                     paged.setdefault(name, time.monotonic() - start)
             time.sleep(2)
         print("paged after (s):", {name: round(t) for name, t in sorted(paged.items(), key=lambda i: i[1])})
+        assert paged["hang_logs"] < paged["hang"], "a log that stops must confirm the hang sooner"
         pages = receiver.snapshot()
         for name, (_, expected, labels) in SCENARIOS.items():
             mine = [p for p in pages if p.labels.get("scenario") == name and p.status == "firing"]
             if expected is None:
+                mine = [p for p in mine if name != "serving" or p.labels["alertname"] in VERDICT_ALERTS]
                 assert mine == [], f"healthy node paged: {[p.labels for p in mine]}"
                 continue
             hits = [p for p in mine if p.labels["alertname"] == expected]

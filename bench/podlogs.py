@@ -1,0 +1,126 @@
+"""Cost of following pod logs: 8 GPU pods each writing 1,000 lines a second.
+
+    python bench/podlogs.py            # 60 s
+    python bench/podlogs.py --quick    # 15 s
+
+A writer process appends CRI records (the kubelet's layout, rotated at 10 MiB as the kubelet does) for 8
+pods: progress lines, HF Trainer loss dicts, tqdm bars, an NCCL INFO line now and then. This process
+runs the real pod-log source on its own thread, as the exporter does, and measures what it adds: CPU
+seconds per second of wall time (its whole process, so the source's thread and everything it makes
+Python do) and RSS growth from before the source started. Prints the figures as JSON with the targets
+(< 5 % of a core, < 30 MiB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+PODS = 8
+LINES_PER_S = 1000
+TARGETS = {"cpu_core_share": 0.05, "rss_extra_mib": 30.0}
+
+WRITER = r"""
+import os, sys, time
+from datetime import datetime, UTC
+root, pods, rate, seconds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+ROTATE = 10 << 20
+dirs = [os.path.join(root, f"ml_train-{p}_uid-{p}", "trainer") for p in range(pods)]
+for d in dirs:
+    os.makedirs(d, exist_ok=True)
+files = [open(os.path.join(d, "0.log"), "a") for d in dirs]
+step, start, batch = 0, time.monotonic(), rate // 10
+while time.monotonic() - start < seconds:
+    t0 = time.monotonic()
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f") + "000Z"
+    for p, f in enumerate(files):
+        lines = []
+        for i in range(batch):
+            n = step + i
+            if n % 100 == 0:
+                text = f"n1:40{p}:40{p} [{p}] NCCL INFO Channel 00/0 : {p}[{p}] -> {p+1}[{p+1}] via P2P/CUMEM"
+            elif n % 10 == 0:
+                loss = 2.5 - n * 1e-6
+                text = "{'loss': %.4f, 'grad_norm': 1.02, 'learning_rate': 4.9e-05, 'epoch': 0.12}" % loss
+            elif n % 3 == 0:
+                text = f" 12%|#         | {n}/1000000 [01:23<10:12,  9.44it/s]"
+            else:
+                text = f"rank {p} step {n} | loss {2.5 - n * 1e-6:.5f} | tokens/s 41230 | mem 61.2 GiB"
+            lines.append(f"{stamp} stdout F {text}\n")
+        f.write("".join(lines))
+        f.flush()
+        if f.tell() > ROTATE:  # the kubelet's rotation: rename, start a new file
+            f.close()
+            path = os.path.join(dirs[p], "0.log")
+            os.rename(path, path + "." + datetime.now(UTC).strftime("%Y%m%d-%H%M%S%f"))
+            files[p] = open(path, "a")
+    step += batch
+    time.sleep(max(0.0, 0.1 - (time.monotonic() - t0)))
+"""
+
+
+def rss_mib(proc: psutil.Process) -> float:
+    return proc.memory_info().rss / (1 << 20)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="15 s instead of 60 s")
+    args = parser.parse_args()
+    seconds = 15.0 if args.quick else 60.0
+
+    from exporter.errors import ErrorCounter
+    from exporter.sources.podlogs import PodLogSource
+
+    me = psutil.Process()
+    with tempfile.TemporaryDirectory(prefix="gbe-bench-podlogs-") as root:
+        writer = subprocess.Popen(
+            [sys.executable, "-c", WRITER, root, str(PODS), str(LINES_PER_S), str(seconds + 5)]
+        )
+        time.sleep(2.0)  # the writer has made the directories and is writing
+        source = PodLogSource(root, ErrorCounter(), sys_root=os.path.join(root, "sys"))
+        source.set_pods(frozenset(("ml", f"train-{p}") for p in range(PODS)))
+        rss_before = rss_mib(me)
+        cpu_before, wall_before = me.cpu_times(), time.monotonic()
+        source.start()
+        time.sleep(seconds)
+        cpu_after, wall = me.cpu_times(), time.monotonic() - wall_before
+        rss_after = rss_mib(me)
+        source.stop()
+        view = source.view
+        writer.wait(30)
+    cpu = (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)
+    figures = {
+        "pods": PODS,
+        "lines_per_s_per_pod": LINES_PER_S,
+        "seconds": round(wall, 1),
+        "records_read": view.lines,
+        "records_per_s": round(view.lines / wall),
+        "skipped_lines": view.skipped_lines,
+        "skipped_bytes": view.skipped_bytes,
+        "cpu_core_share": round(cpu / wall, 4),
+        "rss_extra_mib": round(rss_after - rss_before, 1),
+        "steps_seen": sorted({c.step for c in view.containers if c.step is not None})[-1:],
+        "targets": TARGETS,
+    }
+    figures["targets_met"] = (
+        figures["cpu_core_share"] < TARGETS["cpu_core_share"]
+        and figures["rss_extra_mib"] < TARGETS["rss_extra_mib"]
+    )
+    print(json.dumps(figures, indent=2))
+    return 0 if figures["targets_met"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

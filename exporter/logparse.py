@@ -1,0 +1,571 @@
+"""What a training log says, as numbers: a pure parser (no I/O, no clock) shared by the live pod-log
+source, ``POST /v1/progress`` and the offline ``nccl-check`` command.
+
+Three layers:
+
+- ``parse_cri``: one line of a container log in the CRI format the kubelet writes
+  (``<RFC3339Nano> stdout|stderr F|P <text>``); ``strip_prefix`` drops what launchers put in front of a
+  line (``[rank3]:``, ``[1,0]<stdout>:``, ``[default0]:``).
+- ``PATTERNS``: the progress table, one regex per log style and what it yields (a step, seconds per step,
+  or only a sign of progress). Users extend it from a values file (``load_patterns``).
+- ``LogState``: fed lines, it keeps derived numbers only (last line time, step, seconds per step, NCCL
+  version, network, transports, warning and error counts, a few evidence lines for the offline
+  checklist) with bounded memory. Label values it yields come from closed vocabularies.
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+import re
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+# ---- the CRI line ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CriLine:
+    t: float  # the runtime's timestamp, Unix seconds
+    stream: str  # stdout | stderr
+    partial: bool  # P: the runtime split a long line; the next record continues it
+    text: str
+
+
+_TS = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:?\d\d)$")
+
+
+def parse_timestamp(text: str) -> float | None:
+    """RFC 3339 with up to nanoseconds and a Z or numeric offset; None when it is not one."""
+    m = _TS.match(text)
+    if m is None:
+        return None
+    y, mo, d, h, mi, s, frac, zone = m.groups()
+    try:
+        t = calendar.timegm((int(y), int(mo), int(d), int(h), int(mi), int(s), 0, 0, 0))
+    except (ValueError, OverflowError):
+        return None
+    if not (1 <= int(mo) <= 12 and 1 <= int(d) <= 31 and int(h) < 24 and int(mi) < 60 and int(s) < 61):
+        return None
+    if zone != "Z":
+        sign = -1 if zone[0] == "+" else 1
+        digits = zone[1:].replace(":", "")
+        t += sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
+    return t + (int(frac) / 10 ** len(frac) if frac else 0.0)
+
+
+def parse_cri(line: str) -> CriLine | None:
+    """One record of a CRI log file, without its newline; None for anything else (junk, a torn write)."""
+    parts = line.split(" ", 3)
+    if len(parts) < 3 or parts[1] not in ("stdout", "stderr") or parts[2] not in ("F", "P"):
+        return None
+    t = parse_timestamp(parts[0])
+    if t is None:
+        return None
+    return CriLine(t, parts[1], parts[2] == "P", parts[3] if len(parts) == 4 else "")
+
+
+# launchers' prefixes: torchrun --tee / log_line_prefix ([rank3]:, [default0]:), mpirun --tag-output
+# ([1,0]<stdout>:), and the timestamps kubectl logs --timestamps adds
+_PREFIX = re.compile(
+    r"^(?:\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-][\d:]+) )?"
+    r"(?:\[(?:rank|default)?\d+(?:,\d+)?\](?:<std(?:out|err)>)?: ?)?"
+)
+
+
+def strip_prefix(text: str) -> str:
+    return _PREFIX.sub("", text, count=1)
+
+
+# ---- the progress table ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """One log style. ``step`` / ``seconds`` name regex groups (empty: the pattern does not yield it);
+    ``seconds_unit``: how the seconds group is written: s, ms, it/s (a rate; its inverse is seconds) or
+    unit (a group named ``unit`` holds it/s or s/it, as tqdm writes)."""
+
+    name: str
+    regex: re.Pattern[str]
+    step: str = ""
+    seconds: str = ""
+    seconds_unit: str = "s"
+
+
+def _p(name: str, regex: str, step: str = "", seconds: str = "", unit: str = "s") -> Pattern:
+    return Pattern(name, re.compile(regex), step, seconds, unit)
+
+
+_RATE = r"(?P<sec>\d+(?:\.\d+)?)\s*(?P<unit>it/s|s/it)"
+
+# First match wins: the specific styles before the generic ``step N``.
+PATTERNS: tuple[Pattern, ...] = (
+    # Megatron-LM: " iteration      100/  500000 | consumed samples: ... | elapsed time per iteration (ms):"
+    _p(
+        "megatron",
+        r"iteration\s+(?P<step>\d+)\s*/\s*\d+\s*\|.*?elapsed time per iteration \(ms\):\s*(?P<sec>[\d.]+)",
+        "step",
+        "sec",
+        "ms",
+    ),
+    # DeepSpeed: "steps: 100 loss: 2.3 iter time (s): 1.234 samples/sec: 52.1"
+    _p("deepspeed", r"steps:\s*(?P<step>\d+)\b.*?iter time \(s\):\s*(?P<sec>[\d.]+)", "step", "sec", "s"),
+    # Lightning's bar: "Epoch 3:  45%|████▌     | 450/1000 [02:10<02:39,  3.45it/s, v_num=0, loss=2.31]";
+    # its counter restarts every epoch, so it yields only the time per step
+    _p("lightning", r"Epoch \d+:\s+\d+%\|.*?\|\s*\d+/\d+ \[[\d:]+<[\d:?]+,\s*" + _RATE, "", "sec", "unit"),
+    # tqdm (HF Trainer's bar too): " 12%|█▏        | 120/1000 [01:23<10:12,  1.44it/s]"
+    _p("tqdm", r"(?P<step>\d+)/\d+ \[[\d:]+<[\d:?]+,\s*" + _RATE, "step", "sec", "unit"),
+    # HF Trainer's log dict: "{'loss': 2.3456, 'grad_norm': 1.2, 'learning_rate': 5e-05, 'epoch': 0.12}"
+    _p("hf_trainer", r"\{'loss': [-\d.e+naif]+,.*'epoch': [\d.e+-]+"),
+    # the generic counters: "step 100", "step: 100/1000", "iter 57", "global_step=1200", "Iteration 3"
+    _p("step", r"(?i)\b(?:global_step|step|iter|iteration)\b\s*[:=#]?\s*(?P<step>\d+)\b", "step"),
+)
+
+SECONDS_UNITS = ("s", "ms", "it/s", "unit")
+
+
+class PatternError(ValueError):
+    """A user pattern that cannot be used; the message names the entry."""
+
+
+def load_patterns(text: str) -> tuple[Pattern, ...]:
+    """User patterns (a JSON list of {name, regex, step?, seconds?, seconds_unit?}; the chart writes
+    its YAML values as JSON), tried before the built-in table. Each must compile and name only groups
+    its regex has."""
+    try:
+        entries = json.loads(text) if text.strip() else []
+    except ValueError as exc:
+        raise PatternError(f"not JSON ({exc})") from None
+    if not isinstance(entries, list):
+        raise PatternError("must be a list of {name, regex, step, seconds, seconds_unit}")
+    out = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not isinstance(entry.get("regex"), str):
+            raise PatternError(f"entry {i}: needs a regex")
+        unknown = set(entry) - {"name", "regex", "step", "seconds", "seconds_unit"}
+        if unknown:
+            raise PatternError(f"entry {i}: unknown keys {sorted(unknown)}")
+        odd = [k for k, v in entry.items() if not isinstance(v, str)]
+        if odd:  # YAML values (the chart's) turn an unquoted y, n, on, off or 1 into a bool or a number
+            raise PatternError(f"entry {i}: {', '.join(sorted(odd))} must be strings (quote them)")
+        name = str(entry.get("name") or f"custom{i}")
+        try:
+            regex = re.compile(entry["regex"])
+        except re.error as exc:
+            raise PatternError(f"{name}: bad regex ({exc})") from None
+        step, seconds = str(entry.get("step", "")), str(entry.get("seconds", ""))
+        unit = str(entry.get("seconds_unit", "s"))
+        for group in (step, seconds):
+            if group and group not in regex.groupindex:
+                raise PatternError(f"{name}: the regex has no group named {group!r}")
+        if unit not in SECONDS_UNITS:
+            raise PatternError(f"{name}: seconds_unit must be one of {', '.join(SECONDS_UNITS)}")
+        out.append(Pattern(name, regex, step, seconds, unit))
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    pattern: str
+    step: int | None = None
+    seconds: float | None = None  # seconds per step, where the line says
+
+
+def match_progress(text: str, patterns: Iterable[Pattern] = PATTERNS) -> Progress | None:
+    for p in patterns:
+        m = p.regex.search(text)
+        if m is None:
+            continue
+        step = int(m.group(p.step)) if p.step else None
+        seconds = _seconds(m, p) if p.seconds else None
+        return Progress(p.name, step, seconds)
+    return None
+
+
+def _seconds(m: re.Match[str], p: Pattern) -> float | None:
+    try:
+        value = float(m.group(p.seconds))
+    except (TypeError, ValueError):
+        return None
+    unit = p.seconds_unit
+    if unit == "unit":
+        unit = "it/s" if m.groupdict().get("unit") == "it/s" else "s"
+    if unit == "ms":
+        return value / 1000
+    if unit == "it/s":
+        return 1 / value if value > 0 else None
+    return value
+
+
+# ---- NCCL --------------------------------------------------------------------------------------------
+
+# closed vocabularies, so that label values stay bounded whatever a log says
+NETWORKS = ("IB", "Socket", "AWS Libfabric", "IBext", "Other")
+INTRA = ("NVLS", "P2P/IPC", "P2P/direct pointer", "P2P/CUMEM", "P2P/IPC/read", "P2P/CUMEM/read", "SHM")
+INTER = ("NET/IB", "NET/OFI", "NET/Socket", "NET/Other", "CollNet")
+# intra-node transports that mean NVLink writes are not in use (read mode, or through host memory)
+OFF_NVLINK = ("P2P/IPC/read", "P2P/CUMEM/read", "SHM")
+
+_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
+_NETWORK = re.compile(r"Using network (\S+(?: Libfabric)?)")
+_VIA = re.compile(r"via (\S+(?: pointer| Libfabric)?(?:/\S+)?)")
+_NVLS = re.compile(r"NVLS multicast support is available|Connected NVLS|NVLS comm ")
+_PLUGIN_FAIL = re.compile(
+    r"NET/Plugin ?: ?(?:Plugin load .*returned|Failed to find ncclNetPlugin|No plugin found|dlerror)"
+)
+_GDR = re.compile(r"GPU Direct RDMA Enabled|/GDRDMA")
+
+
+def network_word(raw: str) -> str:
+    """``Using network X`` -> one of NETWORKS."""
+    if raw.startswith("IBext"):
+        return "IBext"
+    if "Libfabric" in raw:
+        return "AWS Libfabric"
+    return raw if raw in NETWORKS else "Other"
+
+
+def transport(via: str) -> tuple[str, str] | None:
+    """A channel line's ``via ...`` -> (scope, transport) from the closed vocabularies."""
+    if via.startswith("NET/"):
+        net = via[4:]
+        if net.startswith("IB"):
+            return "inter", "NET/IB"
+        if net.startswith(("AWS Libfabric", "OFI", "Libfabric")):
+            return "inter", "NET/OFI"
+        if net.startswith("Socket"):
+            return "inter", "NET/Socket"
+        return "inter", "NET/Other"
+    if via.startswith("CollNet"):
+        return "inter", "CollNet"
+    if via.startswith("SHM"):
+        return "intra", "SHM"
+    if via.startswith("NVLS"):
+        return "intra", "NVLS"
+    if via.startswith("P2P/"):
+        read = via.endswith("/read")
+        for kind in ("IPC", "CUMEM"):
+            if via.startswith(f"P2P/{kind}"):
+                return "intra", f"P2P/{kind}/read" if read else f"P2P/{kind}"
+        if via.startswith("P2P/direct pointer"):
+            return "intra", "P2P/direct pointer"
+    return None
+
+
+# ---- errors that end jobs, and the known-bad lines ---------------------------------------------------
+
+# kind -> regex; first match wins (a DataLoader worker killed by a Bus error is a bus_error)
+ERRORS: dict[str, re.Pattern[str]] = {
+    "bus_error": re.compile(r"(?i)\bbus error\b"),
+    "dataloader_killed": re.compile(
+        r"DataLoader worker \(pids?.*?\) (?:is killed by signal|exited unexpectedly)"
+    ),
+    "cuda_oom": re.compile(r"CUDA out of memory|OutOfMemoryError"),
+    "watchdog_timeout": re.compile(r"Watchdog caught collective operation timeout"),
+    "ib_completion_error": re.compile(r"NET/IB ?: ?Got completion.*?(?:status=|with error )\d+"),
+    "dist_backend_error": re.compile(r"DistBackendError"),
+}
+ERROR_KINDS = tuple(ERRORS)
+# the families alerts page for
+ERROR_FAMILIES: dict[str, tuple[str, ...]] = {
+    "shm": ("bus_error", "dataloader_killed"),
+    "oom": ("cuda_oom",),
+    "collective_timeout": ("watchdog_timeout", "dist_backend_error"),
+    "network": ("ib_completion_error",),
+}
+
+# the bring-up checklist's known-bad lines: name -> (regex, status, fix)
+KNOWN_BAD: dict[str, tuple[re.Pattern[str], str, str]] = {
+    "socket_interface": (
+        re.compile(r"NET/Socket ?: ?No usable listening interface found"),
+        "fail",
+        "set NCCL_SOCKET_IFNAME to an interface that exists and is up in the pod (ip -br addr)",
+    ),
+    "libcuda": (
+        re.compile(r"Failed to open libcuda\.so"),
+        "fail",
+        "the container cannot load the driver: check the NVIDIA container toolkit and LD_LIBRARY_PATH",
+    ),
+    "nccl_error_timeout": (
+        re.compile(r"NCCL ERROR timeout|NCCL WARN .*[Tt]imeout"),
+        "fail",
+        "a peer never answered: check that every rank started and that the network between nodes is open",
+    ),
+    "p2p_disabled": (
+        re.compile(r"P2P is disabled|NCCL_P2P_DISABLE set"),
+        "warn",
+        "unset NCCL_P2P_DISABLE; if P2P is really unavailable, check ACS/IOMMU and the fabric manager",
+    ),
+}
+
+_KEYS = re.compile(
+    r"NCCL|[Bb]us error|DataLoader worker|out of memory|OutOfMemoryError|Watchdog caught|DistBackendError"
+)
+EVIDENCE_CHARS = 300  # an evidence line is cut here: the checklist shows it, it never becomes a label
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= EVIDENCE_CHARS else text[: EVIDENCE_CHARS - 3] + "..."
+
+
+@dataclass
+class LogState:
+    """Derived numbers of one log stream (a container, or the files of an offline check)."""
+
+    last_t: float | None = None  # timestamp of the newest line
+    step: int | None = None
+    step_t: float | None = None  # when the step last changed
+    step_seconds: float | None = None
+    version: str = ""
+    network: str = ""
+    gdrdma: bool = False
+    transports: dict[str, set[str]] = field(default_factory=lambda: {"intra": set(), "inter": set()})
+    warnings: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+    plugin_failed: bool = False
+    nccl_lines: int = 0
+    lines: int = 0
+    evidence: dict[str, str] = field(default_factory=dict)  # check item -> the first line that decided it
+    bad: Counter[str] = field(default_factory=Counter)  # KNOWN_BAD name -> lines seen
+
+    def feed(
+        self,
+        text: str,
+        t: float | None = None,
+        patterns: Iterable[Pattern] = PATTERNS,
+        count: bool = True,
+        progress: bool = True,
+    ) -> None:
+        """One whole line (CRI record already unwrapped, partials joined). ``t``: its timestamp when
+        known. ``count=False`` reads state (transports, step) without counting warnings and errors: the
+        tail of a log read at start belongs to the past. ``progress=False`` skips the progress table."""
+        self.lines += 1
+        if t is not None:
+            self.last_t = t if self.last_t is None else max(self.last_t, t)
+        if _KEYS.search(text) is not None:
+            self._keyed(strip_prefix(text), count)
+        if progress:
+            self.see_progress(match_progress(text, patterns), t)
+
+    def see_progress(self, found: Progress | None, t: float | None) -> None:
+        if found is None:
+            return
+        if found.seconds is not None:
+            self.step_seconds = found.seconds
+        if found.step is None:
+            return
+        known = self.step is not None and t is not None and self.step_t is not None
+        if known and found.step > self.step and found.seconds is None and t > self.step_t:  # type: ignore[operator]
+            self.step_seconds = (t - self.step_t) / (found.step - self.step)
+        if found.step != self.step:
+            self.step, self.step_t = found.step, t
+
+    def _keyed(self, text: str, count: bool) -> None:
+        if "NCCL" in text:
+            self._nccl(text, count)
+        for kind, regex in ERRORS.items():
+            if regex.search(text):
+                if count:
+                    self.errors[kind] += 1
+                self.evidence.setdefault(f"error:{kind}", _cut(text))
+                break
+
+    def _nccl(self, text: str, count: bool) -> None:
+        self.nccl_lines += 1
+        if "NCCL WARN" in text:
+            if count:
+                self.warnings += 1
+            self.evidence.setdefault("warning", _cut(text))
+        if not self.version and (m := _VERSION.search(text)):
+            self.version = m.group(1)
+            self.evidence["version"] = _cut(text)
+        if m := _NETWORK.search(text):
+            self.network = network_word(m.group(1))
+            self.evidence.setdefault("network", _cut(text))
+        if " via " in text and (m := _VIA.search(text)):
+            found = transport(m.group(1))
+            if found is not None:
+                scope, name = found
+                if name not in self.transports[scope]:
+                    self.transports[scope].add(name)
+                    self.evidence.setdefault(f"transport:{name}", _cut(text))
+        if "NVLS" in text and _NVLS.search(text):
+            self.transports["intra"].add("NVLS")
+            self.evidence.setdefault("transport:NVLS", _cut(text))
+        if ("GDR" in text or "RDMA" in text) and _GDR.search(text):
+            self.gdrdma = True
+            self.evidence.setdefault("gdrdma", _cut(text))
+        if "NET/Plugin" in text and _PLUGIN_FAIL.search(text):
+            self.plugin_failed = True
+            self.evidence.setdefault("plugin", _cut(text))
+        for name, (regex, _, _) in KNOWN_BAD.items():
+            if regex.search(text):
+                self.bad[name] += 1
+                self.evidence.setdefault(f"bad:{name}", _cut(text))
+
+    def feed_cri(self, records: Iterable[str], patterns: Iterable[Pattern] = PATTERNS) -> int:
+        """CRI records (one per line, no newline); partial records are joined. Returns the records that
+        were not CRI (junk), which are skipped."""
+        junk, pending, pending_t = 0, [], None
+        for record in records:
+            cri = parse_cri(record)
+            if cri is None:
+                junk += 1
+                continue
+            pending.append(cri.text)
+            pending_t = cri.t
+            if not cri.partial:
+                self.feed("".join(pending), pending_t, patterns)
+                pending = []
+        return junk
+
+
+# ---- the bring-up checklist (seed 002) ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str  # pass | warn | fail
+    evidence: str
+    fix: str = ""
+
+    def as_dict(self) -> dict[str, str]:
+        return {"name": self.name, "status": self.status, "evidence": self.evidence, "fix": self.fix}
+
+
+def checks(s: LogState) -> list[Check]:
+    """The checklist of an NCCL_DEBUG=INFO log: each item pass, warn or fail with the line that says so."""
+    ev = s.evidence
+    out: list[Check] = []
+    if not s.nccl_lines:
+        out.append(
+            Check(
+                "nccl_debug",
+                "fail",
+                "no NCCL line in the log",
+                "run with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,NET) so NCCL says what it uses",
+            )
+        )
+    elif s.version:
+        out.append(Check("version", "pass", ev["version"]))
+    else:
+        out.append(Check("version", "warn", "no 'NCCL version' line", "the log starts after NCCL's init"))
+    inter = s.transports["inter"]
+    if s.network:
+        sockets = s.network == "Socket"
+        status = "fail" if sockets and "NET/Socket" in inter else "pass"
+        out.append(
+            Check(
+                "network",
+                status,
+                ev["network"],
+                "inter-node traffic is on TCP sockets: install/enable the EFA (aws-ofi-nccl) or IB plugin "
+                "and check NCCL_IB_DISABLE / NCCL_NET"
+                if status == "fail"
+                else "",
+            )
+        )
+    if s.plugin_failed:
+        out.append(
+            Check(
+                "net_plugin",
+                "fail" if s.network == "Socket" and inter else "warn",
+                ev["plugin"],
+                "the network plugin did not load: check that libnccl-net.so (aws-ofi-nccl, nccl-rdma-sharp) "
+                "is on LD_LIBRARY_PATH in the image",
+            )
+        )
+    intra = s.transports["intra"]
+    if intra:
+        off = sorted(t for t in intra if t in OFF_NVLINK)
+        out.append(
+            Check(
+                "intra_node_transport",
+                "warn" if off else "pass",
+                ev[f"transport:{off[0]}"] if off else ev[f"transport:{sorted(intra)[0]}"],
+                "GPUs inside the node do not write over NVLink ("
+                + ", ".join(off)
+                + "): on NVSwitch systems start nvidia-fabricmanager; check NCCL_P2P_DISABLE/NCCL_P2P_LEVEL "
+                "and that the hypervisor allows P2P"
+                if off
+                else "",
+            )
+        )
+    if inter - {"NET/Socket"}:
+        out.append(
+            Check(
+                "gpudirect_rdma",
+                "pass" if s.gdrdma else "warn",
+                ev.get("gdrdma", "inter-node channels without /GDRDMA"),
+                ""
+                if s.gdrdma
+                else "GPUDirect RDMA is off: load nvidia-peermem (or dmabuf), check NCCL_NET_GDR_LEVEL",
+            )
+        )
+    for name, (_, status, fix) in KNOWN_BAD.items():
+        if s.bad[name]:
+            out.append(Check(name, status, ev[f"bad:{name}"], fix))
+    out.append(
+        Check("nccl_warnings", "warn", ev["warning"], "read the NCCL WARN lines: each is a fallback or fault")
+        if s.warnings
+        else Check("nccl_warnings", "pass", "no NCCL WARN line")
+    )
+    for kind in ERROR_KINDS:
+        if s.errors[kind]:
+            out.append(Check(f"error_{kind}", "fail", ev[f"error:{kind}"], ERROR_FIX[kind]))
+    return out
+
+
+ERROR_FIX: dict[str, str] = {
+    "bus_error": "/dev/shm is full: mount an emptyDir with medium: Memory at /dev/shm, or fewer workers",
+    "dataloader_killed": "a DataLoader worker died: check the /dev/shm size and the pod's memory limit",
+    "cuda_oom": "CUDA out of memory: smaller micro-batch, activation checkpointing, or more sharding",
+    "watchdog_timeout": "a collective never completed: find the rank that stopped (first log to go quiet)",
+    "ib_completion_error": "an RDMA transfer failed (12: retries exceeded): check the links and the fabric",
+    "dist_backend_error": "NCCL reported the failure to PyTorch: read the NCCL WARN lines just before it",
+}
+
+
+def summary(s: LogState) -> dict[str, object]:
+    """The ``nccl-check --json`` object."""
+    found = checks(s)
+    return {
+        "version": s.version or None,
+        "network": s.network or None,
+        "gdrdma": s.gdrdma,
+        "transports": {scope: sorted(names) for scope, names in s.transports.items()},
+        "warnings": s.warnings,
+        "errors": {kind: n for kind, n in sorted(s.errors.items()) if n},
+        "checks": [c.as_dict() for c in found],
+    }
+
+
+def exit_status(found: list[Check]) -> int:
+    statuses = {c.status for c in found}
+    return 2 if "fail" in statuses else 1 if "warn" in statuses else 0
+
+
+def plain_lines(lines: Iterable[str]) -> Iterator[tuple[str, float | None]]:
+    """Lines of a saved log: CRI records are unwrapped (partials joined), anything else is taken as is."""
+    pending: list[str] = []
+    for line in lines:
+        cri = parse_cri(line) if line[:4].isdigit() else None
+        if cri is None:
+            if pending:
+                yield "".join(pending), None
+                pending = []
+            yield line, None
+            continue
+        pending.append(cri.text)
+        if not cri.partial:
+            yield "".join(pending), cri.t
+            pending = []
+    if pending:
+        yield "".join(pending), None
+
+
+def dumps(obj: object) -> str:
+    return json.dumps(obj, ensure_ascii=False)

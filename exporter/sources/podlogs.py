@@ -1,0 +1,430 @@
+"""The logs of the pods that hold GPUs: the kubelet's CRI files under ``--pod-logs`` (``/var/log/pods``),
+``<namespace>_<pod>_<uid>/<container>/<n>.log``, followed on a thread of their own.
+
+Only derived numbers leave this module (the last line's time, the step, seconds per step, NCCL's version,
+network and transports, warning and error counts); log text never does. It follows what the kubelet and
+the runtime do to the files: partial records (``P``) are joined; a rotated file (renamed to
+``<n>.log.<timestamp>``, later gzipped) is drained through the descriptor still open on it before the new
+``<n>.log`` is opened; a restarted container's ``<n+1>.log`` takes over; a truncated file is read again
+from its start. A log is first read from its last ``podlogs.tail_bytes`` only, never whole; its lines
+older than the source give state (time, step, transports) but are not counted as warnings or errors.
+Reads, lines and joined lines are bounded per container (what is skipped is counted), and so is the
+number of containers followed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import BinaryIO
+
+from exporter.errors import ErrorCounter
+from exporter.logparse import PATTERNS, LogState, Pattern, match_progress, parse_timestamp
+from exporter.thresholds import (
+    PODLOG_LINE_BYTES,
+    PODLOG_LINES_PER_SECOND,
+    PODLOG_MAX_CONTAINERS,
+    PODLOG_POLL,
+    PODLOG_READ_BYTES,
+    PODLOG_TAIL_BYTES,
+)
+
+log = logging.getLogger(__name__)
+SOURCE = "podlogs"
+_LOG = re.compile(r"^(\d+)\.log$")
+PROGRESS_LOOKBACK = 64  # the newest lines of a read tried against the progress table, newest first
+
+
+@dataclass(frozen=True)
+class ContainerLog:
+    namespace: str
+    pod: str
+    container: str
+    last_line_t: float | None
+    step: int | None
+    step_seconds: float | None
+
+
+@dataclass(frozen=True)
+class PodLog:
+    """What the containers of one pod say together (NCCL runs in each rank's container)."""
+
+    namespace: str
+    pod: str
+    version: str
+    network: str
+    transports: tuple[tuple[str, str], ...]  # (scope, transport)
+    warnings: int
+    errors: tuple[tuple[str, int], ...]  # (kind, count)
+
+
+@dataclass(frozen=True)
+class PodLogsView:
+    containers: tuple[ContainerLog, ...] = ()
+    pods: tuple[PodLog, ...] = ()
+    lines: int = 0  # records read
+    skipped_lines: int = 0  # records over the per-second budget, not parsed
+    skipped_bytes: int = 0  # backlog beyond a read's bound, and over-long lines
+    junk: int = 0  # records that are not CRI
+    rdma_devices: int | None = None  # /sys/class/infiniband entries (IB HCAs, EFA devices)
+    duration_s: float | None = None  # how long the last pass took
+    collected_t: float | None = None  # when it ended (wall clock)
+
+    def last_line(self, namespace: str, pod: str) -> float | None:
+        """The newest line of any container of the pod."""
+        times = [c.last_line_t for c in self.containers if c.namespace == namespace and c.pod == pod]
+        known = [t for t in times if t is not None]
+        return max(known) if known else None
+
+
+@dataclass
+class Counts:
+    lines: int = 0
+    skipped_lines: int = 0
+    skipped_bytes: int = 0
+    junk: int = 0
+
+
+@dataclass(eq=False)
+class Follower:
+    """One container's log directory."""
+
+    directory: str
+    since: float  # when the source started (wall clock): older lines are the past, state only
+    counting: bool = False  # True once the first read is done: from then on every line is new
+    state: LogState = field(default_factory=LogState)
+    number: int = -1
+    fh: BinaryIO | None = None
+    inode: int = 0
+    pos: int = 0
+    partial: bytes = b""
+    pending: list[str] = field(default_factory=list)  # text of P records waiting for their F
+    pending_len: int = 0
+    last_poll: float | None = None
+    drop_first: bool = False  # after a jump into the middle of a file: its first record is a fragment
+    error: str = ""  # why the newest file could not be opened (counted once by the source)
+    counted_error: bool = False
+
+    def close(self) -> None:
+        if self.fh is not None:
+            self.fh.close()
+            self.fh = None
+
+    # ---- files -------------------------------------------------------------------------------------
+
+    def newest(self) -> tuple[int, str] | None:
+        best: tuple[int, str] | None = None
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return None
+        for name in names:
+            m = _LOG.match(name)
+            if m and (best is None or int(m.group(1)) > best[0]):
+                best = (int(m.group(1)), os.path.join(self.directory, name))
+        return best
+
+    def _open(self, number: int, path: str, tail: bool, counts: Counts) -> None:
+        self.close()
+        try:
+            fh = open(path, "rb")  # noqa: SIM115 - kept open across polls to drain a rotated file
+        except OSError as exc:
+            self.error = type(exc).__name__
+            return
+        self.error = ""
+        st = os.fstat(fh.fileno())
+        self.fh, self.number, self.inode = fh, number, st.st_ino
+        self.partial, self.pending, self.pending_len = b"", [], 0
+        self.pos = 0
+        if tail and st.st_size > PODLOG_TAIL_BYTES.value:
+            self._skip_to(st.st_size - int(PODLOG_TAIL_BYTES.value), counts, count_skip=False)
+
+    def _skip_to(self, pos: int, counts: Counts, count_skip: bool = True) -> None:
+        """Jump ahead; the line the jump lands in is incomplete and dropped."""
+        assert self.fh is not None
+        if count_skip:
+            counts.skipped_bytes += pos - self.pos
+        self.fh.seek(pos)
+        self.pos = pos
+        self.partial, self.pending, self.pending_len = b"", [], 0
+        self.drop_first = True
+
+    def poll(self, now: float, patterns: tuple[Pattern, ...], counts: Counts) -> None:
+        newest = self.newest()
+        if self.fh is None:
+            if newest is None:
+                return
+            # a log present when the exporter starts is the past: its tail gives state, not counts; a log
+            # that appears later is read from its start (up to the tail bound)
+            self._open(*newest, tail=True, counts=counts)
+            if self.fh is None:
+                return
+        budget = PODLOG_LINES_PER_SECOND.value * min(
+            max(now - self.last_poll, PODLOG_POLL.value) if self.last_poll is not None else PODLOG_POLL.value,
+            2 * PODLOG_POLL.value,
+        )
+        self.last_poll = now
+        records = self._read(counts)
+        switched = self._follow(newest, counts)
+        if switched:
+            records += self._read(counts)
+        self._parse(records, int(budget), patterns, counts)
+
+    def _read(self, counts: Counts) -> list[bytes]:
+        """Complete records appended since the last read, at most the read bound."""
+        fh = self.fh
+        if fh is None:
+            return []
+        size = os.fstat(fh.fileno()).st_size
+        if size < self.pos:  # truncated (copytruncate): read it again from its start
+            self._skip_to(0, counts, count_skip=False)
+            self.drop_first = False
+        limit = int(PODLOG_READ_BYTES.value)
+        if size - self.pos > limit:
+            self._skip_to(size - limit, counts)
+        data = fh.read(limit)
+        self.pos += len(data)
+        if not data:
+            return []
+        chunk = self.partial + data
+        records = chunk.split(b"\n")
+        self.partial = records.pop()
+        if len(self.partial) > PODLOG_LINE_BYTES.value:  # a record without end: drop it, count it
+            counts.skipped_bytes += len(self.partial)
+            self.partial = b""
+        if self.drop_first and records:
+            records.pop(0)
+            self.drop_first = False
+        return records
+
+    def _follow(self, newest: tuple[int, str] | None, counts: Counts) -> bool:
+        """After draining the open file: a rotation or a restart opens the new file from its start."""
+        if newest is None:
+            return False
+        number, path = newest
+        if number > self.number:  # the container restarted: <n+1>.log
+            self._open(number, path, tail=False, counts=counts)
+            return True
+        try:
+            inode = os.stat(path).st_ino
+        except OSError:
+            return False  # rotated, the new file not created yet: keep draining the old one
+        if inode != self.inode:
+            self._open(number, path, tail=False, counts=counts)
+            return True
+        return False
+
+    # ---- records -----------------------------------------------------------------------------------
+
+    def _parse(
+        self, records: list[bytes], budget: int, patterns: tuple[Pattern, ...], counts: Counts
+    ) -> None:
+        counts.lines += len(records)
+        if not records:
+            return
+        if len(records) > budget:  # the oldest are skipped; the newest still carry time and progress
+            counts.skipped_lines += len(records) - budget
+            records = records[-budget:]
+            self.pending, self.pending_len = [], 0
+        state = self.state
+        lines: list[tuple[str, bytes]] = []  # (text, timestamp bytes) of whole lines
+        for record in records:
+            parts = record.split(b" ", 3)
+            if len(parts) < 3 or parts[2] not in (b"F", b"P") or parts[1] not in (b"stdout", b"stderr"):
+                counts.junk += 1
+                continue
+            text = parts[3].decode("utf-8", "replace") if len(parts) == 4 else ""
+            if parts[2] == b"P":
+                if self.pending_len + len(text) <= PODLOG_LINE_BYTES.value:
+                    self.pending.append(text)
+                    self.pending_len += len(text)
+                else:
+                    counts.skipped_bytes += len(text)
+                continue
+            if self.pending:
+                text = "".join(self.pending) + text
+                self.pending, self.pending_len = [], 0
+            lines.append((text, parts[0]))
+        if self.counting:
+            for text, _ in lines:
+                state.feed(text, None, count=True, progress=False)
+        else:  # the first read of a file: what was written before the exporter started is not counted
+            for text, stamp in lines:
+                t = parse_timestamp(stamp.decode("ascii", "replace"))
+                state.feed(text, None, count=t is not None and t >= self.since, progress=False)
+            self.counting = True
+        # time of the last line, and the newest line that shows progress
+        for _, stamp in reversed(lines):
+            t = parse_timestamp(stamp.decode("ascii", "replace"))
+            if t is not None:
+                state.last_t = t if state.last_t is None else max(state.last_t, t)
+                break
+        for text, stamp in reversed(lines[-PROGRESS_LOOKBACK:]):
+            found = match_progress(text, patterns)
+            if found is not None:
+                state.see_progress(found, parse_timestamp(stamp.decode("ascii", "replace")))
+                break
+
+
+class PodLogSource:
+    """Follows the logs of the GPU pods the sampler names (``set_pods``) on its own thread; ``view`` is the
+    latest immutable result. ``poll`` is one pass (the thread's, or a test's)."""
+
+    def __init__(
+        self,
+        root: str,
+        errors: ErrorCounter,
+        patterns: tuple[Pattern, ...] = PATTERNS,
+        sys_root: str = "/sys",
+        monotonic: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.clock = clock
+        self.root = root
+        self.errors = errors
+        self.patterns = patterns
+        self.sys_root = sys_root
+        self.monotonic = monotonic
+        self._pods: frozenset[tuple[str, str]] = frozenset()
+        self._followers: dict[tuple[str, str, str], Follower] = {}
+        self._counts = Counts()
+        self._view = PodLogsView()
+        self._since = clock()  # lines older than this are the past: read for state, never counted
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._warned = False
+
+    @property
+    def view(self) -> PodLogsView:
+        return self._view
+
+    def set_pods(self, pods: frozenset[tuple[str, str]]) -> None:
+        """The (namespace, pod) pairs that hold GPUs on this node; only their logs are read."""
+        self._pods = pods
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="podlogs", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=PODLOG_POLL.value * 2 + 1)
+        for follower in self._followers.values():
+            follower.close()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            started = self.monotonic()
+            try:
+                self.poll()
+            except Exception:
+                log.exception("reading pod logs failed")
+                self.errors.inc(SOURCE, "InternalError")
+            self._stop.wait(max(0.0, PODLOG_POLL.value - (self.monotonic() - started)))
+
+    def _directories(self) -> dict[tuple[str, str, str], str]:
+        """(namespace, pod, container) -> its log directory, for the GPU pods; the newest pod UID wins."""
+        found: dict[tuple[str, str], tuple[float, str]] = {}
+        try:
+            entries = list(os.scandir(self.root))
+        except OSError as exc:
+            if not self._warned:
+                self._warned = True
+                self.errors.inc(SOURCE, type(exc).__name__, f"{self.root}: {exc.strerror}")
+            return {}
+        for entry in entries:
+            parts = entry.name.split("_")
+            if len(parts) != 3 or (parts[0], parts[1]) not in self._pods:
+                continue
+            try:
+                mtime = entry.stat().st_mtime
+            except OSError:
+                continue
+            key = (parts[0], parts[1])
+            if key not in found or mtime > found[key][0]:
+                found[key] = (mtime, entry.path)
+        out: dict[tuple[str, str, str], str] = {}
+        for (namespace, pod), (_, path) in sorted(found.items()):
+            try:
+                containers = sorted(e.name for e in os.scandir(path) if e.is_dir())
+            except OSError:
+                continue
+            for container in containers:
+                if len(out) >= PODLOG_MAX_CONTAINERS.value:
+                    return out
+                out[(namespace, pod, container)] = os.path.join(path, container)
+        return out
+
+    def poll(self) -> PodLogsView:
+        now = self.monotonic()
+        wanted = self._directories()
+        for key in [k for k, f in self._followers.items() if wanted.get(k) != f.directory]:
+            self._followers.pop(key).close()  # the pod is gone (or replaced by a new UID)
+        for key, directory in wanted.items():
+            follower = self._followers.get(key)
+            if follower is None:
+                follower = self._followers[key] = Follower(directory, since=self._since)
+            follower.poll(now, self.patterns, self._counts)
+            if follower.error and not follower.counted_error:
+                follower.counted_error = True
+                self.errors.inc(SOURCE, follower.error, directory)
+        self._view = replace(self._publish(), duration_s=self.monotonic() - now, collected_t=self.clock())
+        return self._view
+
+    def _rdma_devices(self) -> int | None:
+        try:
+            return len(os.listdir(os.path.join(self.sys_root, "class", "infiniband")))
+        except FileNotFoundError:
+            return 0
+        except OSError:
+            return None
+
+    def _publish(self) -> PodLogsView:
+        containers = []
+        pods: dict[tuple[str, str], list[LogState]] = {}
+        for (namespace, pod, container), f in sorted(self._followers.items()):
+            s = f.state
+            containers.append(ContainerLog(namespace, pod, container, s.last_t, s.step, s.step_seconds))
+            pods.setdefault((namespace, pod), []).append(s)
+        pod_views = []
+        for (namespace, pod), states in pods.items():
+            errors: dict[str, int] = {}
+            for s in states:
+                for kind, n in s.errors.items():
+                    errors[kind] = errors.get(kind, 0) + n
+            pod_views.append(
+                PodLog(
+                    namespace,
+                    pod,
+                    version=next((s.version for s in states if s.version), ""),
+                    network=next((s.network for s in states if s.network), ""),
+                    transports=tuple(
+                        sorted(
+                            {
+                                (scope, name)
+                                for s in states
+                                for scope, names in s.transports.items()
+                                for name in names
+                            }
+                        )
+                    ),
+                    warnings=sum(s.warnings for s in states),
+                    errors=tuple(sorted(errors.items())),
+                )
+            )
+        c = self._counts
+        return PodLogsView(
+            tuple(containers),
+            tuple(pod_views),
+            c.lines,
+            c.skipped_lines,
+            c.skipped_bytes,
+            c.junk,
+            self._rdma_devices(),
+        )

@@ -1,0 +1,108 @@
+"""Progress a job reports itself (``POST /v1/progress``), and the newest sign of progress of a pod from
+either that or its log. The store is bounded (``progress.max_pods``) and validates strictly: a report
+is ``{"namespace": str, "pod": str, "step": int}`` and nothing else."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from exporter.sources.podlogs import ContainerLog, PodLogsView
+from exporter.thresholds import PROGRESS_BODY_BYTES, PROGRESS_MAX_PODS
+
+# Kubernetes names: a namespace is a DNS label, a pod name a DNS subdomain
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_POD = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+MAX_STEP = 2**53  # an exact float: the step is exported as a sample value
+
+
+class ProgressError(ValueError):
+    """A report refused; ``status`` is the HTTP status to answer with."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Reported:
+    step: int
+    t: float  # when it arrived
+    step_seconds: float | None
+
+
+def parse_report(body: bytes) -> tuple[str, str, int]:
+    if len(body) > PROGRESS_BODY_BYTES.value:
+        raise ProgressError(413, f"body over {PROGRESS_BODY_BYTES.value:.0f} bytes")
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise ProgressError(400, "body is not JSON") from None
+    if not isinstance(data, dict) or set(data) != {"namespace", "pod", "step"}:
+        raise ProgressError(400, "body must be exactly {namespace, pod, step}")
+    namespace, pod, step = data["namespace"], data["pod"], data["step"]
+    if not isinstance(namespace, str) or not _NAMESPACE.match(namespace):
+        raise ProgressError(400, "namespace is not a Kubernetes namespace name")
+    if not isinstance(pod, str) or not _POD.match(pod):
+        raise ProgressError(400, "pod is not a Kubernetes pod name")
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
+        raise ProgressError(400, f"step must be a whole number 0-{MAX_STEP}")
+    return namespace, pod, step
+
+
+class ProgressStore:
+    """Steps reported over HTTP, by (namespace, pod). Thread-safe; at most ``progress.max_pods`` pods
+    (``allowed`` narrows them to the pods holding GPUs once the sampler knows them)."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._steps: dict[tuple[str, str], Reported] = {}
+        self.allowed: frozenset[tuple[str, str]] | None = None
+        self.refused = 0
+
+    def report(self, body: bytes) -> None:
+        try:
+            namespace, pod, step = parse_report(body)
+        except ProgressError:
+            self.refused += 1
+            raise
+        key, now = (namespace, pod), self.clock()
+        allowed = self.allowed
+        with self._lock:
+            if allowed is not None and key not in allowed:
+                self.refused += 1
+                raise ProgressError(404, f"{namespace}/{pod} holds no GPU on this node")
+            if key not in self._steps and len(self._steps) >= PROGRESS_MAX_PODS.value:
+                self.refused += 1
+                raise ProgressError(429, f"progress is kept for {PROGRESS_MAX_PODS.value:.0f} pods at most")
+            before = self._steps.get(key)
+            seconds = before.step_seconds if before else None
+            if before is not None and step > before.step and now > before.t:
+                seconds = (now - before.t) / (step - before.step)
+            self._steps[key] = Reported(step, now, seconds)
+
+    def forget_except(self, pods: frozenset[tuple[str, str]]) -> None:
+        with self._lock:
+            self.allowed = pods
+            for key in [k for k in self._steps if k not in pods]:
+                del self._steps[key]
+
+    def view(self) -> dict[tuple[str, str], Reported]:
+        with self._lock:
+            return dict(self._steps)
+
+
+def merged(view: PodLogsView | None, pushed: dict[tuple[str, str], Reported]) -> PodLogsView | None:
+    """The log view with the pushed progress as containers named ``""``."""
+    if view is None and not pushed:
+        return view
+    extra = tuple(
+        ContainerLog(ns, pod, "", r.t, r.step, r.step_seconds) for (ns, pod), r in sorted(pushed.items())
+    )
+    base = view or PodLogsView()
+    return replace(base, containers=base.containers + extra)

@@ -1,0 +1,359 @@
+"""The log parser on real-shaped lines: CRI records, launchers' prefixes, NCCL 2.18-2.27 INFO/WARN
+lines with each transport, the progress styles of HF Trainer, tqdm, Lightning, Megatron, DeepSpeed and
+plain loops, and the errors that end jobs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from exporter import logparse as lp
+
+H = "gpu-node-1:4021:4021 [0] NCCL INFO "
+HW = "gpu-node-1:4021:4188 [0] NCCL WARN "
+
+# one init of each NCCL version, as rank 0 prints it (hostnames and numbers made up, wording NCCL's)
+NCCL_218_SOCKETS = [
+    H + "Bootstrap : Using eth0:10.0.0.11<0>",
+    H
+    + "NET/Plugin : Plugin load (libnccl-net.so) returned 2 : libnccl-net.so: cannot open shared object file",
+    H + "NET/Plugin : No plugin found, using internal implementation",
+    H + "cudaDriverVersion 12020",
+    "NCCL version 2.18.5+cuda12.2",
+    H + "NET/IB : No device found.",
+    H + "NET/Socket : Using [0]eth0:10.0.0.11<0>",
+    H + "Using network Socket",
+    H + "Channel 00/02 :    0   1   2   3   4   5   6   7   8   9  10  11  12  13  14  15",
+    H + "Channel 00/0 : 0[0] -> 1[1] via P2P/IPC",
+    H + "Channel 00/0 : 7[7] -> 8[0] [send] via NET/Socket/0",
+    H + "Connected all rings",
+]
+NCCL_220_IB_NVLS = [
+    H + "NCCL version 2.20.5+cuda12.4",
+    H + "NET/Plugin: Loaded net plugin NCCL RDMA Plugin v8 (v8)",
+    H + "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [2]mlx5_2:1/IB [RO]; OOB eth0:10.0.0.11<0>",
+    H + "Using network IBext_v8",
+    H + "NVLS multicast support is available on dev 0",
+    H + "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM",
+    H + "Channel 00/0 : 8[0] -> 0[0] [receive] via NET/IBext_v8/0/GDRDMA",
+    H + "GPU Direct RDMA Enabled for GPU 0 / HCA 0 (distance 4 <= 4), read 1 mode Default",
+    H + "Connected NVLS",
+]
+NCCL_221_EFA_CUMEM_READ = [
+    H + "NCCL version 2.21.5+cuda12.4",
+    H + "NET/OFI Initializing aws-ofi-nccl 1.9.1-aws",
+    H + "NET/OFI Using Libfabric version 1.19",
+    H + "NET/OFI Selected Provider is efa (found 4 nics)",
+    H + "Using network AWS Libfabric",
+    H + "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read",
+    H + "Channel 01/0 : 8[0] -> 0[0] [receive] via NET/AWS Libfabric/0/GDRDMA",
+]
+NCCL_223_SHM = [
+    H + "NCCL version 2.23.4+cuda12.6",
+    H + "Using network IB",
+    H + "P2P is disabled between connected GPUs",
+    H + "Channel 00/0 : 0[0] -> 1[1] via SHM/direct/direct",
+    H + "Channel 00/0 : 4[4] -> 12[4] [send] via NET/IB/0",
+]
+NCCL_227_DIRECT = [
+    H + "NCCL version 2.27.3+cuda12.9",
+    H + "ncclCommInitRankConfig comm 0x55d0 rank 0 nranks 8 cudaDev 0 nvmlDev 0 busId 18000 - Init START",
+    H + "Using network IB",
+    H + "Channel 00/0 : 0[0] -> 1[0] via P2P/direct pointer",
+    H + "Channel 01/0 : 0[0] -> 1[1] via P2P/IPC/read",
+]
+
+
+def _state(lines: list[str]) -> lp.LogState:
+    s = lp.LogState()
+    for line in lines:
+        s.feed(line)
+    return s
+
+
+@pytest.mark.parametrize(
+    ("lines", "version", "network", "intra", "inter", "gdr"),
+    [
+        (NCCL_218_SOCKETS, "2.18.5", "Socket", {"P2P/IPC"}, {"NET/Socket"}, False),
+        (NCCL_220_IB_NVLS, "2.20.5", "IBext", {"P2P/CUMEM", "NVLS"}, {"NET/IB"}, True),
+        (NCCL_221_EFA_CUMEM_READ, "2.21.5", "AWS Libfabric", {"P2P/CUMEM/read"}, {"NET/OFI"}, True),
+        (NCCL_223_SHM, "2.23.4", "IB", {"SHM"}, {"NET/IB"}, False),
+        (NCCL_227_DIRECT, "2.27.3", "IB", {"P2P/direct pointer", "P2P/IPC/read"}, set(), False),
+    ],
+)
+def test_nccl_init_of_each_version(lines, version, network, intra, inter, gdr):
+    s = _state(lines)
+    assert (s.version, s.network, s.gdrdma) == (version, network, gdr)
+    assert s.transports == {"intra": intra, "inter": inter}
+    assert s.warnings == 0 and not s.errors
+
+
+def test_launcher_prefixes_do_not_hide_lines():
+    lines = [
+        "[rank3]:" + H + "NCCL version 2.19.3+cuda12.3",
+        "[1,3]<stdout>:" + H + "Channel 00/0 : 3[3] -> 4[4] via P2P/CUMEM/read",
+        "[default3]:" + HW + "NET/Socket : No usable listening interface found",
+        "2024-05-01T10:00:00.123456789Z " + H + "Using network Socket",
+    ]
+    s = _state(lines)
+    assert s.version == "2.19.3" and s.network == "Socket"
+    assert s.transports["intra"] == {"P2P/CUMEM/read"}
+    assert s.warnings == 1 and s.bad["socket_interface"] == 1
+    assert lp.strip_prefix(lines[2]).startswith("gpu-node-1:")
+
+
+def test_labels_stay_in_their_vocabularies():
+    s = _state(
+        [
+            H + "Using network MyFancyNet_v9 with extras",
+            H + "Channel 00/0 : 0[0] -> 8[0] [send] via NET/MyFancyNet/0",
+            H + "Channel 00/0 : 0[0] -> 1[1] via SOMETHING/new",
+        ]
+    )
+    assert s.network == "Other" and s.network in lp.NETWORKS
+    assert s.transports == {"intra": set(), "inter": {"NET/Other"}}
+    for scope, names in s.transports.items():
+        assert names <= set(lp.INTER if scope == "inter" else lp.INTRA)
+
+
+ERROR_LINES = {
+    "bus_error": "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Bus error. It is possible "
+    "that dataloader's workers are out of shared memory.",
+    "dataloader_killed": "RuntimeError: DataLoader worker (pid(s) 4242, 4243) exited unexpectedly",
+    "cuda_oom": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+    "capacity of 79.10 GiB of which 1.06 GiB is free.",
+    "watchdog_timeout": "[rank3]:[E ProcessGroupNCCL.cpp:563] [Rank 3] Watchdog caught collective operation "
+    "timeout: WorkNCCL(SeqNum=4711, OpType=ALLREDUCE, NumelIn=1, Timeout(ms)=600000) ran for 600043 ms",
+    "ib_completion_error": "gpu-node-2:51:88 [3] NCCL WARN NET/IB : Got completion from peer "
+    "10.0.0.12<59736> with status=12 opcode=0 len=0 vendor err 129 (Recv) localGid ::ffff:10.0.0.11",
+    "dist_backend_error": "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, "
+    "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3",
+}
+
+
+@pytest.mark.parametrize("kind", list(ERROR_LINES))
+def test_each_error_that_ends_a_job(kind):
+    s = _state(["step 10", ERROR_LINES[kind], "ok"])
+    assert dict(s.errors) == {kind: 1}
+    assert kind in lp.ERROR_KINDS
+    assert any(kind in kinds for kinds in lp.ERROR_FAMILIES.values())
+
+
+def test_pytorch_bus_error_wording_and_older_ib_wording():
+    s = _state(
+        [
+            "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared "
+            "memory (shm).",
+            HW + "NET/IB : Got completion with error 12, opcode 1, len 32697, vendor err 129",
+        ]
+    )
+    assert s.errors == {"bus_error": 1, "ib_completion_error": 1}
+    assert s.warnings == 1
+
+
+def test_counting_off_reads_state_but_counts_nothing():
+    s = lp.LogState()
+    s.feed(HW + "Call to ibv_reg_mr failed", count=False)
+    s.feed(ERROR_LINES["cuda_oom"], count=False)
+    s.feed(H + "Channel 00/0 : 0[0] -> 1[1] via P2P/IPC", count=False)
+    assert s.warnings == 0 and not s.errors and s.transports["intra"] == {"P2P/IPC"}
+
+
+# ---- progress ---------------------------------------------------------------------------------------
+
+PROGRESS = [
+    # (line, pattern, step, seconds per step)
+    (
+        " iteration      100/  500000 | consumed samples:        51200 | elapsed time per iteration (ms): "
+        "1234.5 | learning rate: 1.5E-04 | global batch size:   512 | lm loss: 6.12E+00 |",
+        "megatron",
+        100,
+        1.2345,
+    ),
+    ("steps: 250 loss: 2.3104 iter time (s): 0.845 samples/sec: 151.4", "deepspeed", 250, 0.845),
+    (
+        "Epoch 3:  45%|████▌     | 450/1000 [02:10<02:39,  3.45it/s, v_num=0, train_loss=2.31]",
+        "lightning",
+        None,
+        1 / 3.45,
+    ),
+    (" 12%|█▏        | 120/1000 [01:23<10:12,  1.44it/s]", "tqdm", 120, 1 / 1.44),
+    (" 12%|█▏        | 121/1000 [01:25<10:12,  2.10s/it]", "tqdm", 121, 2.10),
+    (
+        "{'loss': 2.3456, 'grad_norm': 1.234, 'learning_rate': 4.9e-05, 'epoch': 0.12}",
+        "hf_trainer",
+        None,
+        None,
+    ),
+    ("{'loss': nan, 'grad_norm': inf, 'learning_rate': 0.0, 'epoch': 1.5}", "hf_trainer", None, None),
+    ("Epoch 2, step 1200: loss=1.92", "step", 1200, None),
+    ("iter 57 | loss 3.1", "step", 57, None),
+    ("global_step=88 lr=0.0001", "step", 88, None),
+]
+
+
+@pytest.mark.parametrize(("line", "name", "step", "seconds"), PROGRESS)
+def test_progress_styles(line, name, step, seconds):
+    found = lp.match_progress(line)
+    assert found is not None and found.pattern == name
+    assert found.step == step
+    assert found.seconds == (pytest.approx(seconds) if seconds is not None else None)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        H + "Channel 00/0 : 0[0] -> 1[1] via P2P/IPC",
+        "Downloading shards: 100%|██████████| 4/4",
+        "loading checkpoint from /ckpt/step-1000",
+        "",
+    ],
+)
+def test_lines_that_are_not_progress(line):
+    assert lp.match_progress(line) is None
+
+
+def test_step_seconds_from_successive_steps_when_lines_do_not_say():
+    s = lp.LogState()
+    s.feed("step 10 loss 2.0", t=100.0)
+    s.feed("some other line", t=105.0)
+    s.feed("step 20 loss 1.9", t=120.0)
+    assert (s.step, s.step_seconds, s.last_t) == (20, 2.0, 120.0)
+    s.feed("step 20 again", t=130.0)  # the same step: no new time per step
+    assert s.step_seconds == 2.0 and s.last_t == 130.0
+
+
+def test_user_patterns_load_and_win():
+    text = json.dumps(
+        [
+            {
+                "name": "myloop",
+                "regex": r"train it=(?P<n>\d+) took (?P<ms>[\d.]+)ms",
+                "step": "n",
+                "seconds": "ms",
+                "seconds_unit": "ms",
+            }
+        ]
+    )
+    patterns = lp.load_patterns(text) + lp.PATTERNS
+    found = lp.match_progress("train it=42 took 350.0ms step 7", patterns)
+    assert found == lp.Progress("myloop", 42, 0.35)
+    assert lp.load_patterns("") == () and lp.load_patterns("[]") == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ('[{"regex": "(unclosed"}]', "bad regex"),
+        ('[{"regex": "x(?P<a>1)", "step": "b"}]', "no group named 'b'"),
+        ('[{"regex": "x", "seconds_unit": "minutes"}]', "seconds_unit"),
+        ('[{"regex": "x", "colour": "red"}]', "unknown keys"),
+        ('{"regex": "x"}', "must be a list"),
+        ("[[1, 2]]", "needs a regex"),
+        ("- regex: x", "not JSON"),
+        ('[{"regex": "x(?P<n>1)", "step": false}]', "must be strings"),
+    ],
+)
+def test_bad_user_patterns_name_the_problem(text, words):
+    with pytest.raises(lp.PatternError, match=words.replace("(", r"\(")):
+        lp.load_patterns(text)
+
+
+# ---- CRI ----------------------------------------------------------------------------------------------
+
+
+def test_cri_records_and_timestamps():
+    r = lp.parse_cri("2024-05-01T10:00:00.123456789Z stdout F step 10")
+    assert r == lp.CriLine(1714557600.123456789, "stdout", False, "step 10")
+    assert lp.parse_cri("2024-05-01T12:00:00+02:00 stderr P half")
+    assert lp.parse_cri("2024-05-01T12:00:00+02:00 stderr P half").t == 1714557600.0  # type: ignore[union-attr]
+    assert lp.parse_cri("2024-05-01T10:00:00Z stdout F ") == lp.CriLine(1714557600.0, "stdout", False, "")
+    assert lp.parse_cri("2024-05-01T10:00:00Z stdout F").text == ""  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "",
+        "step 10",
+        "2024-05-01T10:00:00Z stdin F x",
+        "2024-05-01T10:00:00Z stdout X x",
+        "2024-13-01T10:00:00Z stdout F x",
+        "not-a-time stdout F x",
+        "\x00\x01\x02\xff binary junk",
+    ],
+)
+def test_cri_junk_is_refused(line):
+    assert lp.parse_cri(line) is None
+
+
+def test_partial_records_are_joined_and_junk_counted():
+    s = lp.LogState()
+    junk = s.feed_cri(
+        [
+            "2024-05-01T10:00:00Z stdout P " + H + "Channel 00/0 : 0[0] -> 1[1] ",
+            "2024-05-01T10:00:00.5Z stdout F via P2P/CUMEM/read",
+            "\x00\x00garbage",
+            "2024-05-01T10:00:01Z stderr F step 3",
+        ]
+    )
+    assert junk == 1
+    assert s.transports["intra"] == {"P2P/CUMEM/read"}
+    assert (s.step, s.last_t, s.lines) == (3, 1714557601.0, 2)
+
+
+def test_plain_lines_unwrap_cri_and_keep_the_rest():
+    got = list(
+        lp.plain_lines(
+            [
+                "2024-05-01T10:00:00Z stdout P a",
+                "2024-05-01T10:00:00Z stdout F b",
+                "plain line",
+                "2024-05-01T10:00:01Z stdout P dangling",
+            ]
+        )
+    )
+    assert got == [("ab", 1714557600.0), ("plain line", None), ("dangling", None)]
+
+
+# ---- the checklist --------------------------------------------------------------------------------
+
+
+def test_checklist_of_a_good_multi_node_job_passes():
+    s = _state(NCCL_220_IB_NVLS)
+    found = lp.checks(s)
+    assert {c.status for c in found} == {"pass"}, found
+    assert lp.exit_status(found) == 0
+    assert {c.name for c in found} >= {"version", "network", "intra_node_transport", "gpudirect_rdma"}
+
+
+def test_checklist_warns_on_read_mode_and_fails_on_sockets_between_nodes():
+    found = {c.name: c for c in lp.checks(_state(NCCL_221_EFA_CUMEM_READ))}
+    assert found["intra_node_transport"].status == "warn"
+    assert "P2P/CUMEM/read" in found["intra_node_transport"].evidence
+    assert "fabricmanager" in found["intra_node_transport"].fix
+    assert lp.exit_status(list(found.values())) == 1
+    sockets = {c.name: c for c in lp.checks(_state(NCCL_218_SOCKETS))}
+    assert sockets["network"].status == "fail" and "Using network Socket" in sockets["network"].evidence
+    assert sockets["net_plugin"].status == "fail"
+
+
+def test_checklist_without_nccl_lines_fails_and_says_how_to_get_them():
+    found = lp.checks(_state(["step 1", "step 2"]))
+    assert (found[0].name, found[0].status) == ("nccl_debug", "fail")
+    assert "NCCL_DEBUG=INFO" in found[0].fix
+
+
+def test_summary_is_the_documented_object():
+    s = _state([*NCCL_221_EFA_CUMEM_READ, ERROR_LINES["watchdog_timeout"]])
+    out = lp.summary(s)
+    assert out["version"] == "2.21.5" and out["network"] == "AWS Libfabric"
+    assert out["transports"] == {"intra": ["P2P/CUMEM/read"], "inter": ["NET/OFI"]}
+    assert out["warnings"] == 0 and out["errors"] == {"watchdog_timeout": 1}
+    assert {"name", "status", "evidence", "fix"} == set(out["checks"][0])  # type: ignore[index]
+
+
+def test_evidence_is_cut():
+    s = _state([HW + "x" * 5000])
+    assert len(s.evidence["warning"]) == lp.EVIDENCE_CHARS

@@ -1,0 +1,94 @@
+"""``nccl-check``: the real command over saved logs of several shapes; its exit status and JSON."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+from tests.test_logparse import ERROR_LINES, NCCL_220_IB_NVLS, NCCL_221_EFA_CUMEM_READ, NCCL_223_SHM
+
+
+def _run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "exporter", "nccl-check", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        input=stdin,
+        env=dict(os.environ),
+        timeout=60,
+    )
+
+
+def test_a_good_job_passes_with_exit_0(tmp_path):
+    log = tmp_path / "torchrun.log"
+    log.write_text("\n".join(["[rank0]:" + line for line in NCCL_220_IB_NVLS]) + "\n")
+    result = _run(str(log))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "NCCL 2.20.5, network IBext (GPUDirect RDMA)" in result.stdout
+    marks = {line[:6] for line in result.stdout.splitlines() if line[:4] in ("PASS", "WARN", "FAIL")}
+    assert marks == {"PASS  "}
+    assert "result: " in result.stdout and "0 warnings, 0 failures" in result.stdout
+
+
+def test_read_mode_warns_with_exit_1_and_json_is_the_documented_object(tmp_path):
+    log = tmp_path / "pod.log.gz"  # a rotated CRI file of the kubelet, compressed
+    records = [
+        f"2024-05-01T10:00:{i:02d}.000000001Z stdout F {line}"
+        for i, line in enumerate(NCCL_221_EFA_CUMEM_READ)
+    ]
+    log.write_bytes(gzip.compress(("\n".join(records) + "\n").encode()))
+    result = _run("--json", str(log))
+    assert result.returncode == 1, result.stderr
+    out = json.loads(result.stdout)
+    assert out["version"] == "2.21.5" and out["network"] == "AWS Libfabric"
+    assert out["transports"] == {"intra": ["P2P/CUMEM/read"], "inter": ["NET/OFI"]}
+    assert out["warnings"] == 0 and out["errors"] == {}
+    warn = [c for c in out["checks"] if c["status"] == "warn"]
+    assert [c["name"] for c in warn] == ["intra_node_transport"]
+    assert "via P2P/CUMEM/read" in warn[0]["evidence"] and warn[0]["fix"]
+
+
+def test_errors_fail_with_exit_2_across_several_files_and_stdin(tmp_path):
+    first = tmp_path / "rank0.log"
+    first.write_text("\n".join(NCCL_223_SHM) + "\n")
+    result = _run(
+        str(first), "-", stdin=ERROR_LINES["watchdog_timeout"] + "\n" + ERROR_LINES["ib_completion_error"]
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == ""
+    assert "FAIL  error_watchdog_timeout" in result.stdout
+    assert "watchdog_timeout x1" in result.stdout and "NCCL WARN lines: 1" in result.stdout
+
+
+def test_binary_junk_and_a_huge_line_are_read_in_bounded_pieces(tmp_path):
+    log = tmp_path / "junk.log"
+    with log.open("wb") as f:
+        f.write(os.urandom(1 << 16))
+        f.write(b"x" * (3 << 20))  # 3 MiB without a newline
+        f.write(b"\n" + "\n".join(NCCL_220_IB_NVLS).encode() + b"\n")
+    result = _run("--json", str(log))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["version"] == "2.20.5"
+
+
+@pytest.mark.parametrize(
+    ("make", "words"),
+    [
+        (lambda p: p / "missing.log", "cannot read (No such file or directory)"),
+        (lambda p: p, "cannot read (Is a directory)"),
+        (lambda p: (p / "bad.gz").write_bytes(b"\x1f\x8b\x08garbage") and p / "bad.gz", "cannot read"),
+    ],
+)
+def test_unreadable_logs_are_one_line_and_exit_2(tmp_path, make, words):
+    result = _run(str(make(tmp_path)))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpu-bottleneck-exporter: ") and words in lines[0]
+    assert result.stdout == ""

@@ -1,0 +1,30 @@
+"""The pod-log flags' mistakes: one line naming the flag or variable, exit status 2, before anything
+starts."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.test_cli import _one_line_error, _run
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (None, "cannot read"),
+        ('[{"regex": "(x"}]', "bad regex"),
+        ('[{"regex": "x", "step": "n"}]', "no group named 'n'"),
+        ("- regex: x", "not JSON"),
+    ],
+)
+def test_bad_patterns_file(tmp_path, content, words):
+    path = tmp_path / "patterns.json"
+    if content is not None:
+        path.write_text(content)
+    result = _run("--simulate", "healthy", "--pod-logs", "on", "--log-patterns", str(path), "--port", "1")
+    _one_line_error(result, 2, "--log-patterns", words)
+
+
+def test_bad_switch_from_the_environment():
+    result = _run("--simulate", "healthy", env={"GBE_PROGRESS_API": "maybe"})
+    _one_line_error(result, 2, "GBE_PROGRESS_API", "on or off")

@@ -1,0 +1,49 @@
+"""The pod-log source through the real sampler over a simulated node: the sampler names the GPU pods,
+takes the source's numbers at publish, gives each GPU's points the seconds since its pod's last line,
+and the renderer exports the derived numbers. The scrape path reads no file."""
+
+from __future__ import annotations
+
+from exporter.errors import ErrorCounter
+from exporter.metrics import Renderer
+from exporter.sampler import Sampler
+from exporter.sources.kubelet import PodResourcesSource
+from exporter.sources.nvml import NvmlSource
+from exporter.sources.podlogs import PodLogSource
+from tests.conftest import FAST, RefreshingHostSource, step
+from tests.sources.test_podlogs import rec
+
+
+def test_points_carry_the_silence_of_their_pods_log(make_node, clock, tmp_path):
+    node = make_node("healthy", n_gpus=2)
+    errors = ErrorCounter()
+    pods = tmp_path / "pods"
+    log = pods / "ml_llm-train-0_6f1c2d3e" / "trainer" / "0.log"
+    log.parent.mkdir(parents=True)
+    last_line = clock()
+    log.write_text(rec(last_line - 5, "step 40") + rec(last_line, "step 41"))
+    source = PodLogSource(str(pods), errors, sys_root=str(tmp_path / "sys"))
+    sampler = Sampler(
+        FAST,
+        errors,
+        RefreshingHostSource(node, errors, clock=clock, **node.host_options()),  # type: ignore[arg-type]
+        NvmlSource(node.install(), errors, clock=clock, slow_interval_s=FAST.slow_interval_s),
+        clock=clock,
+        kubelet=PodResourcesSource(errors, node.kubelet_socket, timeout_s=0.5),
+        podlogs=source,
+    )
+    try:
+        step(sampler, clock, cycles=2)  # the sampler learns which pods hold GPUs and names them
+        source.poll()  # the source's own thread does this once a second
+        snap = step(sampler, clock, seconds=3.0, cycles=2)
+        assert snap.pod_logs is not None
+        (c,) = snap.pod_logs.containers
+        assert (c.namespace, c.pod, c.container, c.step) == ("ml", "llm-train-0", "trainer", 41)
+        newest = list(sampler.analyzer.window("0"))[-1]
+        assert newest.log_silent_s is not None
+        assert abs(newest.log_silent_s - (newest.t - last_line)) < 0.01
+        body = Renderer().render(snap)[0].decode()
+        assert 'gpu_pod_training_step{namespace="ml",pod="llm-train-0",container="trainer"} 41' in body
+        assert 'gpu_pod_nccl_warnings_total{namespace="ml",pod="llm-train-0"} 0' in body
+    finally:
+        sampler.stop()
