@@ -332,8 +332,9 @@ def _serve(settings: Settings) -> int:
 
 
 def _replay(path: str, gpus: int | None, as_json: bool, report: str | None = None) -> int:
-    from exporter.replay import event_json, human, replay, summary
+    from exporter.replay import event_json, gap_text, human, replay, summary
     from exporter.report import ReportData, write_report
+    from exporter.thresholds import EVAL_INTERVAL, TRACE_GAP_PERIODS
     from exporter.traces import TraceError, clipped_warnings
 
     if gpus is not None and gpus < 1:
@@ -350,8 +351,12 @@ def _replay(path: str, gpus: int | None, as_json: bool, report: str | None = Non
         )
     except TraceError as exc:
         print(f"gpu-bottleneck-exporter: {exc}", file=sys.stderr)
-        return 1
+        return 2
     stats = result.stats
+    if stats.rows == 0:  # one line: why nothing could be read, with the first reason a row had
+        first = f" ({stats.warnings[0]})" if stats.warnings else ""
+        print(f"gpu-bottleneck-exporter: {path}: no readable rows{first}", file=sys.stderr)
+        return 2
     if stats.unknown_columns:
         print(
             f"gpu-bottleneck-exporter: ignoring unknown columns: {', '.join(stats.unknown_columns)}",
@@ -366,9 +371,13 @@ def _replay(path: str, gpus: int | None, as_json: bool, report: str | None = Non
             f"gpu-bottleneck-exporter: {stats.skipped - len(stats.warnings)} more rows skipped",
             file=sys.stderr,
         )
-    if stats.rows == 0:
-        print(f"gpu-bottleneck-exporter: {path}: no readable rows", file=sys.stderr)
-        return 1
+    if stats.gaps:
+        print(
+            f"gpu-bottleneck-exporter: {path}: {len(stats.gaps)} gap(s) longer than "
+            f"{TRACE_GAP_PERIODS.value * EVAL_INTERVAL.value:.0f} s, each starting a new segment: "
+            + gap_text(stats),
+            file=sys.stderr,
+        )
     print(json.dumps(summary(result)) if as_json else human(result), file=out)
     if report and data:
         try:

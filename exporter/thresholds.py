@@ -534,6 +534,17 @@ COLLECT_ERROR_RATE = _t(
     "failing again and again, not a hiccup.",
 )
 
+# replay: a pause in a trace
+TRACE_GAP_PERIODS = _t(
+    "replay.gap_periods",
+    300.0,
+    "count",
+    "A trace that pauses for more than 300 sample periods of the analysis (5 minutes at 1 s) has outlived "
+    "the ledger's window, the longest of the analysis: nothing before the pause can count after it, so "
+    "replay starts a new segment there and reports the gap instead of evaluating the silence second by "
+    "second (a 30-day gap took 7 minutes).",
+)
+
 
 # ---- alerts: how long a condition must hold before it pages, and how loud -----------------------------
 
