@@ -335,10 +335,10 @@ def _replay(path: str, gpus: int | None, as_json: bool, report: str | None = Non
     from exporter.replay import event_json, gap_text, human, replay, summary
     from exporter.report import ReportData, write_report
     from exporter.thresholds import EVAL_INTERVAL, TRACE_GAP_PERIODS
-    from exporter.traces import TraceError, clipped_warnings
+    from exporter.traces import MAX_GPUS, TraceError, clipped_warnings
 
-    if gpus is not None and gpus < 1:
-        raise UsageError("--gpus must be at least 1")
+    if gpus is not None and not 1 <= gpus <= MAX_GPUS:
+        raise UsageError(f"--gpus must be 1-{MAX_GPUS}, not {gpus}")
     out = sys.stdout
     data = ReportData() if report else None
     try:
