@@ -28,7 +28,7 @@ class Flag:
 
     @property
     def env(self) -> str:
-        return ENV_PREFIX + self.flag.lstrip("-").replace("-", "_").upper()
+        return ENV_PREFIX + self.flag.lstrip("-").replace("-", "_").replace(".", "_").upper()
 
 
 def _paths(text: str) -> tuple[str, ...]:
@@ -97,9 +97,16 @@ SERVE_FLAGS = (
     ),
     Flag("--sim-gpus", "sim_gpus", _int, "number of simulated GPUs"),
     Flag("--log-level", "log_level", _level, "debug, info, warning or error"),
+    Flag(
+        "--web.config.file",
+        "web_config_file",
+        str,
+        "TLS and basic authentication, in the web config format Prometheus exporters share; SIGHUP "
+        "re-reads it",
+    ),
 )
 # record samples like serve but serves nothing: it takes every serve flag except these
-LISTEN_FLAGS = frozenset({"--listen-address", "--port"})
+LISTEN_FLAGS = frozenset({"--listen-address", "--port", "--web.config.file"})
 RECORD_FLAGS = tuple(f for f in SERVE_FLAGS if f.flag not in LISTEN_FLAGS)
 
 
@@ -251,6 +258,9 @@ def _logging(level: str) -> None:
         level=getattr(logging, level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    from exporter.logsafety import limit_repeats
+
+    limit_repeats(logging.getLogger())  # a flood of one line is written a few times, then counted
 
 
 def _scenarios() -> int:
@@ -314,7 +324,12 @@ def _listen(address: str, port: int) -> socket.socket:
 
 def _serve(settings: Settings) -> int:
     from exporter.server import serve
+    from exporter.webconfig import WebConfigError, WebState
 
+    try:
+        web = WebState(settings.web_config_file or None)
+    except WebConfigError as exc:
+        raise UsageError(f"--web.config.file: {exc}") from None
     _logging(settings.log_level)
     sock = _listen(settings.listen_address, settings.port)
     try:
@@ -323,9 +338,10 @@ def _serve(settings: Settings) -> int:
         sock.close()
         raise
     shown = "localhost" if settings.listen_address in ("0.0.0.0", "::") else settings.listen_address
-    log.info("serving http://%s:%d/metrics", shown, settings.port)
+    scheme = "https" if web.tls else "http"
+    log.info("serving %s://%s:%d/metrics", scheme, shown, settings.port)
     try:
-        serve(app, sock)
+        serve(app, sock, web)
     finally:
         _close(node)
     return 0

@@ -65,6 +65,7 @@ class Settings:
     simulate: str = ""
     sim_gpus: int = 8
     log_level: str = "info"
+    web_config_file: str = ""  # TLS and basic auth (the exporter toolkit's web config); empty: plain HTTP
 
     def __post_init__(self) -> None:
         problems: list[tuple[str, str]] = []

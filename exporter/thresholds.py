@@ -545,6 +545,43 @@ TRACE_GAP_PERIODS = _t(
     "second (a 30-day gap took 7 minutes).",
 )
 
+# HTTP: what one client may hold of the server
+HTTP_MAX_CONNECTIONS = _t(
+    "http.max_connections",
+    256.0,
+    "count",
+    "Prometheus holds one connection per scraper (two for an HA pair); 256 open connections leave room for "
+    "many scrapers and people with curl while staying far inside the 1024 file descriptors of the "
+    "smallest default limit. Past it, the oldest connection that has not sent a request yet is closed.",
+)
+HTTP_HEADER_TIMEOUT = _t(
+    "http.header_timeout_seconds",
+    5.0,
+    "seconds",
+    "A scraper sends its whole request (and finishes a TLS handshake) within milliseconds; a connection "
+    "without a complete request header after 5 s is a slow or half-open client and is closed.",
+)
+HTTP_KEEPALIVE = _t(
+    "http.keepalive_seconds",
+    30.0,
+    "seconds",
+    "An idle kept-alive connection is closed after 30 s: longer than the usual 15-30 s scrape interval "
+    "would be held idle for nothing; shorter ones reuse the connection.",
+)
+LOG_REPEAT_BURST = _t(
+    "log.repeat_burst",
+    5.0,
+    "count",
+    "The same log line (same logger and message) is written 5 times per interval, then counted: a flood "
+    "of one error (116,000 accept errors in 11 s) says nothing the first lines did not.",
+)
+LOG_REPEAT_INTERVAL = _t(
+    "log.repeat_interval_seconds",
+    60.0,
+    "seconds",
+    "After a minute a repeated line is written again, with how many like it were held back.",
+)
+
 
 # ---- alerts: how long a condition must hold before it pages, and how loud -----------------------------
 
