@@ -33,6 +33,8 @@ FD_RESERVE = 64  # descriptors kept for the process itself: NVML, /proc reads, t
 # the guard, and a closed one frees its descriptor a few turns later: the bound leaves room for four.
 ACCEPT_BATCH = 16
 IN_FLIGHT = 4 * ACCEPT_BATCH
+# a closing TLS connection waits this long for the client's close_notify: an idle scraper never sends it
+TLS_SHUTDOWN_S = 2.0
 MAX_HEADER_BYTES = 16 * 1024  # a scrape's request is a few hundred bytes; h11 alone bounds only partial ones
 TOO_LARGE = b"HTTP/1.1 431 Request Header Fields Too Large\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
 
@@ -238,6 +240,7 @@ def protocol_factory(
             None,
             server_side=True,
             ssl_handshake_timeout=guard.header_timeout_s,
+            ssl_shutdown_timeout=TLS_SHUTDOWN_S,
             guard=guard,
             tracked=tracked,
         )
