@@ -548,11 +548,12 @@ TRACE_GAP_PERIODS = _t(
 # HTTP: what one client may hold of the server
 HTTP_MAX_CONNECTIONS = _t(
     "http.max_connections",
-    256.0,
+    1024.0,
     "count",
-    "Prometheus holds one connection per scraper (two for an HA pair); 256 open connections leave room for "
-    "many scrapers and people with curl while staying far inside the 1024 file descriptors of the "
-    "smallest default limit. Past it, the oldest connection that has not sent a request yet is closed.",
+    "Prometheus holds one connection per scraper; 1024 open connections (a few MiB of buffers) let "
+    "hundreds of slow clients wait out their header deadline without closing anyone early. Past it "
+    "(or past the process's descriptor limit less a reserve), the oldest connection that has not sent "
+    "a request yet is closed for the new one.",
 )
 HTTP_HEADER_TIMEOUT = _t(
     "http.header_timeout_seconds",
