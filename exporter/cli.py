@@ -387,9 +387,9 @@ def _replay(path: str, gpus: int | None, as_json: bool, report: str | None = Non
             f"gpu-bottleneck-exporter: {stats.skipped - len(stats.warnings)} more rows skipped",
             file=sys.stderr,
         )
-    if stats.gaps:
+    if stats.gap_count:
         print(
-            f"gpu-bottleneck-exporter: {path}: {len(stats.gaps)} gap(s) longer than "
+            f"gpu-bottleneck-exporter: {path}: {stats.gap_count} gap(s) longer than "
             f"{TRACE_GAP_PERIODS.value * EVAL_INTERVAL.value:.0f} s, each starting a new segment: "
             + gap_text(stats),
             file=sys.stderr,

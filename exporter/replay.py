@@ -124,7 +124,7 @@ class _Segment:
         result.sampled_seconds += last_t - self.start
         if self.ticks:
             self.ticks.after(None)
-        if self.number < len(result.stats.gaps):
+        if self.number < result.stats.gap_count:
             for episode in self.open_episodes.values():
                 episode.end = last_t
         for gpu in sorted(analyzer.gpus(), key=_gpu_order):
@@ -242,6 +242,7 @@ def summary(result: ReplayResult) -> dict[str, object]:
         "unknown_columns": result.stats.unknown_columns,
         "clipped_values": dict(result.stats.clipped),
         "backward_rows": result.stats.backwards,
+        "gap_count": result.stats.gap_count,
         "gaps": [{"line": line, "seconds": round(seconds, 1)} for line, seconds in result.stats.gaps],
         "verdicts": [
             {
@@ -273,7 +274,8 @@ def gap_text(stats: ReadStats) -> str:
         else f"a restart {-seconds:.0f} s back at line {line}"
         for line, seconds in stats.gaps[:5]
     ]
-    return ", ".join(shown) + (f" and {len(stats.gaps) - 5} more" if len(stats.gaps) > 5 else "")
+    more = stats.gap_count - len(shown)
+    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
 
 
 def ledger_lines(result: ReplayResult) -> list[str]:
@@ -320,7 +322,7 @@ def human(result: ReplayResult) -> str:
     """The summary an engineer reads: per GPU, what, when, how long, why."""
     s = result.stats
     span = f"{result.seconds:.1f} s of samples"
-    if s.gaps:
+    if s.gap_count:
         span = f"{result.sampled_seconds:.1f} s of samples over {result.seconds:.0f} s"
     lines = [f"{result.path}: {len(s.gpus)} GPU(s), {span}, {s.rows} rows"]
     if s.first_timestamp is not None:
@@ -359,8 +361,8 @@ def human(result: ReplayResult) -> str:
         )
     if s.skipped:
         lines.append(f"  {s.skipped} unreadable row(s) skipped")
-    if s.gaps:
-        lines.append(f"  {len(s.gaps)} gap(s) in the samples, each analysed apart: " + gap_text(s))
+    if s.gap_count:
+        lines.append(f"  {s.gap_count} gap(s) in the samples, each analysed apart: " + gap_text(s))
     if s.clipped:
         lines.append(
             f"  {sum(s.clipped.values())} impossible value(s) read as missing: "

@@ -158,6 +158,8 @@ MAX_FIELD_CHARS = 1024
 MAX_GPUS = 1024
 # Unix seconds a trace may carry: from the epoch to the end of year 9999 (what datetime can show).
 MAX_TIMESTAMP = 253402300799.0
+# unknown column names remembered (and warned about): a header is read again at every restart
+MAX_UNKNOWN_COLUMNS = 100
 # the largest clock event reasons mask: a 64-bit word
 MAX_REASONS = float(1 << 64)
 
@@ -194,7 +196,8 @@ class ReadStats:
     skipped: int = 0
     unknown_columns: list[str] = field(default_factory=list)
     backwards: int = 0  # rows skipped because their timestamp is earlier than the previous row's
-    gaps: list[tuple[int, float]] = field(default_factory=list)  # (line, seconds): a new segment starts
+    gap_count: int = 0  # gaps in the samples, each starting a new segment
+    gaps: list[tuple[int, float]] = field(default_factory=list)  # (line, seconds) of the first few
     first_timestamp: float | None = None
     last_timestamp: float | None = None
     gpus: list[str] = field(default_factory=list)
@@ -280,6 +283,7 @@ class TraceReader:
         self._last_ts: dict[str, float] = {}  # each GPU's latest timestamp (Unix seconds)
         self._max_ts: float | None = None  # the latest of all
         self._restarted = False  # a header came again since the last row (nvidia-smi restarted)
+        self._checked = False  # --gpus was compared with the log's own GPU column
 
     # ---- plumbing ------------------------------------------------------------------------------
 
@@ -343,7 +347,8 @@ class TraceReader:
             raise TraceError(f"{self.path}:{line}: the first line is not a header with a timestamp column")
         if not any(c.target for c in columns):
             raise TraceError(f"{self.path}:{line}: the header names no column this tool understands")
-        self.stats.unknown_columns += [c for c in unknown if c not in self.stats.unknown_columns]
+        known = self.stats.unknown_columns
+        known += [c for c in unknown if c not in known][: max(0, MAX_UNKNOWN_COLUMNS - len(known))]
         self._columns, self._by_name = columns, by_name
 
     def _infer_gpu_count(self) -> int:
@@ -370,6 +375,8 @@ class TraceReader:
         for _, fields in self._lines():
             if not fields[0].strip().lower().startswith("timestamp") and len(fields) > self._by_name[key]:
                 ids.add(fields[self._by_name[key]].strip())
+                if len(ids) > MAX_GPUS:
+                    break
         if len(ids) != self.gpus:
             raise TraceError(
                 f"{self.path}: the log has {len(ids)} GPUs (its {key} column says so), not the {self.gpus} "
@@ -387,8 +394,9 @@ class TraceReader:
                 identified = "index" in self._by_name or "uuid" in self._by_name
                 if needs_count and not identified:
                     self.gpus = self._infer_gpu_count()
-                elif identified and self._gpus_given and not self.stats.rows:
+                elif identified and self._gpus_given and not self._checked:
                     self._check_gpu_count()
+                    self._checked = True  # once: the whole file was read for it
                 needs_count = False
                 continue
             if len(fields) != len(self._columns):
@@ -479,7 +487,7 @@ class TraceReader:
             point=GpuPoint(t=t, **gpu_values),  # type: ignore[arg-type]
             host=host,
             name=name,
-            segment=len(self.stats.gaps),
+            segment=self.stats.gap_count,
         )
 
     def _see_step(self, ts: float, gpu: str, line: int) -> None:
@@ -489,7 +497,9 @@ class TraceReader:
         if self._max_ts is not None:
             step = ts - self._max_ts
             if step > TRACE_GAP_PERIODS.value * EVAL_INTERVAL.value or (self._restarted and step < 0):
-                self.stats.gaps.append((line, step))
+                self.stats.gap_count += 1
+                if len(self.stats.gaps) < self.MAX_WARNINGS:
+                    self.stats.gaps.append((line, step))
                 self._max_ts = ts
                 self._last_ts.clear()
         self._max_ts = ts if self._max_ts is None else max(self._max_ts, ts)

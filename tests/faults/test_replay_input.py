@@ -235,7 +235,8 @@ def test_time_goes_forward_within_a_segment_and_gaps_are_counted(steps):
         lines.append(f"{candidate!r}, 0, 50 %, 0x0")
         latest = max(latest, ts)
     rows, reader = _read(HEADER + "\n".join(lines) + "\n")
-    assert len(reader.stats.gaps) == expected_gaps and reader.stats.backwards == expected_back
+    assert reader.stats.gap_count == expected_gaps and reader.stats.backwards == expected_back
+    assert len(reader.stats.gaps) == min(expected_gaps, TraceReader.MAX_WARNINGS)
     assert len(rows) == len(steps) + 1 - expected_back
     for before, after in itertools.pairwise(rows):
         assert after.segment >= before.segment
@@ -260,5 +261,20 @@ def test_replay_evaluates_only_the_sampled_seconds(gaps):
         result = replay(handle.name, on_tick=lambda t, gpu, state: ticks.append(t))
     finally:
         os.unlink(handle.name)
-    assert len(result.stats.gaps) == len(gaps)
+    assert result.stats.gap_count == len(gaps)
     assert len(ticks) <= 3 * (len(gaps) + 1)
+
+
+def test_what_a_hostile_file_makes_the_reader_remember_is_bounded(tmp_path):
+    """A gap on every row, a new unknown column in every header: counted, a few kept."""
+    path = tmp_path / "t.csv"
+    rows = [f"{HEADER.strip()}, junk{i}\n{1 + i * 10 * GAP_S}, 0, 50 %, 0x0, 1\n" for i in range(300)]
+    path.write_text("".join(rows))
+    reader = TraceReader(path)
+    assert len(list(reader)) == 300
+    assert reader.stats.gap_count == 299 and len(reader.stats.gaps) == TraceReader.MAX_WARNINGS
+    assert len(reader.stats.unknown_columns) == 100
+    result = _replay(path, "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.splitlines()[-1])["gap_count"] == 299
+    assert "299 gap(s) longer than" in result.stderr and "and 294 more" in result.stderr
