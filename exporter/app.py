@@ -10,7 +10,7 @@ from types import ModuleType
 
 from exporter.config import Settings
 from exporter.errors import ErrorCounter
-from exporter.metrics import Renderer
+from exporter.metrics import Family, Renderer
 from exporter.sampler import Sampler, Snapshot
 from exporter.sources.host import HostSource
 from exporter.sources.kubelet import PodResourcesSource
@@ -58,6 +58,7 @@ class Application:
         )
         self.sampler = Sampler(settings, self.errors, host, nvml, clock=clock, kubelet=kubelet)
         self.renderer = Renderer()
+        self.server_families: Callable[[], list[Family]] | None = None  # set by the HTTP server
         self._started = False
 
     def start(self) -> None:
@@ -75,4 +76,6 @@ class Application:
         return self.sampler.snapshot
 
     def metrics(self, openmetrics: bool = False, gzipped: bool = False) -> tuple[bytes, str]:
-        return self.renderer.render(self.sampler.snapshot, openmetrics=openmetrics, gzipped=gzipped)
+        return self.renderer.render(
+            self.sampler.snapshot, openmetrics=openmetrics, gzipped=gzipped, extra=self.server_families
+        )

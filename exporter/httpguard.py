@@ -24,6 +24,7 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
+from exporter.metrics import Family, labels
 from exporter.thresholds import HTTP_HEADER_TIMEOUT, HTTP_KEEPALIVE, HTTP_MAX_CONNECTIONS
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ class GuardStats:
     evicted: int = 0  # closed for a newer connection
     timed_out: int = 0  # no complete request header in time
     refused: int = 0  # every open connection was busy
+    too_large: int = 0  # a request header over MAX_HEADER_BYTES
 
 
 @dataclass(eq=False)
@@ -181,6 +183,7 @@ class GuardedH11(H11Protocol):
         if self.tracked.state != "busy":
             self.header_bytes += len(data)
             if self.header_bytes > MAX_HEADER_BYTES:
+                self.guard.stats.too_large += 1
                 self.transport.write(TOO_LARGE)
                 self.transport.close()
                 return
@@ -246,3 +249,29 @@ def protocol_factory(
         )
 
     return make
+
+
+def http_families(
+    guard: ConnectionGuard, auth_failures: Callable[[], int], reloads: Callable[[], tuple[int, int]]
+) -> list[Family]:
+    """The server's own metrics: what the guard closed, failed logins, web config re-reads."""
+    open_now = Family("gpu_exporter_http_connections_open", "gauge", "Open HTTP connections.")
+    open_now.add("", guard.open)
+    closed = Family(
+        "gpu_exporter_http_connections_closed", "counter", "Connections the server closed to protect itself."
+    )
+    stats = guard.stats
+    for reason, count in (
+        ("evicted", stats.evicted),
+        ("header_timeout", stats.timed_out),
+        ("header_too_large", stats.too_large),
+        ("refused", stats.refused),
+    ):
+        closed.add(labels(reason=reason), count)
+    denied = Family("gpu_exporter_http_auth_failures", "counter", "Requests refused for bad credentials.")
+    denied.add("", auth_failures())
+    done, failed = reloads()
+    reread = Family("gpu_exporter_web_config_reloads", "counter", "Re-reads of --web.config.file (SIGHUP).")
+    reread.add(labels(result="success"), done)
+    reread.add(labels(result="failure"), failed)
+    return [open_now, closed, denied, reread]

@@ -16,7 +16,13 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 from exporter import __version__
 from exporter.app import Application
 from exporter.http_negotiation import wants_gzip, wants_openmetrics
-from exporter.httpguard import ConnectionGuard, GuardedListener, connection_bound, protocol_factory
+from exporter.httpguard import (
+    ConnectionGuard,
+    GuardedListener,
+    connection_bound,
+    http_families,
+    protocol_factory,
+)
 from exporter.thresholds import HTTP_KEEPALIVE
 from exporter.webconfig import WebMiddleware, WebState
 
@@ -97,6 +103,9 @@ def server_config(
     s = application.settings
     web = web or WebState()
     guard = guard or ConnectionGuard(connection_bound())
+    application.server_families = lambda: http_families(
+        guard, lambda: web.auth_failures, lambda: (web.reloads, web.reload_errors)
+    )
     return uvicorn.Config(
         WebMiddleware(create_app(application), web),
         host=s.listen_address,

@@ -301,6 +301,7 @@ class WebState:
         self.current = load(self.path) if self.path else Loaded(WebConfig(), None, None)
         self.reloads = 0
         self.reload_errors = 0
+        self.auth_failures = 0
         self._checks = asyncio.Semaphore(2)  # bcrypt checks at once: a flood of guesses waits its turn
 
     @property
@@ -370,6 +371,7 @@ class WebMiddleware:
             if name == b"authorization":
                 authorization = value.decode("latin-1")
         if not await self.state.allowed(scope.get("path", ""), authorization):
+            self.state.auth_failures += 1
             await send_with_headers(
                 {
                     "type": "http.response.start",

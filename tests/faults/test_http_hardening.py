@@ -8,6 +8,7 @@ import collections
 import gzip
 import re
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,6 +50,20 @@ def _scrape(url: str) -> httpx.Response:
         return client.get(url + "/metrics")
 
 
+def _self_metric(command: Command, name: str, at_least: float = 1.0) -> float:
+    """A sample of the server's own metrics; they are rendered with each collection, so wait for one."""
+    deadline = time.monotonic() + 10
+    value = 0.0
+    while time.monotonic() < deadline:
+        for line in _scrape(command.url).text.splitlines():
+            if line.startswith(name + " "):
+                value = float(line.split()[-1])
+        if value >= at_least:
+            break
+        time.sleep(0.2)
+    return value
+
+
 def _repeats(log: str) -> int:
     """How often the most repeated message (timestamp stripped) was written."""
     messages = [re.sub(r"^\S+ \S+ ", "", line) for line in log.splitlines()]
@@ -70,6 +85,7 @@ def test_half_open_connections_neither_exhaust_descriptors_nor_block_scrapes(com
             sock.close()
     log = command.text()
     assert "closing the oldest connection without a request" in log
+    assert _self_metric(command, 'gpu_exporter_http_connections_closed_total{reason="evicted"}') > 0
     assert "out of system resource" not in log
     assert _repeats(log) <= LOG_REPEAT_BURST.value
 
@@ -88,6 +104,8 @@ def test_slow_clients_are_cut_at_the_header_deadline(command):
             except ConnectionResetError:
                 closed += 1
         assert closed == len(socks)
+        name = 'gpu_exporter_http_connections_closed_total{reason="header_timeout"}'
+        assert _self_metric(command, name) >= len(socks)
     finally:
         for sock in socks:
             sock.close()
@@ -148,6 +166,7 @@ def test_an_oversized_request_header_is_refused(command):
     response = httpx.get(command.url + "/metrics", headers={"X-Big": "a" * 20000}, timeout=5)
     assert response.status_code in (400, 431)
     assert _scrape(command.url).status_code == 200
+    assert _self_metric(command, 'gpu_exporter_http_connections_closed_total{reason="header_too_large"}') == 1
 
 
 def test_the_log_of_a_fresh_command_has_no_repeated_floods(tmp_path: Path):

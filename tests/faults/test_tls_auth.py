@@ -187,6 +187,14 @@ def test_a_bad_password_or_user_is_401_with_a_challenge(pki, tls_auth, auth):
         response = client.get(tls_auth.url + "/metrics")
     assert response.status_code == 401 and "gpu_up" not in response.text
     assert response.headers["www-authenticate"].startswith("Basic realm=")
+    with _client(pki["ca"].pem, auth=("prometheus", PASSWORD)) as client:
+        deadline = time.monotonic() + 10
+        while "gpu_exporter_http_auth_failures_total 0" in (
+            text := client.get(tls_auth.url + "/metrics").text
+        ):
+            assert time.monotonic() < deadline, text
+            time.sleep(0.2)
+    assert "gpu_exporter_http_auth_failures_total " in text
 
 
 def test_malformed_authorization_headers_are_401(pki, tls_auth):
@@ -271,6 +279,13 @@ def test_sighup_rotates_the_certificate_and_keeps_serving(pki, tmp_path):
             time.sleep(0.1)
         assert _peer_serial(cmd.port, ca.pem) == second.serial
         assert cmd.proc.poll() is None
+        deadline = time.monotonic() + 10
+        while 'gpu_exporter_web_config_reloads_total{result="failure"} 1' not in (
+            text := _client(ca.pem).get(cmd.url + "/metrics").text
+        ):
+            assert time.monotonic() < deadline, text
+            time.sleep(0.2)
+        assert 'gpu_exporter_web_config_reloads_total{result="success"} 1' in text
     finally:
         assert cmd.stop() == 0, cmd.text()
 
