@@ -11,7 +11,7 @@ from types import ModuleType
 from exporter.config import Settings
 from exporter.doctor.live import NodeChecker
 from exporter.errors import ErrorCounter
-from exporter.metrics import Renderer
+from exporter.metrics import Family, Renderer
 from exporter.sampler import Sampler, Snapshot
 from exporter.sources.host import HostSource
 from exporter.sources.kubelet import PodResourcesSource
@@ -87,6 +87,7 @@ class Application:
         self.checker = NodeChecker.for_settings(settings, nvml_module, options, xids=self._xids)
         self.sampler.checker = self.checker
         self.renderer = Renderer()
+        self.server_families: Callable[[], list[Family]] | None = None  # set by the HTTP server
         self._started = False
 
     def start(self) -> None:
@@ -111,4 +112,6 @@ class Application:
         return self.sampler.snapshot
 
     def metrics(self, openmetrics: bool = False, gzipped: bool = False) -> tuple[bytes, str]:
-        return self.renderer.render(self.sampler.snapshot, openmetrics=openmetrics, gzipped=gzipped)
+        return self.renderer.render(
+            self.sampler.snapshot, openmetrics=openmetrics, gzipped=gzipped, extra=self.server_families
+        )

@@ -28,7 +28,7 @@ class Flag:
 
     @property
     def env(self) -> str:
-        return ENV_PREFIX + self.flag.lstrip("-").replace("-", "_").upper()
+        return ENV_PREFIX + self.flag.lstrip("-").replace("-", "_").replace(".", "_").upper()
 
 
 def _paths(text: str) -> tuple[str, ...]:
@@ -125,9 +125,16 @@ SERVE_FLAGS = (
         "a JSON file of extra progress patterns: [{name, regex, step, seconds, seconds_unit}]",
     ),
     Flag("--progress-api", "progress_api", _onoff, "on: accept POST /v1/progress {namespace, pod, step}"),
+    Flag(
+        "--web.config.file",
+        "web_config_file",
+        str,
+        "TLS and basic authentication, in the web config format Prometheus exporters share; SIGHUP "
+        "re-reads it",
+    ),
 )
 # record samples like serve but serves nothing: it takes every serve flag except these
-LISTEN_FLAGS = frozenset({"--listen-address", "--port"})
+LISTEN_FLAGS = frozenset({"--listen-address", "--port", "--web.config.file"})
 RECORD_FLAGS = tuple(f for f in SERVE_FLAGS if f.flag not in LISTEN_FLAGS)
 
 
@@ -311,6 +318,9 @@ def _logging(level: str) -> None:
         level=getattr(logging, level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    from exporter.logsafety import limit_repeats
+
+    limit_repeats(logging.getLogger())  # a flood of one line is written a few times, then counted
 
 
 def _scenarios() -> int:
@@ -376,7 +386,12 @@ def _listen(address: str, port: int) -> socket.socket:
 
 def _serve(settings: Settings) -> int:
     from exporter.server import serve
+    from exporter.webconfig import WebConfigError, WebState
 
+    try:
+        web = WebState(settings.web_config_file or None)
+    except WebConfigError as exc:
+        raise UsageError(f"--web.config.file: {exc}") from None
     _logging(settings.log_level)
     sock = _listen(settings.listen_address, settings.port)
     try:
@@ -385,21 +400,23 @@ def _serve(settings: Settings) -> int:
         sock.close()
         raise
     shown = "localhost" if settings.listen_address in ("0.0.0.0", "::") else settings.listen_address
-    log.info("serving http://%s:%d/metrics", shown, settings.port)
+    scheme = "https" if web.tls else "http"
+    log.info("serving %s://%s:%d/metrics", scheme, shown, settings.port)
     try:
-        serve(app, sock)
+        serve(app, sock, web)
     finally:
         _close(node)
     return 0
 
 
 def _replay(path: str, gpus: int | None, as_json: bool, report: str | None = None) -> int:
-    from exporter.replay import event_json, human, replay, summary
+    from exporter.replay import event_json, gap_text, human, replay, summary
     from exporter.report import ReportData, write_report
-    from exporter.traces import TraceError, clipped_warnings
+    from exporter.thresholds import EVAL_INTERVAL, TRACE_GAP_PERIODS
+    from exporter.traces import MAX_GPUS, TraceError, clipped_warnings
 
-    if gpus is not None and gpus < 1:
-        raise UsageError("--gpus must be at least 1")
+    if gpus is not None and not 1 <= gpus <= MAX_GPUS:
+        raise UsageError(f"--gpus must be 1-{MAX_GPUS}, not {gpus}")
     out = sys.stdout
     data = ReportData() if report else None
     try:
@@ -412,8 +429,12 @@ def _replay(path: str, gpus: int | None, as_json: bool, report: str | None = Non
         )
     except TraceError as exc:
         print(f"gpu-bottleneck-exporter: {exc}", file=sys.stderr)
-        return 1
+        return 2
     stats = result.stats
+    if stats.rows == 0:  # one line: why nothing could be read, with the first reason a row had
+        first = f" ({stats.warnings[0]})" if stats.warnings else ""
+        print(f"gpu-bottleneck-exporter: {path}: no readable rows{first}", file=sys.stderr)
+        return 2
     if stats.unknown_columns:
         print(
             f"gpu-bottleneck-exporter: ignoring unknown columns: {', '.join(stats.unknown_columns)}",
@@ -428,9 +449,13 @@ def _replay(path: str, gpus: int | None, as_json: bool, report: str | None = Non
             f"gpu-bottleneck-exporter: {stats.skipped - len(stats.warnings)} more rows skipped",
             file=sys.stderr,
         )
-    if stats.rows == 0:
-        print(f"gpu-bottleneck-exporter: {path}: no readable rows", file=sys.stderr)
-        return 1
+    if stats.gap_count:
+        print(
+            f"gpu-bottleneck-exporter: {path}: {stats.gap_count} gap(s) longer than "
+            f"{TRACE_GAP_PERIODS.value * EVAL_INTERVAL.value:.0f} s, each starting a new segment: "
+            + gap_text(stats),
+            file=sys.stderr,
+        )
     print(json.dumps(summary(result)) if as_json else human(result), file=out)
     if report and data:
         try:

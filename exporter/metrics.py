@@ -10,7 +10,7 @@ import gzip
 import math
 import platform
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib import metadata
 
 from exporter import __version__
@@ -428,7 +428,11 @@ class Renderer:
         self._cache: dict[tuple[bool, bool], bytes] = {}
 
     def render(
-        self, snapshot: Snapshot, openmetrics: bool = False, gzipped: bool = False
+        self,
+        snapshot: Snapshot,
+        openmetrics: bool = False,
+        gzipped: bool = False,
+        extra: Callable[[], list[Family]] | None = None,  # the server's own families, as of this render
     ) -> tuple[bytes, str]:
         key = (openmetrics, gzipped)
         content_type = OPENMETRICS_TYPE if openmetrics else TEXT_TYPE
@@ -439,7 +443,8 @@ class Renderer:
             if body is None:
                 plain = self._cache.get((openmetrics, False))
                 if plain is None:
-                    plain = self._cache[(openmetrics, False)] = expose(families(snapshot), openmetrics)
+                    fams = families(snapshot) + (extra() if extra else [])
+                    plain = self._cache[(openmetrics, False)] = expose(fams, openmetrics)
                 body = gzip.compress(plain, compresslevel=1) if gzipped else plain
                 self._cache[key] = body
         return body, content_type

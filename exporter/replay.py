@@ -36,6 +36,7 @@ class ReplayResult:
     path: Path
     stats: ReadStats
     seconds: float
+    sampled_seconds: float = 0.0  # the segments' spans added: ``seconds`` less the gaps
     events: list[VerdictEvent] = field(default_factory=list)
     episodes: list[Episode] = field(default_factory=list)
     jobs: list[dict[str, object]] = field(default_factory=list)
@@ -53,21 +54,92 @@ def replay(
     on_tick: Callable[[float, str, str], None] | None = None,
 ) -> ReplayResult:
     """Replay a trace. ``on_row`` sees every row read; ``on_tick(t, gpu, state)`` the ledger state that
-    took most of each GPU's evaluated second (see ``TickStates``). Both only observe."""
-    reader = TraceReader(path, gpus)
-    analyzer = Analyzer()
-    result = ReplayResult(path=Path(path), stats=reader.stats, seconds=0.0)
-    open_episodes: dict[tuple[str, str], Episode] = {}
-    in_job: set[tuple[str, str]] = set()
-    step = EVAL_INTERVAL.value
-    next_eval = step
-    named: set[str] = set()
-    ticks = TickStates(analyzer, step, on_tick) if on_tick else None
+    took most of each GPU's evaluated second (see ``TickStates``). Both only observe.
 
-    def evaluate(t: float) -> None:
-        states, events = analyzer.evaluate(t)
-        if ticks:
-            ticks.after(t)
+    A gap in the trace (see TRACE_GAP_PERIODS) ends a segment: its verdicts end where its samples end,
+    and the rows after the gap are analysed afresh, so the silence is never evaluated second by second."""
+    reader = TraceReader(path, gpus)
+    result = ReplayResult(path=Path(path), stats=reader.stats, seconds=0.0)
+    segment: _Segment | None = None
+    had_inputs: set[str] = set()
+    last_t = 0.0
+    for row in reader:
+        if segment is None or row.segment != segment.number:
+            if segment is not None:
+                segment.finish(last_t, had_inputs)
+            segment = _Segment(row.segment, row.t, result, on_event, on_job, on_tick)
+        segment.add(row, on_row)
+        last_t = max(last_t, row.t)
+    result.seconds = last_t
+    if segment is not None:
+        segment.finish(last_t, had_inputs)
+        missing = segment.analyzer.missing
+        result.silent = {kind: why for kind, why in missing.items() if kind not in had_inputs}
+    return result
+
+
+class _Segment:
+    """The analysis of one stretch of a trace without a gap: its own analyzer on the trace's clock."""
+
+    def __init__(
+        self,
+        number: int,
+        start: float,
+        result: ReplayResult,
+        on_event: Callable[[VerdictEvent], None] | None,
+        on_job: Callable[[dict[str, object]], None] | None,
+        on_tick: Callable[[float, str, str], None] | None,
+    ) -> None:
+        self.number, self.result, self.on_event, self.on_job = number, result, on_event, on_job
+        self.analyzer = Analyzer()
+        self.start = start
+        self.step = EVAL_INTERVAL.value
+        self.next_eval = start + self.step
+        self.open_episodes: dict[tuple[str, str], Episode] = {}
+        self.in_job: set[tuple[str, str]] = set()
+        self.named: set[str] = set()
+        self.ticks = TickStates(self.analyzer, self.step, on_tick) if on_tick else None
+
+    def add(self, row: TraceRow, on_row: Callable[[TraceRow], None] | None) -> None:
+        while row.t > self.next_eval:
+            self.evaluate(self.next_eval)
+            self.next_eval += self.step
+        if row.gpu not in self.named and row.name:
+            self.analyzer.set_identity(row.gpu, name=row.name)
+            self.named.add(row.gpu)
+        if on_row:
+            on_row(row)
+        self.analyzer.add_gpu_points(row.gpu, (row.point,))
+        if row.host is not None:
+            self.analyzer.add_host_point(row.host)
+
+    def finish(self, last_t: float, had_inputs: set[str]) -> None:
+        """Evaluate up to the segment's last sample, then add its ledgers to the result. Episodes still
+        firing end there when a gap follows (``end`` stays None only at the end of the trace)."""
+        result, analyzer = self.result, self.analyzer
+        while self.next_eval <= last_t:
+            self.evaluate(self.next_eval)
+            self.next_eval += self.step
+        analyzer.flush_ledgers()
+        result.sampled_seconds += last_t - self.start
+        if self.ticks:
+            self.ticks.after(None)
+        if self.number < result.stats.gap_count:
+            for episode in self.open_episodes.values():
+                episode.end = last_t
+        for gpu in sorted(analyzer.gpus(), key=_gpu_order):
+            totals = result.ledger.setdefault(gpu, dict.fromkeys(STATES, 0.0))
+            job = result.job_ledger.setdefault(analyzer.group_of(gpu), dict.fromkeys(STATES, 0.0))
+            for state, seconds in analyzer.ledger(gpu).totals.items():
+                totals[state] = totals.get(state, 0.0) + seconds
+                job[state] += seconds
+        had_inputs.update(analyzer.had_inputs)
+
+    def evaluate(self, t: float) -> None:
+        result = self.result
+        states, events = self.analyzer.evaluate(t)
+        if self.ticks:
+            self.ticks.after(t)
         for event in events:
             result.events.append(event)
             key = (event.gpu, event.kind)
@@ -75,9 +147,9 @@ def replay(
                 episode = Episode(
                     event.gpu, event.kind, event.t, None, event.cause, event.score, event.related
                 )
-                open_episodes[key] = episode
+                self.open_episodes[key] = episode
                 result.episodes.append(episode)
-                if event.kind == "comm_hang" and event.related and key not in in_job:
+                if event.kind == "comm_hang" and event.related and key not in self.in_job:
                     job = {
                         "event": "job",
                         "t": round(event.t, 1),
@@ -86,51 +158,21 @@ def replay(
                         "cause": event.cause,
                     }
                     result.jobs.append(job)
-                    in_job.update((g, event.kind) for g in job["gpus"])  # type: ignore[union-attr]
-                    if on_job:
-                        on_job(job)
+                    self.in_job.update((g, event.kind) for g in job["gpus"])  # type: ignore[union-attr]
+                    if self.on_job:
+                        self.on_job(job)
             else:
-                episode = open_episodes.pop(key, None)
+                episode = self.open_episodes.pop(key, None)
                 if episode is not None:
                     episode.end = event.t
-                in_job.discard(key)
-            if on_event:
-                on_event(event)
-        for (gpu, kind), episode in open_episodes.items():  # peak score and latest cause while firing
+                self.in_job.discard(key)
+            if self.on_event:
+                self.on_event(event)
+        for (gpu, kind), episode in self.open_episodes.items():  # peak score and latest cause while firing
             state = states.get(gpu, {}).get(kind)
             if state is not None:
                 episode.peak = max(episode.peak, state.score)
                 episode.cause = state.cause or episode.cause
-
-    last_t = 0.0
-    for row in reader:
-        while row.t > next_eval:
-            evaluate(next_eval)
-            next_eval += step
-        if row.gpu not in named and row.name:
-            analyzer.set_identity(row.gpu, name=row.name)
-            named.add(row.gpu)
-        if on_row:
-            on_row(row)
-        analyzer.add_gpu_points(row.gpu, (row.point,))
-        if row.host is not None:
-            analyzer.add_host_point(row.host)
-        last_t = max(last_t, row.t)
-    if reader.stats.rows:
-        while next_eval <= last_t:
-            evaluate(next_eval)
-            next_eval += step
-    result.seconds = last_t
-    analyzer.flush_ledgers()
-    if ticks:
-        ticks.after(None)
-    for gpu in sorted(analyzer.gpus(), key=_gpu_order):
-        result.ledger[gpu] = dict(analyzer.ledger(gpu).totals)
-        job = result.job_ledger.setdefault(analyzer.group_of(gpu), dict.fromkeys(STATES, 0.0))
-        for state, seconds in result.ledger[gpu].items():
-            job[state] += seconds
-    result.silent = {kind: why for kind, why in analyzer.missing.items() if kind not in analyzer.had_inputs}
-    return result
 
 
 class TickStates:
@@ -199,6 +241,9 @@ def summary(result: ReplayResult) -> dict[str, object]:
         "skipped_rows": result.stats.skipped,
         "unknown_columns": result.stats.unknown_columns,
         "clipped_values": dict(result.stats.clipped),
+        "backward_rows": result.stats.backwards,
+        "gap_count": result.stats.gap_count,
+        "gaps": [{"line": line, "seconds": round(seconds, 1)} for line, seconds in result.stats.gaps],
         "verdicts": [
             {
                 "gpu": e.gpu,
@@ -219,6 +264,18 @@ def summary(result: ReplayResult) -> dict[str, object]:
 
 def _rounded(states: dict[str, float]) -> dict[str, float]:
     return {state: round(seconds, 1) for state, seconds in states.items()}
+
+
+def gap_text(stats: ReadStats) -> str:
+    """The gaps, for a person: where each starts and how long it is (the first few)."""
+    shown = [
+        f"{seconds:.0f} s before line {line}"
+        if seconds >= 0
+        else f"a restart {-seconds:.0f} s back at line {line}"
+        for line, seconds in stats.gaps[:5]
+    ]
+    more = stats.gap_count - len(shown)
+    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
 
 
 def ledger_lines(result: ReplayResult) -> list[str]:
@@ -264,7 +321,10 @@ def _gpu_list(gpus: list[str]) -> str:
 def human(result: ReplayResult) -> str:
     """The summary an engineer reads: per GPU, what, when, how long, why."""
     s = result.stats
-    lines = [f"{result.path}: {len(s.gpus)} GPU(s), {result.seconds:.1f} s of samples, {s.rows} rows"]
+    span = f"{result.seconds:.1f} s of samples"
+    if s.gap_count:
+        span = f"{result.sampled_seconds:.1f} s of samples over {result.seconds:.0f} s"
+    lines = [f"{result.path}: {len(s.gpus)} GPU(s), {span}, {s.rows} rows"]
     if s.first_timestamp is not None:
         start = datetime.fromtimestamp(s.first_timestamp, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
         lines[0] += f", from {start}"
@@ -301,6 +361,8 @@ def human(result: ReplayResult) -> str:
         )
     if s.skipped:
         lines.append(f"  {s.skipped} unreadable row(s) skipped")
+    if s.gap_count:
+        lines.append(f"  {s.gap_count} gap(s) in the samples, each analysed apart: " + gap_text(s))
     if s.clipped:
         lines.append(
             f"  {sum(s.clipped.values())} impossible value(s) read as missing: "

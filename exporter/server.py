@@ -15,6 +15,16 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 
 from exporter import __version__
 from exporter.app import Application
+from exporter.http_negotiation import wants_gzip, wants_openmetrics
+from exporter.httpguard import (
+    ConnectionGuard,
+    GuardedListener,
+    connection_bound,
+    http_families,
+    protocol_factory,
+)
+from exporter.thresholds import HTTP_KEEPALIVE
+from exporter.webconfig import WebMiddleware, WebState
 
 log = logging.getLogger(__name__)
 
@@ -44,19 +54,20 @@ def create_app(application: Application) -> FastAPI:
         openapi_url=None,
     )
 
-    @app.get("/metrics")
+    # HEAD answers as GET does, without the body (uvicorn leaves it out; the length stays)
+    @app.api_route("/metrics", methods=["GET", "HEAD"])
     async def metrics(request: Request) -> Response:
-        openmetrics = "application/openmetrics-text" in request.headers.get("accept", "")
-        gzipped = "gzip" in request.headers.get("accept-encoding", "")
+        openmetrics = wants_openmetrics(request.headers.get("accept"))
+        gzipped = wants_gzip(request.headers.get("accept-encoding"))
         body, content_type = application.metrics(openmetrics=openmetrics, gzipped=gzipped)
-        headers = {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"} if gzipped else {}
+        headers = {"Vary": "Accept, Accept-Encoding"} | ({"Content-Encoding": "gzip"} if gzipped else {})
         return Response(content=body, headers=headers, media_type=content_type)
 
-    @app.get("/healthz")
+    @app.api_route("/healthz", methods=["GET", "HEAD"])
     async def healthz() -> PlainTextResponse:
         return PlainTextResponse("ok\n")
 
-    @app.get("/readyz")
+    @app.api_route("/readyz", methods=["GET", "HEAD"])
     async def readyz() -> PlainTextResponse:
         if application.snapshot.ready:
             return PlainTextResponse("ready\n")
@@ -67,7 +78,7 @@ def create_app(application: Application) -> FastAPI:
 
         progress_api.route(app, application.progress)
 
-    @app.get("/", response_class=HTMLResponse)
+    @app.api_route("/", methods=["GET", "HEAD"], response_class=HTMLResponse)
     async def index() -> HTMLResponse:
         return HTMLResponse(INDEX.format(version=__version__))
 
@@ -89,19 +100,19 @@ UVICORN_LOG_CONFIG: dict[str, object] = {
 }
 
 
-def serve(application: Application, sock: socket.socket | None = None) -> None:
-    """Run until SIGTERM/SIGINT; uvicorn shuts down gracefully and the lifespan stops the sampler.
-
-    ``sock``: a socket already bound to the listen address (the command binds first, so a taken port is
-    an error before anything starts); without it uvicorn binds itself. uvicorn re-raises the signal
-    after its graceful shutdown; the handler installed here turns that (and a signal that arrives before
-    uvicorn listens) into a normal exit with status 0."""
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, _exit_cleanly)
+def server_config(
+    application: Application, web: WebState | None = None, guard: ConnectionGuard | None = None
+) -> uvicorn.Config:
+    """uvicorn's configuration: the app behind the web config (auth, headers), every connection under
+    the guard (bounded count, header deadline) and in TLS when the web config says so."""
     s = application.settings
-    config = uvicorn.Config(
-        create_app(application),
+    web = web or WebState()
+    guard = guard or ConnectionGuard(connection_bound())
+    application.server_families = lambda: http_families(
+        guard, lambda: web.auth_failures, lambda: (web.reloads, web.reload_errors)
+    )
+    return uvicorn.Config(
+        WebMiddleware(create_app(application), web),
         host=s.listen_address,
         port=s.port,
         log_level=s.log_level if s.log_level != "debug" else "info",
@@ -109,5 +120,25 @@ def serve(application: Application, sock: socket.socket | None = None) -> None:
         lifespan="on",
         server_header=False,
         log_config=UVICORN_LOG_CONFIG,
+        http=protocol_factory(guard, web.ssl_context),  # type: ignore[arg-type]
+        timeout_keep_alive=int(HTTP_KEEPALIVE.value),
+        h11_max_incomplete_event_size=16 * 1024,  # a request header larger than 16 KiB is refused
+        backlog=2048,  # the kernel's queue of connections not accepted yet (no descriptor each)
     )
-    uvicorn.Server(config).run(sockets=[sock] if sock is not None else None)
+
+
+def serve(application: Application, sock: socket.socket | None = None, web: WebState | None = None) -> None:
+    """Run until SIGTERM/SIGINT; uvicorn shuts down gracefully and the lifespan stops the sampler.
+
+    ``sock``: a socket already bound to the listen address (the command binds first, so a taken port is
+    an error before anything starts); without it uvicorn binds itself. uvicorn re-raises the signal
+    after its graceful shutdown; the handler installed here turns that (and a signal that arrives before
+    uvicorn listens) into a normal exit with status 0."""
+    web = web or WebState()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, _exit_cleanly)
+        signal.signal(signal.SIGHUP, lambda *_: web.reload())  # re-read the web config, keep serving
+    config = server_config(application, web)
+    listener = GuardedListener(sock) if sock is not None else None
+    uvicorn.Server(config).run(sockets=[listener] if listener is not None else None)

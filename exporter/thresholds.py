@@ -660,6 +660,54 @@ KUBELET_SOCKET_RECOUNT = _t(
     "A missing socket is counted as a SocketNotFound error once a minute, not at every look: a node "
     "without a kubelet stays under the collection-error alert's rate of one a minute.",
 )
+# replay: a pause in a trace
+TRACE_GAP_PERIODS = _t(
+    "replay.gap_periods",
+    300.0,
+    "count",
+    "A trace that pauses for more than 300 sample periods of the analysis (5 minutes at 1 s) has outlived "
+    "the ledger's window, the longest of the analysis: nothing before the pause can count after it, so "
+    "replay starts a new segment there and reports the gap instead of evaluating the silence second by "
+    "second (a 30-day gap took 7 minutes).",
+)
+
+# HTTP: what one client may hold of the server
+HTTP_MAX_CONNECTIONS = _t(
+    "http.max_connections",
+    1024.0,
+    "count",
+    "Prometheus holds one connection per scraper; 1024 open connections (a few MiB of buffers) let "
+    "hundreds of slow clients wait out their header deadline without closing anyone early. Past it "
+    "(or past the process's descriptor limit less a reserve), the oldest connection that has not sent "
+    "a request yet is closed for the new one.",
+)
+HTTP_HEADER_TIMEOUT = _t(
+    "http.header_timeout_seconds",
+    5.0,
+    "seconds",
+    "A scraper sends its whole request (and finishes a TLS handshake) within milliseconds; a connection "
+    "without a complete request header after 5 s is a slow or half-open client and is closed.",
+)
+HTTP_KEEPALIVE = _t(
+    "http.keepalive_seconds",
+    30.0,
+    "seconds",
+    "An idle kept-alive connection is closed after 30 s: longer than the usual 15-30 s scrape interval "
+    "would be held idle for nothing; shorter ones reuse the connection.",
+)
+LOG_REPEAT_BURST = _t(
+    "log.repeat_burst",
+    5.0,
+    "count",
+    "The same log line (same logger and message) is written 5 times per interval, then counted: a flood "
+    "of one error (116,000 accept errors in 11 s) says nothing the first lines did not.",
+)
+LOG_REPEAT_INTERVAL = _t(
+    "log.repeat_interval_seconds",
+    60.0,
+    "seconds",
+    "After a minute a repeated line is written again, with how many like it were held back.",
+)
 
 
 # ---- alerts: how long a condition must hold before it pages, and how loud -----------------------------

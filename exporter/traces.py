@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO
 
 from exporter.analysis.points import GpuPoint, HostPoint
+from exporter.thresholds import EVAL_INTERVAL, TRACE_GAP_PERIODS
 
 MIB = float(1 << 20)
 UNIT_SCALE = {"%": 0.01, "mib": MIB, "mib/s": MIB, "w": 1.0, "mhz": 1e6, "": 1.0, "c": 1.0, "s": 1.0}
@@ -150,6 +151,20 @@ WRITE_COLUMNS: tuple[tuple[str, str, str, float, str], ...] = (
     ("host.psi.memory [%]", "host", "psi_memory", 100.0, "{:.1f}"),
 )
 
+# Input bounds, checked before anything is parsed: a real nvidia-smi line is a few hundred characters and a
+# cell a few dozen, so a line or a field far longer is not a trace (``/dev/zero``, a binary, a corrupt
+# gzip stream). Reading stops at the bound; a line is never read whole first.
+MAX_LINE_CHARS = 64 * 1024
+MAX_FIELD_CHARS = 1024
+# One node's trace: more distinct GPUs than this is a corrupt index/uuid column, and every GPU costs state.
+MAX_GPUS = 1024
+# Unix seconds a trace may carry: from the epoch to the end of year 9999 (what datetime can show).
+MAX_TIMESTAMP = 253402300799.0
+# unknown column names remembered (and warned about): a header is read again at every restart
+MAX_UNKNOWN_COLUMNS = 100
+# the largest clock event reasons mask: a 64-bit word
+MAX_REASONS = float(1 << 64)
+
 _NUMBER = re.compile(r"^([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z%/]*)$")
 _HEADER = re.compile(r"^(.*?)\s*(?:\[(.*)\])?$")
 
@@ -174,6 +189,7 @@ class TraceRow:
     point: GpuPoint
     host: HostPoint | None
     name: str = ""
+    segment: int = 0  # counts the gaps before this row (see TRACE_GAP_PERIODS)
 
 
 @dataclass
@@ -181,6 +197,9 @@ class ReadStats:
     rows: int = 0
     skipped: int = 0
     unknown_columns: list[str] = field(default_factory=list)
+    backwards: int = 0  # rows skipped because their timestamp is earlier than the previous row's
+    gap_count: int = 0  # gaps in the samples, each starting a new segment
+    gaps: list[tuple[int, float]] = field(default_factory=list)  # (line, seconds) of the first few
     first_timestamp: float | None = None
     last_timestamp: float | None = None
     gpus: list[str] = field(default_factory=list)
@@ -193,9 +212,13 @@ def parse_timestamp(text: str) -> float:
     """nvidia-smi's ``2026/03/01 10:00:00.200``, ISO 8601, or Unix seconds -> Unix seconds."""
     text = text.strip()
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         pass
+    else:
+        if not 0.0 <= value <= MAX_TIMESTAMP:  # also nan and inf
+            raise ValueError(f"timestamp {text!r} is not a time between 1970 and 9999")
+        return value
     for fmt in ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S"):
         try:
             return datetime.strptime(text, fmt).replace(tzinfo=UTC).timestamp()
@@ -216,7 +239,10 @@ def parse_cell(text: str, unit: str) -> float | None:
     if cell.lower() in MISSING:
         return None
     if cell[:2].lower() == "0x":
-        return float(int(cell, 16))
+        try:
+            return float(int(cell, 16))
+        except OverflowError:
+            raise ValueError(f"not a finite number: {cell[:20]!r}...") from None
     match = _NUMBER.match(cell)
     if not match:
         raise ValueError(f"not a number: {cell!r}")
@@ -224,7 +250,10 @@ def parse_cell(text: str, unit: str) -> float | None:
     scale_unit = match.group(2).lower() or unit.lower()  # a unit in the cell says what it is
     if scale_unit not in UNIT_SCALE:
         raise ValueError(f"unknown unit {match.group(2)!r}")
-    return value * UNIT_SCALE[scale_unit]
+    value *= UNIT_SCALE[scale_unit]
+    if not math.isfinite(value):  # 1e999: a number too large for any reading
+        raise ValueError(f"not a finite number: {cell!r}")
+    return value
 
 
 def clipped_warnings(stats: ReadStats) -> list[str]:
@@ -253,6 +282,10 @@ class TraceReader:
         self._next_rr = 0
         self._uuids: dict[str, str] = {}
         self._last_host_t: float | None = None
+        self._last_ts: dict[str, float] = {}  # each GPU's latest timestamp (Unix seconds)
+        self._max_ts: float | None = None  # the latest of all
+        self._restarted = False  # a header came again since the last row (nvidia-smi restarted)
+        self._checked = False  # --gpus was compared with the log's own GPU column
 
     # ---- plumbing ------------------------------------------------------------------------------
 
@@ -265,14 +298,26 @@ class TraceReader:
         """The file as text; a ``.gz`` file is decompressed on the fly."""
         try:
             if self.path.suffix.lower() == ".gz":
-                return gzip.open(self.path, "rt", newline="", encoding="utf-8")
-            return self.path.open(newline="", encoding="utf-8")
+                return gzip.open(self.path, "rt", newline="", encoding="utf-8-sig")
+            return self.path.open(newline="", encoding="utf-8-sig")  # a leading BOM is not data
         except OSError as exc:
             raise TraceError(f"{self.path}: cannot read ({exc.strerror or exc})") from None
 
+    def _bounded(self, handle: IO[str]) -> Iterator[str]:
+        """The file's lines, each read up to MAX_LINE_CHARS: a longer one ends the read with an error."""
+        number = 0
+        while line := handle.readline(MAX_LINE_CHARS + 2):
+            number += 1
+            if len(line.rstrip("\r\n")) > MAX_LINE_CHARS:
+                raise TraceError(
+                    f"{self.path}:{number}: a line longer than {MAX_LINE_CHARS} characters: not a trace "
+                    "(nvidia-smi writes a few hundred per line)"
+                )
+            yield line
+
     def _lines(self) -> Iterator[tuple[int, list[str]]]:
         with self._open() as handle:
-            reader = csv.reader(handle, skipinitialspace=True)
+            reader = csv.reader(self._bounded(handle), skipinitialspace=True)
             try:
                 for fields in reader:
                     if fields and any(f.strip() for f in fields):
@@ -304,7 +349,8 @@ class TraceReader:
             raise TraceError(f"{self.path}:{line}: the first line is not a header with a timestamp column")
         if not any(c.target for c in columns):
             raise TraceError(f"{self.path}:{line}: the header names no column this tool understands")
-        self.stats.unknown_columns += [c for c in unknown if c not in self.stats.unknown_columns]
+        known = self.stats.unknown_columns
+        known += [c for c in unknown if c not in known][: max(0, MAX_UNKNOWN_COLUMNS - len(known))]
         self._columns, self._by_name = columns, by_name
 
     def _infer_gpu_count(self) -> int:
@@ -320,7 +366,7 @@ class TraceReader:
             if fields[0].strip() != first:
                 break
             count += 1
-            if count >= 1024:
+            if count >= MAX_GPUS:
                 break
         return max(count, 1)
 
@@ -331,6 +377,8 @@ class TraceReader:
         for _, fields in self._lines():
             if not fields[0].strip().lower().startswith("timestamp") and len(fields) > self._by_name[key]:
                 ids.add(fields[self._by_name[key]].strip())
+                if len(ids) > MAX_GPUS:
+                    break
         if len(ids) != self.gpus:
             raise TraceError(
                 f"{self.path}: the log has {len(ids)} GPUs (its {key} column says so), not the {self.gpus} "
@@ -343,18 +391,23 @@ class TraceReader:
         needs_count = self.gpus is None
         for line, fields in self._lines():
             if self._is_header(fields):
+                self._restarted = self._max_ts is not None
                 self._parse_header(fields, line)
                 identified = "index" in self._by_name or "uuid" in self._by_name
                 if needs_count and not identified:
                     self.gpus = self._infer_gpu_count()
-                elif identified and self._gpus_given and not self.stats.rows:
+                elif identified and self._gpus_given and not self._checked:
                     self._check_gpu_count()
+                    self._checked = True  # once: the whole file was read for it
                 needs_count = False
                 continue
             if len(fields) != len(self._columns):
                 self._warn(
                     f"{self.path}:{line}: {len(fields)} fields where the header has {len(self._columns)}"
                 )
+                continue
+            if any(len(f) > MAX_FIELD_CHARS for f in fields):
+                self._warn(f"{self.path}:{line}: a field longer than {MAX_FIELD_CHARS} characters")
                 continue
             try:
                 row = self._row(fields, line)
@@ -368,11 +421,16 @@ class TraceReader:
         if "index" in self._by_name:
             raw = fields[self._by_name["index"]].strip()
             try:
-                return str(int(float(raw)))
+                index = float(raw)
             except ValueError:
                 raise ValueError(f"index {raw!r} is not a number") from None
+            if not (0 <= index < MAX_GPUS and index == int(index)):  # also nan and inf
+                raise ValueError(f"index {raw!r} is not a GPU index (a whole number 0-{MAX_GPUS - 1})")
+            return str(int(index))
         if "uuid" in self._by_name:
             uuid = fields[self._by_name["uuid"]].strip()
+            if uuid not in self._uuids and len(self._uuids) >= MAX_GPUS:
+                raise TraceError(f"{self.path}: more than {MAX_GPUS} GPU uuids: not one node's trace")
             return self._uuids.setdefault(uuid, str(len(self._uuids)))
         gpu = str(self._next_rr % (self.gpus or 1))
         self._next_rr += 1
@@ -396,6 +454,16 @@ class TraceReader:
                 clipped.append(col)
             (gpu_values if kind == "gpu" else host_values)[attr] = value
         gpu = self._gpu_id(fields)
+        last = self._last_ts.get(gpu)
+        if last is not None and ts < last and not self._restarted:
+            self.stats.backwards += 1
+            raise ValueError(f"timestamp {ts - last:+g} s before GPU {gpu}'s previous row's (time goes back)")
+        if "reasons" in gpu_values and gpu_values["reasons"] is not None:
+            reasons = gpu_values["reasons"]
+            if not (0 <= reasons < MAX_REASONS and reasons == int(reasons)):
+                raise ValueError(f"column 'clocks_event_reasons.active': {reasons!r} is not a reasons mask")
+            gpu_values["reasons"] = int(reasons)  # type: ignore[assignment]
+        self._see_step(ts, gpu, line)
         for col in clipped:  # counted once the row is known to be read
             self.stats.clipped[col.name] = self.stats.clipped.get(col.name, 0) + 1
         if self._first_ts is None:
@@ -408,15 +476,37 @@ class TraceReader:
         name = fields[self._by_name["name"]].strip() if "name" in self._by_name else ""
         if name and gpu not in self.stats.names:
             self.stats.names[gpu] = name
-        if "reasons" in gpu_values and gpu_values["reasons"] is not None:
-            gpu_values["reasons"] = int(gpu_values["reasons"])  # type: ignore[assignment]
         if "fabric_ready" in gpu_values and gpu_values["fabric_ready"] is not None:
             gpu_values["fabric_ready"] = bool(gpu_values["fabric_ready"])  # type: ignore[assignment]
         host = None
         if host_values and any(v is not None for v in host_values.values()) and t != self._last_host_t:
             host = HostPoint(t=t, **host_values)  # type: ignore[arg-type]
             self._last_host_t = t
-        return TraceRow(line=line, t=t, gpu=gpu, point=GpuPoint(t=t, **gpu_values), host=host, name=name)  # type: ignore[arg-type]
+        return TraceRow(
+            line=line,
+            t=t,
+            gpu=gpu,
+            point=GpuPoint(t=t, **gpu_values),  # type: ignore[arg-type]
+            host=host,
+            name=name,
+            segment=self.stats.gap_count,
+        )
+
+    def _see_step(self, ts: float, gpu: str, line: int) -> None:
+        """A step past the latest timestamp longer than TRACE_GAP_PERIODS evaluation periods is a gap: the
+        next segment starts. So does a restart of nvidia-smi into the same file (a repeated header) whose
+        clock went back. (GPUs' rows may interleave in time; each GPU's own go forward.)"""
+        if self._max_ts is not None:
+            step = ts - self._max_ts
+            if step > TRACE_GAP_PERIODS.value * EVAL_INTERVAL.value or (self._restarted and step < 0):
+                self.stats.gap_count += 1
+                if len(self.stats.gaps) < self.MAX_WARNINGS:
+                    self.stats.gaps.append((line, step))
+                self._max_ts = ts
+                self._last_ts.clear()
+        self._max_ts = ts if self._max_ts is None else max(self._max_ts, ts)
+        self._last_ts[gpu] = ts
+        self._restarted = False
 
 
 class TraceWriter:

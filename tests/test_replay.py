@@ -97,11 +97,11 @@ def test_replay_human_summary_names_the_rank_and_its_waiting_peers():
 
 def test_replay_of_an_unreadable_file_is_a_clear_error(tmp_path):
     result = _run("replay", str(tmp_path / "missing.csv"))
-    assert result.returncode == 1 and "cannot read" in result.stderr and "Traceback" not in result.stderr
+    assert result.returncode == 2 and "cannot read" in result.stderr and "Traceback" not in result.stderr
     empty = tmp_path / "empty.csv"
     empty.write_text("timestamp, utilization.gpu [%]\n")
     result = _run("replay", str(empty))
-    assert result.returncode == 1 and "no readable rows" in result.stderr
+    assert result.returncode == 2 and "no readable rows" in result.stderr
 
 
 def test_replay_warns_once_about_unknown_columns(tmp_path):

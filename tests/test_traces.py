@@ -314,5 +314,5 @@ def test_replay_gpus_that_disagree_with_the_index_column_is_an_error(tmp_path):
         text=True,
     )
     assert (
-        result.returncode == 1 and "the log has 8 GPUs" in result.stderr and "Traceback" not in result.stderr
+        result.returncode == 2 and "the log has 8 GPUs" in result.stderr and "Traceback" not in result.stderr
     )

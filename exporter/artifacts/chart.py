@@ -189,8 +189,14 @@ _PASSTHROUGH: dict[str, dict] = {
             ("dropTargetLabels", {"type": "array", "items": {"type": "string", "minLength": 1}}),
             ("interval", {"type": "string", "pattern": DURATION}),
             ("scrapeTimeout", {"type": "string", "pattern": DURATION}),
+            ("tlsConfig", _OBJECT),
+            ("basicAuth", _OBJECT),
         )
     },
+    "kubeRbacProxy.resources": _OBJECT,
+    "kubeRbacProxy.extraArgs": {"type": "array", "items": {"type": "string"}},
+    "networkPolicy.prometheusPodLabels": _STRING_MAP,
+    "networkPolicy.prometheusNamespaceLabels": _STRING_MAP,
 }
 
 _CONSTRAINTS: dict[str, dict] = {
@@ -206,6 +212,9 @@ _CONSTRAINTS: dict[str, dict] = {
     "service.type": {"type": "string", "enum": ["ClusterIP", "NodePort", "LoadBalancer"]},
     "terminationGracePeriodSeconds": {"type": "integer", "minimum": 0},
     "prometheusRule.runbookBaseUrl": {"type": "string", "pattern": "^https?://"},
+    "serviceMonitor.scheme": {"type": "string", "enum": ["", "http", "https"]},
+    "podMonitor.scheme": {"type": "string", "enum": ["", "http", "https"]},
+    "kubeRbacProxy.port": _PORT,
 }
 
 

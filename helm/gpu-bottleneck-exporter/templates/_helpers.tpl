@@ -82,3 +82,57 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{ toYaml . }}
 {{- end }}
 {{- end -}}
+
+{{/* The scheme /metrics is served with: https with TLS in the web config or behind kube-rbac-proxy. */}}
+{{- define "gbe.scheme" -}}
+{{- if or .Values.kubeRbacProxy.enabled (and .Values.webConfig.enabled .Values.webConfig.tls) -}}
+https
+{{- else -}}
+http
+{{- end -}}
+{{- end -}}
+
+{{/* A probe from values, following the web config: HTTPS with TLS; only the TCP port when clients must
+present a certificate (the kubelet has none). Call with (list $ .Values.livenessProbe). */}}
+{{- define "gbe.probe" -}}
+{{- $root := index . 0 -}}
+{{- $probe := deepCopy (index . 1) -}}
+{{- if and $root.Values.webConfig.enabled $root.Values.webConfig.clientCertRequired $probe.httpGet -}}
+{{- $_ := set $probe "tcpSocket" (dict "port" $probe.httpGet.port) -}}
+{{- $_ := unset $probe "httpGet" -}}
+{{- else if and $probe.httpGet (eq (include "gbe.scheme" $root) "https") -}}
+{{- $_ := set $probe.httpGet "scheme" "HTTPS" -}}
+{{- end -}}
+{{- toYaml $probe -}}
+{{- end -}}
+
+{{/* scheme, tlsConfig, basicAuth (and the service account token behind kube-rbac-proxy) of a monitor's
+endpoint. Call with (list $ .Values.serviceMonitor "ServiceMonitor"). */}}
+{{- define "gbe.scrapeAuth" -}}
+{{- $root := index . 0 -}}
+{{- $monitor := index . 1 -}}
+scheme: {{ $monitor.scheme | default (include "gbe.scheme" $root) }}
+{{- if $monitor.tlsConfig }}
+tlsConfig:
+  {{- toYaml $monitor.tlsConfig | nindent 2 }}
+{{- else if $root.Values.kubeRbacProxy.enabled }}
+tlsConfig:
+  insecureSkipVerify: true
+{{- end }}
+{{- with $monitor.basicAuth }}
+basicAuth:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- if and $root.Values.kubeRbacProxy.enabled (eq (index . 2) "ServiceMonitor") (not $monitor.basicAuth) }}
+bearerTokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token
+{{- end }}
+{{- end -}}
+
+{{/* Labels as k=v,k=v, for messages. */}}
+{{- define "gbe.labelList" -}}
+{{- $pairs := list -}}
+{{- range $k, $v := . -}}
+{{- $pairs = append $pairs (printf "%s=%s" $k $v) -}}
+{{- end -}}
+{{- join "," $pairs -}}
+{{- end -}}
