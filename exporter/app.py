@@ -57,7 +57,7 @@ class Application:
             else None
         )
         self.sampler = Sampler(settings, self.errors, host, nvml, clock=clock, kubelet=kubelet)
-        self.renderer = Renderer()
+        self.renderer = Renderer(settings.detail)
         self._started = False
 
     def start(self) -> None:

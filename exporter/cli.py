@@ -15,6 +15,8 @@ from dataclasses import dataclass, replace
 
 from exporter import __version__
 from exporter.config import ENV_PREFIX, Settings, SettingsError
+from exporter.detail import CATEGORIES as DETAIL_CATEGORIES
+from exporter.detail import parse_detail
 
 log = logging.getLogger("exporter")
 
@@ -97,6 +99,14 @@ SERVE_FLAGS = (
     ),
     Flag("--sim-gpus", "sim_gpus", _int, "number of simulated GPUs"),
     Flag("--log-level", "log_level", _level, "debug, info, warning or error"),
+    Flag(
+        "--detail",
+        "detail",
+        parse_detail,
+        "comma-separated detail series beyond the per-GPU defaults: "
+        + ", ".join(DETAIL_CATEGORIES)
+        + ", all",
+    ),
 )
 # record samples like serve but serves nothing: it takes every serve flag except these
 LISTEN_FLAGS = frozenset({"--listen-address", "--port"})
@@ -115,7 +125,11 @@ def _add_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, flags:
     defaults = Settings()
     for f in flags:
         default = getattr(defaults, f.field)
-        shown = ",".join(default) if isinstance(default, tuple) else default
+        shown = (
+            ",".join(sorted(default) if isinstance(default, frozenset) else default)
+            if isinstance(default, tuple | frozenset)
+            else default
+        )
         parser.add_argument(
             f.flag,
             dest=f.field,

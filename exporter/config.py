@@ -37,6 +37,7 @@ class Settings:
     simulate: str = ""
     sim_gpus: int = 8
     log_level: str = "info"
+    detail: frozenset[str] = frozenset()  # --detail categories (exporter/detail.py)
 
     def __post_init__(self) -> None:
         problems: list[tuple[str, str]] = []

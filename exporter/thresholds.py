@@ -534,6 +534,15 @@ COLLECT_ERROR_RATE = _t(
     "failing again and again, not a hiccup.",
 )
 
+SERIES_BUDGET = _t(
+    "exporter.series_budget",
+    400.0,
+    "count",
+    "Series of an 8-GPU node at the default detail: about 50 per GPU, a few dozen like dcgm-exporter's "
+    "default set, keeps 1,000 nodes near 0.4 M series, what one Prometheus holds comfortably; per-link, "
+    "per-pair and per-XID series are --detail.",
+)
+
 
 # ---- alerts: how long a condition must hold before it pages, and how loud -----------------------------
 

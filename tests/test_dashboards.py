@@ -129,7 +129,7 @@ def test_fleet_overview_answers_what_where_and_since_when():
     assert {"starving", "hung", "thermal", "shm full", "ok"} <= texts
     assert panes["Worst offenders"]["type"] == "table"
     assert "namespace" in panes["Worst offenders"]["transformations"][0]["options"]["indexByName"]
-    assert panes["Starvation score"]["type"] == "heatmap"
+    assert panes["Input-wait share"]["type"] == "heatmap"
     assert "ALERTS" in panes["Firing alerts"]["targets"][0]["expr"]
 
 
@@ -274,8 +274,8 @@ def test_node_detail_draws_the_threshold_table_lines():
     assert step_values(panes["Shared memory used"]) == [th.SHM_WARNING.value, th.SHM_CRITICAL.value, 1.0]
     assert step_values(panes["Power over TDP"]) == [th.POWER_LOW.value]
     assert step_values(panes["I/O wait and busiest core"]) == [th.IOWAIT_HIGH.value, th.CORE_PINNED.value]
-    assert panes["Clock-event reasons"]["type"] == "state-timeline"
-    assert panes["NVLink state per link"]["type"] == "state-timeline"
+    assert 'state=~"throttled"' in panes["Throttled share"]["targets"][0]["expr"]
+    assert "gpu_nvlink_links_expected" in panes["NVLinks up"]["targets"][1]["expr"]
     for title in ("Utilization", "Power and thermal", "Interconnect", "Node", "Exporter"):
         assert panes[title]["type"] == "row"
 
@@ -302,7 +302,7 @@ def test_job_view_puts_the_pods_gpus_side_by_side():
     board = load("dashboards/gpu-bottleneck-job.json")
     panes = by_title(board)
     assert panes["Verdict by GPU"]["type"] == "state-timeline"
-    for title in ("Utilization", "Idle share", "Verdict scores", "Power over TDP"):
+    for title in ("Utilization", "Idle share", "Time lost per GPU", "Power over TDP"):
         target = panes[title]["targets"][0]
         assert 'namespace="$namespace", pod=~"$pod"' in target["expr"]
         assert "{{node}}" in target["legendFormat"] and "{{gpu}}" in target["legendFormat"]

@@ -225,23 +225,23 @@ ALERTS: tuple[Alert, ...] = (
     Alert(
         "GpuNvlinkDown",
         "gpu-fabric",
-        "gpu_nvlink_up == 0",
+        "gpu_nvlink_links_up < on (instance, gpu, uuid) group_left gpu_nvlink_links_expected",
         "NVLink is down.",
-        "NVLink {{ $labels.link }} of " + GPU + " is down: NCCL falls back to slower paths.",
+        GPU + " has only {{ $value }} of its NVLinks up: NCCL falls back to slower paths (`--detail "
+        "nvlink` names the links).",
     ),
     Alert(
         "GpuP2PUnavailable",
         "gpu-fabric",
-        'gpu_p2p_status{capability="nvlink"} == 0'
-        " and on (instance, gpu, uuid) (count by (instance, gpu, uuid) (gpu_nvlink_up) > 0)",
+        "gpu_p2p_failing_pairs > 0 and on (instance, gpu, uuid) gpu_nvlink_links_expected > 0",
         "Peer-to-peer over NVLink is unavailable.",
-        GPU + " cannot reach GPU {{ $labels.peer_gpu }} peer-to-peer over NVLink: NCCL uses SHM, "
-        "P2P/CUMEM/read or sockets instead.",
+        GPU + " cannot reach its peers peer-to-peer ({{ $value }} peer and capability pairs fail): NCCL "
+        "uses SHM, P2P/CUMEM/read or sockets instead (`--detail p2p` names the pairs).",
     ),
     Alert(
         "GpuFabricNotReady",
         "gpu-fabric",
-        'gpu_fabric_state{state="completed"} == 0',
+        "gpu_fabric_registered == 0",
         "GPU is not registered with the NVSwitch fabric.",
         GPU + " has not completed NVSwitch fabric registration: is the fabric manager running?",
     ),
@@ -249,7 +249,7 @@ ALERTS: tuple[Alert, ...] = (
         "GpuNvlinkErrors",
         "gpu-fabric",
         # errors a minute, averaged over five: the same condition as `increase(...[5m]) > 5 * rate`
-        "sum without (link, type) (rate(gpu_nvlink_errors_total[5m])) * 60 > ${nvlink_errors_per_minute}",
+        "rate(gpu_nvlink_link_errors_total[5m]) * 60 > ${nvlink_errors_per_minute}",
         "NVLink errors are climbing.",
         GPU + " logs {{ $value | humanize }} NVLink replay/recovery/CRC errors a minute over the last 5 "
         "minutes: a link is degrading.",
@@ -257,10 +257,10 @@ ALERTS: tuple[Alert, ...] = (
     Alert(
         "GpuXidCritical",
         "gpu-fabric",
-        'increase(gpu_xid_errors_total{xid=~"' + "|".join(map(str, th.CRITICAL_XIDS)) + '"}[10m]) > 0',
+        'increase(gpu_xid_errors_by_criticality_total{criticality!="other"}[10m]) > 0',
         "GPU reported a critical XID.",
-        GPU + POD + " reported XID {{ $labels.xid }}: a hardware or driver fault. Check `dmesg` and the "
-        "runbook's XID table.",
+        GPU + POD + " reported a critical XID: a hardware or driver fault. `dmesg` (or `--detail xid`) "
+        "names the code; see the runbook's XID table.",
     ),
     Alert(
         "GpuDown",

@@ -19,6 +19,7 @@ import yaml
 
 from exporter import thresholds as th
 from exporter.artifacts import alerts, dashboards
+from exporter.detail import CATEGORIES as DETAIL_CATEGORIES
 
 CHART = "helm/gpu-bottleneck-exporter"
 REPO = Path(__file__).resolve().parents[2]
@@ -200,6 +201,11 @@ _CONSTRAINTS: dict[str, dict] = {
     "exporter.window": _POSITIVE,
     "exporter.collectTimeout": _POSITIVE,
     "exporter.logLevel": {"type": "string", "enum": ["debug", "info", "warning", "error"]},
+    "exporter.detail": {
+        "type": "array",
+        "uniqueItems": True,
+        "items": {"type": "string", "enum": [*DETAIL_CATEGORIES, "all"]},
+    },
     "image.pullPolicy": {"type": "string", "enum": ["Always", "IfNotPresent", "Never"]},
     "image.digest": {"type": "string", "pattern": r"^(|sha256:[0-9a-f]{64})$"},
     "containerRuntime.type": {"type": "string", "enum": ["containerd", "crio", "none"]},

@@ -145,6 +145,20 @@ def ledger_share(selector: str, by: str = "") -> str:
     return f"{ledger_rates(selector, keys)} / ignoring (state) group_left {ledger_rates(selector, by)}"
 
 
+def state_share(selector: str, states: str, by: str) -> str:
+    """Per ``by`` group, the share of the held GPUs' time in the ledger states matching the regex
+    ``states`` (free time, no job holding the GPU, is left out of both sides)."""
+    part = ledger_rates(f'{selector}, state=~"{states}"', by)
+    held = ledger_rates(f'{selector}, state!="free"', by)
+    return f"{part} / {held}"
+
+
+def time_lost(selector: str, by: str) -> str:
+    """Per ``by`` group, the share of the held GPUs' time not spent computing: what the verdict scores
+    were read for, without the per-kind score series."""
+    return state_share(selector, "input_wait|comm_wait|stalled|checkpoint|throttled|idle", by)
+
+
 def ledger_hours(selector: str) -> str:
     """GPU-hours in each state over the dashboard's range, largest first."""
     return f"sort_desc(sum by (state) (increase({LEDGER_METRIC}{{{selector}}}[$__range])) / 3600)"
@@ -430,16 +444,9 @@ def fleet() -> db.Dashboard:
     b.add(
         table.Panel()
         .title("Worst offenders")
-        .description("Verdicts holding now, strongest evidence first, with the pod that holds the GPU.")
-        .unit("percentunit")
-        .with_target(
-            query(
-                'sort_desc(gpu_bottleneck_score{node=~"$node"} * on (instance, gpu, uuid, kind) '
-                'group_left (cause) (gpu_bottleneck{node=~"$node"} == 1))',
-                instant=True,
-                fmt="table",
-            )
-        )
+        .description("Verdicts holding now, with their cause and the pod that holds the GPU.")
+        .unit("none")
+        .with_target(query('gpu_bottleneck{node=~"$node"} == 1', instant=True, fmt="table"))
         .with_transformation(
             dm.DataTransformerConfig(
                 id_val="organize",
@@ -451,8 +458,8 @@ def fleet() -> db.Dashboard:
                         "uuid": True,
                         "instance": True,
                         "container": True,
+                        "Value": True,
                     },
-                    "renameByName": {"Value": "score"},
                     "indexByName": {
                         "node": 0,
                         "gpu": 1,
@@ -460,21 +467,20 @@ def fleet() -> db.Dashboard:
                         "pod": 3,
                         "kind": 4,
                         "cause": 5,
-                        "Value": 6,
                     },
                 },
             )
         )
-        .thresholds(steps((th.SCORE_ENTER.value, "red"), base="yellow")),
+        .thresholds(steps()),
         14,
         9,
     )
     b.add(
         heatmap.Panel()
-        .title("Starvation score")
-        .description("How many GPUs sit at which data-starvation score over time.")
+        .title("Input-wait share")
+        .description("How many GPUs lose which share of their time waiting for input, over time.")
         .unit("percentunit")
-        .with_target(query(f'gpu_bottleneck_score{{kind="data_starvation"{sel}}}'))
+        .with_target(query(state_share(sel.lstrip(", "), "input_wait", "node, gpu")))
         .calculate(True)
         .color(heatmap.HeatmapColorOptions().mode(hm.HeatmapColorMode.SCHEME).scheme("Oranges").steps(32)),
         10,
@@ -592,10 +598,11 @@ def node() -> db.Dashboard:
     )
     b.add(
         _ratio(
-            "Verdict scores",
-            "Strength of the evidence for each verdict.",
-            query(f"gpu_bottleneck_score{{{g}}} > 0", "GPU {{gpu}} {{kind}}"),
-            lines=line(th.SCORE_ENTER, "red"),
+            "Time lost per GPU",
+            "Share of each held GPU's time not spent computing (waiting for input, a collective or a "
+            "checkpoint, stalled, throttled, idle), from its time ledger. Per-kind verdict scores: "
+            "--detail scores.",
+            query(time_lost(g, "gpu"), "GPU {{gpu}}"),
         ),
         8,
         7,
@@ -627,7 +634,7 @@ def node() -> db.Dashboard:
     b.add(
         _ratio(
             "GPU utilization (window min / mean / max)",
-            "Every driver sample of the window; the line at "
+            "Every driver sample of the window (the mean; min and max with --detail window); the line at "
             f"{th.UTIL_SUSPICION.value:.0%} is where suspicion starts.",
             query(f'gpu_utilization_window_ratio{{{g}, stat=~"min|mean|max"}}', "GPU {{gpu}} {{stat}}"),
             lines=line(th.UTIL_SUSPICION),
@@ -650,8 +657,7 @@ def node() -> db.Dashboard:
             "SM activity against utilization",
             "Utilization counts time with any kernel; SM activity (GPM) how much of the GPU works.",
             query(f"gpu_sm_active_ratio{{{g}}}", "GPU {{gpu}} SM active"),
-            query(f"gpu_tensor_active_ratio{{{g}}}", "GPU {{gpu}} tensor active", ref="B"),
-            query(f"gpu_utilization_ratio{{{g}}}", "GPU {{gpu}} utilization", ref="C"),
+            query(f"gpu_utilization_ratio{{{g}}}", "GPU {{gpu}} utilization", ref="B"),
         ),
         12,
         8,
@@ -705,29 +711,12 @@ def node() -> db.Dashboard:
         8,
     )
     b.add(
-        statetimeline.Panel()
-        .title("Clock-event reasons")
-        .description("Why the clocks are held down, per GPU.")
-        .unit("none")
-        .with_target(
-            query(
-                f'max by (gpu, reason) (gpu_clock_event_active{{{g}, reason!="gpu_idle"}})',
-                "GPU {{gpu}} {{reason}}",
-            )
-        )
-        .mappings(
-            [
-                dm.ValueMap(
-                    options={
-                        "0": dm.ValueMappingResult(text="off", color="transparent", index=0),
-                        "1": dm.ValueMappingResult(text="active", color="orange", index=1),
-                    }
-                )
-            ]
-        )
-        .show_value(cm.VisibilityMode.NEVER)
-        .merge_values(True)
-        .thresholds(steps()),
+        _ratio(
+            "Throttled share",
+            "Share of each GPU's time its clocks were held down for heat or power, from its time ledger. "
+            "The driver's clock-event reasons: --detail clocks.",
+            query(state_share(g, "throttled", "gpu"), "GPU {{gpu}}"),
+        ),
         8,
         8,
     )
@@ -735,9 +724,8 @@ def node() -> db.Dashboard:
         _series(
             "SM clock",
             "hertz",
-            "Current and maximum SM clock.",
+            "Current SM clock (the maxima and the memory clock: --detail clocks).",
             query(f'gpu_clock_hertz{{{g}, clock="sm"}}', "GPU {{gpu}}"),
-            query(f'gpu_clock_max_hertz{{{g}, clock="sm"}}', "GPU {{gpu}} max", ref="B"),
         ),
         8,
         8,
@@ -745,12 +733,13 @@ def node() -> db.Dashboard:
     b.row("Interconnect")
     b.add(
         _series(
-            "NVLink traffic per link",
+            "NVLink traffic",
             "Bps",
-            "Bytes per second over each link: a dead link drops to zero, a hung job moves nothing on any.",
+            "Bytes per second over all links of each GPU: a hung job moves nothing. Per link: --detail "
+            "nvlink.",
             query(
-                f"sum by (gpu, link) (rate(gpu_nvlink_bytes_total{{{g}}}[$__rate_interval]))",
-                "GPU {{gpu}} link {{link}}",
+                f"sum by (gpu, direction) (rate(gpu_nvlink_traffic_bytes_total{{{g}}}[$__rate_interval]))",
+                "GPU {{gpu}} {{direction}}",
             ),
             min_=0,
         ),
@@ -758,25 +747,14 @@ def node() -> db.Dashboard:
         8,
     )
     b.add(
-        statetimeline.Panel()
-        .title("NVLink state per link")
-        .description("Each link as the driver reports it.")
-        .unit("none")
-        .with_target(query(f"gpu_nvlink_up{{{g}}}", "GPU {{gpu}} link {{link}}"))
-        .mappings(
-            [
-                dm.ValueMap(
-                    options={
-                        "0": dm.ValueMappingResult(text="down", color="red", index=0),
-                        "1": dm.ValueMappingResult(text="up", color="green", index=1),
-                    }
-                )
-            ]
-        )
-        .show_value(cm.VisibilityMode.NEVER)
-        .merge_values(True)
-        .row_height(0.8)
-        .thresholds(steps()),
+        _series(
+            "NVLinks up",
+            "none",
+            "Active links of each GPU against the links it has. Per link: --detail nvlink.",
+            query(f"gpu_nvlink_links_up{{{g}}}", "GPU {{gpu}} up"),
+            query(f"max(gpu_nvlink_links_expected{{{g}}})", "expected", ref="B"),
+            min_=0,
+        ),
         12,
         8,
     )
@@ -784,12 +762,9 @@ def node() -> db.Dashboard:
         _series(
             "NVLink errors",
             "cps",
-            "Error counters per link and type: CRC and replay errors climb on a "
-            "failing link before it goes down.",
-            query(
-                f"sum by (gpu, link, type) (rate(gpu_nvlink_errors_total{{{g}}}[$__rate_interval]))",
-                "GPU {{gpu}} link {{link}} {{type}}",
-            ),
+            "Errors of all links and types per GPU: CRC and replay errors climb on a failing link before "
+            "it goes down. Per link and type: --detail nvlink.",
+            query(f"rate(gpu_nvlink_link_errors_total{{{g}}}[$__rate_interval])", "GPU {{gpu}}"),
             min_=0,
         ),
         12,
@@ -810,7 +785,7 @@ def node() -> db.Dashboard:
         _stat(
             "NVLinks down",
             "Links reported inactive on the selected GPUs.",
-            f"count(gpu_nvlink_up{{{g}}} == 0) or vector(0)",
+            f"sum(gpu_nvlink_links_expected{{{g}}} - gpu_nvlink_links_up{{{g}}}) or vector(0)",
         ),
         6,
         6,
@@ -818,8 +793,8 @@ def node() -> db.Dashboard:
     b.add(
         _stat(
             "P2P pairs not OK",
-            "GPU pairs without NVLink peer-to-peer.",
-            f'count(gpu_p2p_status{{{g}, capability="nvlink"}} == 0) or vector(0)',
+            "GPU pair and capability combinations whose peer-to-peer status is not OK.",
+            f"sum(gpu_p2p_failing_pairs{{{g}}}) or vector(0)",
         ),
         6,
         6,
@@ -829,8 +804,17 @@ def node() -> db.Dashboard:
         .title("Fabric state")
         .description("NVSwitch fabric registration per GPU.")
         .unit("none")
-        .with_target(query(f"max by (gpu, state) (gpu_fabric_state{{{g}}}) == 1", "GPU {{gpu}} {{state}}"))
-        .mappings([dm.ValueMap(options={"1": dm.ValueMappingResult(text="current", color="green", index=0)})])
+        .with_target(query(f"gpu_fabric_registered{{{g}}}", "GPU {{gpu}}"))
+        .mappings(
+            [
+                dm.ValueMap(
+                    options={
+                        "0": dm.ValueMappingResult(text="not registered", color="red", index=0),
+                        "1": dm.ValueMappingResult(text="registered", color="green", index=1),
+                    }
+                )
+            ]
+        )
         .show_value(cm.VisibilityMode.NEVER)
         .thresholds(steps()),
         12,
@@ -1045,10 +1029,10 @@ def job() -> db.Dashboard:
     )
     b.add(
         _ratio(
-            "Verdict scores",
-            "Evidence for each verdict per GPU; the line is where a verdict starts to count.",
-            query(f"gpu_bottleneck_score{{{p}}} > 0", "{{node}} GPU {{gpu}} {{kind}}"),
-            lines=line(th.SCORE_ENTER, "red"),
+            "Time lost per GPU",
+            "Share of each GPU's time not spent computing, from its time ledger: the starving rank loses "
+            "it to input wait, the others to waiting in collectives.",
+            query(time_lost(p, "node, gpu"), "{{node}} GPU {{gpu}}"),
         ),
         12,
         8,
@@ -1059,7 +1043,7 @@ def job() -> db.Dashboard:
             "Bps",
             "All links per GPU: a hung job moves nothing.",
             query(
-                f"sum by (node, gpu) (rate(gpu_nvlink_bytes_total{{{p}}}[$__rate_interval]))",
+                f"sum by (node, gpu) (rate(gpu_nvlink_traffic_bytes_total{{{p}}}[$__rate_interval]))",
                 "{{node}} GPU {{gpu}}",
             ),
             min_=0,
