@@ -13,7 +13,7 @@ import pytest
 from exporter import thresholds as th
 from exporter.analysis.kinds import KINDS, NAMES
 from exporter.analysis.ledger import STATES
-from exporter.artifacts import dashboards
+from exporter.artifacts import dashboards, recording
 from exporter.artifacts.dashboard_checks import panels, problems
 from tests.conftest import REPO
 
@@ -209,16 +209,24 @@ def state_colours(panel: dict) -> dict[str, str]:
     return found
 
 
-def assert_share_panel(panel: dict, selector: str, by: str) -> None:
+def assert_share_panel(panel: dict, selector: str, by: str, recorded: str = "") -> None:
+    """A stacked share of the ledger's states: from the raw counters, or from a recorded rate (the
+    recording rules' per-node or per-pod rates), or a recorded share itself for a per-node panel."""
     assert panel["type"] == "timeseries"
     defaults = panel["fieldConfig"]["defaults"]
     assert defaults["unit"] == "percentunit" and (defaults["min"], defaults["max"]) == (0, 1)
     assert defaults["custom"]["stacking"]["mode"] == "normal"
     (target,) = panel["targets"]
     rate = f"rate(gpu_time_seconds_total{{{selector}}}[$__rate_interval])"
-    keys = f"{by}, state" if by else "state"
-    total = f"sum by ({by}) ({rate})" if by else f"sum ({rate})"
-    assert target["expr"] == f"sum by ({keys}) ({rate}) / ignoring (state) group_left {total}"
+    if recorded.endswith(":share5m"):
+        assert target["expr"] == f"{recorded}{{{selector}}}"
+    elif recorded:
+        rate = f"{recorded}{{{selector}}}"
+        assert target["expr"] == f"sum by (state) ({rate}) / ignoring (state) group_left sum ({rate})"
+    else:
+        keys = f"{by}, state" if by else "state"
+        total = f"sum by ({by}) ({rate})" if by else f"sum ({rate})"
+        assert target["expr"] == f"sum by ({keys}) ({rate}) / ignoring (state) group_left {total}"
     assert target["legendFormat"] == "{{state}}"
     assert state_colours(panel) == {s: colour for s, (_, colour) in dashboards.LEDGER_STYLE.items()}
 
@@ -238,9 +246,9 @@ def assert_hours_panel(panel: dict, selector: str) -> None:
 def test_fleet_shows_where_gpu_time_goes():
     panes = by_title(load("dashboards/gpu-bottleneck-fleet.json"))
     assert panes["Where GPU time goes"]["type"] == "row"
-    assert_share_panel(panes["Share of GPU time by state"], 'node=~"$node"', "")
+    assert_share_panel(panes["Share of GPU time by state"], 'node=~"$node"', "", recording.NODE_RATE)
     per_node = panes["Share of GPU time by state on $node"]
-    assert_share_panel(per_node, 'node=~"$node"', "node")
+    assert_share_panel(per_node, 'node=~"$node"', "node", recording.NODE_SHARE)
     assert per_node["repeat"] == "node"
     assert_hours_panel(panes["GPU-hours by state"], 'node=~"$node"')
 
@@ -248,7 +256,7 @@ def test_fleet_shows_where_gpu_time_goes():
 def test_job_view_shows_where_the_jobs_gpu_time_goes():
     panes = by_title(load("dashboards/gpu-bottleneck-job.json"))
     selector = 'namespace="$namespace", pod=~"$pod"'
-    assert_share_panel(panes["Where the job's GPU time goes"], selector, "")
+    assert_share_panel(panes["Where the job's GPU time goes"], selector, "", recording.POD_RATE)
     assert_hours_panel(panes["Job GPU-hours by state"], selector)
 
 

@@ -18,6 +18,7 @@ from typing import NamedTuple
 from exporter import thresholds as th
 from exporter.analysis.kinds import KINDS
 from exporter.analysis.ledger import STATES
+from exporter.artifacts import recording as rec
 
 # the SDK marks classic dashboards deprecated in favour of v2, which Grafana's sidecar does not load yet
 warnings.filterwarnings("ignore", category=DeprecationWarning, module="grafana_foundation_sdk")
@@ -157,6 +158,14 @@ def time_lost(selector: str, by: str) -> str:
     """Per ``by`` group, the share of the held GPUs' time not spent computing: what the verdict scores
     were read for, without the per-kind score series."""
     return state_share(selector, "input_wait|comm_wait|stalled|checkpoint|throttled|idle", by)
+
+
+def recorded_share(record: str, selector: str) -> str:
+    """The share of each ledger state over everything ``selector`` picks, from a recorded rate (the
+    recording rules' per-node or per-pod seconds per second in each state)."""
+    return (
+        f"sum by (state) ({record}{{{selector}}}) / ignoring (state) group_left sum ({record}{{{selector}}})"
+    )
 
 
 def ledger_hours(selector: str) -> str:
@@ -410,7 +419,7 @@ def fleet() -> db.Dashboard:
     b = Board(d)
     sel = ', node=~"$node"'
     for title, desc, kinds in verdict_stats():
-        expr = f'count(gpu_bottleneck{{kind=~"{"|".join(kinds)}"{sel}}} == 1) or vector(0)'
+        expr = f'sum({rec.NODE_KINDS}{{kind=~"{"|".join(kinds)}"{sel}}}) or vector(0)'
         b.add(_stat(title, desc, expr), 3, 4)
     b.add(
         _stat(
@@ -478,9 +487,9 @@ def fleet() -> db.Dashboard:
     b.add(
         heatmap.Panel()
         .title("Input-wait share")
-        .description("How many GPUs lose which share of their time waiting for input, over time.")
+        .description("How many nodes lose which share of their GPU time waiting for input, over time.")
         .unit("percentunit")
-        .with_target(query(state_share(sel.lstrip(", "), "input_wait", "node, gpu")))
+        .with_target(query(f'{rec.NODE_SHARE}{{state="input_wait"{sel}}}'))
         .calculate(True)
         .color(heatmap.HeatmapColorOptions().mode(hm.HeatmapColorMode.SCHEME).scheme("Oranges").steps(32)),
         10,
@@ -513,8 +522,8 @@ def fleet() -> db.Dashboard:
     b.add(
         _ratio(
             "Mean GPU utilization by node",
-            "Window mean of every driver sample, per node.",
-            query('avg by (node) (gpu_utilization_window_ratio{stat="mean", node=~"$node"})', "{{node}}"),
+            "Window mean of every driver sample, per node (recorded).",
+            query(f'{rec.NODE_UTIL}{{node=~"$node"}}', "{{node}}"),
             lines=line(th.UTIL_SUSPICION),
         ),
         12,
@@ -523,12 +532,8 @@ def fleet() -> db.Dashboard:
     b.add(
         _ratio(
             "Power against TDP by node",
-            "Mean power over the default power limit.",
-            query(
-                'avg by (node) (gpu_power_window_watts{stat="mean", node=~"$node"} / ignoring (stat) '
-                'gpu_power_default_limit_watts{node=~"$node"})',
-                "{{node}}",
-            ),
+            "Mean power over the default power limit (recorded).",
+            query(f'{rec.NODE_POWER}{{node=~"$node"}}', "{{node}}"),
             lines=line(th.POWER_LOW),
         ),
         12,
@@ -541,8 +546,8 @@ def fleet() -> db.Dashboard:
             "Share of GPU time by state",
             "Where the selected nodes' GPU time goes, from each GPU's time ledger: computing, waiting for "
             "input, for a collective or for a checkpoint, stalled, throttled, idle while allocated, free. "
-            "Stacked: the states add up to 100 %.",
-            ledger_share(nodes),
+            "Stacked: the states add up to 100 %. Read from the recorded per-node rates.",
+            recorded_share(rec.NODE_RATE, nodes),
         ),
         16,
         8,
@@ -559,8 +564,8 @@ def fleet() -> db.Dashboard:
     b.add(
         _shares(
             "Share of GPU time by state on $node",
-            "The same share for each node (one panel per node): the states add up to 100 %.",
-            ledger_share(nodes, "node"),
+            "The same share for each node (one panel per node, recorded): the states add up to 100 %.",
+            f"{rec.NODE_SHARE}{{{nodes}}}",
         )
         .repeat("node")
         .repeat_direction("h")
@@ -970,8 +975,8 @@ def job() -> db.Dashboard:
             "Where the job's GPU time goes",
             "The share of the selected pods' GPU time in each ledger state: computing, waiting for input, "
             "for a collective or for a checkpoint, stalled, throttled, idle. Stacked: the states add up to "
-            "100 %.",
-            ledger_share(p),
+            "100 %. Read from the recorded per-pod rates.",
+            recorded_share(rec.POD_RATE, p),
         ),
         16,
         8,

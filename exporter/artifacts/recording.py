@@ -36,6 +36,11 @@ POD_RATE = "node_namespace_pod_state:gpu_time_seconds:rate5m"
 JOB_POD_RATE = "namespace_job_pod_state:gpu_time_seconds:rate5m"
 JOB_RATE = "namespace_job_state:gpu_time_seconds:rate5m"
 NODE_RATE = "node_state:gpu_time_seconds:rate5m"
+NODE_SHARE = "node_state:gpu_time:share5m"
+NODE_KINDS = "node_kind:gpu_bottleneck:count"
+NODE_UTIL = "node:gpu_utilization:mean"
+NODE_POWER = "node:gpu_power:tdp_share"
+MEAN_POWER = 'gpu_power_window_watts{stat="mean"}'
 STRAGGLER = "namespace_job_pod:gpu_straggler:lost_share5m"
 HUNG = "namespace_job:gpu_hang:stalled_share5m"
 HANG_BLAME = "namespace_job_pod:gpu_hang:blamed"
@@ -110,12 +115,12 @@ RECORDS: tuple[Record, ...] = (
     ),
     Record(NODE_RATE, f"sum by (node, instance, state) ({POD_RATE})", "GPU time per node and state."),
     Record(
-        "node_state:gpu_time:share5m",
+        NODE_SHARE,
         f"{NODE_RATE}\n  / ignoring (state) group_left sum by (node, instance) ({NODE_RATE})",
         "Share of a node's GPU time in each ledger state; the states add up to 1.",
     ),
     Record(
-        "node_kind:gpu_bottleneck:count",
+        NODE_KINDS,
         "sum by (node, instance, kind) (gpu_bottleneck)",
         "GPUs of a node on which a verdict of the kind holds (0 when none).",
     ),
@@ -125,14 +130,19 @@ RECORDS: tuple[Record, ...] = (
         "GPUs of a job on which a verdict of the kind holds (0 when none).",
     ),
     Record(
-        "node:gpu_power:tdp_share",
-        "sum by (node, instance) (gpu_power_watts)\n"
+        NODE_UTIL,
+        'avg by (node, instance) (gpu_utilization_window_ratio{stat="mean"})',
+        "Mean utilization of a node's GPUs over the exporter's window.",
+    ),
+    Record(
+        NODE_POWER,
+        'sum by (node, instance) (gpu_power_window_watts{stat="mean"})\n'
         "  / sum by (node, instance) (gpu_power_default_limit_watts)",
-        "Power a node's GPUs draw over their TDP (default power limits).",
+        "Power a node's GPUs draw (window mean) over their TDP (default power limits).",
     ),
     Record(
         "namespace_job:gpu_power:tdp_share",
-        f"sum by (namespace, {JOB_LABEL}) ({_job('gpu_power_watts')})\n"
+        f"sum by (namespace, {JOB_LABEL}) ({_job(MEAN_POWER)})\n"
         f"  / sum by (namespace, {JOB_LABEL}) ({_job('gpu_power_default_limit_watts')})",
         "Power a job's GPUs draw over their TDP.",
     ),
