@@ -144,11 +144,15 @@ def test_verdict_codes_come_from_the_registry():
     for c in dashboards.VERDICT_CODES[1:]:
         assert f'gpu_bottleneck{{kind="{c.name}"}} * {c.value}' in expr
     assert expr.startswith("max by (gpu) (")  # the most serious verdict wins
+    # the recorded per-GPU worst verdict uses the same codes
+    recorded = recording.worst_verdict_expr()
+    for c in dashboards.VERDICT_CODES[1:]:
+        assert f'gpu_bottleneck{{kind="{c.name}"}} * {c.value}' in recorded
 
 
 @pytest.mark.parametrize("path", FILES)
 def test_every_verdict_timeline_maps_every_kind(path):
-    timelines = [p for p in panels(load(path)) if "gpu_bottleneck{" in json.dumps(p.get("targets", []))]
+    timelines = [p for p in panels(load(path)) if "gpu_bottleneck" in json.dumps(p.get("targets", []))]
     timelines = [p for p in timelines if p["type"] == "state-timeline"]
     assert timelines
     for panel in timelines:
@@ -168,10 +172,12 @@ def test_a_new_kind_reaches_the_dashboards_without_an_edit(monkeypatch):
     new = dataclasses.replace(KINDS["nvlink_degraded"], name="pcie_degraded", label="PCIe degraded", rank=9)
     monkeypatch.setattr(dashboards, "KINDS", {**KINDS, new.name: new})
     monkeypatch.setattr(dashboards, "VERDICT_CODES", dashboards._verdict_codes())
+    monkeypatch.setattr(recording, "KINDS", {**KINDS, new.name: new})
     panes = by_title(json.loads(dashboards.to_json(dashboards.fleet())))
     timeline = panes["Verdict by node and GPU"]
     assert timeline["fieldConfig"]["defaults"]["mappings"][0]["options"]["9"]["text"] == "PCIe degraded"
-    assert 'kind="pcie_degraded"' in timeline["targets"][0]["expr"]
+    assert recording.WORST in timeline["targets"][0]["expr"]  # the recorded worst verdict, which...
+    assert 'kind="pcie_degraded"} * 9' in recording.worst_verdict_expr()  # ...ranks the new kind
     assert "pcie_degraded" in panes["Other verdicts"]["targets"][0]["expr"]
 
 

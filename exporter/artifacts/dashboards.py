@@ -123,6 +123,12 @@ def verdict_code(selector: str, by: str) -> str:
     return f"max by ({by}) ({' or '.join(reversed(terms))})"
 
 
+def recorded_verdict_code(selector: str, by: str) -> str:
+    """The same code, from the recording rules' per-GPU worst verdict (its codes are the registry's ranks,
+    as VERDICT_CODES)."""
+    return f"max by ({by}) ({rec.WORST}{{{selector}}})"
+
+
 def code_mappings(codes: tuple[Code, ...]) -> list[dm.ValueMap]:
     return [
         dm.ValueMap(
@@ -444,7 +450,7 @@ def fleet() -> db.Dashboard:
         _timeline(
             "Verdict by node and GPU",
             "The most serious verdict of each GPU over time.",
-            verdict_code(sel, "node, gpu"),
+            recorded_verdict_code(sel.lstrip(", "), "node, gpu"),
             "{{node}} / GPU {{gpu}}",
         ),
         24,
@@ -964,7 +970,7 @@ def job() -> db.Dashboard:
         _timeline(
             "Verdict by GPU",
             "The most serious verdict of each GPU of the job over time.",
-            verdict_code(f", {p}", "pod, node, gpu"),
+            recorded_verdict_code(p, "pod, node, gpu"),
             "{{pod}} {{node}} / GPU {{gpu}}",
         ),
         14,

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 
 from exporter import thresholds as th
+from exporter.analysis.kinds import KINDS
 
 GROUP = "gpu-bottleneck-recording"
 JOB_LABEL = "job_name"
@@ -41,6 +42,7 @@ NODE_KINDS = "node_kind:gpu_bottleneck:count"
 NODE_UTIL = "node:gpu_utilization:mean"
 NODE_POWER = "node:gpu_power:tdp_share"
 MEAN_POWER = 'gpu_power_window_watts{stat="mean"}'
+WORST = "node_namespace_pod_gpu:gpu_bottleneck:worst"
 STRAGGLER = "namespace_job_pod:gpu_straggler:lost_share5m"
 HUNG = "namespace_job:gpu_hang:stalled_share5m"
 HANG_BLAME = "namespace_job_pod:gpu_hang:blamed"
@@ -61,6 +63,15 @@ def job_info_expr(labels: tuple[str, ...] = JOB_LABELS) -> str:
         for k in map(ksm_label, labels)
     ]
     return "\nor on (namespace, pod) ".join(parts)
+
+
+def worst_verdict_expr() -> str:
+    """Per GPU, the rank of the most serious verdict holding (the registry's rank; 0 when none): what
+    the state timelines draw, recorded so that a fleet's timeline reads one series per GPU, not one per
+    GPU and kind."""
+    ranked = sorted(KINDS.values(), key=lambda k: -k.rank)
+    terms = " or ".join(f'gpu_bottleneck{{kind="{k.name}"}} * {k.rank}' for k in ranked)
+    return f"max by (node, instance, namespace, pod, gpu) ({terms})"
 
 
 def _job(expr: str) -> str:
@@ -119,6 +130,7 @@ RECORDS: tuple[Record, ...] = (
         f"{NODE_RATE}\n  / ignoring (state) group_left sum by (node, instance) ({NODE_RATE})",
         "Share of a node's GPU time in each ledger state; the states add up to 1.",
     ),
+    Record(WORST, worst_verdict_expr(), "Per GPU, the rank of its most serious verdict (0: none)."),
     Record(
         NODE_KINDS,
         "sum by (node, instance, kind) (gpu_bottleneck)",
