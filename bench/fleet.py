@@ -121,6 +121,11 @@ def main() -> int:
             re.sub(r"^.*;", "", g["metric"]["rule_group"]): float(g["value"][1])
             for g in api.query("avg_over_time(prometheus_rule_group_last_duration_seconds[5m])")
         }
+        rules = [r for g in api.call("rules")["groups"] for r in g["rules"]]  # type: ignore[index]
+        figures["slowest_rules_ms"] = {
+            r.get("name", ""): float(r.get("evaluationTime", 0)) * 1000
+            for r in sorted(rules, key=lambda r: -float(r.get("evaluationTime", 0)))[:8]
+        }
         recorded = api.query('count({__name__=~".+:.+:.+"})')
         figures["recorded_series"] = float(recorded[0]["value"][1]) if recorded else 0.0
         values = {
@@ -165,6 +170,9 @@ def main() -> int:
     for group, seconds in sorted(figures["rule_groups_s"].items()):  # type: ignore[union-attr]
         mean = figures["rule_groups_avg_s"].get(group, float("nan"))  # type: ignore[union-attr]
         print(f"  {group:48s} {seconds * 1000:8.1f} {mean * 1000:8.1f}")
+    print("\nslowest rules, last evaluation (ms):")
+    for name, ms in figures["slowest_rules_ms"].items():  # type: ignore[union-attr]
+        print(f"  {name[:60]:60s} {ms:8.1f}")
     print(f"\ndashboard queries (best of 3; range queries over the run at a {STEP:g} s step):")
     for name, q in queries.items():
         print(f"  {name[:80]:80s} {q['ms']:8.1f} ms {int(q['series']):6d} series")

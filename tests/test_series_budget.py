@@ -118,3 +118,42 @@ def test_every_detail_category_names_families_the_exporter_has(make_node, make_s
     everything = samples(Renderer(frozenset(CATEGORIES)).render(step(sampler, clock, cycles=12))[0])
     for category, (names, _) in DETAIL.items():
         assert set(names) <= set(everything), (category, set(names) - set(everything))
+
+
+def test_the_command_serves_the_detail_it_is_asked_for(tmp_path):
+    """--detail through the real command and real HTTP: the categories named, and only those."""
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from scripts.stack import free_port, wait_http
+    from tests.conftest import REPO
+
+    port = free_port()
+    args = ["--simulate", "healthy", "--sim-gpus", "2", "--interval", "0.5", "--detail", "nvlink,xid"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter", *args, "--port", str(port), "--listen-address", "127.0.0.1"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_http(f"http://127.0.0.1:{port}/readyz", proc=proc)
+        deadline = time.monotonic() + 20
+        while True:
+            names = set(samples(httpx.get(f"http://127.0.0.1:{port}/metrics").content))
+            if "gpu_nvlink_links_up" in names or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    assert {
+        "gpu_nvlink_up",
+        "gpu_nvlink_errors_total",
+        "gpu_xid_errors_total",
+        "gpu_nvlink_links_up",
+    } <= names
+    assert not names & {"gpu_p2p_status", "gpu_bottleneck_score", "gpu_clock_event_active"}
