@@ -435,4 +435,14 @@ def render_doc() -> str:
             expr = expression(a).replace("|", "\\|")
             lines.append(f"| [{a.name}](runbooks/{a.name}.md) | {a.severity} | {a.for_} | `{expr}` |")
         lines.append("")
-    return "\n".join(lines)
+    lines += [
+        f"## {recording.GROUP}",
+        "",
+        "Recorded before the alerts, in this order; the job rules read kube-state-metrics'",
+        "`kube_pod_labels` (see [scale](scale.md)).",
+        "",
+        "| record | what |",
+        "|---|---|",
+    ]
+    lines += [f"| `{r.record}` | {r.help} |" for r in recording.RECORDS]
+    return "\n".join(lines) + "\n"
