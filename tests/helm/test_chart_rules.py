@@ -190,3 +190,12 @@ def test_relabelings_keep_the_exporters_pod_labels_in_a_real_prometheus(tmp_path
         exporter.terminate()
         prom.wait(15)
         exporter.wait(15)
+
+
+def test_the_job_labels_come_from_the_chart_value():
+    """prometheusRule.jobLabels, in order, as kube-state-metrics spells them: the first a pod carries wins."""
+    groups = rendered_groups({"prometheusRule.jobLabels": "{example.com/team-job,app.kubernetes.io/name}"})
+    (info,) = [r for g in groups for r in g["rules"] if r.get("record") == recording.INFO]
+    wanted = recording.job_info_expr(("example.com/team-job", "app.kubernetes.io/name"))
+    assert info["expr"] == wanted.replace("$$", "$")  # the generator escapes $ for its templates
+    assert "label_example_com_team_job" in info["expr"]
