@@ -4,7 +4,9 @@ process through the real render path."""
 from __future__ import annotations
 
 import argparse
+import logging
 import multiprocessing
+import signal
 import sys
 import threading
 import time
@@ -98,6 +100,7 @@ class FleetSpec:
 def _role_worker(scenario: str, gpus: int, warm_s: int, conn: Connection, stop: Event) -> None:
     """A worker process: one simulated node sampled once a second of virtual time, after ``warm_s``
     virtual seconds sampled at once; every snapshot goes to ``conn``."""
+    logging.getLogger("exporter").setLevel(logging.ERROR)  # a verdict line per GPU per role is noise here
     clock = VirtualClock(time.time() - warm_s)
     settings = replace(Settings(), lost_gpu_retry_s=0.0)
     node = SimulatedNode(scenario, n_gpus=gpus, clock=clock)
@@ -314,14 +317,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fleet: --straggler must be a node of 1-{args.nodes}", file=sys.stderr)
         return 2
     spec = FleetSpec(nodes=args.nodes, gpus=args.gpus, straggler=args.straggler)
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
     fleet = Fleet(spec)
     server = FleetServer(fleet, args.port)
     if args.print_scrape_config:
         print(scrape_configs(spec, server.port), flush=True)
     try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
+        while not done.wait(1.0):  # a timed wait: the signal handler runs between waits
+            pass
     finally:
         server.close()
         fleet.close()
