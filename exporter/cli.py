@@ -15,6 +15,8 @@ from dataclasses import dataclass, replace
 
 from exporter import __version__
 from exporter.config import ENV_PREFIX, Settings, SettingsError
+from exporter.detail import CATEGORIES as DETAIL_CATEGORIES
+from exporter.detail import parse_detail
 
 log = logging.getLogger("exporter")
 
@@ -132,6 +134,14 @@ SERVE_FLAGS = (
         "TLS and basic authentication, in the web config format Prometheus exporters share; SIGHUP "
         "re-reads it",
     ),
+    Flag(
+        "--detail",
+        "detail",
+        parse_detail,
+        "comma-separated detail series beyond the per-GPU defaults: "
+        + ", ".join(DETAIL_CATEGORIES)
+        + ", all",
+    ),
 )
 # record samples like serve but serves nothing: it takes every serve flag except these
 LISTEN_FLAGS = frozenset({"--listen-address", "--port", "--web.config.file"})
@@ -150,7 +160,11 @@ def _add_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, flags:
     defaults = Settings()
     for f in flags:
         default = getattr(defaults, f.field)
-        shown = ",".join(default) if isinstance(default, tuple) else default
+        shown = (
+            ",".join(sorted(default) if isinstance(default, frozenset) else default)
+            if isinstance(default, tuple | frozenset)
+            else default
+        )
         parser.add_argument(
             f.flag,
             dest=f.field,

@@ -70,6 +70,7 @@ class Settings:
     log_patterns: str = ""  # a JSON file of extra progress patterns
     progress_api: bool = False  # accept POST /v1/progress
     web_config_file: str = ""  # TLS and basic auth (the exporter toolkit's web config); empty: plain HTTP
+    detail: frozenset[str] = frozenset()  # --detail categories (exporter/detail.py)
 
     def __post_init__(self) -> None:
         problems: list[tuple[str, str]] = []

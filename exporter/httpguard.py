@@ -252,7 +252,10 @@ def protocol_factory(
 
 
 def http_families(
-    guard: ConnectionGuard, auth_failures: Callable[[], int], reloads: Callable[[], tuple[int, int]]
+    guard: ConnectionGuard,
+    auth_failures: Callable[[], int],
+    reloads: Callable[[], tuple[int, int]],
+    web_config: bool = True,
 ) -> list[Family]:
     """The server's own metrics: what the guard closed, failed logins, web config re-reads."""
     open_now = Family("gpu_exporter_http_connections_open", "gauge", "Open HTTP connections.")
@@ -268,6 +271,8 @@ def http_families(
         ("refused", stats.refused),
     ):
         closed.add(labels(reason=reason), count)
+    if not web_config:  # no credentials to refuse and no file to re-read: no series (the series budget)
+        return [open_now, closed]
     denied = Family("gpu_exporter_http_auth_failures", "counter", "Requests refused for bad credentials.")
     denied.add("", auth_failures())
     done, failed = reloads()

@@ -16,6 +16,7 @@ from importlib import metadata
 from exporter import __version__
 from exporter.sampler import GpuView, Snapshot
 from exporter.sources.nvml import CLOCK_REASONS, FABRIC_STATES
+from exporter.sources.readings import GpuReading
 from exporter.thresholds import CRITICAL_XIDS, DOCTOR_SEVERITY
 
 # the classic text format: what every Prometheus 2.x understands (the names here are all legacy-valid)
@@ -86,7 +87,7 @@ def _set(fams: _Families, name: str, doc: str, base: str, value: float | None) -
         fams.gauge(name, doc).add(base, value)
 
 
-def _gpu(fams: _Families, view: GpuView, snapshot: Snapshot) -> None:
+def _gpu(fams: _Families, view: GpuView, snapshot: Snapshot, detail: frozenset[str] = frozenset()) -> None:
     ident = view.identity
     base = f'gpu="{view.index}",uuid="{esc(ident.uuid)}"'
     for assignment, mig in view.assignments:
@@ -111,9 +112,7 @@ def _gpu(fams: _Families, view: GpuView, snapshot: Snapshot) -> None:
             "gpu_last_collect_timestamp_seconds",
             "Unix time of the GPU's last successful collection; stays at it while the GPU is down.",
         ).add(base, view.collected_t)
-    xid_fam = fams.counter("gpu_xid_errors", "XID events reported by the driver, by XID code.")
-    for xid in sorted(set(CRITICAL_XIDS) | set(view.xids)):
-        xid_fam.add(f'{base},xid="{xid}"', view.xids.get(xid, 0))
+    _xids(fams, view, base, detail)
     r = view.reading
     if r is None:
         return
@@ -123,11 +122,15 @@ def _gpu(fams: _Families, view: GpuView, snapshot: Snapshot) -> None:
         "checkpoint, throttled, idle, free); the states sum to the time observed.",
     )
     for state, seconds in view.ledger.items():
-        time_fam.add(f'{base},state="{state}"', round(seconds, 3))
+        # a state the GPU has never been in has no series (most GPUs never see half of them: the series
+        # budget); it appears with its first second, and the recording rules read a missing state as 0
+        if seconds > 0:
+            time_fam.add(f'{base},state="{state}"', round(seconds, 3))
     for kind, state in view.verdicts.items():
         fams.gauge("gpu_bottleneck", "1 while the verdict of this kind holds, with its probable cause.").add(
             f'{base},kind="{kind}",cause="{esc(state.cause)}"', 1 if state.firing else 0
         )
+    for kind, state in view.verdicts.items() if "scores" in detail else ():
         fams.gauge("gpu_bottleneck_score", "Strength of the evidence for a verdict of this kind, 0-1.").add(
             f'{base},kind="{kind}"', round(state.score, 4)
         )
@@ -143,7 +146,8 @@ def _gpu(fams: _Families, view: GpuView, snapshot: Snapshot) -> None:
             "gpu_utilization_window_ratio", "GPU utilization over the analysis window of driver samples."
         )
         for stat, value in view.util_window.as_dict().items():
-            fam.add(f'{base},stat="{stat}"', value)
+            if stat == "mean" or "window" in detail:
+                fam.add(f'{base},stat="{stat}"', value)
     _set(
         fams,
         "gpu_utilization_idle_fraction",
@@ -159,7 +163,7 @@ def _gpu(fams: _Families, view: GpuView, snapshot: Snapshot) -> None:
     _set(fams, "gpu_power_watts", "Latest power draw.", base, r.power_w)
     if view.power_window is not None:
         fam = fams.gauge("gpu_power_window_watts", "Power draw over the analysis window.")
-        for stat in POWER_STATS:
+        for stat in POWER_STATS if "window" in detail else ("mean",):
             fam.add(f'{base},stat="{stat}"', getattr(view.power_window, stat))
     _set(fams, "gpu_power_limit_watts", "Enforced power limit.", base, r.power_limit_w)
     _set(
@@ -185,26 +189,28 @@ def _gpu(fams: _Families, view: GpuView, snapshot: Snapshot) -> None:
         ("sm", r.clock_sm_hz, r.clock_sm_max_hz),
         ("memory", r.clock_mem_hz, r.clock_mem_max_hz),
     ):
-        if now is not None:
+        if now is not None and (clock == "sm" or "clocks" in detail):
             fams.gauge("gpu_clock_hertz", "Current clock.").add(f'{base},clock="{clock}"', now)
-        if top is not None:
+        if top is not None and "clocks" in detail:
             fams.gauge("gpu_clock_max_hertz", "Maximum clock.").add(f'{base},clock="{clock}"', top)
-    if r.clock_reasons is not None:
+    if r.clock_reasons is not None and "clocks" in detail:
         fam = fams.gauge("gpu_clock_event_active", "1 while a clock-event (throttle) reason is active.")
         for bit, reason in CLOCK_REASONS.items():
             fam.add(f'{base},reason="{reason}"', 1 if r.clock_reasons & bit else 0)
-    for reason, seconds in sorted(r.clock_reason_seconds.items()):
+    for reason, seconds in sorted(r.clock_reason_seconds.items()) if "clocks" in detail else ():
         fams.counter("gpu_clock_event_seconds", "Time the clocks were held down, by reason.").add(
             f'{base},reason="{reason}"', seconds
         )
-    for name, value, doc in (
-        ("gpu_sm_active_ratio", r.sm_active, "Share of time SMs had a warp resident (GPM)."),
-        ("gpu_sm_occupancy_ratio", r.sm_occupancy, "Resident warps over the maximum (GPM)."),
-        ("gpu_tensor_active_ratio", r.tensor_active, "Share of time tensor cores were busy (GPM)."),
-        ("gpu_dram_active_ratio", r.dram_active, "DRAM bandwidth used over the peak (GPM)."),
-    ):
-        _set(fams, name, doc, base, value)
-    for link in r.nvlinks:
+    _set(fams, "gpu_sm_active_ratio", "Share of time SMs had a warp resident (GPM).", base, r.sm_active)
+    if "profiling" in detail:
+        for name, value, doc in (
+            ("gpu_sm_occupancy_ratio", r.sm_occupancy, "Resident warps over the maximum (GPM)."),
+            ("gpu_tensor_active_ratio", r.tensor_active, "Share of time tensor cores were busy (GPM)."),
+            ("gpu_dram_active_ratio", r.dram_active, "DRAM bandwidth used over the peak (GPM)."),
+        ):
+            _set(fams, name, doc, base, value)
+    _nvlink_totals(fams, r, base)
+    for link in r.nvlinks if "nvlink" in detail else ():
         lbase = f'{base},link="{link.link}"'
         if link.up is not None:
             fams.gauge("gpu_nvlink_up", "1 while the NVLink is active.").add(lbase, 1 if link.up else 0)
@@ -218,15 +224,62 @@ def _gpu(fams: _Families, view: GpuView, snapshot: Snapshot) -> None:
     for direction, value in (("tx", r.pcie_tx_bytes), ("rx", r.pcie_rx_bytes)):
         if value is not None:
             fams.counter("gpu_pcie_bytes", "PCIe bytes.").add(f'{base},direction="{direction}"', value)
-    for (peer, capability), ok in sorted(view.p2p.items()):
+    if view.p2p:
+        fams.gauge(
+            "gpu_p2p_failing_pairs", "Peer GPU and capability pairs whose peer-to-peer status is not OK."
+        ).add(base, sum(1 for ok in view.p2p.values() if not ok))
+    for (peer, capability), ok in sorted(view.p2p.items()) if "p2p" in detail else ():
         fams.gauge("gpu_p2p_status", "1 when peer-to-peer access to peer_gpu is OK for the capability.").add(
             f'{base},peer_gpu="{peer}",capability="{capability}"', 1 if ok else 0
         )
     if r.fabric_state is not None:
+        fams.gauge("gpu_fabric_registered", "1 when NVSwitch fabric registration has completed.").add(
+            base, 1 if r.fabric_state == "completed" else 0
+        )
+    if r.fabric_state is not None and "fabric" in detail:
         fam = fams.gauge("gpu_fabric_state", "NVSwitch fabric registration; 1 for the current state.")
         for state in FABRIC_STATES.values():
             fam.add(f'{base},state="{state}"', 1 if state == r.fabric_state else 0)
-    _set(fams, "gpu_process_count", "Compute processes holding the GPU.", base, r.process_count)
+    if "processes" in detail:
+        _set(fams, "gpu_process_count", "Compute processes holding the GPU.", base, r.process_count)
+
+
+def _xids(fams: _Families, view: GpuView, base: str, detail: frozenset[str]) -> None:
+    """XIDs by criticality (the critical class from zero, so increase() sees the first event); one
+    counter per code with ``--detail xid``."""
+    fam = fams.counter("gpu_xid_errors_by_criticality", "XID events reported by the driver, by criticality.")
+    critical = sum(n for xid, n in view.xids.items() if xid in CRITICAL_XIDS)
+    other = sum(n for xid, n in view.xids.items() if xid not in CRITICAL_XIDS)
+    fam.add(f'{base},criticality="critical"', critical)
+    if other:
+        fam.add(f'{base},criticality="other"', other)
+    if "xid" in detail:
+        xid_fam = fams.counter("gpu_xid_errors", "XID events reported by the driver, by XID code.")
+        for xid in sorted(set(CRITICAL_XIDS) | set(view.xids)):
+            xid_fam.add(f'{base},xid="{xid}"', view.xids.get(xid, 0))
+
+
+def _nvlink_totals(fams: _Families, r: GpuReading, base: str) -> None:
+    """Per-GPU NVLink aggregates: links up of those the GPU has, traffic by direction, errors of all
+    links and types. A traffic sum is left out unless every link reported its part (a partial sum would
+    look like a counter reset)."""
+    if not r.nvlinks:
+        return
+    states = [link.up for link in r.nvlinks if link.up is not None]
+    if states:
+        fams.gauge("gpu_nvlink_links_up", "NVLinks active.").add(base, sum(1 for up in states if up))
+        fams.gauge("gpu_nvlink_links_expected", "NVLinks the GPU has (up or not).").add(base, len(states))
+    for direction in ("tx", "rx"):
+        values = [getattr(link, f"{direction}_bytes") for link in r.nvlinks]
+        if None not in values:
+            fams.counter("gpu_nvlink_traffic_bytes", "NVLink data bytes over all links.").add(
+                f'{base},direction="{direction}"', sum(values)
+            )
+    counts = [n for link in r.nvlinks for n in link.errors.values()]
+    if counts:
+        fams.counter("gpu_nvlink_link_errors", "NVLink errors over all links and error types.").add(
+            base, sum(counts)
+        )
 
 
 def _host(fams: _Families, snapshot: Snapshot) -> None:
@@ -371,10 +424,10 @@ def _pod_logs(fams: _Families, snapshot: Snapshot) -> None:
     ).add("", v.skipped_bytes)
 
 
-def families(snapshot: Snapshot) -> list[Family]:
+def families(snapshot: Snapshot, detail: frozenset[str] = frozenset()) -> list[Family]:
     fams = _Families()
     for view in snapshot.gpus:
-        _gpu(fams, view, snapshot)
+        _gpu(fams, view, snapshot, detail)
     _host(fams, snapshot)
     _node_checks(fams, snapshot)
     _pod_logs(fams, snapshot)
@@ -422,7 +475,8 @@ def expose(fams: list[Family], openmetrics: bool) -> bytes:
 class Renderer:
     """Renders snapshots, caching the body of the latest one per format and encoding."""
 
-    def __init__(self) -> None:
+    def __init__(self, detail: frozenset[str] = frozenset()) -> None:
+        self.detail = detail  # the --detail categories (exporter/detail.py)
         self._lock = threading.Lock()
         self._seq = -1
         self._cache: dict[tuple[bool, bool], bytes] = {}
@@ -443,7 +497,7 @@ class Renderer:
             if body is None:
                 plain = self._cache.get((openmetrics, False))
                 if plain is None:
-                    fams = families(snapshot) + (extra() if extra else [])
+                    fams = families(snapshot, self.detail) + (extra() if extra else [])
                     plain = self._cache[(openmetrics, False)] = expose(fams, openmetrics)
                 body = gzip.compress(plain, compresslevel=1) if gzipped else plain
                 self._cache[key] = body

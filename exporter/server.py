@@ -109,7 +109,10 @@ def server_config(
     web = web or WebState()
     guard = guard or ConnectionGuard(connection_bound())
     application.server_families = lambda: http_families(
-        guard, lambda: web.auth_failures, lambda: (web.reloads, web.reload_errors)
+        guard,
+        lambda: web.auth_failures,
+        lambda: (web.reloads, web.reload_errors),
+        web_config=bool(s.web_config_file),
     )
     return uvicorn.Config(
         WebMiddleware(create_app(application), web),

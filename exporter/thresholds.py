@@ -709,6 +709,52 @@ LOG_REPEAT_INTERVAL = _t(
     "After a minute a repeated line is written again, with how many like it were held back.",
 )
 
+SERIES_BUDGET = _t(
+    "exporter.series_budget",
+    400.0,
+    "count",
+    "Series of an 8-GPU node at the default detail: about 50 per GPU, a few dozen like dcgm-exporter's "
+    "default set, keeps 1,000 nodes near 0.4 M series, what one Prometheus holds comfortably; per-link, "
+    "per-pair and per-XID series are --detail.",
+)
+
+
+# ---- jobs across nodes: the recording rules and the job alerts (evaluated in Prometheus) ---------------
+RULES_RATE_WINDOW = _t(
+    "rules.rate_window_seconds",
+    300.0,
+    "seconds",
+    "The recording rules read the time ledger over five minutes: long enough to hold many training steps "
+    "(and a slow one's rhythm), short enough that a straggler shows within one alert `for`.",
+)
+STRAGGLER_LOST = _t(
+    "job.straggler_lost_ratio",
+    0.25,
+    "ratio",
+    "A pod whose GPUs lose a quarter of their time to input wait or throttling is slowing its job: a "
+    "healthy rank loses a few percent between steps.",
+)
+STRAGGLER_PEERS_WAIT = _t(
+    "job.straggler_peers_comm_wait_ratio",
+    0.25,
+    "ratio",
+    "...while the job's GPUs in its other pods spend a quarter of their time waiting in collectives: they "
+    "wait for the slow one (healthy collectives take about 15 % of a step, and count as computing).",
+)
+JOB_HANG_STALLED = _t(
+    "job.hang_stalled_ratio",
+    0.8,
+    "ratio",
+    "A job hangs when its GPUs spend 80 % of their time stalled in a collective (util pinned, no "
+    "traffic); the rest of the window may still hold the steps before it hung.",
+)
+JOB_HANG_OUTSIDE = _t(
+    "job.hang_outside_ratio",
+    0.2,
+    "ratio",
+    "In a hung job, a pod whose GPUs are stalled less than a fifth of the time is not in the collective "
+    "its peers wait in: the rank to blame (crashed loader, stuck host code).",
+)
 
 # ---- alerts: how long a condition must hold before it pages, and how loud -----------------------------
 
@@ -795,6 +841,20 @@ _alert(
     300.0,
     "critical",
     "A link down for five minutes is not a retraining blip: collectives run on slower paths.",
+)
+_alert(
+    "GpuJobStraggler",
+    300.0,
+    "warning",
+    "Five minutes of one pod slowing a multi-node job outlasts a slow shard or a restart; a warning, "
+    "since the job still progresses, at the straggler's pace. Its waiting peers page nothing.",
+)
+_alert(
+    "GpuJobHang",
+    120.0,
+    "critical",
+    "Two minutes of a whole job stalled (over a five-minute window that is already mostly stalled) is a "
+    "hang: critical, since the NCCL watchdog kills the job at ten.",
 )
 
 # the other alerts of the rule file: the seed table's raw signals, the fabric and the exporter itself

@@ -180,6 +180,7 @@ class Stack:
     prometheus_port: int = field(default_factory=free_port)
     alertmanager_port: int = field(default_factory=free_port)
     procs: list[subprocess.Popen] = field(default_factory=list)
+    scrape_configs: str = ""  # scrape jobs of its own (a simulated fleet's) instead of ``targets``
 
     def _prometheus_config(self) -> str:
         lines = [
@@ -193,9 +194,10 @@ class Stack:
             "    - static_configs:",
             f"        - targets: ['127.0.0.1:{self.alertmanager_port}']",
             "scrape_configs:",
-            "  - job_name: gpu-bottleneck-exporter",
-            "    static_configs:",
         ]
+        if self.scrape_configs:
+            return "\n".join(lines) + "\n" + self.scrape_configs
+        lines += ["  - job_name: gpu-bottleneck-exporter", "    static_configs:"]
         for target in self.targets:
             lines.append(f"      - targets: ['127.0.0.1:{target.port}']")
             if target.labels:

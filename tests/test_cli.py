@@ -120,6 +120,7 @@ def test_top_level_help_shows_the_serve_options():
         ([], {"GBE_PORT": "abc"}, "GBE_PORT: must be a whole number, not 'abc'"),
         (["--interval", "fast"], {}, "--interval: must be a number, not 'fast'"),
         ([], {"GBE_SIM_GPUS": "eight"}, "GBE_SIM_GPUS: must be a whole number"),
+        (["--detail", "nvlink,xids"], {}, "--detail: unknown detail xids: choose from nvlink, p2p, xid"),
     ],
 )
 def test_a_value_that_is_not_a_number_names_the_flag_or_variable(args, env, origin):
@@ -141,6 +142,7 @@ def test_simulated_gpus_must_exist():
         ({"GBE_SIMULATE": "nosuch"}, ("GBE_SIMULATE: unknown scenario 'nosuch'",)),
         ({"GBE_SIMULATE": "comm_hang:gpus=12"}, ("GBE_SIMULATE: gpus=12",)),
         ({"GBE_INTERVAL": "-1"}, ("GBE_INTERVAL: interval must be positive",)),
+        ({"GBE_DETAIL": "links"}, ("GBE_DETAIL: unknown detail links",)),
         ({"GBE_WINDOW": "0.5", "GBE_INTERVAL": "1"}, ("GBE_WINDOW: window must be at least one interval",)),
     ],
 )

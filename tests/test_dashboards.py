@@ -13,7 +13,7 @@ import pytest
 from exporter import thresholds as th
 from exporter.analysis.kinds import KINDS, NAMES
 from exporter.analysis.ledger import STATES
-from exporter.artifacts import dashboards
+from exporter.artifacts import dashboards, recording
 from exporter.artifacts.dashboard_checks import panels, problems
 from tests.conftest import REPO
 
@@ -129,7 +129,7 @@ def test_fleet_overview_answers_what_where_and_since_when():
     assert {"starving", "hung", "thermal", "shm full", "ok"} <= texts
     assert panes["Worst offenders"]["type"] == "table"
     assert "namespace" in panes["Worst offenders"]["transformations"][0]["options"]["indexByName"]
-    assert panes["Starvation score"]["type"] == "heatmap"
+    assert panes["Input-wait share"]["type"] == "heatmap"
     assert "ALERTS" in panes["Firing alerts"]["targets"][0]["expr"]
 
 
@@ -144,11 +144,15 @@ def test_verdict_codes_come_from_the_registry():
     for c in dashboards.VERDICT_CODES[1:]:
         assert f'gpu_bottleneck{{kind="{c.name}"}} * {c.value}' in expr
     assert expr.startswith("max by (gpu) (")  # the most serious verdict wins
+    # the recorded per-GPU worst verdict uses the same codes
+    recorded = recording.worst_verdict_expr()
+    for c in dashboards.VERDICT_CODES[1:]:
+        assert f'gpu_bottleneck{{kind="{c.name}"}} * {c.value}' in recorded
 
 
 @pytest.mark.parametrize("path", FILES)
 def test_every_verdict_timeline_maps_every_kind(path):
-    timelines = [p for p in panels(load(path)) if "gpu_bottleneck{" in json.dumps(p.get("targets", []))]
+    timelines = [p for p in panels(load(path)) if "gpu_bottleneck" in json.dumps(p.get("targets", []))]
     timelines = [p for p in timelines if p["type"] == "state-timeline"]
     assert timelines
     for panel in timelines:
@@ -168,10 +172,12 @@ def test_a_new_kind_reaches_the_dashboards_without_an_edit(monkeypatch):
     new = dataclasses.replace(KINDS["nvlink_degraded"], name="pcie_degraded", label="PCIe degraded", rank=9)
     monkeypatch.setattr(dashboards, "KINDS", {**KINDS, new.name: new})
     monkeypatch.setattr(dashboards, "VERDICT_CODES", dashboards._verdict_codes())
+    monkeypatch.setattr(recording, "KINDS", {**KINDS, new.name: new})
     panes = by_title(json.loads(dashboards.to_json(dashboards.fleet())))
     timeline = panes["Verdict by node and GPU"]
     assert timeline["fieldConfig"]["defaults"]["mappings"][0]["options"]["9"]["text"] == "PCIe degraded"
-    assert 'kind="pcie_degraded"' in timeline["targets"][0]["expr"]
+    assert recording.WORST in timeline["targets"][0]["expr"]  # the recorded worst verdict, which...
+    assert 'kind="pcie_degraded"} * 9' in recording.worst_verdict_expr()  # ...ranks the new kind
     assert "pcie_degraded" in panes["Other verdicts"]["targets"][0]["expr"]
 
 
@@ -209,16 +215,24 @@ def state_colours(panel: dict) -> dict[str, str]:
     return found
 
 
-def assert_share_panel(panel: dict, selector: str, by: str) -> None:
+def assert_share_panel(panel: dict, selector: str, by: str, recorded: str = "") -> None:
+    """A stacked share of the ledger's states: from the raw counters, or from a recorded rate (the
+    recording rules' per-node or per-pod rates), or a recorded share itself for a per-node panel."""
     assert panel["type"] == "timeseries"
     defaults = panel["fieldConfig"]["defaults"]
     assert defaults["unit"] == "percentunit" and (defaults["min"], defaults["max"]) == (0, 1)
     assert defaults["custom"]["stacking"]["mode"] == "normal"
     (target,) = panel["targets"]
     rate = f"rate(gpu_time_seconds_total{{{selector}}}[$__rate_interval])"
-    keys = f"{by}, state" if by else "state"
-    total = f"sum by ({by}) ({rate})" if by else f"sum ({rate})"
-    assert target["expr"] == f"sum by ({keys}) ({rate}) / ignoring (state) group_left {total}"
+    if recorded.endswith(":share5m"):
+        assert target["expr"] == f"{recorded}{{{selector}}}"
+    elif recorded:
+        rate = f"{recorded}{{{selector}}}"
+        assert target["expr"] == f"sum by (state) ({rate}) / ignoring (state) group_left sum ({rate})"
+    else:
+        keys = f"{by}, state" if by else "state"
+        total = f"sum by ({by}) ({rate})" if by else f"sum ({rate})"
+        assert target["expr"] == f"sum by ({keys}) ({rate}) / ignoring (state) group_left {total}"
     assert target["legendFormat"] == "{{state}}"
     assert state_colours(panel) == {s: colour for s, (_, colour) in dashboards.LEDGER_STYLE.items()}
 
@@ -238,9 +252,9 @@ def assert_hours_panel(panel: dict, selector: str) -> None:
 def test_fleet_shows_where_gpu_time_goes():
     panes = by_title(load("dashboards/gpu-bottleneck-fleet.json"))
     assert panes["Where GPU time goes"]["type"] == "row"
-    assert_share_panel(panes["Share of GPU time by state"], 'node=~"$node"', "")
+    assert_share_panel(panes["Share of GPU time by state"], 'node=~"$node"', "", recording.NODE_RATE)
     per_node = panes["Share of GPU time by state on $node"]
-    assert_share_panel(per_node, 'node=~"$node"', "node")
+    assert_share_panel(per_node, 'node=~"$node"', "node", recording.NODE_SHARE)
     assert per_node["repeat"] == "node"
     assert_hours_panel(panes["GPU-hours by state"], 'node=~"$node"')
 
@@ -248,7 +262,7 @@ def test_fleet_shows_where_gpu_time_goes():
 def test_job_view_shows_where_the_jobs_gpu_time_goes():
     panes = by_title(load("dashboards/gpu-bottleneck-job.json"))
     selector = 'namespace="$namespace", pod=~"$pod"'
-    assert_share_panel(panes["Where the job's GPU time goes"], selector, "")
+    assert_share_panel(panes["Where the job's GPU time goes"], selector, "", recording.POD_RATE)
     assert_hours_panel(panes["Job GPU-hours by state"], selector)
 
 
@@ -274,8 +288,8 @@ def test_node_detail_draws_the_threshold_table_lines():
     assert step_values(panes["Shared memory used"]) == [th.SHM_WARNING.value, th.SHM_CRITICAL.value, 1.0]
     assert step_values(panes["Power over TDP"]) == [th.POWER_LOW.value]
     assert step_values(panes["I/O wait and busiest core"]) == [th.IOWAIT_HIGH.value, th.CORE_PINNED.value]
-    assert panes["Clock-event reasons"]["type"] == "state-timeline"
-    assert panes["NVLink state per link"]["type"] == "state-timeline"
+    assert 'state=~"throttled"' in panes["Throttled share"]["targets"][0]["expr"]
+    assert "gpu_nvlink_links_expected" in panes["NVLinks up"]["targets"][1]["expr"]
     for title in ("Utilization", "Power and thermal", "Interconnect", "Node", "Exporter"):
         assert panes[title]["type"] == "row"
 
@@ -302,7 +316,7 @@ def test_job_view_puts_the_pods_gpus_side_by_side():
     board = load("dashboards/gpu-bottleneck-job.json")
     panes = by_title(board)
     assert panes["Verdict by GPU"]["type"] == "state-timeline"
-    for title in ("Utilization", "Idle share", "Verdict scores", "Power over TDP"):
+    for title in ("Utilization", "Idle share", "Time lost per GPU", "Power over TDP"):
         target = panes[title]["targets"][0]
         assert 'namespace="$namespace", pod=~"$pod"' in target["expr"]
         assert "{{node}}" in target["legendFormat"] and "{{gpu}}" in target["legendFormat"]

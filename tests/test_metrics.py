@@ -12,6 +12,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.analysis.kinds import NAMES
+from exporter.detail import CATEGORIES
 from exporter.metrics import Renderer
 from exporter.sim import Capabilities
 from tests.conftest import REPO, step
@@ -66,6 +67,39 @@ CONTRACT = frozenset(
 )
 
 
+ALL_DETAIL = frozenset(CATEGORIES)
+# what the metric contract names are at the default detail: its per-link, per-pair, per-XID and other
+# fine-grained families come with --detail; their per-GPU aggregates always
+DEFAULT_ONLY = frozenset(
+    {
+        "gpu_nvlink_links_up",
+        "gpu_nvlink_links_expected",
+        "gpu_nvlink_traffic_bytes_total",
+        "gpu_nvlink_link_errors_total",
+        "gpu_p2p_failing_pairs",
+        "gpu_fabric_registered",
+        "gpu_xid_errors_by_criticality_total",
+    }
+)
+DETAIL_ONLY = frozenset(
+    {
+        "gpu_nvlink_up",
+        "gpu_nvlink_bytes_total",
+        "gpu_nvlink_errors_total",
+        "gpu_p2p_status",
+        "gpu_xid_errors_total",
+        "gpu_bottleneck_score",
+        "gpu_clock_event_active",
+        "gpu_clock_event_seconds_total",
+        "gpu_clock_max_hertz",
+        "gpu_fabric_state",
+        "gpu_sm_occupancy_ratio",
+        "gpu_tensor_active_ratio",
+        "gpu_dram_active_ratio",
+    }
+)
+
+
 def contract_names() -> set[str]:
     return set(CONTRACT)
 
@@ -83,15 +117,19 @@ def healthy_body(make_node, make_sampler, clock):
     node = make_node("healthy")
     sampler, _ = make_sampler(node)
     snap = step(sampler, clock, cycles=5)
-    body, content_type = Renderer().render(snap)
+    body, content_type = Renderer(ALL_DETAIL).render(snap)
     return node, snap, body, content_type
 
 
 def test_every_contract_metric_of_the_simulated_h100_is_exported(healthy_body):
-    _, _, body, content_type = healthy_body
+    _, snap, body, content_type = healthy_body
     assert content_type.startswith("text/plain; version=0.0.4")
-    missing = contract_names() - set(samples_by_name(body))
-    assert not missing, f"contract metrics missing from /metrics: {sorted(missing)}"
+    missing = (contract_names() | DEFAULT_ONLY) - set(samples_by_name(body))
+    assert not missing, f"contract metrics missing from /metrics --detail all: {sorted(missing)}"
+    default = set(samples_by_name(Renderer().render(snap)[0]))
+    missing = (contract_names() - DETAIL_ONLY) | DEFAULT_ONLY
+    assert not missing - default, f"missing at the default detail: {sorted(missing - default)}"
+    assert not default & DETAIL_ONLY, sorted(default & DETAIL_ONLY)
 
 
 def test_per_gpu_series_carry_gpu_and_uuid(healthy_body):
@@ -145,7 +183,7 @@ def test_values_and_units_match_the_device(healthy_body):
 def test_unsupported_signals_are_absent_not_zero(make_node, make_sampler, clock):
     caps = Capabilities(gpm=False, fabric=False, memory_temperature=False)
     sampler, _ = make_sampler(make_node("healthy", capabilities=caps))
-    body, _ = Renderer().render(step(sampler, clock, cycles=3))
+    body, _ = Renderer(ALL_DETAIL).render(step(sampler, clock, cycles=3))
     names = samples_by_name(body)
     for absent in (
         "gpu_sm_active_ratio",
@@ -182,7 +220,7 @@ def test_docs_describe_every_exported_metric(make_node, make_sampler, clock):
     for scenario in ("healthy", "nvlink_down", "gpu_lost:onset=0"):
         node = make_node(scenario)
         sampler, _ = make_sampler(node)
-        exported |= set(samples_by_name(Renderer().render(step(sampler, clock, cycles=3))[0]))
+        exported |= set(samples_by_name(Renderer(ALL_DETAIL).render(step(sampler, clock, cycles=3))[0]))
         node.close()
     assert not exported - documented, f"document these in docs/metrics.md: {sorted(exported - documented)}"
     missing = contract_names() - documented
@@ -205,7 +243,7 @@ def test_label_values_are_escaped_and_round_trip():
 
 def test_verdicts_are_exported_per_gpu_and_kind(make_node, make_sampler, clock):
     sampler, _ = make_sampler(make_node("data_starvation"))
-    body, _ = Renderer().render(step(sampler, clock, cycles=90))  # start-up, then a minute
+    body, _ = Renderer(frozenset({"scores"})).render(step(sampler, clock, cycles=90))  # start-up, a minute
     verdicts = samples_by_name(body)["gpu_bottleneck"]
     firing = {(x.labels["gpu"], x.labels["kind"], x.labels["cause"]) for x in verdicts if x.value == 1}
     assert firing == {("3", "data_starvation", "cpu")}

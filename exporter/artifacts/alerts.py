@@ -14,6 +14,7 @@ from string import Template
 
 from exporter import thresholds as th
 from exporter.analysis.kinds import KINDS
+from exporter.artifacts import recording
 
 RUNBOOK_BASE = "https://github.com/gpu-bottleneck-exporter/gpu-bottleneck-exporter/blob/main/docs/runbooks/"
 JOB = "gpu-bottleneck-exporter"
@@ -35,12 +36,17 @@ PARAMS: dict[str, th.Threshold] = {
     "stale_seconds": th.COLLECT_STALE,
     "collect_errors_per_minute": th.COLLECT_ERROR_RATE,
     "nccl_warnings": th.NCCL_WARNINGS,
+    "straggler_lost": th.STRAGGLER_LOST,
+    "straggler_peers_wait": th.STRAGGLER_PEERS_WAIT,
+    "job_hang_stalled": th.JOB_HANG_STALLED,
+    "hang_outside": th.JOB_HANG_OUTSIDE,
 }
 
 # the node a series comes from: the chart relabels `node` from the pod's node; else the target
 NODE = "{{ with $labels.node }}{{ . }}{{ else }}{{ $labels.instance }}{{ end }}"
 GPU = "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on " + NODE
 POD = "{{ with $labels.pod }} (pod {{ $labels.namespace }}/{{ . }}){{ end }}"
+JOB_POD = "Pod {{ $labels.pod }} on " + NODE + " of job {{ $labels.namespace }}/{{ $labels.job_name }}"
 
 
 @dataclass(frozen=True)
@@ -128,6 +134,25 @@ def verdict_expr(kind: str, cause: str = "") -> str:
     return f"gpu_bottleneck{{{selector}}} == 1"
 
 
+# A node's GPUs that wait in collectives for a rank on another node look comm-bound (or hung) to their
+# own exporter. When the job rules have found the culprit, the waiting nodes' verdict alerts stay silent:
+# the job alert names the culprit once instead of one page per waiting node.
+EXPLAINED_BY_JOB: dict[str, str] = {
+    "comm_bound": recording.STRAGGLER,
+    "comm_hang": f"{recording.HANG_BLAME} or {recording.HUNG} > ${{job_hang_stalled}}",
+}
+
+
+def _unless_explained(kind: str) -> str:
+    explained = EXPLAINED_BY_JOB.get(kind)
+    if explained is None:
+        return ""
+    return (
+        f"\nunless on (namespace, pod) ({recording.INFO}\n  and on (namespace, {recording.JOB_LABEL}) "
+        f"({explained}))"
+    )
+
+
 def _verdict_alerts() -> tuple[Alert, ...]:
     unknown = set(VERDICTS) - set(KINDS)
     if unknown:
@@ -139,7 +164,7 @@ def _verdict_alerts() -> tuple[Alert, ...]:
             continue  # its alert is a rule on raw signals below (GpuShmNearlyFull, GpuNvlinkDown)
         if text.cause and text.cause not in kind.causes:
             raise ValueError(f"{kind.name} has no cause {text.cause!r}")
-        expr = verdict_expr(kind.name, text.cause)
+        expr = verdict_expr(kind.name, text.cause) + _unless_explained(kind.name)
         out.append(Alert(kind.alert, VERDICT_GROUP, expr, text.summary, GPU + POD + text.description))
     return tuple(out)
 
@@ -238,6 +263,30 @@ POD_LOG_ALERTS = _pod_log_alerts()
 
 ALERTS: tuple[Alert, ...] = (
     *_verdict_alerts(),
+    # ---- jobs across nodes (recording.py records the evidence) --------------------------------------
+    Alert(
+        "GpuJobStraggler",
+        "gpu-bottleneck-jobs",
+        recording.STRAGGLER,
+        "One pod slows its whole multi-node job.",
+        JOB_POD + " loses {{ $value | humanizePercentage }} of its GPU time waiting for input or "
+        "throttled, while the job's GPUs on other nodes wait for it in collectives: it is the straggler "
+        "(the waiting nodes page nothing). See its GpuDataStarvation or GpuThermalThrottling for the cause.",
+    ),
+    Alert(
+        "GpuJobHang",
+        "gpu-bottleneck-jobs",
+        recording.HANG_BLAME
+        + "\nor on (namespace, job_name) label_replace("
+        + recording.HUNG
+        + ' > ${job_hang_stalled}, "pod", "every rank", "", "")',
+        "A multi-node job is hung in a collective.",
+        "Job {{ $labels.namespace }}/{{ $labels.job_name }} is hung: its GPUs sit stalled in a collective. "
+        '{{ if eq $labels.pod "every rank" }}Every rank is in it: look for a network or NCCL fault.'
+        "{{ else }}Pod {{ $labels.pod }} on " + NODE + " is not in the collective its peers wait in "
+        "(stalled {{ $value | humanizePercentage }} of the time): the rank to look at.{{ end }} The NCCL "
+        "watchdog kills the job at ten minutes.",
+    ),
     # ---- the seed table as plain rules ----------------------------------------------------------
     Alert(
         "GpuUtilizationLow",
@@ -312,23 +361,23 @@ ALERTS: tuple[Alert, ...] = (
     Alert(
         "GpuNvlinkDown",
         "gpu-fabric",
-        "gpu_nvlink_up == 0",
+        "gpu_nvlink_links_up < on (instance, gpu, uuid) group_left gpu_nvlink_links_expected",
         "NVLink is down.",
-        "NVLink {{ $labels.link }} of " + GPU + " is down: NCCL falls back to slower paths.",
+        GPU + " has only {{ $value }} of its NVLinks up: NCCL falls back to slower paths (`--detail "
+        "nvlink` names the links).",
     ),
     Alert(
         "GpuP2PUnavailable",
         "gpu-fabric",
-        'gpu_p2p_status{capability="nvlink"} == 0'
-        " and on (instance, gpu, uuid) (count by (instance, gpu, uuid) (gpu_nvlink_up) > 0)",
+        "gpu_p2p_failing_pairs > 0 and on (instance, gpu, uuid) gpu_nvlink_links_expected > 0",
         "Peer-to-peer over NVLink is unavailable.",
-        GPU + " cannot reach GPU {{ $labels.peer_gpu }} peer-to-peer over NVLink: NCCL uses SHM, "
-        "P2P/CUMEM/read or sockets instead.",
+        GPU + " cannot reach its peers peer-to-peer ({{ $value }} peer and capability pairs fail): NCCL "
+        "uses SHM, P2P/CUMEM/read or sockets instead (`--detail p2p` names the pairs).",
     ),
     Alert(
         "GpuFabricNotReady",
         "gpu-fabric",
-        'gpu_fabric_state{state="completed"} == 0',
+        "gpu_fabric_registered == 0",
         "GPU is not registered with the NVSwitch fabric.",
         GPU + " has not completed NVSwitch fabric registration: is the fabric manager running?",
     ),
@@ -336,7 +385,7 @@ ALERTS: tuple[Alert, ...] = (
         "GpuNvlinkErrors",
         "gpu-fabric",
         # errors a minute, averaged over five: the same condition as `increase(...[5m]) > 5 * rate`
-        "sum without (link, type) (rate(gpu_nvlink_errors_total[5m])) * 60 > ${nvlink_errors_per_minute}",
+        "rate(gpu_nvlink_link_errors_total[5m]) * 60 > ${nvlink_errors_per_minute}",
         "NVLink errors are climbing.",
         GPU + " logs {{ $value | humanize }} NVLink replay/recovery/CRC errors a minute over the last 5 "
         "minutes: a link is degrading.",
@@ -344,10 +393,10 @@ ALERTS: tuple[Alert, ...] = (
     Alert(
         "GpuXidCritical",
         "gpu-fabric",
-        'increase(gpu_xid_errors_total{xid=~"' + "|".join(map(str, th.CRITICAL_XIDS)) + '"}[10m]) > 0',
+        'increase(gpu_xid_errors_by_criticality_total{criticality!="other"}[10m]) > 0',
         "GPU reported a critical XID.",
-        GPU + POD + " reported XID {{ $labels.xid }}: a hardware or driver fault. Check `dmesg` and the "
-        "runbook's XID table.",
+        GPU + POD + " reported a critical XID: a hardware or driver fault. `dmesg` (or `--detail xid`) "
+        "names the code; see the runbook's XID table.",
     ),
     Alert(
         "GpuDown",
@@ -424,15 +473,25 @@ def number(value: float) -> str:
     return f"{value:g}" if abs(value) < 1e6 else f"{value:.0f}"
 
 
-def expression(alert: Alert, values: dict[str, str] | None = None, job: str = JOB) -> str:
-    """The alert's PromQL with every placeholder filled (by default from the threshold table)."""
+def expression(
+    alert: Alert | recording.Record, values: dict[str, str] | None = None, job: str = JOB, window: str = ""
+) -> str:
+    """The rule's PromQL with every placeholder filled (by default from the threshold table)."""
     filled = {key: number(t.value) for key, t in PARAMS.items()} | (values or {})
-    return Template(alert.expr).substitute(job=job, **filled)
+    return Template(alert.expr).substitute(job=job, window=window or recording.window_text(), **filled)
 
 
-def groups(for_override: str | None = None, job: str = JOB, runbook_base: str = RUNBOOK_BASE) -> list[dict]:
-    """The rule groups as data (``for_override`` shortens every ``for``: end-to-end tests use it)."""
-    out: dict[str, dict] = {}
+def groups(
+    for_override: str | None = None, job: str = JOB, runbook_base: str = RUNBOOK_BASE, window: str = ""
+) -> list[dict]:
+    """The rule groups as data: the recording rules, then the alerts (``for_override`` shortens every
+    ``for`` and ``window`` the recording rules' rate window: end-to-end tests use them)."""
+    out: dict[str, dict] = {
+        recording.GROUP: {
+            "name": recording.GROUP,
+            "rules": [{"record": r.record, "expr": expression(r, window=window)} for r in recording.RECORDS],
+        }
+    }
     for alert in ALERTS:
         rule = {
             "alert": alert.name,
@@ -451,11 +510,11 @@ def groups(for_override: str | None = None, job: str = JOB, runbook_base: str = 
     return list(out.values())
 
 
-def render(for_override: str | None = None, job: str = JOB) -> str:
+def render(for_override: str | None = None, job: str = JOB, window: str = "") -> str:
     from exporter.artifacts.yamlout import dump
 
     header = "# generated from exporter/thresholds.py by `make artifacts`; do not edit\n"
-    return header + dump({"groups": groups(for_override, job)})
+    return header + dump({"groups": groups(for_override, job, window=window)})
 
 
 def render_doc() -> str:
@@ -482,4 +541,14 @@ def render_doc() -> str:
             expr = expression(a).replace("|", "\\|")
             lines.append(f"| [{a.name}](runbooks/{a.name}.md) | {a.severity} | {a.for_} | `{expr}` |")
         lines.append("")
-    return "\n".join(lines)
+    lines += [
+        f"## {recording.GROUP}",
+        "",
+        "Recorded before the alerts, in this order; the job rules read kube-state-metrics'",
+        "`kube_pod_labels` (see [scale](scale.md)).",
+        "",
+        "| record | what |",
+        "|---|---|",
+    ]
+    lines += [f"| `{r.record}` | {r.help} |" for r in recording.RECORDS]
+    return "\n".join(lines) + "\n"

@@ -18,7 +18,8 @@ from pathlib import Path
 import yaml
 
 from exporter import thresholds as th
-from exporter.artifacts import alerts, dashboards
+from exporter.artifacts import alerts, dashboards, recording
+from exporter.detail import CATEGORIES as DETAIL_CATEGORIES
 
 CHART = "helm/gpu-bottleneck-exporter"
 REPO = Path(__file__).resolve().parents[2]
@@ -206,6 +207,12 @@ _CONSTRAINTS: dict[str, dict] = {
     "exporter.window": _POSITIVE,
     "exporter.collectTimeout": _POSITIVE,
     "exporter.logLevel": {"type": "string", "enum": ["debug", "info", "warning", "error"]},
+    "prometheusRule.jobLabels": {"type": "array", "items": {"type": "string", "minLength": 1}},
+    "exporter.detail": {
+        "type": "array",
+        "uniqueItems": True,
+        "items": {"type": "string", "enum": [*DETAIL_CATEGORIES, "all"]},
+    },
     "image.pullPolicy": {"type": "string", "enum": ["Always", "IfNotPresent", "Never"]},
     "image.digest": {"type": "string", "pattern": r"^(|sha256:[0-9a-f]{64})$"},
     "containerRuntime.type": {"type": "string", "enum": ["containerd", "crio", "none"]},
@@ -378,6 +385,7 @@ def prometheusrule() -> str:
         "    {{- end }}",
         "spec:",
         "  groups:",
+        *_recording_group(),
     ]
     for group in dict.fromkeys(a.group for a in alerts.ALERTS):
         members = [a for a in alerts.ALERTS if a.group == group]
@@ -405,6 +413,30 @@ def prometheusrule() -> str:
         out.append("    {{- end }}")
     out.append("{{- end }}")
     return "\n".join(out) + "\n"
+
+
+def _recording_group() -> list[str]:
+    """The recording rules: the job-identity rule built from prometheusRule.jobLabels (kube-state-metrics'
+    names for them), the others as generated, their rate window the threshold table's."""
+    out = [f"    - name: {recording.GROUP}", "      rules:"]
+    for r in recording.RECORDS:
+        out.append(f"        - record: {r.record}")
+        if r.record == recording.INFO:
+            out += [
+                "          expr: |-",
+                "            {{- range $i, $l := .Values.prometheusRule.jobLabels }}",
+                '            {{- $k := printf "label_%s" (regexReplaceAll "[^a-zA-Z0-9_]" $l "_") }}',
+                "            {{ if $i }}or on (namespace, pod) {{ end }}max by (namespace, pod, "
+                + recording.JOB_LABEL
+                + ') (label_replace(kube_pod_labels{ {{- $k }}!=""}, "'
+                + recording.JOB_LABEL
+                + '", "$1", "{{ $k }}", "(.+)"))',
+                "            {{- end }}",
+            ]
+            continue
+        expr = r.expr.replace("${window}", recording.window_text()).replace("$$", "$")
+        out.append(f"          expr: {_scalar(expr)}")
+    return out
 
 
 # ---- registry ---------------------------------------------------------------------------------------------

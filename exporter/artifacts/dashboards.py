@@ -18,6 +18,7 @@ from typing import NamedTuple
 from exporter import thresholds as th
 from exporter.analysis.kinds import KINDS
 from exporter.analysis.ledger import STATES
+from exporter.artifacts import recording as rec
 
 # the SDK marks classic dashboards deprecated in favour of v2, which Grafana's sidecar does not load yet
 warnings.filterwarnings("ignore", category=DeprecationWarning, module="grafana_foundation_sdk")
@@ -122,6 +123,12 @@ def verdict_code(selector: str, by: str) -> str:
     return f"max by ({by}) ({' or '.join(reversed(terms))})"
 
 
+def recorded_verdict_code(selector: str, by: str) -> str:
+    """The same code, from the recording rules' per-GPU worst verdict (its codes are the registry's ranks,
+    as VERDICT_CODES)."""
+    return f"max by ({by}) ({rec.WORST}{{{selector}}})"
+
+
 def code_mappings(codes: tuple[Code, ...]) -> list[dm.ValueMap]:
     return [
         dm.ValueMap(
@@ -143,6 +150,28 @@ def ledger_share(selector: str, by: str = "") -> str:
     """The share (0-1) of the GPUs' time in each state per ``by`` group: the states add up to 1."""
     keys = f"{by}, state" if by else "state"
     return f"{ledger_rates(selector, keys)} / ignoring (state) group_left {ledger_rates(selector, by)}"
+
+
+def state_share(selector: str, states: str, by: str) -> str:
+    """Per ``by`` group, the share of the held GPUs' time in the ledger states matching the regex
+    ``states`` (free time, no job holding the GPU, is left out of both sides)."""
+    part = ledger_rates(f'{selector}, state=~"{states}"', by)
+    held = ledger_rates(f'{selector}, state!="free"', by)
+    return f"{part} / {held}"
+
+
+def time_lost(selector: str, by: str) -> str:
+    """Per ``by`` group, the share of the held GPUs' time not spent computing: what the verdict scores
+    were read for, without the per-kind score series."""
+    return state_share(selector, "input_wait|comm_wait|stalled|checkpoint|throttled|idle", by)
+
+
+def recorded_share(record: str, selector: str) -> str:
+    """The share of each ledger state over everything ``selector`` picks, from a recorded rate (the
+    recording rules' per-node or per-pod seconds per second in each state)."""
+    return (
+        f"sum by (state) ({record}{{{selector}}}) / ignoring (state) group_left sum ({record}{{{selector}}})"
+    )
 
 
 def ledger_hours(selector: str) -> str:
@@ -396,7 +425,7 @@ def fleet() -> db.Dashboard:
     b = Board(d)
     sel = ', node=~"$node"'
     for title, desc, kinds in verdict_stats():
-        expr = f'count(gpu_bottleneck{{kind=~"{"|".join(kinds)}"{sel}}} == 1) or vector(0)'
+        expr = f'sum({rec.NODE_KINDS}{{kind=~"{"|".join(kinds)}"{sel}}}) or vector(0)'
         b.add(_stat(title, desc, expr), 3, 4)
     b.add(
         _stat(
@@ -421,7 +450,7 @@ def fleet() -> db.Dashboard:
         _timeline(
             "Verdict by node and GPU",
             "The most serious verdict of each GPU over time.",
-            verdict_code(sel, "node, gpu"),
+            recorded_verdict_code(sel.lstrip(", "), "node, gpu"),
             "{{node}} / GPU {{gpu}}",
         ),
         24,
@@ -430,16 +459,9 @@ def fleet() -> db.Dashboard:
     b.add(
         table.Panel()
         .title("Worst offenders")
-        .description("Verdicts holding now, strongest evidence first, with the pod that holds the GPU.")
-        .unit("percentunit")
-        .with_target(
-            query(
-                'sort_desc(gpu_bottleneck_score{node=~"$node"} * on (instance, gpu, uuid, kind) '
-                'group_left (cause) (gpu_bottleneck{node=~"$node"} == 1))',
-                instant=True,
-                fmt="table",
-            )
-        )
+        .description("Verdicts holding now, with their cause and the pod that holds the GPU.")
+        .unit("none")
+        .with_target(query('gpu_bottleneck{node=~"$node"} == 1', instant=True, fmt="table"))
         .with_transformation(
             dm.DataTransformerConfig(
                 id_val="organize",
@@ -451,8 +473,8 @@ def fleet() -> db.Dashboard:
                         "uuid": True,
                         "instance": True,
                         "container": True,
+                        "Value": True,
                     },
-                    "renameByName": {"Value": "score"},
                     "indexByName": {
                         "node": 0,
                         "gpu": 1,
@@ -460,21 +482,20 @@ def fleet() -> db.Dashboard:
                         "pod": 3,
                         "kind": 4,
                         "cause": 5,
-                        "Value": 6,
                     },
                 },
             )
         )
-        .thresholds(steps((th.SCORE_ENTER.value, "red"), base="yellow")),
+        .thresholds(steps()),
         14,
         9,
     )
     b.add(
         heatmap.Panel()
-        .title("Starvation score")
-        .description("How many GPUs sit at which data-starvation score over time.")
+        .title("Input-wait share")
+        .description("How many nodes lose which share of their GPU time waiting for input, over time.")
         .unit("percentunit")
-        .with_target(query(f'gpu_bottleneck_score{{kind="data_starvation"{sel}}}'))
+        .with_target(query(f'{rec.NODE_SHARE}{{state="input_wait"{sel}}}'))
         .calculate(True)
         .color(heatmap.HeatmapColorOptions().mode(hm.HeatmapColorMode.SCHEME).scheme("Oranges").steps(32)),
         10,
@@ -507,8 +528,8 @@ def fleet() -> db.Dashboard:
     b.add(
         _ratio(
             "Mean GPU utilization by node",
-            "Window mean of every driver sample, per node.",
-            query('avg by (node) (gpu_utilization_window_ratio{stat="mean", node=~"$node"})', "{{node}}"),
+            "Window mean of every driver sample, per node (recorded).",
+            query(f'{rec.NODE_UTIL}{{node=~"$node"}}', "{{node}}"),
             lines=line(th.UTIL_SUSPICION),
         ),
         12,
@@ -517,12 +538,8 @@ def fleet() -> db.Dashboard:
     b.add(
         _ratio(
             "Power against TDP by node",
-            "Mean power over the default power limit.",
-            query(
-                'avg by (node) (gpu_power_window_watts{stat="mean", node=~"$node"} / ignoring (stat) '
-                'gpu_power_default_limit_watts{node=~"$node"})',
-                "{{node}}",
-            ),
+            "Mean power over the default power limit (recorded).",
+            query(f'{rec.NODE_POWER}{{node=~"$node"}}', "{{node}}"),
             lines=line(th.POWER_LOW),
         ),
         12,
@@ -535,8 +552,8 @@ def fleet() -> db.Dashboard:
             "Share of GPU time by state",
             "Where the selected nodes' GPU time goes, from each GPU's time ledger: computing, waiting for "
             "input, for a collective or for a checkpoint, stalled, throttled, idle while allocated, free. "
-            "Stacked: the states add up to 100 %.",
-            ledger_share(nodes),
+            "Stacked: the states add up to 100 %. Read from the recorded per-node rates.",
+            recorded_share(rec.NODE_RATE, nodes),
         ),
         16,
         8,
@@ -553,8 +570,8 @@ def fleet() -> db.Dashboard:
     b.add(
         _shares(
             "Share of GPU time by state on $node",
-            "The same share for each node (one panel per node): the states add up to 100 %.",
-            ledger_share(nodes, "node"),
+            "The same share for each node (one panel per node, recorded): the states add up to 100 %.",
+            f"{rec.NODE_SHARE}{{{nodes}}}",
         )
         .repeat("node")
         .repeat_direction("h")
@@ -640,10 +657,11 @@ def node() -> db.Dashboard:
     )
     b.add(
         _ratio(
-            "Verdict scores",
-            "Strength of the evidence for each verdict.",
-            query(f"gpu_bottleneck_score{{{g}}} > 0", "GPU {{gpu}} {{kind}}"),
-            lines=line(th.SCORE_ENTER, "red"),
+            "Time lost per GPU",
+            "Share of each held GPU's time not spent computing (waiting for input, a collective or a "
+            "checkpoint, stalled, throttled, idle), from its time ledger. Per-kind verdict scores: "
+            "--detail scores.",
+            query(time_lost(g, "gpu"), "GPU {{gpu}}"),
         ),
         8,
         7,
@@ -675,7 +693,7 @@ def node() -> db.Dashboard:
     b.add(
         _ratio(
             "GPU utilization (window min / mean / max)",
-            "Every driver sample of the window; the line at "
+            "Every driver sample of the window (the mean; min and max with --detail window); the line at "
             f"{th.UTIL_SUSPICION.value:.0%} is where suspicion starts.",
             query(f'gpu_utilization_window_ratio{{{g}, stat=~"min|mean|max"}}', "GPU {{gpu}} {{stat}}"),
             lines=line(th.UTIL_SUSPICION),
@@ -698,8 +716,7 @@ def node() -> db.Dashboard:
             "SM activity against utilization",
             "Utilization counts time with any kernel; SM activity (GPM) how much of the GPU works.",
             query(f"gpu_sm_active_ratio{{{g}}}", "GPU {{gpu}} SM active"),
-            query(f"gpu_tensor_active_ratio{{{g}}}", "GPU {{gpu}} tensor active", ref="B"),
-            query(f"gpu_utilization_ratio{{{g}}}", "GPU {{gpu}} utilization", ref="C"),
+            query(f"gpu_utilization_ratio{{{g}}}", "GPU {{gpu}} utilization", ref="B"),
         ),
         12,
         8,
@@ -753,29 +770,12 @@ def node() -> db.Dashboard:
         8,
     )
     b.add(
-        statetimeline.Panel()
-        .title("Clock-event reasons")
-        .description("Why the clocks are held down, per GPU.")
-        .unit("none")
-        .with_target(
-            query(
-                f'max by (gpu, reason) (gpu_clock_event_active{{{g}, reason!="gpu_idle"}})',
-                "GPU {{gpu}} {{reason}}",
-            )
-        )
-        .mappings(
-            [
-                dm.ValueMap(
-                    options={
-                        "0": dm.ValueMappingResult(text="off", color="transparent", index=0),
-                        "1": dm.ValueMappingResult(text="active", color="orange", index=1),
-                    }
-                )
-            ]
-        )
-        .show_value(cm.VisibilityMode.NEVER)
-        .merge_values(True)
-        .thresholds(steps()),
+        _ratio(
+            "Throttled share",
+            "Share of each GPU's time its clocks were held down for heat or power, from its time ledger. "
+            "The driver's clock-event reasons: --detail clocks.",
+            query(state_share(g, "throttled", "gpu"), "GPU {{gpu}}"),
+        ),
         8,
         8,
     )
@@ -783,9 +783,8 @@ def node() -> db.Dashboard:
         _series(
             "SM clock",
             "hertz",
-            "Current and maximum SM clock.",
+            "Current SM clock (the maxima and the memory clock: --detail clocks).",
             query(f'gpu_clock_hertz{{{g}, clock="sm"}}', "GPU {{gpu}}"),
-            query(f'gpu_clock_max_hertz{{{g}, clock="sm"}}', "GPU {{gpu}} max", ref="B"),
         ),
         8,
         8,
@@ -793,12 +792,13 @@ def node() -> db.Dashboard:
     b.row("Interconnect")
     b.add(
         _series(
-            "NVLink traffic per link",
+            "NVLink traffic",
             "Bps",
-            "Bytes per second over each link: a dead link drops to zero, a hung job moves nothing on any.",
+            "Bytes per second over all links of each GPU: a hung job moves nothing. Per link: --detail "
+            "nvlink.",
             query(
-                f"sum by (gpu, link) (rate(gpu_nvlink_bytes_total{{{g}}}[$__rate_interval]))",
-                "GPU {{gpu}} link {{link}}",
+                f"sum by (gpu, direction) (rate(gpu_nvlink_traffic_bytes_total{{{g}}}[$__rate_interval]))",
+                "GPU {{gpu}} {{direction}}",
             ),
             min_=0,
         ),
@@ -806,25 +806,14 @@ def node() -> db.Dashboard:
         8,
     )
     b.add(
-        statetimeline.Panel()
-        .title("NVLink state per link")
-        .description("Each link as the driver reports it.")
-        .unit("none")
-        .with_target(query(f"gpu_nvlink_up{{{g}}}", "GPU {{gpu}} link {{link}}"))
-        .mappings(
-            [
-                dm.ValueMap(
-                    options={
-                        "0": dm.ValueMappingResult(text="down", color="red", index=0),
-                        "1": dm.ValueMappingResult(text="up", color="green", index=1),
-                    }
-                )
-            ]
-        )
-        .show_value(cm.VisibilityMode.NEVER)
-        .merge_values(True)
-        .row_height(0.8)
-        .thresholds(steps()),
+        _series(
+            "NVLinks up",
+            "none",
+            "Active links of each GPU against the links it has. Per link: --detail nvlink.",
+            query(f"gpu_nvlink_links_up{{{g}}}", "GPU {{gpu}} up"),
+            query(f"max(gpu_nvlink_links_expected{{{g}}})", "expected", ref="B"),
+            min_=0,
+        ),
         12,
         8,
     )
@@ -832,12 +821,9 @@ def node() -> db.Dashboard:
         _series(
             "NVLink errors",
             "cps",
-            "Error counters per link and type: CRC and replay errors climb on a "
-            "failing link before it goes down.",
-            query(
-                f"sum by (gpu, link, type) (rate(gpu_nvlink_errors_total{{{g}}}[$__rate_interval]))",
-                "GPU {{gpu}} link {{link}} {{type}}",
-            ),
+            "Errors of all links and types per GPU: CRC and replay errors climb on a failing link before "
+            "it goes down. Per link and type: --detail nvlink.",
+            query(f"rate(gpu_nvlink_link_errors_total{{{g}}}[$__rate_interval])", "GPU {{gpu}}"),
             min_=0,
         ),
         12,
@@ -858,7 +844,7 @@ def node() -> db.Dashboard:
         _stat(
             "NVLinks down",
             "Links reported inactive on the selected GPUs.",
-            f"count(gpu_nvlink_up{{{g}}} == 0) or vector(0)",
+            f"sum(gpu_nvlink_links_expected{{{g}}} - gpu_nvlink_links_up{{{g}}}) or vector(0)",
         ),
         6,
         6,
@@ -866,8 +852,8 @@ def node() -> db.Dashboard:
     b.add(
         _stat(
             "P2P pairs not OK",
-            "GPU pairs without NVLink peer-to-peer.",
-            f'count(gpu_p2p_status{{{g}, capability="nvlink"}} == 0) or vector(0)',
+            "GPU pair and capability combinations whose peer-to-peer status is not OK.",
+            f"sum(gpu_p2p_failing_pairs{{{g}}}) or vector(0)",
         ),
         6,
         6,
@@ -877,8 +863,17 @@ def node() -> db.Dashboard:
         .title("Fabric state")
         .description("NVSwitch fabric registration per GPU.")
         .unit("none")
-        .with_target(query(f"max by (gpu, state) (gpu_fabric_state{{{g}}}) == 1", "GPU {{gpu}} {{state}}"))
-        .mappings([dm.ValueMap(options={"1": dm.ValueMappingResult(text="current", color="green", index=0)})])
+        .with_target(query(f"gpu_fabric_registered{{{g}}}", "GPU {{gpu}}"))
+        .mappings(
+            [
+                dm.ValueMap(
+                    options={
+                        "0": dm.ValueMappingResult(text="not registered", color="red", index=0),
+                        "1": dm.ValueMappingResult(text="registered", color="green", index=1),
+                    }
+                )
+            ]
+        )
         .show_value(cm.VisibilityMode.NEVER)
         .thresholds(steps()),
         12,
@@ -1025,7 +1020,7 @@ def job() -> db.Dashboard:
         _timeline(
             "Verdict by GPU",
             "The most serious verdict of each GPU of the job over time.",
-            verdict_code(f", {p}", "pod, node, gpu"),
+            recorded_verdict_code(p, "pod, node, gpu"),
             "{{pod}} {{node}} / GPU {{gpu}}",
         ),
         14,
@@ -1036,8 +1031,8 @@ def job() -> db.Dashboard:
             "Where the job's GPU time goes",
             "The share of the selected pods' GPU time in each ledger state: computing, waiting for input, "
             "for a collective or for a checkpoint, stalled, throttled, idle. Stacked: the states add up to "
-            "100 %.",
-            ledger_share(p),
+            "100 %. Read from the recorded per-pod rates.",
+            recorded_share(rec.POD_RATE, p),
         ),
         16,
         8,
@@ -1095,10 +1090,10 @@ def job() -> db.Dashboard:
     )
     b.add(
         _ratio(
-            "Verdict scores",
-            "Evidence for each verdict per GPU; the line is where a verdict starts to count.",
-            query(f"gpu_bottleneck_score{{{p}}} > 0", "{{node}} GPU {{gpu}} {{kind}}"),
-            lines=line(th.SCORE_ENTER, "red"),
+            "Time lost per GPU",
+            "Share of each GPU's time not spent computing, from its time ledger: the starving rank loses "
+            "it to input wait, the others to waiting in collectives.",
+            query(time_lost(p, "node, gpu"), "{{node}} GPU {{gpu}}"),
         ),
         12,
         8,
@@ -1109,7 +1104,7 @@ def job() -> db.Dashboard:
             "Bps",
             "All links per GPU: a hung job moves nothing.",
             query(
-                f"sum by (node, gpu) (rate(gpu_nvlink_bytes_total{{{p}}}[$__rate_interval]))",
+                f"sum by (node, gpu) (rate(gpu_nvlink_traffic_bytes_total{{{p}}}[$__rate_interval]))",
                 "{{node}} GPU {{gpu}}",
             ),
             min_=0,

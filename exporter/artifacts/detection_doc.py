@@ -99,7 +99,8 @@ def _coverage() -> list[str]:
         f"waiting share above {_pct(th.STARVATION_IDLE_FRACTION)}), {_pct(th.RECENT_WAIT_SHARE)} of the "
         "last half-minute in step-level waits, a pinned and quiet collective, thermal reasons, the power "
         "cap. The evidence of a kind is the strongest of its shape and its coverage, from 0 to 1 "
-        f"(`gpu_bottleneck_score`); it must reach {th.SCORE_ENTER.value:g} and hold for the kind's fire "
+        "(`gpu_bottleneck_score`, exported with `--detail scores`); it must reach "
+        f"{th.SCORE_ENTER.value:g} and hold for the kind's fire "
         f"time to fire, and stay under {th.SCORE_EXIT.value:g} for its resolve time to resolve.",
         "",
         "| kind | family | fires after | resolves after | alert | `for` | severity | causes | meaning |",

@@ -344,7 +344,7 @@ class NodeModel:
             starving = affected
         elif name == "data_starvation_all":
             starving = frozenset(range(self.n_gpus))
-        wait = STARVED_WAIT_S if starving else 0.0
+        wait = STARVED_WAIT_S if starving or name == "remote_straggler" else 0.0
         hot: frozenset[int] = frozenset()
         if name == "thermal_throttle":
             slowest = min(self.gpus[h].clock_factor for h in affected)
@@ -359,6 +359,8 @@ class NodeModel:
         split = self.n_gpus if sc.pods == 1 else (self.n_gpus + 1) // 2
         slow_jobs = {g < split for g in starving | hot}
         waiting = frozenset(g for g in range(self.n_gpus) if (g < split) in slow_jobs)
+        if name == "remote_straggler":  # the slow rank is on another node: this node's ranks all wait
+            waiting = frozenset(range(self.n_gpus))
         return _Plan(
             name, affected, starving, hot, wait, comm, period, off, t - x, t - x + sc.onset_s, waiting
         )

@@ -17,6 +17,12 @@ SCENARIOS: dict[str, tuple[str, tuple[int, ...], str]] = {
         (3,),
         "cpu",
     ),
+    "remote_straggler": (
+        "every rank here computes, then waits in NCCL for a starving rank on another node (the other "
+        "nodes of a multi-node job whose straggler is elsewhere)",
+        (),
+        "",
+    ),
     "data_starvation_all": ("every rank waits for its input every step (slow storage)", (), "io"),
     "comm_hang": (
         "every rank is stuck in a collective: util 100 %, power near idle, no NVLink traffic",

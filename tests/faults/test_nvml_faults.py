@@ -169,7 +169,8 @@ def test_a_session_error_on_one_gpu_handle_downs_only_that_gpu(make_node, faulty
     assert {g.index: g.status for g in snap.gpus} == {0: "ok", 1: "ok", 2: "error", 3: "ok"}
     metrics = scrape(snap)
     assert [s.value for s in sorted(metrics["gpu_up"], key=lambda s: s.labels["gpu"])] == [1, 1, 0, 1]
-    assert of_gpu(metrics, "gpu_p2p_status", 0)  # the other GPUs' pairs are still probed
+    assert of_gpu(metrics, "gpu_p2p_failing_pairs", 0)  # the other GPUs' pairs are still probed
+    assert snap.gpus[0].p2p  # (their per-pair results, the --detail p2p series)
     node.faults.clear()
     snap = cycle(sampler, clock, 2)
     assert all(g.up for g in snap.gpus)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter.artifacts import alerts
+from exporter.artifacts import alerts, recording
 from scripts.stack import PrometheusApi, free_port, start_exporter, tool, wait_http
 from tests.conftest import REPO, require_tool
 from tests.helm.chart import one, render
@@ -25,7 +25,7 @@ def rendered_groups(sets: dict[str, str] | None = None) -> list[dict]:
 
 
 def rules_by_name(groups: list[dict]) -> dict[str, dict]:
-    return {r["alert"]: r for g in groups for r in g["rules"]}
+    return {r["alert"]: r for g in groups for r in g["rules"] if "alert" in r}
 
 
 def test_rendered_rules_equal_the_rule_file():
@@ -39,7 +39,7 @@ def test_rendered_rules_pass_the_promtool_suite(tmp_path):
     rules.write_text(yaml.safe_dump({"groups": rendered_groups()}, sort_keys=False))
     check = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
-    assert f"SUCCESS: {len(alerts.ALERTS)} rules found" in check.stdout
+    assert f"SUCCESS: {len(alerts.ALERTS) + len(recording.RECORDS)} rules found" in check.stdout
     suites = []
     for path in RULE_TESTS:  # the same tests, pointed at the rendered rules
         suite = yaml.safe_load(path.read_text())
@@ -190,3 +190,12 @@ def test_relabelings_keep_the_exporters_pod_labels_in_a_real_prometheus(tmp_path
         exporter.terminate()
         prom.wait(15)
         exporter.wait(15)
+
+
+def test_the_job_labels_come_from_the_chart_value():
+    """prometheusRule.jobLabels, in order, as kube-state-metrics spells them: the first a pod carries wins."""
+    groups = rendered_groups({"prometheusRule.jobLabels": "{example.com/team-job,app.kubernetes.io/name}"})
+    (info,) = [r for g in groups for r in g["rules"] if r.get("record") == recording.INFO]
+    wanted = recording.job_info_expr(("example.com/team-job", "app.kubernetes.io/name"))
+    assert info["expr"] == wanted.replace("$$", "$")  # the generator escapes $ for its templates
+    assert "label_example_com_team_job" in info["expr"]
