@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from exporter.config import Settings
 from exporter.errors import ErrorCounter
 from exporter.poller import Call, Poller
+from exporter.snapshot import GpuState
 from exporter.sources.nvml import Device, GpuLost, GpuReadFailed, NvmlSource, SessionError, error_name
 from exporter.sources.nvml_events import XidWatcher
 from exporter.sources.readings import GpuReading
@@ -42,8 +43,9 @@ class GpuSlot:
 class Harvest:
     """What one cycle's finished calls brought: new readings (with the one before) and GPUs back."""
 
-    readings: list[tuple[GpuSlot, GpuReading | None]]
+    readings: list[tuple[GpuReading, GpuReading | None]]  # (new, the one before)
     returned: list[int]  # GPUs that answer again after being lost: their windows start over
+    p2p: dict[tuple[int, int, str], bool]  # the P2P results the readings were taken under
 
 
 class NvmlSession:
@@ -66,6 +68,16 @@ class NvmlSession:
     @property
     def up(self) -> bool:
         return self.state == "up"
+
+    @property
+    def settled(self) -> bool:
+        """Has the first open returned, and has every GPU it found been read (or failed) once."""
+        return self.attempted and all(s.status != "pending" for s in self.slots.values())
+
+    def states(self) -> list[GpuState]:
+        return [
+            GpuState(i, s.device.identity, s.status, s.reading, s.collected_t) for i, s in self.slots.items()
+        ]
 
     def xids(self) -> dict[int, dict[int, int]]:
         with self._xid_lock:
@@ -105,7 +117,7 @@ class NvmlSession:
     # ---- results -------------------------------------------------------------------------------
 
     def harvest(self, mono: float) -> Harvest:
-        out = Harvest([], [])
+        out = Harvest([], [], self.p2p)
         if self._open_call is not None and self._open_call.done.is_set():
             call, self._open_call = self._open_call, None
             self.attempted = True
@@ -130,7 +142,7 @@ class NvmlSession:
             else:
                 prev, slot.reading, slot.status = slot.reading, call.result, "ok"  # type: ignore[assignment]
                 slot.collected_t = slot.reading.t  # type: ignore[union-attr]
-                out.readings.append((slot, prev))
+                out.readings.append((call.result, prev))  # type: ignore[arg-type]
                 times.append(call.elapsed)
         if times or failed:  # the source answered when at least one GPU did; it took its slowest GPU
             self.poller.observe(SOURCE, bool(times), max(times) if times else None)

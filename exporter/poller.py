@@ -172,3 +172,25 @@ class Poller:
             if elapsed is not None:
                 self.durations[name] = elapsed
             self.last_success[name] = self.clock() if t is None else t
+
+
+def run_every(
+    interval_s: float,
+    step: Callable[[], object],
+    stop: threading.Event,
+    monotonic: Callable[[], float],
+    errors: ErrorCounter,
+) -> None:
+    """Call ``step`` every ``interval_s`` until ``stop``; a step that overruns skips the missed ones."""
+    next_t = monotonic()
+    while not stop.is_set():
+        try:
+            step()
+        except Exception:
+            log.exception("sampler cycle failed")
+            errors.inc("sampler", "InternalError")
+        next_t += interval_s
+        delay = next_t - monotonic()
+        if delay < 0:  # fell behind: skip the missed cycles instead of bursting
+            next_t, delay = monotonic(), 0.0
+        stop.wait(delay)

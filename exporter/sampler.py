@@ -12,24 +12,24 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
 
 from exporter.analysis.engine import Analyzer, VerdictEvent
 from exporter.analysis.pods import gpu_owners
-from exporter.analysis.points import GpuPoint, HostPoint, gpu_points, host_point
+from exporter.analysis.points import GpuPoint, HostPoint, host_point, live_points
 from exporter.analysis.result import analyze
 from exporter.config import Settings
 from exporter.errors import ErrorCounter
-from exporter.nvml_session import GpuSlot, NvmlSession
+from exporter.job_signals import JobSignals
+from exporter.nvml_session import NvmlSession
 from exporter.pod_assignments import PodAssignments
-from exporter.poller import Every, Outcome, Poller
-from exporter.snapshot import EMPTY_SNAPSHOT, GpuState, GpuView, Snapshot, Sources, build
+from exporter.poller import Every, Outcome, Poller, run_every
+from exporter.snapshot import EMPTY_SNAPSHOT, GpuView, Snapshot, Sources, build
 from exporter.sources.host import HostSource
 from exporter.sources.kubelet import PodResourcesSource
 from exporter.sources.nvml import NvmlSource
-from exporter.sources.podlogs import PodLogSource, PodLogsView
-from exporter.sources.progress import ProgressStore, merged
-from exporter.sources.readings import GpuIdentity, HostReading
+from exporter.sources.podlogs import PodLogSource
+from exporter.sources.progress import ProgressStore
+from exporter.sources.readings import GpuIdentity, GpuReading, HostReading
 
 __all__ = ["EMPTY_SNAPSHOT", "GpuView", "Sampler", "Snapshot"]
 log = logging.getLogger(__name__)
@@ -50,7 +50,6 @@ class Sampler:
     ) -> None:
         self.settings, self.errors, self.clock, self.monotonic = settings, errors, clock, monotonic
         self.poller = Poller(errors, clock, monotonic)
-        self.nvml = nvml
         self.session = NvmlSession(nvml, settings, errors, self.poller) if nvml is not None else None
         self.host = host
         if host is not None:  # every cycle, never two at once
@@ -59,8 +58,7 @@ class Sampler:
         self._host_done = False
         self.pods: PodAssignments | None = None
         self.kubelet = kubelet
-        self.podlogs, self.progress = podlogs, progress  # the job's own word, on threads of their own
-        self._progress_t: dict[int, float] = {}  # GPU index -> wall time of its job's newest sign of life
+        self.job = JobSignals(podlogs, progress, self.poller)  # the job's own word about its progress
         self.analyzer = Analyzer(window_s=settings.window_s)  # owns the windows of points
         self.checker: object | None = None  # the node doctor's NodeChecker (own thread); read, never run here
         self.events: list[VerdictEvent] = []  # verdict changes of the last cycle
@@ -84,17 +82,15 @@ class Sampler:
                 source, self.poller, s.pod_resources_interval_s, s.collect_timeout_s, self.clock
             )
 
-    # ---- lifecycle ---------------------------------------------------------------------------
-
     @property
     def snapshot(self) -> Snapshot:
         return self._snapshot
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="sampler", daemon=True)
+        args = (self.settings.interval_s, self.cycle, self._stop, self.monotonic, self.errors)
+        self._thread = threading.Thread(target=run_every, args=args, name="sampler", daemon=True)
         self._thread.start()
-        if self.podlogs is not None:
-            self.podlogs.start()
+        self.job.start()
 
     def stop(self) -> None:
         self._stop.set()
@@ -104,23 +100,7 @@ class Sampler:
             self.session.close(wait_s=1.0)
         if self.pods is not None:
             self.pods.close()
-        if self.podlogs is not None:
-            self.podlogs.stop()
-
-    def _loop(self) -> None:
-        interval = self.settings.interval_s
-        next_t = self.monotonic()
-        while not self._stop.is_set():
-            try:
-                self.cycle()
-            except Exception:
-                log.exception("sampler cycle failed")
-                self.errors.inc("sampler", "InternalError")
-            next_t += interval
-            delay = next_t - self.monotonic()
-            if delay < 0:  # fell behind: skip the missed cycles instead of bursting
-                next_t, delay = self.monotonic(), 0.0
-            self._stop.wait(delay)
+        self.job.stop()
 
     def cycle(self, wait_s: float | None = None) -> Snapshot:
         """One collection round: start what is due, wait a bounded time, take what came, publish."""
@@ -149,8 +129,8 @@ class Sampler:
             harvest = self.session.harvest(mono)
             for index in harvest.returned:
                 self.analyzer.reset(str(index))
-            for slot, prev in harvest.readings:
-                self._gpu_reading(slot, prev)
+            for reading, prev in harvest.readings:
+                self._feed(reading, prev, harvest.p2p)
         outcomes: dict[str, Outcome] = {o.source: o for o in self.poller.harvest()}
         if "host" in outcomes:
             self._host_done = True
@@ -167,20 +147,13 @@ class Sampler:
         if "host" in self.poller.overdue():
             self._host_reading = None  # stale host data is not reported
 
-    def _gpu_reading(self, slot: GpuSlot, prev: object) -> None:
-        reading, index = slot.reading, slot.device.index
-        assert reading is not None
-        failed = [ok for (a, _, cap), ok in self.session.p2p.items() if a == index and cap == "nvlink"]  # type: ignore[union-attr]
-        points = gpu_points(reading, prev, p2p_failed=failed.count(False) if failed else None)  # type: ignore[arg-type]
-        if index in self._progress_t:
-            last = self._progress_t[index]
-            points = [replace(p, log_silent_s=max(0.0, p.t - last)) for p in points]
-        self.analyzer.set_identity(str(index), reading.identity.name, reading.temp_slowdown_c)
-        self.analyzer.add_gpu_points(str(index), points)
+    def _feed(self, reading: GpuReading, prev: GpuReading | None, p2p: dict) -> None:
+        gpu, last = str(reading.identity.index), self.job.last_sign.get(reading.identity.index)
+        points = live_points(reading, prev, p2p, last)
+        self.analyzer.set_identity(gpu, reading.identity.name, reading.temp_slowdown_c)
+        self.analyzer.add_gpu_points(gpu, points)
         for listener in self.gpu_listeners:
             listener(reading.identity, points)
-
-    # ---- publication -------------------------------------------------------------------------
 
     def _publish(self) -> Snapshot:
         now, session = self.clock(), self.session
@@ -198,22 +171,16 @@ class Sampler:
         result = analyze(self.analyzer, now, up, self.settings.window_s)
         self.events = result.events
         for e in self.events:
-            cause = f", cause {e.cause}" if e.cause else ""
-            level = logging.WARNING if e.state == "firing" else logging.INFO
-            log.log(level, "GPU %s: %s %s (score %.2f%s)", e.gpu, e.kind, e.state, e.score, cause)
+            log.log(logging.WARNING if e.state == "firing" else logging.INFO, "%s", e.describe())
         if not self._ready:
-            nvml_settled = session is None or (
-                session.attempted and all(s.status != "pending" for s in slots.values())
-            )
+            nvml_settled = session is None or session.settled
             self._ready = nvml_settled and (self.host is None or self._host_done)
         gpu_pods = frozenset((a.ref.namespace, a.ref.pod) for a in assignments)
-        pod_logs = self._pod_logs(gpu_pods, owners)
+        pod_logs = self.job.update(gpu_pods, owners)
         src = Sources(
             nvml_up=session is not None and session.up,
-            driver=dict(self.nvml.driver) if self.nvml else {},
-            gpus=[
-                GpuState(i, s.device.identity, s.status, s.reading, s.collected_t) for i, s in slots.items()
-            ],
+            driver=dict(session.nvml.driver) if session is not None else {},
+            gpus=session.states() if session is not None else [],
             xids=session.xids() if session is not None else {},
             p2p=session.p2p if session is not None else {},
             host=self._host_reading,
@@ -231,23 +198,3 @@ class Sampler:
         self._seq += 1
         self._snapshot = build(self._seq, now, self._ready, src, result)
         return self._snapshot
-
-    def _pod_logs(self, gpu_pods: frozenset[tuple[str, str]], owners: dict) -> PodLogsView | None:
-        """Hand the pod list to the log source and the progress store; take their latest numbers."""
-        if self.podlogs is None and self.progress is None:
-            return None
-        if self.podlogs is not None:
-            self.podlogs.set_pods(gpu_pods)
-        if self.progress is not None:
-            self.progress.forget_except(gpu_pods)
-        view = merged(
-            self.podlogs.view if self.podlogs else None, self.progress.view() if self.progress else {}
-        )
-        if self.podlogs is not None and view is not None and view.collected_t is not None:
-            self.poller.observe("podlogs", True, view.duration_s or 0.0, view.collected_t)
-        self._progress_t = {}
-        for index, ref in owners.items():
-            last = view.last_line(ref.namespace, ref.pod) if view is not None else None
-            if last is not None:
-                self._progress_t[index] = last
-        return view
