@@ -42,8 +42,8 @@ class JobSignals:
         view = merged(
             self.podlogs.view if self.podlogs else None, self.progress.view() if self.progress else {}
         )
-        if self.podlogs is not None and view is not None and view.collected_t is not None:
-            self.poller.observe(SOURCE, True, view.duration_s or 0.0, view.collected_t)
+        if self.podlogs is not None and view is not None:
+            self.poller.observe_thread(SOURCE, view)
         self.last_sign = {}
         for index, ref in owners.items():
             last = view.last_line(ref.namespace, ref.pod) if view is not None else None

@@ -100,13 +100,24 @@ class _Slot:
 
 
 @dataclass
+class Books:
+    """What the poller knows of every source, by name."""
+
+    up: dict[str, bool] = field(default_factory=dict)  # did the source's last attempt succeed
+    durations: dict[str, float] = field(default_factory=dict)  # seconds its last success took
+    last_success: dict[str, float] = field(default_factory=dict)  # wall time of its last success
+    attempts: dict[str, float] = field(default_factory=dict)  # seconds its last attempt took, failed or not
+
+    def copy(self) -> Books:
+        return Books(dict(self.up), dict(self.durations), dict(self.last_success), dict(self.attempts))
+
+
+@dataclass
 class Poller:
     errors: ErrorCounter
     clock: Callable[[], float]
     monotonic: Callable[[], float]
-    up: dict[str, bool] = field(default_factory=dict)  # did the source's last attempt succeed
-    durations: dict[str, float] = field(default_factory=dict)  # seconds its last success took
-    last_success: dict[str, float] = field(default_factory=dict)  # wall time of its last success
+    books: Books = field(default_factory=Books)
     _slots: dict[str, _Slot] = field(default_factory=dict)
 
     def add(self, source: Source) -> None:
@@ -163,15 +174,24 @@ class Poller:
 
     def timed_out(self, name: str, detail: str) -> None:
         self.errors.inc(name, "CollectTimeout", detail)
-        self.up[name] = False
+        self.books.up[name] = False
+
+    def observe_thread(self, name: str, worker: object) -> None:
+        """Book a source that runs on a thread of its own and says how its last round went
+        (``ok``, ``collected_t`` wall time, ``duration_s``); nothing until its first round."""
+        t = getattr(worker, "collected_t", None)
+        if t is not None:
+            self.observe(name, getattr(worker, "ok", True), getattr(worker, "duration_s", None), t)
 
     def observe(self, name: str, ok: bool, elapsed: float | None = None, t: float | None = None) -> None:
         """Book one attempt of ``name``: its success, and on success its duration and time."""
-        self.up[name] = ok
+        self.books.up[name] = ok
+        if elapsed is not None:
+            self.books.attempts[name] = elapsed
         if ok:
             if elapsed is not None:
-                self.durations[name] = elapsed
-            self.last_success[name] = self.clock() if t is None else t
+                self.books.durations[name] = elapsed
+            self.books.last_success[name] = self.clock() if t is None else t
 
 
 def run_every(

@@ -175,8 +175,8 @@ class Sampler:
         if not self._ready:
             nvml_settled = session is None or session.settled
             self._ready = nvml_settled and (self.host is None or self._host_done)
-        gpu_pods = frozenset((a.ref.namespace, a.ref.pod) for a in assignments)
-        pod_logs = self.job.update(gpu_pods, owners)
+        pod_logs = self.job.update(frozenset((a.ref.namespace, a.ref.pod) for a in assignments), owners)
+        self.poller.observe_thread("node_checks", self.checker)
         src = Sources(
             nvml_up=session is not None and session.up,
             driver=dict(session.nvml.driver) if session is not None else {},
@@ -188,9 +188,7 @@ class Sampler:
             assignment_t=self.pods.t if self.pods is not None else None,
             owners=owners,
             held=held,
-            durations=self.poller.durations,
-            last_success=self.poller.last_success,
-            up=self.poller.up,
+            books=self.poller.books,
             errors=self.errors.snapshot(),
             node_checks=getattr(self.checker, "latest", ()),
             pod_logs=pod_logs,

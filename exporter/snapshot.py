@@ -14,6 +14,7 @@ from exporter.analysis.engine import KindState
 from exporter.analysis.pods import default_shm
 from exporter.analysis.result import GpuStats, Result
 from exporter.analysis.window import Stats
+from exporter.poller import Books
 from exporter.sources.kubelet import Assignment, PodRef
 from exporter.sources.podlogs import PodLogsView
 from exporter.sources.readings import GpuIdentity, GpuReading, HostReading
@@ -63,6 +64,7 @@ class Snapshot:
     node_checks: tuple = ()  # the node doctor's latest results (exporter.doctor.model.Result)
     pod_logs: PodLogsView | None = None  # what the GPU pods' logs (and progress reports) say; None: off
     source_up: dict[str, bool] = field(default_factory=dict)  # did each source's last attempt succeed
+    source_durations: dict[str, float] = field(default_factory=dict)  # seconds of each one's last attempt
 
 
 EMPTY_SNAPSHOT = Snapshot(0, 0.0, False, False, {}, (), None, {}, {}, {}, {})
@@ -93,9 +95,7 @@ class Sources:
     assignment_t: float | None
     owners: Mapping[int, PodRef]
     held: Mapping[int, Iterable[tuple[Assignment, str]]]
-    durations: dict[str, float]
-    last_success: dict[str, float]
-    up: dict[str, bool]
+    books: Books  # how every source fared (exporter.poller)
     errors: dict[tuple[str, str], int]
     node_checks: tuple = ()
     pod_logs: PodLogsView | None = None
@@ -145,12 +145,13 @@ def build(seq: int, t: float, ready: bool, src: Sources, result: Result) -> Snap
         gpus=views,
         host=host,
         host_window=result.host_window,
-        durations=dict(src.durations),
-        last_success=dict(src.last_success),
+        durations=dict(src.books.durations),
+        last_success=dict(src.books.last_success),
         errors=src.errors,
         pod_shm_default=default_shm(gpu_pods, host.shm, host.pod_dev_shm) if host is not None else {},
         pod_assignment_t=src.assignment_t,
         node_checks=src.node_checks,
         pod_logs=src.pod_logs,
-        source_up=dict(src.up),
+        source_up=dict(src.books.up),
+        source_durations=dict(src.books.attempts),
     )
