@@ -343,6 +343,18 @@ def _self(fams: _Families, snapshot: Snapshot) -> None:
         errors.add(labels(source=source, error=error), count)
 
 
+def _sources(fams: _Families, snapshot: Snapshot) -> None:
+    """Every source's last attempt, booked in one place (exporter.poller): its success, its duration."""
+    for source, up in sorted(snapshot.source_up.items()):
+        fams.gauge("gpu_exporter_source_up", "1 if the source's last collection succeeded.").add(
+            f'source="{source}"', 1 if up else 0
+        )
+    for source, seconds in sorted(snapshot.source_durations.items()):
+        fams.gauge(
+            "gpu_exporter_source_duration_seconds", "Duration of the source's last collection, failed or not."
+        ).add(f'source="{source}"', seconds)
+
+
 def _node_checks(fams: _Families, snapshot: Snapshot) -> None:
     """The node doctor's latest results: one series per check in each family (12 checks; bounded)."""
     for r in snapshot.node_checks:
@@ -432,6 +444,7 @@ def families(snapshot: Snapshot, detail: frozenset[str] = frozenset()) -> list[F
     _node_checks(fams, snapshot)
     _pod_logs(fams, snapshot)
     _self(fams, snapshot)
+    _sources(fams, snapshot)
     return list(fams)
 
 

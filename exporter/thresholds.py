@@ -151,7 +151,8 @@ EVIDENCE_WINDOW = _t(
     30.0,
     "seconds",
     "Half a minute holds 10-30 training steps and, at 0.2-1.5 s sampling, 20-150 samples: enough to see "
-    "a busy/idle rhythm, short enough to detect within a minute.",
+    "a busy/idle rhythm, short enough to detect within a minute. The exported idle fraction is the "
+    "detectors' own over this window, so the dashboard's starvation line and the detector read one number.",
 )
 SCORE_ENTER = _t(
     "analysis.score_enter",

@@ -152,10 +152,10 @@ def test_error_names_alerts_and_kinds_exist():
 
 
 def test_the_nvml_log_line_is_the_exporters():
-    """The quoted log line is the sampler's format with its default backoff, the detail elided."""
-    sampler = (REPO / "exporter" / "sampler.py").read_text()
+    """The quoted log line is the NVML session's format with its default backoff, the detail elided."""
+    sampler = (REPO / "exporter" / "nvml_session.py").read_text()
     parts = re.search(r'"(NVML is not usable[^"]*)"\s*"([^"]*)"', sampler)
-    assert parts, "the sampler's NVML warning moved: update this test and the README"
+    assert parts, "the NVML session's warning moved: update this test and the README"
     settings = Settings()
     expected = "".join(parts.groups()) % (
         "LibraryNotFound",

@@ -52,6 +52,10 @@ class VerdictEvent:
     cause: str = ""
     related: tuple[str, ...] = ()  # starvation: the peers waiting for this GPU; hang: the GPUs hung with it
 
+    def describe(self) -> str:
+        cause = f", cause {self.cause}" if self.cause else ""
+        return f"GPU {self.gpu}: {self.kind} {self.state} (score {self.score:.2f}{cause})"
+
 
 @dataclass
 class _Gpu:

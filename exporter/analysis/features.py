@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from exporter.analysis.points import GpuPoint, HostPoint
-from exporter.analysis.window import HIGH_Q, LOW_Q, quantile
+from exporter.analysis.window import HIGH_Q, fraction_below, quantile, summarize
 from exporter.thresholds import LEDGER_BUSY_UTIL, UTIL_IDLE_LINE, board_tdp
 
 THERMAL_BITS = 0x20 | 0x40  # sw_thermal, hw_thermal
@@ -39,14 +39,16 @@ class UtilStats:
 
 
 def util_stats(utils: Sequence[float]) -> UtilStats | None:
-    if not utils:
+    """The window statistics (``window.summarize``, also exported) plus what only the detectors need."""
+    values = list(utils)
+    whole, idle = summarize(values), fraction_below(values, UTIL_IDLE_LINE.value)
+    if whole is None or idle is None:
         return None
-    ordered = sorted(utils)
     return UtilStats(
-        mean=sum(utils) / len(utils),
-        p05=quantile(ordered, LOW_Q),
-        p95=quantile(ordered, HIGH_Q),
-        idle_fraction=sum(1 for u in utils if u < UTIL_IDLE_LINE.value) / len(utils),
+        mean=whole.mean,
+        p05=whole.p05,
+        p95=whole.p95,
+        idle_fraction=idle,
         gaps=count_gaps(utils),
     )
 

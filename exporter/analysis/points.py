@@ -9,7 +9,7 @@ All values are in base units: ratios 0-1, watts, bytes, bytes/s, hertz, celsius.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from exporter.sources.readings import GpuReading, HostReading, Sample
 
@@ -147,3 +147,19 @@ def host_point(reading: HostReading, prev: HostReading | None) -> HostPoint:
         psi_cpu=reading.pressure.get("cpu"),
         psi_memory=reading.pressure.get("memory"),
     )
+
+
+def live_points(
+    reading: GpuReading,
+    prev: GpuReading | None,
+    p2p: dict[tuple[int, int, str], bool],
+    last_sign: float | None,
+) -> list[GpuPoint]:
+    """A live GPU's points: its reading's, with the NVLink P2P failures toward its peers and the
+    seconds since its job last showed progress (``last_sign``, wall time; None: no log signal)."""
+    index = reading.identity.index
+    failed = [ok for (a, _, cap), ok in p2p.items() if a == index and cap == "nvlink"]
+    points = gpu_points(reading, prev, p2p_failed=failed.count(False) if failed else None)
+    if last_sign is None:
+        return points
+    return [replace(p, log_silent_s=max(0.0, p.t - last_sign)) for p in points]

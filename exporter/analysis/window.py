@@ -82,7 +82,7 @@ def summarize(values: list[float]) -> Stats | None:
         return None
     ordered = sorted(values)
     return Stats(
-        mean=sum(ordered) / len(ordered),
+        mean=sum(values) / len(values),  # in sample order, as the detectors have always summed
         min=ordered[0],
         max=ordered[-1],
         p05=quantile(ordered, LOW_Q),

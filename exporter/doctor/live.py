@@ -47,6 +47,9 @@ class NodeChecker:
         self.monotonic, self.fast_s, self.slow_s = monotonic, fast_s, slow_s
         self.latest: tuple[Result, ...] = ()  # replaced whole by each round: readers need no lock
         self.last_run: dict[str, float] = {}  # check -> wall time of its last result
+        # how the last round went: the sampler books it as gpu_exporter_source_up{source="node_checks"}
+        self.ok, self.duration_s = True, 0.0
+        self.collected_t: float | None = None  # wall time of the last finished round
         self._results: dict[str, Result] = {}
         self._next_slow = float("-inf")
         self._p2p: dict[tuple[int, int, str], bool] | None = None  # the last slow round's P2P matrix
@@ -106,6 +109,7 @@ class NodeChecker:
             self._results[result.check] = result
             self.last_run[result.check] = stamp
         self.latest = tuple(self._results[n] for n in CHECKS if n in self._results)
+        self.ok, self.collected_t, self.duration_s = True, stamp, self.monotonic() - now
         return self.latest
 
     def start(self) -> None:
@@ -123,4 +127,5 @@ class NodeChecker:
                 self.run_once()
             except Exception:  # a broken round must not end the checks: report and go on
                 log.exception("node checks failed")
+                self.ok = False
             self._stop.wait(self.fast_s)

@@ -49,7 +49,8 @@ def test_failing_check_is_exported_with_its_severity_and_detail(make_node, make_
     sampler.checker = checker
     assert step(sampler, clock).node_checks == ()  # no round yet: nothing exported
     checker.run_once()
-    text, _ = Renderer().render(step(sampler, clock))
+    snap = step(sampler, clock)
+    text, _ = Renderer().render(snap)
     series = _series(text.decode())
     failed = {
         dict(labels)["check"]: (dict(labels)["severity"], v)
@@ -67,6 +68,9 @@ def test_failing_check_is_exported_with_its_severity_and_detail(make_node, make_
     assert len(info) == len(CHECKS)  # bounded: one series per check
     for labels in info.values():
         assert labels["detail"] in CHECKS[labels["check"]].vocabulary
+    # the checks are a source like the others: booked up, with the duration of their last round
+    assert snap.source_up["node_checks"] and snap.source_durations["node_checks"] >= 0.0
+    assert 'gpu_exporter_source_up{source="node_checks"} 1' in text.decode()
 
 
 def test_xids_come_from_the_exporters_own_counts(make_node):

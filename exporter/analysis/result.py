@@ -1,0 +1,58 @@
+"""What one evaluation says, exported statistics included: the analyzer's result for a snapshot. Pure.
+
+The analyzer owns the windows of points, so the statistics that /metrics exports are computed here,
+from the same windows and with the same definitions (``window.summarize``) as the detectors' features,
+and the exported idle fraction is the detectors' own (``features.idle_fraction``, over the evidence
+window): the dashboard's starvation line and the detector compare one number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from exporter.analysis.engine import Analyzer, KindState, VerdictEvent
+from exporter.analysis.window import Stats, summarize
+
+HOST_STATS = ("iowait", "core_busy_max")  # the host columns exported as window means
+
+
+@dataclass(frozen=True)
+class GpuStats:
+    """One GPU's exported statistics: utilization and power over ``--window``, the detectors' idle share."""
+
+    util_window: Stats | None = None
+    power_window: Stats | None = None
+    idle_fraction: float | None = None
+    verdicts: dict[str, KindState] = field(default_factory=dict)
+    ledger: dict[str, float] = field(default_factory=dict)  # state -> seconds of this GPU's time so far
+
+
+@dataclass(frozen=True)
+class Result:
+    gpus: dict[str, GpuStats]
+    host_window: dict[str, Stats]
+    events: list[VerdictEvent]
+
+
+def analyze(analyzer: Analyzer, now: float, up: Iterable[str], window_s: float) -> Result:
+    """Evaluate the GPUs that are up at ``now`` and gather every GPU's exported statistics."""
+    verdicts, events = analyzer.evaluate(now, up)
+    cutoff = now - window_s
+    gpus = {}
+    for gpu in analyzer.gpus():
+        recent = [p for p in analyzer.window(gpu) if p.t > cutoff]
+        gpus[gpu] = GpuStats(
+            util_window=summarize([p.util for p in recent if p.util is not None]),
+            power_window=summarize([p.power_w for p in recent if p.power_w is not None]),
+            idle_fraction=analyzer.features(gpu).idle_fraction,
+            verdicts=verdicts.get(gpu, {}),
+            ledger=dict(analyzer.ledger(gpu).totals),
+        )
+    host_recent = [p for p in analyzer.host_window if p.t > cutoff]
+    host = {
+        name: stats
+        for name in HOST_STATS
+        if (stats := summarize([v for p in host_recent if (v := getattr(p, name)) is not None])) is not None
+    }
+    return Result(gpus, host, events)
