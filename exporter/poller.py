@@ -179,9 +179,14 @@ class Poller:
     def observe_thread(self, name: str, worker: object) -> None:
         """Book a source that runs on a thread of its own and says how its last round went
         (``ok``, ``collected_t`` wall time, ``duration_s``); nothing until its first round."""
-        t = getattr(worker, "collected_t", None)
-        if t is not None:
-            self.observe(name, getattr(worker, "ok", True), getattr(worker, "duration_s", None), t)
+        # Only its success and the length of its last round: such a source keeps a schedule of its own
+        # (minutes for the node checks), so its last success is not a collection that the stale-collection
+        # alert (gpu_exporter_last_collect_timestamp_seconds) may judge by the sampler's cadence.
+        if getattr(worker, "collected_t", None) is not None:
+            self.books.up[name] = getattr(worker, "ok", True)
+            elapsed = getattr(worker, "duration_s", None)
+            if elapsed is not None:
+                self.books.attempts[name] = elapsed
 
     def observe(self, name: str, ok: bool, elapsed: float | None = None, t: float | None = None) -> None:
         """Book one attempt of ``name``: its success, and on success its duration and time."""

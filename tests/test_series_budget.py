@@ -18,7 +18,7 @@ from exporter.thresholds import SERIES_BUDGET
 from scripts.stack import free_port, start_exporter, wait_http
 from tests.conftest import step
 
-# the seed table's signals (../shared/DOMAIN.md): utilization and its shape, power against TDP, SM
+# the seed table's signals (the project's domain notes): utilization and its shape, power against TDP, SM
 # activity against copy utilization, framebuffer, NVLink traffic and state, P2P, fabric, temperature,
 # shm, I/O wait, disk reads, the busiest core
 SEED_SIGNALS = (

@@ -71,6 +71,8 @@ def test_failing_check_is_exported_with_its_severity_and_detail(make_node, make_
     # the checks are a source like the others: booked up, with the duration of their last round
     assert snap.source_up["node_checks"] and snap.source_durations["node_checks"] >= 0.0
     assert 'gpu_exporter_source_up{source="node_checks"} 1' in text.decode()
+    # its own schedule (minutes): not a collection the stale-collection alert judges by the sampler's cadence
+    assert 'gpu_exporter_last_collect_timestamp_seconds{source="node_checks"}' not in text.decode()
 
 
 def test_xids_come_from_the_exporters_own_counts(make_node):
