@@ -14,9 +14,8 @@ from collections.abc import Callable, Iterator
 from importlib import metadata
 
 from exporter import __version__
+from exporter.nvml_vocab import CLOCK_REASONS, FABRIC_STATES
 from exporter.sampler import GpuView, Snapshot
-from exporter.sources.nvml import CLOCK_REASONS, FABRIC_STATES
-from exporter.sources.readings import GpuReading
 from exporter.thresholds import CRITICAL_XIDS, DOCTOR_SEVERITY
 
 # the classic text format: what every Prometheus 2.x understands (the names here are all legacy-valid)
@@ -209,7 +208,7 @@ def _gpu(fams: _Families, view: GpuView, snapshot: Snapshot, detail: frozenset[s
             ("gpu_dram_active_ratio", r.dram_active, "DRAM bandwidth used over the peak (GPM)."),
         ):
             _set(fams, name, doc, base, value)
-    _nvlink_totals(fams, r, base)
+    _nvlink_totals(fams, view, base)
     for link in r.nvlinks if "nvlink" in detail else ():
         lbase = f'{base},link="{link.link}"'
         if link.up is not None:
@@ -259,11 +258,12 @@ def _xids(fams: _Families, view: GpuView, base: str, detail: frozenset[str]) -> 
             xid_fam.add(f'{base},xid="{xid}"', view.xids.get(xid, 0))
 
 
-def _nvlink_totals(fams: _Families, r: GpuReading, base: str) -> None:
+def _nvlink_totals(fams: _Families, view: GpuView, base: str) -> None:
     """Per-GPU NVLink aggregates: links up of those the GPU has, traffic by direction, errors of all
     links and types. A traffic sum is left out unless every link reported its part (a partial sum would
     look like a counter reset)."""
-    if not r.nvlinks:
+    r = view.reading
+    if r is None or not r.nvlinks:
         return
     states = [link.up for link in r.nvlinks if link.up is not None]
     if states:
