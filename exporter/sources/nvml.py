@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import ModuleType
 
+from exporter import catalog
 from exporter.errors import ErrorCounter
 from exporter.nvml_vocab import FABRIC_STATES, FI_THROTTLE_NS, NVLINK_STATE_UP
 from exporter.sources.readings import GpuIdentity, GpuReading, NvLinkReading, Sample
@@ -440,7 +441,20 @@ class NvmlSource:
             fabric_status=slow.get("fabric_status"),  # type: ignore[arg-type]
             process_count=slow.get("process_count"),  # type: ignore[arg-type]
             mig_uuids=slow.get("mig_uuids", ()),  # type: ignore[arg-type]
+            extra=self._catalog_reads(dev, slow=False) | slow.get("extra", {}),  # type: ignore[operator]
         )
+
+    def _catalog_reads(self, dev: Device, slow: bool) -> dict[str, float]:
+        """The catalog's generic signals (exporter/catalog.py ``read``) of one cadence, by name, under the
+        module's error policy like every other call."""
+        out = {}
+        for signal in catalog.READS:
+            read = signal.read
+            if read is not None and read.slow == slow:
+                value = self._scaled(dev, f"signal.{signal.name}", read.call, read.scale, *read.args)
+                if value is not None:
+                    out[signal.name] = value
+        return out
 
     @staticmethod
     def _core_failing(dev: Device) -> bool:
@@ -636,6 +650,7 @@ class NvmlSource:
         if procs is not None:
             dev.slow["process_count"] = len(procs)
         dev.slow["mig_uuids"] = self._mig_uuids(dev)
+        dev.slow["extra"] = self._catalog_reads(dev, slow=True)
         if dev.link_count:
             self._slow_links(dev)
 
