@@ -21,7 +21,9 @@ def _labels(signals: list[catalog.Signal]) -> str:
     by_name: dict[str, list[tuple[str, str | None]]] = {}
     for s in signals:
         for name, value in _LABEL.findall(s.label):
-            by_name.setdefault(name, []).append((value, s.detail))
+            values = by_name.setdefault(name, [])
+            if value not in [v for v, _ in values]:  # a value shared by several signals, once
+                values.append((value, s.detail))
     cells = []
     for name, values in by_name.items():
         always = [f"`{v}`" for v, d in values if d is None]
