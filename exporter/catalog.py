@@ -321,6 +321,27 @@ SIGNALS: tuple[Signal, ...] = (
         column_unit="s",
         fmt="{:.1f}",
     ),
+    # nvmlDeviceGetTotalEccErrors(handle, nvmlMemoryErrorType_t, nvmlEccCounterType_t), read every
+    # --slow-interval: ECC counts change rarely and a board without ECC says NotSupported once
+    *(
+        Signal(
+            f"ecc_{kind}_{counter}",
+            "errors",
+            "`nvmlDeviceGetTotalEccErrors` (memory error type corrected/uncorrected, counter volatile since "
+            "the driver loaded or aggregate over the board's life); absent on boards without ECC or with "
+            "ECC off",
+            "gpu_ecc_errors",
+            "ECC memory errors by type (corrected, uncorrected) and counter (volatile: since the driver "
+            "loaded; aggregate: the board's life).",
+            kind="counter",
+            label=f'type="{kind}",counter="{counter}"',
+            detail="ecc",
+            column=f"ecc.errors.{kind}.{counter}.total",
+            read=NvmlRead("nvmlDeviceGetTotalEccErrors", (kind_id, counter_id), slow=True),
+        )
+        for kind, kind_id in (("corrected", 0), ("uncorrected", 1))
+        for counter, counter_id in (("volatile", 0), ("aggregate", 1))
+    ),
     Signal(
         "process_count",
         "processes",
@@ -332,7 +353,9 @@ SIGNALS: tuple[Signal, ...] = (
 )
 
 # categories of --detail that catalog signals introduce (exporter/detail.py adds them): name -> what for
-DETAIL_CATEGORIES: dict[str, str] = {}
+DETAIL_CATEGORIES: dict[str, str] = {
+    "ecc": "ECC error counts by type and counter: which board's memory is wearing out",
+}
 
 READS: tuple[Signal, ...] = tuple(s for s in SIGNALS if s.read is not None)
 

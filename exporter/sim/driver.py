@@ -602,6 +602,22 @@ class FakeNvmlLibrary:
         _put(failure, 0)
         return N.NVML_SUCCESS
 
+    def nvmlDeviceGetTotalEccErrors(
+        self, handle: object, error_type: object, counter_type: object, ref: object
+    ) -> int:
+        """A GPU with a row remap pending had one uncorrected error (volatile and in its life's count);
+        every board corrected a few in its life (its index), none since the driver loaded."""
+        g = self._gpu(handle)
+        if isinstance(g, int):
+            return g
+        uncorrected = _int(error_type) == N.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+        if uncorrected:
+            count = 1 if g.index in self.conditions().remap_pending else 0
+        else:
+            count = g.index if _int(counter_type) == N.NVML_AGGREGATE_ECC else 0
+        _put(ref, count)
+        return N.NVML_SUCCESS
+
     def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: object, ref: object) -> int:
         g = self._gpu(handle)
         # Ampere and later remap rows instead of retiring pages: the driver says NOT_SUPPORTED
