@@ -10,7 +10,7 @@ import re
 from exporter import catalog, detail, traces
 from exporter.analysis.points import GpuPoint
 from exporter.sources.readings import GpuReading
-from tests.conftest import REPO
+from tests.conftest import REPO, step
 
 READING_FIELDS = {f.name for f in dataclasses.fields(GpuReading)}
 POINT_FIELDS = {f.name for f in dataclasses.fields(GpuPoint)}
@@ -67,3 +67,35 @@ def test_docs_table_is_generated_from_the_catalog() -> None:
     rest = doc.replace(block.group(1), "")
     for name in documented:  # described once, in the generated table
         assert not re.search(rf"^\| `{name}` \|", rest, re.M), name
+
+
+def test_ecc_counts_from_the_driver_to_the_exposition_and_the_trace(make_node, make_sampler, clock) -> None:
+    """The catalog's ECC rows, read by the NVML source over the simulator, exported with --detail ecc
+    only, and carried through a recorded trace."""
+    from exporter.analysis.points import live_points
+    from exporter.detail import parse_detail
+    from exporter.metrics import Renderer
+    from tests.test_series_budget import samples
+
+    sampler, _ = make_sampler(make_node("ecc_pending"))
+    snap = step(sampler, clock, cycles=3)
+    assert "gpu_ecc_errors_total" not in samples(Renderer().render(snap)[0])  # not in the series budget
+    ecc = {
+        (x.labels["gpu"], x.labels["type"], x.labels["counter"]): x.value
+        for x in samples(Renderer(parse_detail("ecc")).render(snap)[0])["gpu_ecc_errors_total"]
+    }
+    assert len(ecc) == 8 * 4
+    assert (
+        ecc["5", "uncorrected", "volatile"] == ecc["5", "uncorrected", "aggregate"] == 1
+    )  # the pending remap
+    assert ecc["3", "corrected", "aggregate"] == 3 and ecc["3", "corrected", "volatile"] == 0
+    assert ecc["0", "uncorrected", "volatile"] == 0
+
+    reading = snap.gpus[5].reading
+    assert reading is not None
+    out = io.StringIO()
+    for point in live_points(reading, None, {}, None):
+        traces.TraceWriter(out).gpu("5", "H100", point)
+    row = traces.read_text(out.getvalue())[0]
+    assert row.point.extra["ecc_uncorrected_volatile"] == 1
+    assert "ecc.errors.uncorrected.volatile.total" in out.getvalue().splitlines()[0]
