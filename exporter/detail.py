@@ -9,6 +9,8 @@ same with or without them.
 
 from __future__ import annotations
 
+from exporter import catalog
+
 # category -> (the families it adds, why one would turn it on)
 DETAIL: dict[str, tuple[tuple[str, ...], str]] = {
     "nvlink": (
@@ -38,6 +40,20 @@ DETAIL: dict[str, tuple[tuple[str, ...], str]] = {
     ),
     "processes": (("gpu_process_count",), "compute processes holding each GPU"),
 }
+
+
+def _with_catalog(table: dict[str, tuple[tuple[str, ...], str]]) -> dict[str, tuple[tuple[str, ...], str]]:
+    """The table above, plus the categories and families the signal catalog declares (exporter/catalog.py)."""
+    out = dict(table)
+    for category, why in catalog.DETAIL_CATEGORIES.items():
+        out.setdefault(category, ((), why))
+    for category, names in catalog.detail_families().items():
+        listed, why = out[category]
+        out[category] = ((*listed, *(n for n in names if n not in listed)), why)
+    return out
+
+
+DETAIL = _with_catalog(DETAIL)
 CATEGORIES = tuple(DETAIL)
 
 

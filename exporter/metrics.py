@@ -13,10 +13,9 @@ import threading
 from collections.abc import Callable, Iterator
 from importlib import metadata
 
-from exporter import __version__
+from exporter import __version__, catalog
+from exporter.nvml_vocab import CLOCK_REASONS, FABRIC_STATES
 from exporter.sampler import GpuView, Snapshot
-from exporter.sources.nvml import CLOCK_REASONS, FABRIC_STATES
-from exporter.sources.readings import GpuReading
 from exporter.thresholds import CRITICAL_XIDS, DOCTOR_SEVERITY
 
 # the classic text format: what every Prometheus 2.x understands (the names here are all legacy-valid)
@@ -134,13 +133,7 @@ def _gpu(fams: _Families, view: GpuView, snapshot: Snapshot, detail: frozenset[s
         fams.gauge("gpu_bottleneck_score", "Strength of the evidence for a verdict of this kind, 0-1.").add(
             f'{base},kind="{kind}"', round(state.score, 4)
         )
-    _set(
-        fams,
-        "gpu_utilization_ratio",
-        "Latest volatile GPU utilization (share of time a kernel ran).",
-        base,
-        r.util,
-    )
+    _readings(fams, view, base, detail)
     if view.util_window is not None:
         fam = fams.gauge(
             "gpu_utilization_window_ratio", "GPU utilization over the analysis window of driver samples."
@@ -155,44 +148,10 @@ def _gpu(fams: _Families, view: GpuView, snapshot: Snapshot, detail: frozenset[s
         base,
         view.idle_fraction,
     )
-    _set(
-        fams, "gpu_memory_utilization_ratio", "Latest memory-controller (copy) utilization.", base, r.mem_util
-    )
-    _set(fams, "gpu_memory_used_bytes", "Framebuffer memory used.", base, r.mem_used_bytes)
-    _set(fams, "gpu_memory_total_bytes", "Framebuffer memory total.", base, r.mem_total_bytes)
-    _set(fams, "gpu_power_watts", "Latest power draw.", base, r.power_w)
     if view.power_window is not None:
         fam = fams.gauge("gpu_power_window_watts", "Power draw over the analysis window.")
         for stat in POWER_STATS if "window" in detail else ("mean",):
             fam.add(f'{base},stat="{stat}"', getattr(view.power_window, stat))
-    _set(fams, "gpu_power_limit_watts", "Enforced power limit.", base, r.power_limit_w)
-    _set(
-        fams,
-        "gpu_power_default_limit_watts",
-        "The board's default power limit, used as TDP.",
-        base,
-        r.power_default_limit_w,
-    )
-    if r.energy_j is not None:
-        fams.counter("gpu_energy_joules", "Energy consumed since the driver loaded.").add(base, r.energy_j)
-    for sensor, value in (("gpu", r.temp_c), ("memory", r.temp_mem_c)):
-        if value is not None:
-            fams.gauge("gpu_temperature_celsius", "Temperature.").add(f'{base},sensor="{sensor}"', value)
-    _set(
-        fams,
-        "gpu_temperature_slowdown_celsius",
-        "Temperature at which the GPU starts hardware slowdown.",
-        base,
-        r.temp_slowdown_c,
-    )
-    for clock, now, top in (
-        ("sm", r.clock_sm_hz, r.clock_sm_max_hz),
-        ("memory", r.clock_mem_hz, r.clock_mem_max_hz),
-    ):
-        if now is not None and (clock == "sm" or "clocks" in detail):
-            fams.gauge("gpu_clock_hertz", "Current clock.").add(f'{base},clock="{clock}"', now)
-        if top is not None and "clocks" in detail:
-            fams.gauge("gpu_clock_max_hertz", "Maximum clock.").add(f'{base},clock="{clock}"', top)
     if r.clock_reasons is not None and "clocks" in detail:
         fam = fams.gauge("gpu_clock_event_active", "1 while a clock-event (throttle) reason is active.")
         for bit, reason in CLOCK_REASONS.items():
@@ -201,15 +160,7 @@ def _gpu(fams: _Families, view: GpuView, snapshot: Snapshot, detail: frozenset[s
         fams.counter("gpu_clock_event_seconds", "Time the clocks were held down, by reason.").add(
             f'{base},reason="{reason}"', seconds
         )
-    _set(fams, "gpu_sm_active_ratio", "Share of time SMs had a warp resident (GPM).", base, r.sm_active)
-    if "profiling" in detail:
-        for name, value, doc in (
-            ("gpu_sm_occupancy_ratio", r.sm_occupancy, "Resident warps over the maximum (GPM)."),
-            ("gpu_tensor_active_ratio", r.tensor_active, "Share of time tensor cores were busy (GPM)."),
-            ("gpu_dram_active_ratio", r.dram_active, "DRAM bandwidth used over the peak (GPM)."),
-        ):
-            _set(fams, name, doc, base, value)
-    _nvlink_totals(fams, r, base)
+    _nvlink_totals(fams, view, base)
     for link in r.nvlinks if "nvlink" in detail else ():
         lbase = f'{base},link="{link.link}"'
         if link.up is not None:
@@ -240,8 +191,18 @@ def _gpu(fams: _Families, view: GpuView, snapshot: Snapshot, detail: frozenset[s
         fam = fams.gauge("gpu_fabric_state", "NVSwitch fabric registration; 1 for the current state.")
         for state in FABRIC_STATES.values():
             fam.add(f'{base},state="{state}"', 1 if state == r.fabric_state else 0)
-    if "processes" in detail:
-        _set(fams, "gpu_process_count", "Compute processes holding the GPU.", base, r.process_count)
+
+
+def _readings(fams: _Families, view: GpuView, base: str, detail: frozenset[str]) -> None:
+    """The catalog's plain per-GPU signals (exporter/catalog.py): one series each where the GPU has it."""
+    r = view.reading
+    if r is None:
+        return
+    extra = r.extra
+    for attr, name, kind, doc, label, generic in catalog.metric_rows(detail):
+        value = extra.get(attr) if generic else getattr(r, attr)
+        if value is not None:
+            fams._family(name, kind, doc).add(base + label, value)
 
 
 def _xids(fams: _Families, view: GpuView, base: str, detail: frozenset[str]) -> None:
@@ -259,11 +220,12 @@ def _xids(fams: _Families, view: GpuView, base: str, detail: frozenset[str]) -> 
             xid_fam.add(f'{base},xid="{xid}"', view.xids.get(xid, 0))
 
 
-def _nvlink_totals(fams: _Families, r: GpuReading, base: str) -> None:
+def _nvlink_totals(fams: _Families, view: GpuView, base: str) -> None:
     """Per-GPU NVLink aggregates: links up of those the GPU has, traffic by direction, errors of all
     links and types. A traffic sum is left out unless every link reported its part (a partial sum would
     look like a counter reset)."""
-    if not r.nvlinks:
+    r = view.reading
+    if r is None or not r.nvlinks:
         return
     states = [link.up for link in r.nvlinks if link.up is not None]
     if states:

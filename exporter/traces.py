@@ -21,44 +21,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
-from exporter.analysis.points import GpuPoint, HostPoint
+from exporter import catalog
+from exporter.analysis.points import NO_EXTRA, GpuPoint, HostPoint
 from exporter.thresholds import EVAL_INTERVAL, TRACE_GAP_PERIODS
 
-MIB = float(1 << 20)
+MIB = catalog.MIB
 UNIT_SCALE = {"%": 0.01, "mib": MIB, "mib/s": MIB, "w": 1.0, "mhz": 1e6, "": 1.0, "c": 1.0, "s": 1.0}
 MISSING = {"", "n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]", "[gpu is lost]", "nan"}
 
-# column name -> (point, attribute, unit of the value stored in the point); units come from the file
+# column name -> (point, attribute); units come from the file. The GPU's columns come from the signal
+# catalog (exporter/catalog.py), the node's are these.
 GPU_COLUMNS: dict[str, tuple[str, str]] = {
-    "utilization.gpu": ("gpu", "util"),
-    "utilization.memory": ("gpu", "mem_util"),
-    "memory.used": ("gpu", "mem_used_bytes"),
-    "memory.total": ("gpu", "mem_total_bytes"),
-    "power.draw": ("gpu", "power_w"),
-    "power.draw.instant": ("gpu", "power_w"),
-    "power.draw.average": ("gpu", "power_w"),
-    "power.limit": ("gpu", "power_limit_w"),
-    "enforced.power.limit": ("gpu", "power_limit_w"),
-    "power.default_limit": ("gpu", "power_default_w"),
-    "temperature.gpu": ("gpu", "temp_c"),
-    "temperature.memory": ("gpu", "temp_mem_c"),
-    "clocks.sm": ("gpu", "sm_clock_hz"),
-    "clocks.current.sm": ("gpu", "sm_clock_hz"),
-    "clocks.max.sm": ("gpu", "sm_clock_max_hz"),
-    "clocks_event_reasons.active": ("gpu", "reasons"),
-    "clocks_throttle_reasons.active": ("gpu", "reasons"),
-    "gpm.sm_active": ("gpu", "sm_active"),
-    "gpm.tensor_active": ("gpu", "tensor_active"),
-    "nvlink.tx": ("gpu", "nvlink_tx_bps"),
-    "nvlink.rx": ("gpu", "nvlink_rx_bps"),
-    "pcie.tx": ("gpu", "pcie_tx_bps"),
-    "pcie.rx": ("gpu", "pcie_rx_bps"),
-    "nvlink.active": ("gpu", "nvlink_active"),
-    "nvlink.links": ("gpu", "nvlink_links"),
-    "nvlink.errors": ("gpu", "nvlink_errors"),
-    "p2p.failed": ("gpu", "p2p_failed"),
-    "fabric.ready": ("gpu", "fabric_ready"),
-    "progress.log_silent": ("gpu", "log_silent_s"),
+    **catalog.gpu_columns(),
     "host.cpu.iowait": ("host", "iowait"),
     "host.cpu.max_core": ("host", "core_busy_max"),
     "host.shm.used": ("host", "shm_used_bytes"),
@@ -71,10 +45,7 @@ GPU_COLUMNS: dict[str, tuple[str, str]] = {
 META_COLUMNS = {"timestamp", "index", "name", "uuid", "pci.bus_id", "driver_version", "pstate", "serial"}
 # the columns that are shares of time or capacity, written in percent
 PERCENT_FIELDS = (
-    "util",
-    "mem_util",
-    "sm_active",
-    "tensor_active",
+    *catalog.percent_fields(),
     "iowait",
     "core_busy_max",
     "psi_io",
@@ -84,63 +55,25 @@ PERCENT_FIELDS = (
 
 # the unit a column has when neither its header nor its cells say (nvidia-smi's own units)
 DEFAULT_UNITS: dict[str, str] = {
+    **catalog.default_units(),
     **dict.fromkeys(PERCENT_FIELDS, "%"),
-    **dict.fromkeys(("mem_used_bytes", "mem_total_bytes", "shm_used_bytes", "shm_size_bytes"), "MiB"),
-    **dict.fromkeys(("power_w", "power_limit_w", "power_default_w"), "W"),
-    **dict.fromkeys(("sm_clock_hz", "sm_clock_max_hz"), "MHz"),
-    **dict.fromkeys(
-        ("nvlink_tx_bps", "nvlink_rx_bps", "pcie_tx_bps", "pcie_rx_bps", "disk_read_bps"), "MiB/s"
-    ),
+    **dict.fromkeys(("shm_used_bytes", "shm_size_bytes"), "MiB"),
+    "disk_read_bps": "MiB/s",
 }
 
 # Physically possible values, in the base units points hold: (low, high, as shown, why). A cell outside is a
 # corrupt or mis-scaled value (9999 C, -40 W, 250 %); it is read as missing, never fed to the detectors,
 # and counted per column (a warning each, ``clipped_values`` in the replay summary).
-_SHARE = (0.0, 1.0, "0-100 %", "a share of time or capacity")
 BOUNDS: dict[str, tuple[float, float, str, str]] = {
-    **dict.fromkeys(PERCENT_FIELDS, _SHARE),
-    **dict.fromkeys(
-        ("temp_c", "temp_mem_c"), (-40.0, 150.0, "-40..150 C", "beyond any GPU's storage and shutdown limits")
-    ),
-    **dict.fromkeys(
-        ("power_w", "power_limit_w", "power_default_w"),
-        (0.0, 5000.0, "0..5000 W", "no board draws less than nothing or more than a whole 8-GPU tray"),
-    ),
-    **dict.fromkeys(
-        ("sm_clock_hz", "sm_clock_max_hz"), (0.0, 1e10, "0..10000 MHz", "no GPU clocks above a few GHz")
-    ),
-    **dict.fromkeys(
-        ("mem_used_bytes", "mem_total_bytes", "shm_used_bytes", "shm_size_bytes"),
-        (0.0, math.inf, ">= 0 MiB", "memory is never negative"),
-    ),
+    **catalog.bounds(),
+    **dict.fromkeys(PERCENT_FIELDS, catalog.SHARE),
+    **dict.fromkeys(("shm_used_bytes", "shm_size_bytes"), catalog.MEMORY),
 }
 
-# what record writes: (header, point, attribute, scale from base units to the header's unit, format)
+# what record writes: (header, point, attribute, scale from base units to the header's unit, format);
+# "extra": a catalog signal carried in GpuPoint.extra
 WRITE_COLUMNS: tuple[tuple[str, str, str, float, str], ...] = (
-    ("utilization.gpu [%]", "gpu", "util", 100.0, "{:.0f} %"),
-    ("utilization.memory [%]", "gpu", "mem_util", 100.0, "{:.0f} %"),
-    ("memory.used [MiB]", "gpu", "mem_used_bytes", 1 / MIB, "{:.0f} MiB"),
-    ("memory.total [MiB]", "gpu", "mem_total_bytes", 1 / MIB, "{:.0f} MiB"),
-    ("power.draw [W]", "gpu", "power_w", 1.0, "{:.2f} W"),
-    ("power.limit [W]", "gpu", "power_limit_w", 1.0, "{:.2f} W"),
-    ("power.default_limit [W]", "gpu", "power_default_w", 1.0, "{:.2f} W"),
-    ("temperature.gpu", "gpu", "temp_c", 1.0, "{:.0f}"),
-    ("temperature.memory", "gpu", "temp_mem_c", 1.0, "{:.0f}"),
-    ("clocks.sm [MHz]", "gpu", "sm_clock_hz", 1e-6, "{:.0f} MHz"),
-    ("clocks.max.sm [MHz]", "gpu", "sm_clock_max_hz", 1e-6, "{:.0f} MHz"),
-    ("clocks_event_reasons.active", "gpu", "reasons", 1.0, "hex"),
-    ("gpm.sm_active [%]", "gpu", "sm_active", 100.0, "{:.1f}"),
-    ("gpm.tensor_active [%]", "gpu", "tensor_active", 100.0, "{:.1f}"),
-    ("nvlink.tx [MiB/s]", "gpu", "nvlink_tx_bps", 1 / MIB, "{:.0f}"),
-    ("nvlink.rx [MiB/s]", "gpu", "nvlink_rx_bps", 1 / MIB, "{:.0f}"),
-    ("pcie.tx [MiB/s]", "gpu", "pcie_tx_bps", 1 / MIB, "{:.0f}"),
-    ("pcie.rx [MiB/s]", "gpu", "pcie_rx_bps", 1 / MIB, "{:.0f}"),
-    ("nvlink.active", "gpu", "nvlink_active", 1.0, "{:.0f}"),
-    ("nvlink.links", "gpu", "nvlink_links", 1.0, "{:.0f}"),
-    ("nvlink.errors", "gpu", "nvlink_errors", 1.0, "{:.0f}"),
-    ("p2p.failed", "gpu", "p2p_failed", 1.0, "{:.0f}"),
-    ("fabric.ready", "gpu", "fabric_ready", 1.0, "{:.0f}"),
-    ("progress.log_silent [s]", "gpu", "log_silent_s", 1.0, "{:.1f}"),
+    *catalog.write_columns(),
     ("host.cpu.iowait [%]", "host", "iowait", 100.0, "{:.1f}"),
     ("host.cpu.max_core [%]", "host", "core_busy_max", 100.0, "{:.1f}"),
     ("host.shm.used [MiB]", "host", "shm_used_bytes", 1 / MIB, "{:.0f}"),
@@ -440,6 +373,7 @@ class TraceReader:
         ts = parse_timestamp(fields[self._by_name["timestamp"]])
         gpu_values: dict[str, float | None] = {}
         host_values: dict[str, float | None] = {}
+        extra: dict[str, float] = {}  # catalog signals read generically (GpuPoint.extra)
         clipped: list[Column] = []
         for col in self._columns:
             if col.target is None:
@@ -452,6 +386,10 @@ class TraceReader:
             if value is not None and attr in BOUNDS and not BOUNDS[attr][0] <= value <= BOUNDS[attr][1]:
                 value = None
                 clipped.append(col)
+            if kind == "extra":
+                if value is not None:
+                    extra[attr] = value
+                continue
             (gpu_values if kind == "gpu" else host_values)[attr] = value
         gpu = self._gpu_id(fields)
         last = self._last_ts.get(gpu)
@@ -486,7 +424,7 @@ class TraceReader:
             line=line,
             t=t,
             gpu=gpu,
-            point=GpuPoint(t=t, **gpu_values),  # type: ignore[arg-type]
+            point=GpuPoint(t=t, extra=extra or NO_EXTRA, **gpu_values),  # type: ignore[arg-type]
             host=host,
             name=name,
             segment=self.stats.gap_count,
@@ -528,8 +466,11 @@ class TraceWriter:
             self._header_written = True
         cells = [format_timestamp(point.t), gpu, name]
         for _, kind, attr, scale, fmt in WRITE_COLUMNS:
-            source = point if kind == "gpu" else self._host
-            value = getattr(source, attr) if source is not None else None
+            if kind == "extra":
+                value = point.extra.get(attr)
+            else:
+                source = point if kind == "gpu" else self._host
+                value = getattr(source, attr) if source is not None else None
             if value is None or (isinstance(value, float) and math.isnan(value)):
                 cells.append("[N/A]")
             elif fmt == "hex":

@@ -12,11 +12,9 @@ from dataclasses import dataclass
 
 from exporter.analysis.points import GpuPoint, HostPoint
 from exporter.analysis.window import HIGH_Q, fraction_below, quantile, summarize
+from exporter.nvml_vocab import HW_SLOWDOWN, POWER_CAP_BITS, THERMAL_BITS
 from exporter.thresholds import LEDGER_BUSY_UTIL, UTIL_IDLE_LINE, board_tdp
 
-THERMAL_BITS = 0x20 | 0x40  # sw_thermal, hw_thermal
-HW_SLOWDOWN = 0x8
-POWER_CAP_BITS = 0x4 | 0x80  # sw_power_cap, hw_power_brake
 BUSY_LINE = LEDGER_BUSY_UTIL.value
 FLAT = 1e-12  # a variance this small is no spread at all: no slope
 PER_MINUTE = 60.0

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from exporter.analysis.points import GpuPoint
+from exporter.nvml_vocab import HW_SLOWDOWN, POWER_CAP_BITS, THERMAL_BITS
 from exporter.thresholds import (
     COVERAGE_CLEAR,
     COVERAGE_EXIT,
@@ -97,10 +98,6 @@ FAMILIES: dict[str, tuple[str, ...]] = {
 _INDEX = {state: i for i, state in enumerate(STATES)}
 _THERMAL = len(STATES)  # one more slot: the part of `throttled` that is for heat (the rest is power)
 _SLOTS = len(STATES) + 1
-
-THERMAL_BITS = 0x20 | 0x40  # sw_thermal, hw_thermal
-HW_SLOWDOWN = 0x8  # thermal or a power brake: thermal only when the GPU is hot
-POWER_CAP_BITS = 0x4 | 0x80  # sw_power_cap, hw_power_brake
 
 
 # ---- one point, one second ----------------------------------------------------------------------

@@ -9,9 +9,13 @@ All values are in base units: ratios 0-1, watts, bytes, bytes/s, hertz, celsius.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 
 from exporter.sources.readings import GpuReading, HostReading, Sample
+
+NO_EXTRA: Mapping[str, float] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +45,8 @@ class GpuPoint:
     p2p_failed: float | None = None  # peers this GPU cannot reach peer-to-peer
     fabric_ready: bool | None = None  # NVSwitch fabric registration completed
     log_silent_s: float | None = None  # seconds since the job's last log line or progress report
+    # catalog signals read generically (exporter/catalog.py), by name; shared with the reading, never copied
+    extra: Mapping[str, float] = field(default_factory=lambda: NO_EXTRA, hash=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +115,7 @@ def gpu_points(reading: GpuReading, prev: GpuReading | None, p2p_failed: int | N
         nvlink_errors=_sum([sum(link.errors.values()) if link.errors else None for link in reading.nvlinks]),
         p2p_failed=p2p_failed,
         fabric_ready=None if reading.fabric_state is None else reading.fabric_state == "completed",
+        extra=reading.extra or NO_EXTRA,
     )
     if not reading.util_samples:
         return [

@@ -6,7 +6,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from exporter.artifacts import alerts, chart, dashboards, detection_doc, doctor_doc, thresholds_doc
+from exporter.artifacts import (
+    alerts,
+    chart,
+    dashboards,
+    detection_doc,
+    doctor_doc,
+    metrics_doc,
+    thresholds_doc,
+)
 
 # repository-relative path -> function producing the file's content
 ARTIFACTS: dict[str, Callable[[], str]] = {
@@ -17,6 +25,7 @@ ARTIFACTS: dict[str, Callable[[], str]] = {
     **{path: dashboards.renderer(path) for path in dashboards.DASHBOARDS},
     "docs/dashboards.md": dashboards.render_doc,
     "docs/doctor.md": doctor_doc.render,
+    metrics_doc.DOC: metrics_doc.render,
     **chart.FILES,
 }
 

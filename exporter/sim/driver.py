@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import pynvml as N
 
+from exporter.nvml_vocab import FI_THROTTLE_NS, THROTTLE_COUNTER_BITS
 from exporter.sim.conditions import PCIE_GEN, PCIE_WIDTH, NodeConditions, conditions_for
 from exporter.sim.faults import FaultPlan
 from exporter.sim.physics import NodeModel
@@ -33,11 +34,8 @@ _FIELD_ERROR_TYPES = {
     N.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY: "recovery",
     N.NVML_FI_DEV_NVLINK_ERROR_DL_CRC: "crc_flit",
 }
-_THROTTLE_FIELDS = {
-    N.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP: "sw_power_cap",
-    N.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN: "sw_thermal",
-    N.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN: "hw_thermal",
-}
+# the reasons whose time the simulated board counts, by field id
+_THROTTLE_FIELDS = {fid: reason for fid, reason in FI_THROTTLE_NS.items() if reason in THROTTLE_COUNTER_BITS}
 _GPM_METRICS = {
     N.NVML_GPM_METRIC_SM_UTIL: 1,
     N.NVML_GPM_METRIC_SM_OCCUPANCY: 2,
@@ -602,6 +600,22 @@ class FakeNvmlLibrary:
         _put(uncorrected, 1 if waiting else 0)
         _put(pending, 1 if waiting else 0)
         _put(failure, 0)
+        return N.NVML_SUCCESS
+
+    def nvmlDeviceGetTotalEccErrors(
+        self, handle: object, error_type: object, counter_type: object, ref: object
+    ) -> int:
+        """A GPU with a row remap pending had one uncorrected error (volatile and in its life's count);
+        every board corrected a few in its life (its index), none since the driver loaded."""
+        g = self._gpu(handle)
+        if isinstance(g, int):
+            return g
+        uncorrected = _int(error_type) == N.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+        if uncorrected:
+            count = 1 if g.index in self.conditions().remap_pending else 0
+        else:
+            count = g.index if _int(counter_type) == N.NVML_AGGREGATE_ECC else 0
+        _put(ref, count)
         return N.NVML_SUCCESS
 
     def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: object, ref: object) -> int:

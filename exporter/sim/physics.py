@@ -22,17 +22,12 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import NamedTuple
 
+from exporter.nvml_vocab import GPU_IDLE, HW_THERMAL, SW_POWER_CAP, SW_THERMAL, THROTTLE_COUNTER_BITS
 from exporter.sim.scenarios import TOURS, Scenario, tour_seconds, tour_timeline
 
 MiB = 1 << 20
 GiB = 1 << 30
 
-# clock-event reason bits (nvmlClocksEventReason*)
-GPU_IDLE = 0x1
-SW_POWER_CAP = 0x4
-SW_THERMAL = 0x20
-HW_THERMAL = 0x40
-THROTTLE_COUNTER_BITS = {"sw_power_cap": SW_POWER_CAP, "sw_thermal": SW_THERMAL, "hw_thermal": HW_THERMAL}
 
 NVLINK_ERROR_TYPES = ("replay", "recovery", "crc_flit", "crc_data")
 

@@ -26,7 +26,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import ModuleType
 
+from exporter import catalog
 from exporter.errors import ErrorCounter
+from exporter.nvml_vocab import FABRIC_STATES, FI_THROTTLE_NS, NVLINK_STATE_UP
 from exporter.sources.readings import GpuIdentity, GpuReading, NvLinkReading, Sample
 from exporter.thresholds import SAMPLE_CARRY, SIGNAL_RETRY_INITIAL, SIGNAL_RETRY_MAX
 
@@ -64,18 +66,6 @@ CORE_KEYS = (
     "memory",
 )
 
-# clock-event reason bits (nvml.h nvmlClocksEventReason*) -> label value
-CLOCK_REASONS: dict[int, str] = {
-    0x1: "gpu_idle",
-    0x2: "applications_clocks_setting",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal",
-    0x40: "hw_thermal",
-    0x80: "hw_power_brake",
-    0x100: "display_clock_setting",
-}
 
 # field ids from nvml.h (an ABI: the numbers never change, older bindings may lack the names)
 FI_MEMORY_TEMP = 82
@@ -86,17 +76,8 @@ FI_NVLINK_ERR = {161: "replay", 162: "recovery", 163: "crc"}  # NVML_FI_DEV_NVLI
 FI_NVLINK_STATE = 165  # NVML_FI_DEV_NVLINK_GET_STATE, per link
 FI_PCIE_TX_BYTES = 197
 FI_PCIE_RX_BYTES = 198
-FI_THROTTLE_NS = {
-    74: "sw_power_cap",
-    76: "sync_boost",
-    269: "sw_thermal",
-    270: "hw_thermal",
-    271: "hw_power_brake",
-}
-NVLINK_STATE_UP = (1, 2)  # ACTIVE, SLEEP (low-power but usable)
 ERROR_COUNTERS = {0: "replay", 1: "recovery", 2: "crc"}  # nvmlDeviceGetNvLinkErrorCounter; 2 = DL_CRC_FLIT
 
-FABRIC_STATES = {1: "not_started", 2: "in_progress", 3: "completed"}
 # plain ints: pynvml spells NVML_P2P_CAPS_INDEX_READ as the tuple (0,), which ctypes rejects
 P2P_CAPS = {"read": 0, "write": 1, "nvlink": 2}
 
@@ -460,7 +441,20 @@ class NvmlSource:
             fabric_status=slow.get("fabric_status"),  # type: ignore[arg-type]
             process_count=slow.get("process_count"),  # type: ignore[arg-type]
             mig_uuids=slow.get("mig_uuids", ()),  # type: ignore[arg-type]
+            extra=self._catalog_reads(dev, slow=False) | slow.get("extra", {}),  # type: ignore[operator]
         )
+
+    def _catalog_reads(self, dev: Device, slow: bool) -> dict[str, float]:
+        """The catalog's generic signals (exporter/catalog.py ``read``) of one cadence, by name, under the
+        module's error policy like every other call."""
+        out = {}
+        for signal in catalog.READS:
+            read = signal.read
+            if read is not None and read.slow == slow:
+                value = self._scaled(dev, f"signal.{signal.name}", read.call, read.scale, *read.args)
+                if value is not None:
+                    out[signal.name] = value
+        return out
 
     @staticmethod
     def _core_failing(dev: Device) -> bool:
@@ -656,6 +650,7 @@ class NvmlSource:
         if procs is not None:
             dev.slow["process_count"] = len(procs)
         dev.slow["mig_uuids"] = self._mig_uuids(dev)
+        dev.slow["extra"] = self._catalog_reads(dev, slow=True)
         if dev.link_count:
             self._slow_links(dev)
 

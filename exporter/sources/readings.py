@@ -80,6 +80,7 @@ class GpuReading:
     fabric_status: str | None = None
     process_count: int | None = None
     mig_uuids: tuple[str, ...] = ()  # MIG devices carved out of this GPU (MIG mode on)
+    extra: dict[str, float] = field(default_factory=dict)  # catalog signals read generically, by name
 
 
 @dataclass(frozen=True, slots=True)
