@@ -196,8 +196,9 @@ def test_any_text_reads_as_rows_or_one_trace_error(lines):
     for row in rows:
         assert math.isfinite(row.t)
         assert 0 <= int(row.gpu) < MAX_GPUS
-        for name in row.point.__slots__:
-            value = getattr(row.point, name)
+        values = [(name, getattr(row.point, name)) for name in row.point.__slots__ if name != "extra"]
+        values += list(row.point.extra.items())  # the catalog's signals that have no field of their own
+        for name, value in values:
             assert value is None or isinstance(value, bool) or math.isfinite(value), (name, value)
         assert row.point.reasons is None or 0 <= row.point.reasons < MAX_REASONS
     assert reader.stats.rows == len(rows)
