@@ -1,12 +1,12 @@
 """Files generated from the threshold table (and the code's own definitions). Never edit them by hand:
-run ``python -m exporter.artifacts`` (``make artifacts``); a test fails when one is stale."""
+run ``python -m devtools.artifacts`` (``make artifacts``); a test fails when one is stale."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
 
-from exporter.artifacts import (
+from devtools.artifacts import (
     alerts,
     chart,
     dashboards,
