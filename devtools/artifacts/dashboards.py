@@ -5,6 +5,10 @@ and its GPUs, and one job (pod) across nodes. Threshold steps and reference line
 threshold table; verdict codes, texts and colours from the verdict registry (``analysis/kinds.py``); the
 "where GPU time goes" panels from the time ledger (``gpu_time_seconds_total{state}``, ``analysis/ledger.py``);
 every query runs on the ``$datasource`` variable; every panel has a unit and a description.
+
+Each dashboard is data: a list of panel specs (``Spec``: kind, title, description, queries, size) and rows,
+drawn by one function (``draw``, laid out by ``lay_out``); only panels no kind describes (tables with their
+own transformations, the heatmap, a repeated panel) are ``Custom`` builders.
 """
 
 from __future__ import annotations
@@ -548,41 +552,91 @@ def fleet() -> db.Dashboard:
         ),
         ("node", "label_values(gpu_info, node)", True),
     )
-    b = Board(d)
-    sel = ', node=~"$node"'
-    for title, desc, kinds in verdict_stats():
-        expr = f'sum({rec.NODE_KINDS}{{kind=~"{"|".join(kinds)}"{sel}}}) or vector(0)'
-        b.add(_stat(title, desc, expr), 3, 4)
-    b.add(
-        _stat(
+    lay_out(Board(d), fleet_panels())
+    return d
+
+
+FLEET_NODES = 'node=~"$node"'
+
+
+def fleet_panels() -> list[Item]:
+    nodes = FLEET_NODES
+    counts = [
+        Spec(
+            "stat",
+            title,
+            desc,
+            target(f'sum({rec.NODE_KINDS}{{kind=~"{"|".join(kinds)}", {nodes}}}) or vector(0)'),
+            (3, 4),
+        )
+        for title, desc, kinds in verdict_stats()
+    ]
+    return [
+        *counts,
+        Spec(
+            "stat",
             "GPUs down",
             "GPUs that did not answer their last collection.",
-            'count(gpu_up{node=~"$node"} == 0) or vector(0)',
+            target(f"count(gpu_up{{{nodes}}} == 0) or vector(0)"),
+            (3, 4),
         ),
-        3,
-        4,
-    )
-    b.add(
-        _stat(
+        Spec(
+            "stat",
             "Firing GPU alerts",
             "Alerts of the exporter's rules firing now.",
-            'count(ALERTS{alertstate="firing", alertname=~"Gpu.*"}) or vector(0)',
+            target('count(ALERTS{alertstate="firing", alertname=~"Gpu.*"}) or vector(0)'),
+            (3, 4),
         ),
-        3,
-        4,
-    )
-    b.row("Verdicts")
-    b.add(
-        _timeline(
+        Row("Verdicts"),
+        Spec(
+            "timeline",
             "Verdict by node and GPU",
             "The most serious verdict of each GPU over time.",
-            recorded_verdict_code(sel.lstrip(", "), "node, gpu"),
-            "{{node}} / GPU {{gpu}}",
+            target(recorded_verdict_code(nodes, "node, gpu"), "{{node}} / GPU {{gpu}}"),
+            (24, 10),
         ),
-        24,
-        10,
-    )
-    b.add(
+        Custom(_worst_offenders, (14, 9)),
+        Custom(_input_wait_heatmap, (10, 9)),
+        Custom(_firing_alerts, (24, 7)),
+        Row("Utilization and power by node"),
+        Spec(
+            "ratio",
+            "Mean GPU utilization by node",
+            "Window mean of every driver sample, per node (recorded).",
+            target(f"{rec.NODE_UTIL}{{{nodes}}}", "{{node}}"),
+            lines=line(th.UTIL_SUSPICION),
+        ),
+        Spec(
+            "ratio",
+            "Power against TDP by node",
+            "Mean power over the default power limit (recorded).",
+            target(f"{rec.NODE_POWER}{{{nodes}}}", "{{node}}"),
+            lines=line(th.POWER_LOW),
+        ),
+        Row("Where GPU time goes"),
+        Spec(
+            "shares",
+            "Share of GPU time by state",
+            "Where the selected nodes' GPU time goes, from each GPU's time ledger: computing, waiting for "
+            "input, for a collective or for a checkpoint, stalled, throttled, idle while allocated, free. "
+            "Stacked: the states add up to 100 %. Read from the recorded per-node rates.",
+            target(recorded_share(rec.NODE_RATE, nodes)),
+            (16, 8),
+        ),
+        Spec(
+            "hours",
+            "GPU-hours by state",
+            "GPU-hours spent in each ledger state over the dashboard's time range, on the selected nodes.",
+            target(ledger_hours(nodes)),
+            (8, 8),
+        ),
+        Custom(_share_per_node, (8, 7)),
+    ]
+
+
+def _worst_offenders() -> table.Panel:
+    """Verdicts holding now, one table row each."""
+    return (
         table.Panel()
         .title("Worst offenders")
         .description("Verdicts holding now, with their cause and the pod that holds the GPU.")
@@ -612,22 +666,26 @@ def fleet() -> db.Dashboard:
                 },
             )
         )
-        .thresholds(steps()),
-        14,
-        9,
+        .thresholds(steps())
     )
-    b.add(
+
+
+def _input_wait_heatmap() -> heatmap.Panel:
+    """How many nodes lose which share of their time to input wait."""
+    return (
         heatmap.Panel()
         .title("Input-wait share")
         .description("How many nodes lose which share of their GPU time waiting for input, over time.")
         .unit("percentunit")
-        .with_target(query(f'{rec.NODE_SHARE}{{state="input_wait"{sel}}}'))
+        .with_target(query(f'{rec.NODE_SHARE}{{state="input_wait", {FLEET_NODES}}}'))
         .calculate(True)
-        .color(heatmap.HeatmapColorOptions().mode(hm.HeatmapColorMode.SCHEME).scheme("Oranges").steps(32)),
-        10,
-        9,
+        .color(heatmap.HeatmapColorOptions().mode(hm.HeatmapColorMode.SCHEME).scheme("Oranges").steps(32))
     )
-    b.add(
+
+
+def _firing_alerts() -> table.Panel:
+    """The exporter's alerts firing now, one table row each."""
+    return (
         table.Panel()
         .title("Firing alerts")
         .description("The exporter's alerts firing now.")
@@ -646,66 +704,22 @@ def fleet() -> db.Dashboard:
                     },
                 },
             )
-        ),
-        24,
-        7,
+        )
     )
-    b.row("Utilization and power by node")
-    b.add(
-        _ratio(
-            "Mean GPU utilization by node",
-            "Window mean of every driver sample, per node (recorded).",
-            query(f'{rec.NODE_UTIL}{{node=~"$node"}}', "{{node}}"),
-            lines=line(th.UTIL_SUSPICION),
-        ),
-        12,
-        8,
-    )
-    b.add(
-        _ratio(
-            "Power against TDP by node",
-            "Mean power over the default power limit (recorded).",
-            query(f'{rec.NODE_POWER}{{node=~"$node"}}', "{{node}}"),
-            lines=line(th.POWER_LOW),
-        ),
-        12,
-        8,
-    )
-    b.row("Where GPU time goes")
-    nodes = 'node=~"$node"'
-    b.add(
-        _shares(
-            "Share of GPU time by state",
-            "Where the selected nodes' GPU time goes, from each GPU's time ledger: computing, waiting for "
-            "input, for a collective or for a checkpoint, stalled, throttled, idle while allocated, free. "
-            "Stacked: the states add up to 100 %. Read from the recorded per-node rates.",
-            recorded_share(rec.NODE_RATE, nodes),
-        ),
-        16,
-        8,
-    )
-    b.add(
-        _hours(
-            "GPU-hours by state",
-            "GPU-hours spent in each ledger state over the dashboard's time range, on the selected nodes.",
-            ledger_hours(nodes),
-        ),
-        8,
-        8,
-    )
-    b.add(
+
+
+def _share_per_node() -> timeseries.Panel:
+    """The ledger shares repeated once per selected node."""
+    return (
         _shares(
             "Share of GPU time by state on $node",
             "The same share for each node (one panel per node, recorded): the states add up to 100 %.",
-            f"{rec.NODE_SHARE}{{{nodes}}}",
+            f"{rec.NODE_SHARE}{{{FLEET_NODES}}}",
         )
         .repeat("node")
         .repeat_direction("h")
-        .max_per_row(3),
-        8,
-        7,
+        .max_per_row(3)
     )
-    return d
 
 
 # ---- node and GPU detail -----------------------------------------------------------------------------
