@@ -36,7 +36,7 @@ format: $(VENV)/.installed
 	$(BIN)/ruff format .
 
 artifacts: $(VENV)/.installed
-	$(BIN)/python -m exporter.artifacts
+	$(BIN)/python -m devtools.artifacts
 
 protos: $(VENV)/.installed
 	$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --grpc_python_out=. exporter/sources/podresources/v1/api.proto

@@ -38,7 +38,7 @@ def substitute(text: str, values: dict[str, str]) -> str:
 
 def dashboard_queries(path: str) -> list[tuple[str, str, bool]]:
     """(panel title / ref, expression, instant) of every target of a generated dashboard."""
-    from exporter.artifacts.dashboard_checks import panels
+    from devtools.artifacts.dashboard_checks import panels
 
     board = json.loads((REPO / path).read_text())
     out = []
@@ -65,7 +65,7 @@ def scalar(api, expr: str) -> float:
 
 
 def main() -> int:
-    from exporter.artifacts import alerts
+    from devtools.artifacts import alerts
     from exporter.sim.fleet import Fleet, FleetServer, FleetSpec, scrape_configs
     from scripts.stack import PageReceiver, Stack, wait_http
 

@@ -46,13 +46,12 @@ SCRAPERS, SLOWLORIS, HALF_OPEN = 50, 250, 250
 
 def child(port: int, gpus: int, stats_path: Path) -> int:
     """The exporter serving a simulated node whose pods churn; writes its collection gaps at exit."""
-    from exporter.app import Application
-    from exporter.cli import _listen, _logging
+    from exporter.app import Application, configure_logging, listen
     from exporter.config import Settings
     from exporter.server import serve
     from exporter.sim import SimulatedNode
 
-    _logging("warning")
+    configure_logging("warning")
     node = SimulatedNode("healthy", n_gpus=gpus)
     module = node.install()
     node.host.start()
@@ -82,7 +81,7 @@ def child(port: int, gpus: int, stats_path: Path) -> int:
             ]
 
     threading.Thread(target=churn, daemon=True).start()
-    sock = _listen("127.0.0.1", port)
+    sock = listen("127.0.0.1", port)
     try:
         serve(app, sock)
     finally:

@@ -1,12 +1,18 @@
-"""The application object: wires settings, sources, sampler and renderer. It is the only mutable state
-of a running exporter; everything else is passed down from here."""
+"""Application setup in one place: everything a running exporter is made of, built from Settings. The
+Application object wires sources, sampler and renderer (it is the only mutable state of a running
+exporter; everything else is passed down from here); ``build`` puts it over the real NVML or a simulated
+node, ``serve`` adds the web config, the listening socket and the HTTP server. The command line only
+parses, checks and calls these."""
 
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from exporter.config import Settings
 from exporter.doctor.live import NodeChecker
@@ -18,8 +24,14 @@ from exporter.sources.kubelet import PodResourcesSource
 from exporter.sources.nvml import NvmlSource
 from exporter.sources.podlogs import PodLogSource
 from exporter.sources.progress import ProgressStore
+from exporter.usage import CommandError, UsageError
+
+if TYPE_CHECKING:
+    from exporter.sim import SimulatedNode
+    from exporter.webconfig import WebState
 
 log = logging.getLogger(__name__)
+run_log = logging.getLogger("exporter")  # the commands' own lines, under the name they always had
 
 
 def real_nvml() -> ModuleType | None:
@@ -115,3 +127,100 @@ class Application:
         return self.renderer.render(
             self.sampler.snapshot, openmetrics=openmetrics, gzipped=gzipped, extra=self.server_families
         )
+
+
+def configure_logging(level: str) -> None:
+    """Log lines with time, level and logger, at ``level``; a flood of one line is written a few times,
+    then counted."""
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    from exporter.logsafety import limit_repeats
+
+    limit_repeats(logging.getLogger())
+
+
+@dataclass
+class Built:
+    """An application ready to start, and the simulated node under it with --simulate."""
+
+    app: Application
+    node: SimulatedNode | None = None
+
+    def close(self) -> None:
+        """Stop the simulated node (its driver, /proc writer, kubelet and pod logs), if there is one."""
+        if self.node is not None:
+            run_log.info("the simulated driver and /proc used %.3f s of CPU", self.node.cpu_seconds())
+            self.node.close()
+
+
+def build(settings: Settings) -> Built:
+    """The application over the real NVML, or over a simulated node with --simulate: the simulated
+    node's driver, /proc, kubelet socket and pod logs stand in for the node's."""
+    if not settings.simulate:
+        return Built(Application(settings, real_nvml()))
+    from exporter.sim import ScenarioError, SimulatedNode
+
+    try:
+        node = SimulatedNode(settings.simulate, n_gpus=settings.sim_gpus)
+    except ScenarioError as exc:
+        raise UsageError(f"--simulate: {exc}") from None
+    module, host_options = node.install(), node.host_options()
+    node.host.start()
+    if settings.pod_resources_socket:
+        settings = replace(settings, pod_resources_socket=node.kubelet_socket)
+    if settings.pod_logs:  # the simulated pods write their own logs
+        settings = replace(settings, pod_logs=node.start_logs())
+    run_log.info(
+        "simulating %d x %s, scenario %r", settings.sim_gpus, node.model.board.name, settings.simulate
+    )
+    return Built(Application(settings, module, host_options), node)
+
+
+def web_state(settings: Settings) -> WebState:
+    """TLS and basic authentication from --web.config.file (none without it); SIGHUP re-reads it."""
+    from exporter.webconfig import WebConfigError, WebState
+
+    try:
+        return WebState(settings.web_config_file or None)
+    except WebConfigError as exc:
+        raise UsageError(f"--web.config.file: {exc}") from None
+
+
+def listen(address: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything else starts: a taken port is one clear line."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    # IPPROTO_TCP, not 0: asyncio turns Nagle off only on accepted sockets whose protocol says TCP, and
+    # with Nagle on, a second request on a kept-alive connection waits 40 ms for a delayed ACK
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((address, port))
+    except OSError as exc:
+        sock.close()
+        where = f"[{address}]:{port}" if family == socket.AF_INET6 else f"{address}:{port}"
+        raise CommandError(f"cannot listen on {where}: {exc.strerror or exc}") from None
+    return sock
+
+
+def serve(settings: Settings) -> None:
+    """``serve``: everything built from ``settings``, served until SIGTERM or SIGINT. The web config is
+    read and the port bound before the sources start, so either mistake is one line and nothing else."""
+    from exporter.server import serve as serve_http
+
+    web = web_state(settings)
+    configure_logging(settings.log_level)
+    sock = listen(settings.listen_address, settings.port)
+    try:
+        built = build(settings)
+    except BaseException:
+        sock.close()
+        raise
+    shown = "localhost" if settings.listen_address in ("0.0.0.0", "::") else settings.listen_address
+    scheme = "https" if web.tls else "http"
+    run_log.info("serving %s://%s:%d/metrics", scheme, shown, settings.port)
+    try:
+        serve_http(built.app, sock, web)
+    finally:
+        built.close()

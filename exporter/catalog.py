@@ -9,7 +9,7 @@ physical bounds of a cell). From the rows come:
   ``BOUNDS``, ``PERCENT_FIELDS`` for GPU columns),
 - the simple per-GPU families of exporter/metrics.py (``metric_rows``),
 - the families a detail category adds (exporter/detail.py),
-- the "Readings" table of docs/metrics.md (exporter/artifacts/metrics_doc.py).
+- the "Readings" table of docs/metrics.md (devtools/artifacts/metrics_doc.py).
 
 A signal with a ``read`` (an NVML call and its arguments) needs nothing else: the NVML source reads it
 generically into ``GpuReading.extra`` and ``GpuPoint.extra`` carries it into traces. Adding such a

@@ -5,20 +5,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import math
 import os
-import socket
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from exporter import __version__
 from exporter.config import ENV_PREFIX, Settings, SettingsError
 from exporter.detail import CATEGORIES as DETAIL_CATEGORIES
 from exporter.detail import parse_detail
-
-log = logging.getLogger("exporter")
+from exporter.usage import CommandError, UsageError
 
 
 @dataclass(frozen=True)
@@ -146,14 +143,6 @@ SERVE_FLAGS = (
 # record samples like serve but serves nothing: it takes every serve flag except these
 LISTEN_FLAGS = frozenset({"--listen-address", "--port", "--web.config.file"})
 RECORD_FLAGS = tuple(f for f in SERVE_FLAGS if f.flag not in LISTEN_FLAGS)
-
-
-class UsageError(Exception):
-    """A bad flag or variable: one line on stderr, exit status 2."""
-
-
-class CommandError(Exception):
-    """The command could not do its work (a taken port, nothing recorded): one line, exit status 1."""
 
 
 def _add_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, flags: Sequence[Flag]) -> None:
@@ -298,8 +287,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run(args.logs, args.json)
         if args.command == "record":
             duration = _duration(args.duration)
-            return _record(settings_from(args, dict(os.environ), RECORD_FLAGS), args.output, duration)
-        return _serve(settings_from(args, dict(os.environ)))
+            settings = settings_from(args, dict(os.environ), RECORD_FLAGS)
+            from exporter.record import record
+
+            record(settings, args.output, duration)
+            return 0
+        settings = settings_from(args, dict(os.environ))
+        from exporter.app import serve
+
+        serve(settings)
+        return 0
     except UsageError as exc:
         print(f"gpu-bottleneck-exporter: {exc}", file=sys.stderr)
         return 2
@@ -327,16 +324,6 @@ def _duration(text: str | None) -> float | None:
     return value
 
 
-def _logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    from exporter.logsafety import limit_repeats
-
-    limit_repeats(logging.getLogger())  # a flood of one line is written a few times, then counted
-
-
 def _scenarios() -> int:
     from exporter.sim.scenarios import SCENARIOS, TOURS
 
@@ -347,79 +334,6 @@ def _scenarios() -> int:
     print(
         "\nparameters: onset=SECONDS gpus=3+5 cause=io|cpu|shm|host_transfer fill=SECONDS shm_gib=N cap=WATTS"
     )
-    return 0
-
-
-def _application(settings: Settings):  # -> tuple[Application, SimulatedNode | None]
-    """The application over the real NVML, or over a simulated node with --simulate."""
-    from exporter.app import Application, real_nvml
-
-    node = None
-    if settings.simulate:
-        from exporter.sim import ScenarioError, SimulatedNode
-
-        try:
-            node = SimulatedNode(settings.simulate, n_gpus=settings.sim_gpus)
-        except ScenarioError as exc:
-            raise UsageError(f"--simulate: {exc}") from None
-        module, host_options = node.install(), node.host_options()
-        node.host.start()
-        if settings.pod_resources_socket:
-            settings = replace(settings, pod_resources_socket=node.kubelet_socket)
-        if settings.pod_logs:  # the simulated pods write their own logs
-            settings = replace(settings, pod_logs=node.start_logs())
-        log.info(
-            "simulating %d x %s, scenario %r", settings.sim_gpus, node.model.board.name, settings.simulate
-        )
-    else:
-        module, host_options = real_nvml(), None
-    return Application(settings, module, host_options), node
-
-
-def _close(node) -> None:
-    if node is not None:
-        log.info("the simulated driver and /proc used %.3f s of CPU", node.cpu_seconds())
-        node.close()
-
-
-def _listen(address: str, port: int) -> socket.socket:
-    """The listening socket, bound before anything else starts: a taken port is one clear line."""
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    # IPPROTO_TCP, not 0: asyncio turns Nagle off only on accepted sockets whose protocol says TCP, and
-    # with Nagle on, a second request on a kept-alive connection waits 40 ms for a delayed ACK
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((address, port))
-    except OSError as exc:
-        sock.close()
-        where = f"[{address}]:{port}" if family == socket.AF_INET6 else f"{address}:{port}"
-        raise CommandError(f"cannot listen on {where}: {exc.strerror or exc}") from None
-    return sock
-
-
-def _serve(settings: Settings) -> int:
-    from exporter.server import serve
-    from exporter.webconfig import WebConfigError, WebState
-
-    try:
-        web = WebState(settings.web_config_file or None)
-    except WebConfigError as exc:
-        raise UsageError(f"--web.config.file: {exc}") from None
-    _logging(settings.log_level)
-    sock = _listen(settings.listen_address, settings.port)
-    try:
-        app, node = _application(settings)
-    except BaseException:
-        sock.close()
-        raise
-    shown = "localhost" if settings.listen_address in ("0.0.0.0", "::") else settings.listen_address
-    scheme = "https" if web.tls else "http"
-    log.info("serving %s://%s:%d/metrics", scheme, shown, settings.port)
-    try:
-        serve(app, sock, web)
-    finally:
-        _close(node)
     return 0
 
 
@@ -481,77 +395,3 @@ def _replay(path: str, gpus: int | None, as_json: bool, report: str | None = Non
             return 1
         print(f"gpu-bottleneck-exporter: wrote {report} ({size / 1e6:.1f} MB)", file=sys.stderr)
     return 0
-
-
-def _record(settings: Settings, output: str, duration: float | None) -> int:
-    """Samples to ``output`` through a temporary file beside it, renamed into place only when at least one
-    row was recorded: a run that saw no GPU fails and leaves no empty trace behind."""
-    import signal
-    import tempfile
-    import threading
-
-    from exporter.traces import TraceWriter
-
-    _logging(settings.log_level)
-    partial = None
-    if output == "-":
-        stream = sys.stdout
-    else:
-        target = os.path.abspath(output)
-        try:
-            fd, partial = tempfile.mkstemp(
-                prefix=f".{os.path.basename(target)}.", suffix=".partial", dir=os.path.dirname(target)
-            )
-        except OSError as exc:
-            raise UsageError(f"--output: cannot write {output} ({exc.strerror})") from None
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # what open() would have made, not mkstemp's 0600
-        stream = os.fdopen(fd, "w", encoding="utf-8")
-    try:
-        app, node = _application(settings)
-    except BaseException:
-        _discard(stream, partial)
-        raise
-    writer, lock, done = TraceWriter(stream), threading.Lock(), threading.Event()
-
-    def on_gpu(identity, points) -> None:
-        with lock:
-            for point in points:
-                writer.gpu(str(identity.index), identity.name, point)
-
-    def on_host(point) -> None:
-        with lock:
-            writer.host(point)
-
-    app.sampler.gpu_listeners.append(on_gpu)
-    app.sampler.host_listeners.append(on_host)
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: done.set())
-    log.info("recording to %s%s", output, f" for {duration:g} s" if duration else " until interrupted")
-    app.start()
-    try:
-        done.wait(duration)
-    finally:
-        app.stop()
-        with lock:
-            if writer.rows and partial is not None:
-                stream.close()
-                os.replace(partial, output)
-            elif partial is not None:
-                _discard(stream, partial)
-            else:
-                stream.flush()
-        _close(node)
-    if not writer.rows:
-        raise CommandError(
-            f"recorded nothing: no GPU answered (see the warnings above); {output} not written"
-        )
-    log.info("wrote %d rows to %s", writer.rows, output)
-    return 0
-
-
-def _discard(stream, partial: str | None) -> None:
-    if partial is not None:
-        stream.close()
-        os.unlink(partial)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from exporter.artifacts import alerts
+from devtools.artifacts import alerts
 from scripts.demo import DEMO_FOR  # the demo's copy of the rules, so that alerts fire within the run
 from scripts.stack import HEADLESS_CHROMIUM, REPO, PrometheusApi, simulated_fleet
 

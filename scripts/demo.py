@@ -26,9 +26,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from devtools.artifacts import alerts
+from devtools.artifacts.dashboards import ledger_share
 from exporter.analysis.kinds import KINDS
-from exporter.artifacts import alerts
-from exporter.artifacts.dashboards import ledger_share
 from exporter.sim.scenarios import SCENARIOS, TOURS, tour_seconds
 from scripts.stack import (
     ALERTMANAGER,

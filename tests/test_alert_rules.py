@@ -7,7 +7,7 @@ import subprocess
 
 import yaml
 
-from exporter.artifacts import alerts, recording
+from devtools.artifacts import alerts, recording
 from tests.conftest import REPO, require_tool
 
 RULES = REPO / "alerts" / "gpu-bottleneck-exporter.rules.yml"
@@ -94,7 +94,7 @@ def test_every_alert_takes_for_and_severity_from_the_threshold_table():
         assert rules[name]["labels"]["severity"] == policy.severity.value
         assert rules[name].get("for", "0s") == policy.for_text
         assert policy.severity.value in th.SEVERITIES
-    source = (REPO / "exporter" / "artifacts" / "alerts.py").read_text()
+    source = (REPO / "devtools" / "artifacts" / "alerts.py").read_text()
     typed = re.findall(r'"(critical|warning|info|[0-9]*[1-9][0-9]*[smh])"', source)  # 0s: no `for`
     assert typed == [], f"alerts.py types a severity or a `for` itself: {typed}"
 

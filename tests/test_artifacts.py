@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from exporter.artifacts import ARTIFACTS, generate, stale
+from devtools.artifacts import ARTIFACTS, generate, stale
 from tests.conftest import REPO
 
 

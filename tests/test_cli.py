@@ -185,9 +185,9 @@ def test_uvicorn_lines_share_the_exporters_log_format():
 def test_the_listening_socket_says_tcp_so_kept_alive_scrapes_are_not_delayed():
     """asyncio turns Nagle off only for accepted sockets whose protocol is TCP; with protocol 0 every
     second scrape on a kept-alive connection waited 40 ms for a delayed ACK (bench/core.py measures it)."""
-    from exporter.cli import _listen
+    from exporter.app import listen
 
-    sock = _listen("127.0.0.1", 0)
+    sock = listen("127.0.0.1", 0)
     try:
         assert sock.proto == socket.IPPROTO_TCP and sock.type == socket.SOCK_STREAM
     finally:

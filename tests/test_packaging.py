@@ -3,12 +3,14 @@ and the pinned set installs and runs (the Dockerfile's steps, in a fresh virtual
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import shutil
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 from urllib.request import urlopen
 
@@ -111,3 +113,48 @@ def test_the_pinned_set_installs_and_serves(tmp_path: Path):
     finally:
         proc.terminate()
         assert proc.wait(15) == 0
+
+
+def _imported_modules(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+def test_no_runtime_module_imports_the_development_tools():
+    """The artifact generators need the dev extra and the checkout: the installed package must not."""
+    offenders = [
+        f"{path.relative_to(REPO)} imports {name}"
+        for path in sorted((REPO / "exporter").rglob("*.py"))
+        for name in _imported_modules(path)
+        if name == "devtools" or name.startswith("devtools.")
+    ]
+    assert offenders == []
+
+
+def test_the_wheel_ships_the_runtime_package_only(tmp_path: Path):
+    """A wheel built from the checkout's sources (development tools beside them) holds exporter/ alone."""
+    src = tmp_path / "src"
+    skip = shutil.ignore_patterns("__pycache__")
+    for name in ("exporter", "devtools"):
+        shutil.copytree(REPO / name, src / name, ignore=skip)
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(REPO / name, src / name)
+    out = tmp_path / "wheels"
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(out), str(src)],
+        check=True,
+        timeout=300,
+    )
+    (wheel,) = out.glob("*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+    tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
+    assert tops == {"exporter"}
+    assert "exporter/sampler.py" in names and "exporter/report_assets/" in "".join(names)
+    assert not [name for name in names if "artifacts" in name.split("/")]

@@ -17,6 +17,7 @@ from multiprocessing.synchronize import Event
 
 from exporter.config import Settings
 from exporter.errors import ErrorCounter
+from exporter.kube_labels import ksm_label  # the recording rules' spelling of the label
 from exporter.metrics import TEXT_TYPE, Renderer
 from exporter.sampler import Sampler, Snapshot
 from exporter.sim import SimulatedNode
@@ -218,8 +219,6 @@ class Fleet:
 
 def kube_state_metrics(s: FleetSpec) -> bytes:
     """kube_pod_labels and kube_pod_info of the job's pods, as kube-state-metrics writes them."""
-    from exporter.artifacts.recording import ksm_label  # the rules' spelling of the label
-
     label = ksm_label(s.job_label)
     lines = [
         "# HELP kube_pod_labels Kubernetes labels converted to Prometheus labels.",

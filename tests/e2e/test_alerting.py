@@ -7,8 +7,8 @@ import time
 
 import pytest
 
+from devtools.artifacts import alerts
 from exporter.analysis.kinds import KINDS
-from exporter.artifacts import alerts
 from exporter.thresholds import ALERT_POLICIES
 from scripts.stack import simulated_fleet
 from tests.conftest import require_tool

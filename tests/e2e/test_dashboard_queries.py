@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from exporter.artifacts import alerts, dashboards
-from exporter.artifacts.dashboard_checks import panels
+from devtools.artifacts import alerts, dashboards
+from devtools.artifacts.dashboard_checks import panels
 from scripts.stack import Stack, simulated_fleet
 from tests.conftest import REPO, require_tool
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from exporter.artifacts import alerts
+from devtools.artifacts import alerts
 from exporter.sim.fleet import Fleet, FleetServer, FleetSpec, scrape_configs
 from scripts.stack import PageReceiver, Stack
 from tests.conftest import require_tool

@@ -8,8 +8,8 @@ import json
 import pytest
 import yaml
 
+from devtools.artifacts import alerts, chart, dashboards
 from exporter import __version__
-from exporter.artifacts import alerts, chart, dashboards
 from tests.helm.chart import (
     CHART,
     VALUES_FILES,

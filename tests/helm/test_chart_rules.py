@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter.artifacts import alerts, recording
+from devtools.artifacts import alerts, recording
 from scripts.stack import PrometheusApi, free_port, start_exporter, tool, wait_http
 from tests.conftest import REPO, require_tool
 from tests.helm.chart import one, render

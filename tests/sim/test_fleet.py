@@ -49,7 +49,8 @@ def test_scrape_jobs_name_every_node_and_kube_state_metrics():
 
 
 def test_kube_state_metrics_names_each_pod_of_the_job_as_the_rules_read_it():
-    from exporter.artifacts.recording import JOB_LABELS, ksm_label
+    from devtools.artifacts.recording import JOB_LABELS
+    from exporter.kube_labels import ksm_label
     from exporter.sim.fleet import kube_state_metrics
 
     families = {f.name: f for f in text_string_to_metric_families(kube_state_metrics(SPEC).decode())}

@@ -1,15 +1,16 @@
 """Files generated from the threshold table (and the code's own definitions). Never edit them by hand:
-run ``python -m exporter.artifacts`` (``make artifacts``); a test fails when one is stale."""
+run ``python -m devtools.artifacts`` (``make artifacts``); a test fails when one is stale."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
 
-from exporter.artifacts import (
+from devtools.artifacts import (
     alerts,
     chart,
     dashboards,
+    dashboards_doc,
     detection_doc,
     doctor_doc,
     metrics_doc,
@@ -23,7 +24,7 @@ ARTIFACTS: dict[str, Callable[[], str]] = {
     "alerts/gpu-bottleneck-exporter.rules.yml": alerts.render,
     "docs/alerts.md": alerts.render_doc,
     **{path: dashboards.renderer(path) for path in dashboards.DASHBOARDS},
-    "docs/dashboards.md": dashboards.render_doc,
+    "docs/dashboards.md": dashboards_doc.render,
     "docs/doctor.md": doctor_doc.render,
     metrics_doc.DOC: metrics_doc.render,
     **chart.FILES,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
+from devtools.artifacts.chart import REPO, _replace_block
 from exporter import catalog
-from exporter.artifacts.chart import REPO, _replace_block
 
 DOC = "docs/metrics.md"
 _LABEL = re.compile(r'(\w+)="([^"]*)"')

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from string import Template
 
+from devtools.artifacts import recording
 from exporter import thresholds as th
 from exporter.analysis.kinds import KINDS
-from exporter.artifacts import recording
 
 RUNBOOK_BASE = "https://github.com/gpu-bottleneck-exporter/gpu-bottleneck-exporter/blob/main/docs/runbooks/"
 JOB = "gpu-bottleneck-exporter"
@@ -511,7 +511,7 @@ def groups(
 
 
 def render(for_override: str | None = None, job: str = JOB, window: str = "") -> str:
-    from exporter.artifacts.yamlout import dump
+    from devtools.artifacts.yamlout import dump
 
     header = "# generated from exporter/thresholds.py by `make artifacts`; do not edit\n"
     return header + dump({"groups": groups(for_override, job, window=window)})
@@ -522,7 +522,7 @@ def render_doc() -> str:
     lines = [
         "# Alerts",
         "",
-        "<!-- generated from exporter/artifacts/alerts.py by `make artifacts`; do not edit -->",
+        "<!-- generated from devtools/artifacts/alerts.py by `make artifacts`; do not edit -->",
         "",
         "The rules live in",
         "[`alerts/gpu-bottleneck-exporter.rules.yml`](../alerts/gpu-bottleneck-exporter.rules.yml)",

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import yaml
 
+from devtools.artifacts import alerts, dashboards, recording
 from exporter import thresholds as th
-from exporter.artifacts import alerts, dashboards, recording
 from exporter.detail import CATEGORIES as DETAIL_CATEGORIES
 
 CHART = "helm/gpu-bottleneck-exporter"
@@ -369,7 +369,7 @@ def _scalar(text: str) -> str:
 
 def prometheusrule() -> str:
     out = [
-        "{{- /* generated from exporter/artifacts/alerts.py by `make artifacts`; do not edit */ -}}",
+        "{{- /* generated from devtools/artifacts/alerts.py by `make artifacts`; do not edit */ -}}",
         "{{- if .Values.prometheusRule.enabled }}",
         "{{- $r := .Values.prometheusRule.rules }}",
         "{{- $t := .Values.prometheusRule.thresholds }}",

@@ -5,6 +5,10 @@ and its GPUs, and one job (pod) across nodes. Threshold steps and reference line
 threshold table; verdict codes, texts and colours from the verdict registry (``analysis/kinds.py``); the
 "where GPU time goes" panels from the time ledger (``gpu_time_seconds_total{state}``, ``analysis/ledger.py``);
 every query runs on the ``$datasource`` variable; every panel has a unit and a description.
+
+Each dashboard is data: a list of panel specs (``Spec``: kind, title, description, queries, size) and rows,
+drawn by one function (``draw``, laid out by ``lay_out``); only panels no kind describes (tables with their
+own transformations, the heatmap, a repeated panel) are ``Custom`` builders.
 """
 
 from __future__ import annotations
@@ -15,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from devtools.artifacts import recording as rec
 from exporter import thresholds as th
 from exporter.analysis.kinds import KINDS
 from exporter.analysis.ledger import STATES
-from exporter.artifacts import recording as rec
 
 # the SDK marks classic dashboards deprecated in favour of v2, which Grafana's sidecar does not load yet
 warnings.filterwarnings("ignore", category=DeprecationWarning, module="grafana_foundation_sdk")
@@ -410,6 +414,132 @@ def _dashboard(uid: str, title: str, description: str) -> db.Dashboard:
     )
 
 
+# ---- panel specs: a panel as data, drawn by one function ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """One query of a panel; its refId is its place in the panel (A, B, C...)."""
+
+    expr: str
+    legend: str = ""
+    instant: bool = False
+    fmt: str | None = None
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One panel as data: how it draws (``kind``), what it says, what it asks and its size on the grid.
+    Kinds: ``series`` (lines), ``ratio`` (lines of a 0-1 share, shown in percent), ``stat`` (a number
+    that turns red from 1), ``timeline`` (codes over time: the verdicts' unless ``codes``), ``shares``
+    (ledger states stacked to 100 %), ``hours`` (GPU-hours per ledger state)."""
+
+    kind: str
+    title: str
+    description: str
+    targets: tuple[Target, ...]
+    size: tuple[int, int] = (12, 8)  # width (of 24 columns), height
+    unit: str = "none"
+    min_: float | None = None
+    lines: db.ThresholdsConfig | None = None  # reference lines at threshold table values
+    codes: tuple[Code, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Custom:
+    """A panel no kind describes (a table with its own transformations), built by ``build``."""
+
+    build: Callable[[], object]
+    size: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Row:
+    title: str
+
+
+Item = Spec | Custom | Row
+
+
+def draw(spec: Spec):
+    """The SDK panel of ``spec``."""
+    first = spec.targets[0]
+    if spec.kind == "stat":
+        return _stat(spec.title, spec.description, first.expr)
+    if spec.kind == "timeline":
+        return _timeline(spec.title, spec.description, first.expr, first.legend, spec.codes)
+    if spec.kind == "shares":
+        return _shares(spec.title, spec.description, first.expr)
+    if spec.kind == "hours":
+        return _hours(spec.title, spec.description, first.expr)
+    queries = [
+        query(t.expr, t.legend, ref=chr(ord("A") + i), instant=t.instant, fmt=t.fmt)
+        for i, t in enumerate(spec.targets)
+    ]
+    if spec.kind == "ratio":
+        return _ratio(spec.title, spec.description, *queries, lines=spec.lines)
+    if spec.kind == "series":
+        return _series(spec.title, spec.unit, spec.description, *queries, min_=spec.min_, lines=spec.lines)
+    raise ValueError(f"{spec.title}: unknown panel kind {spec.kind!r}")
+
+
+def lay_out(board: Board, items: list[Item]) -> None:
+    """Every item onto ``board`` in order: rows, drawn specs, custom panels."""
+    for item in items:
+        if isinstance(item, Row):
+            board.row(item.title)
+        elif isinstance(item, Custom):
+            board.add(item.build(), *item.size)
+        else:
+            board.add(draw(item), *item.size)
+
+
+def target(expr: str, legend: str = "", **kw) -> tuple[Target, ...]:
+    """One target, as the one-tuple a single-query spec takes."""
+    return (Target(expr, legend, **kw),)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a dashboard's per-GPU panels select and how they tell GPUs apart: the node view's GPUs of
+    one node, or the job view's GPUs of some pods across nodes."""
+
+    sel: str  # label matchers
+    by: str  # the labels that tell one GPU from another here
+    legend: str  # a GPU's series name
+
+
+NODE = Scope('node="$node", gpu=~"$gpu"', "gpu", "GPU {{gpu}}")
+JOB = Scope('namespace="$namespace", pod=~"$pod"', "node, gpu", "{{node}} GPU {{gpu}}")
+
+
+# panels the node and job views both draw, each over its own scope
+
+
+def utilization(s: Scope, title: str, description: str, stats: str, legend: str) -> Spec:
+    expr = f"gpu_utilization_window_ratio{{{s.sel}, stat{stats}}}"
+    return Spec("ratio", title, description, target(expr, legend), lines=line(th.UTIL_SUSPICION))
+
+
+def idle_share(s: Scope, title: str, description: str) -> Spec:
+    expr = f"gpu_utilization_idle_fraction{{{s.sel}}}"
+    return Spec("ratio", title, description, target(expr, s.legend), lines=line(th.STARVATION_IDLE_FRACTION))
+
+
+def power_over_tdp(s: Scope, description: str) -> Spec:
+    expr = f'gpu_power_window_watts{{{s.sel}, stat="mean"}} / ignoring (stat) gpu_power_default_limit_watts'
+    return Spec("ratio", "Power over TDP", description, target(expr, s.legend), lines=line(th.POWER_LOW))
+
+
+def gpu_time_lost(s: Scope, description: str, size: tuple[int, int]) -> Spec:
+    return Spec("ratio", "Time lost per GPU", description, target(time_lost(s.sel, s.by), s.legend), size)
+
+
+def nvlink_traffic(s: Scope, description: str, by: str, legend: str) -> Spec:
+    expr = f"sum by ({by}) (rate(gpu_nvlink_traffic_bytes_total{{{s.sel}}}[$__rate_interval]))"
+    return Spec("series", "NVLink traffic", description, target(expr, legend), unit="Bps", min_=0)
+
+
 # ---- fleet overview ----------------------------------------------------------------------------------
 
 
@@ -422,41 +552,91 @@ def fleet() -> db.Dashboard:
         ),
         ("node", "label_values(gpu_info, node)", True),
     )
-    b = Board(d)
-    sel = ', node=~"$node"'
-    for title, desc, kinds in verdict_stats():
-        expr = f'sum({rec.NODE_KINDS}{{kind=~"{"|".join(kinds)}"{sel}}}) or vector(0)'
-        b.add(_stat(title, desc, expr), 3, 4)
-    b.add(
-        _stat(
+    lay_out(Board(d), fleet_panels())
+    return d
+
+
+FLEET_NODES = 'node=~"$node"'
+
+
+def fleet_panels() -> list[Item]:
+    nodes = FLEET_NODES
+    counts = [
+        Spec(
+            "stat",
+            title,
+            desc,
+            target(f'sum({rec.NODE_KINDS}{{kind=~"{"|".join(kinds)}", {nodes}}}) or vector(0)'),
+            (3, 4),
+        )
+        for title, desc, kinds in verdict_stats()
+    ]
+    return [
+        *counts,
+        Spec(
+            "stat",
             "GPUs down",
             "GPUs that did not answer their last collection.",
-            'count(gpu_up{node=~"$node"} == 0) or vector(0)',
+            target(f"count(gpu_up{{{nodes}}} == 0) or vector(0)"),
+            (3, 4),
         ),
-        3,
-        4,
-    )
-    b.add(
-        _stat(
+        Spec(
+            "stat",
             "Firing GPU alerts",
             "Alerts of the exporter's rules firing now.",
-            'count(ALERTS{alertstate="firing", alertname=~"Gpu.*"}) or vector(0)',
+            target('count(ALERTS{alertstate="firing", alertname=~"Gpu.*"}) or vector(0)'),
+            (3, 4),
         ),
-        3,
-        4,
-    )
-    b.row("Verdicts")
-    b.add(
-        _timeline(
+        Row("Verdicts"),
+        Spec(
+            "timeline",
             "Verdict by node and GPU",
             "The most serious verdict of each GPU over time.",
-            recorded_verdict_code(sel.lstrip(", "), "node, gpu"),
-            "{{node}} / GPU {{gpu}}",
+            target(recorded_verdict_code(nodes, "node, gpu"), "{{node}} / GPU {{gpu}}"),
+            (24, 10),
         ),
-        24,
-        10,
-    )
-    b.add(
+        Custom(_worst_offenders, (14, 9)),
+        Custom(_input_wait_heatmap, (10, 9)),
+        Custom(_firing_alerts, (24, 7)),
+        Row("Utilization and power by node"),
+        Spec(
+            "ratio",
+            "Mean GPU utilization by node",
+            "Window mean of every driver sample, per node (recorded).",
+            target(f"{rec.NODE_UTIL}{{{nodes}}}", "{{node}}"),
+            lines=line(th.UTIL_SUSPICION),
+        ),
+        Spec(
+            "ratio",
+            "Power against TDP by node",
+            "Mean power over the default power limit (recorded).",
+            target(f"{rec.NODE_POWER}{{{nodes}}}", "{{node}}"),
+            lines=line(th.POWER_LOW),
+        ),
+        Row("Where GPU time goes"),
+        Spec(
+            "shares",
+            "Share of GPU time by state",
+            "Where the selected nodes' GPU time goes, from each GPU's time ledger: computing, waiting for "
+            "input, for a collective or for a checkpoint, stalled, throttled, idle while allocated, free. "
+            "Stacked: the states add up to 100 %. Read from the recorded per-node rates.",
+            target(recorded_share(rec.NODE_RATE, nodes)),
+            (16, 8),
+        ),
+        Spec(
+            "hours",
+            "GPU-hours by state",
+            "GPU-hours spent in each ledger state over the dashboard's time range, on the selected nodes.",
+            target(ledger_hours(nodes)),
+            (8, 8),
+        ),
+        Custom(_share_per_node, (8, 7)),
+    ]
+
+
+def _worst_offenders() -> table.Panel:
+    """Verdicts holding now, one table row each."""
+    return (
         table.Panel()
         .title("Worst offenders")
         .description("Verdicts holding now, with their cause and the pod that holds the GPU.")
@@ -486,22 +666,26 @@ def fleet() -> db.Dashboard:
                 },
             )
         )
-        .thresholds(steps()),
-        14,
-        9,
+        .thresholds(steps())
     )
-    b.add(
+
+
+def _input_wait_heatmap() -> heatmap.Panel:
+    """How many nodes lose which share of their time to input wait."""
+    return (
         heatmap.Panel()
         .title("Input-wait share")
         .description("How many nodes lose which share of their GPU time waiting for input, over time.")
         .unit("percentunit")
-        .with_target(query(f'{rec.NODE_SHARE}{{state="input_wait"{sel}}}'))
+        .with_target(query(f'{rec.NODE_SHARE}{{state="input_wait", {FLEET_NODES}}}'))
         .calculate(True)
-        .color(heatmap.HeatmapColorOptions().mode(hm.HeatmapColorMode.SCHEME).scheme("Oranges").steps(32)),
-        10,
-        9,
+        .color(heatmap.HeatmapColorOptions().mode(hm.HeatmapColorMode.SCHEME).scheme("Oranges").steps(32))
     )
-    b.add(
+
+
+def _firing_alerts() -> table.Panel:
+    """The exporter's alerts firing now, one table row each."""
+    return (
         table.Panel()
         .title("Firing alerts")
         .description("The exporter's alerts firing now.")
@@ -520,66 +704,22 @@ def fleet() -> db.Dashboard:
                     },
                 },
             )
-        ),
-        24,
-        7,
+        )
     )
-    b.row("Utilization and power by node")
-    b.add(
-        _ratio(
-            "Mean GPU utilization by node",
-            "Window mean of every driver sample, per node (recorded).",
-            query(f'{rec.NODE_UTIL}{{node=~"$node"}}', "{{node}}"),
-            lines=line(th.UTIL_SUSPICION),
-        ),
-        12,
-        8,
-    )
-    b.add(
-        _ratio(
-            "Power against TDP by node",
-            "Mean power over the default power limit (recorded).",
-            query(f'{rec.NODE_POWER}{{node=~"$node"}}', "{{node}}"),
-            lines=line(th.POWER_LOW),
-        ),
-        12,
-        8,
-    )
-    b.row("Where GPU time goes")
-    nodes = 'node=~"$node"'
-    b.add(
-        _shares(
-            "Share of GPU time by state",
-            "Where the selected nodes' GPU time goes, from each GPU's time ledger: computing, waiting for "
-            "input, for a collective or for a checkpoint, stalled, throttled, idle while allocated, free. "
-            "Stacked: the states add up to 100 %. Read from the recorded per-node rates.",
-            recorded_share(rec.NODE_RATE, nodes),
-        ),
-        16,
-        8,
-    )
-    b.add(
-        _hours(
-            "GPU-hours by state",
-            "GPU-hours spent in each ledger state over the dashboard's time range, on the selected nodes.",
-            ledger_hours(nodes),
-        ),
-        8,
-        8,
-    )
-    b.add(
+
+
+def _share_per_node() -> timeseries.Panel:
+    """The ledger shares repeated once per selected node."""
+    return (
         _shares(
             "Share of GPU time by state on $node",
             "The same share for each node (one panel per node, recorded): the states add up to 100 %.",
-            f"{rec.NODE_SHARE}{{{nodes}}}",
+            f"{rec.NODE_SHARE}{{{FLEET_NODES}}}",
         )
         .repeat("node")
         .repeat_direction("h")
-        .max_per_row(3),
-        8,
-        7,
+        .max_per_row(3)
     )
-    return d
 
 
 # ---- node and GPU detail -----------------------------------------------------------------------------
@@ -643,227 +783,252 @@ def node() -> db.Dashboard:
         ("node", "label_values(gpu_info, node)", False),
         ("gpu", 'label_values(gpu_info{node="$node"}, gpu)', True),
     )
-    b = Board(d)
-    g = 'node="$node", gpu=~"$gpu"'
-    b.add(
-        _timeline(
+    lay_out(Board(d), node_panels(NODE))
+    return d
+
+
+def node_panels(s: Scope) -> list[Item]:
+    g, gpu = s.sel, s.legend
+    here = 'node="$node"'
+    return [
+        Spec(
+            "timeline",
             "Verdict by GPU",
             "The most serious verdict of each GPU over time.",
-            verdict_code(f", {g}", "gpu"),
-            "GPU {{gpu}}",
+            target(verdict_code(f", {g}", s.by), gpu),
+            (16, 7),
         ),
-        16,
-        7,
-    )
-    b.add(
-        _ratio(
-            "Time lost per GPU",
+        gpu_time_lost(
+            s,
             "Share of each held GPU's time not spent computing (waiting for input, a collective or a "
             "checkpoint, stalled, throttled, idle), from its time ledger. Per-kind verdict scores: "
             "--detail scores.",
-            query(time_lost(g, "gpu"), "GPU {{gpu}}"),
+            (8, 7),
         ),
-        8,
-        7,
-    )
-    b.add(
-        _timeline(
+        Spec(
+            "timeline",
             "Where each GPU's time goes",
             "The time-ledger state that held most of each interval, per GPU: computing, input wait, comm "
             "wait, stalled, checkpoint, throttled, idle or free. A mixed interval shows its largest part "
             "only; the share beside it shows the mix.",
-            ledger_code(g, "gpu"),
-            "GPU {{gpu}}",
-            LEDGER_CODES,
+            target(ledger_code(g, s.by), gpu),
+            (16, 7),
+            codes=LEDGER_CODES,
         ),
-        16,
-        7,
-    )
-    b.add(
-        _shares(
+        Spec(
+            "shares",
             "Share of GPU time by state",
             "Where the selected GPUs' time goes, from their time ledgers. Stacked: the states add up to "
             "100 %.",
-            ledger_share(g),
+            target(ledger_share(g)),
+            (8, 7),
         ),
-        8,
-        7,
-    )
-    b.row("Utilization")
-    b.add(
-        _ratio(
+        Row("Utilization"),
+        utilization(
+            s,
             "GPU utilization (window min / mean / max)",
             "Every driver sample of the window (the mean; min and max with --detail window); the line at "
             f"{th.UTIL_SUSPICION.value:.0%} is where suspicion starts.",
-            query(f'gpu_utilization_window_ratio{{{g}, stat=~"min|mean|max"}}', "GPU {{gpu}} {{stat}}"),
-            lines=line(th.UTIL_SUSPICION),
+            '=~"min|mean|max"',
+            f"{gpu} {{{{stat}}}}",
         ),
-        12,
-        8,
-    )
-    b.add(
-        _ratio(
-            "Idle share of the window",
-            "Share of driver samples below the idle line.",
-            query(f"gpu_utilization_idle_fraction{{{g}}}", "GPU {{gpu}}"),
-            lines=line(th.STARVATION_IDLE_FRACTION),
-        ),
-        12,
-        8,
-    )
-    b.add(
-        _ratio(
+        idle_share(s, "Idle share of the window", "Share of driver samples below the idle line."),
+        Spec(
+            "ratio",
             "SM activity against utilization",
             "Utilization counts time with any kernel; SM activity (GPM) how much of the GPU works.",
-            query(f"gpu_sm_active_ratio{{{g}}}", "GPU {{gpu}} SM active"),
-            query(f"gpu_utilization_ratio{{{g}}}", "GPU {{gpu}} utilization", ref="B"),
+            (
+                Target(f"gpu_sm_active_ratio{{{g}}}", f"{gpu} SM active"),
+                Target(f"gpu_utilization_ratio{{{g}}}", f"{gpu} utilization"),
+            ),
         ),
-        12,
-        8,
-    )
-    b.add(
-        _ratio(
+        Spec(
+            "ratio",
             "Memory-copy utilization",
             "Memory controller busy time: spikes while SM activity is low mean slow host-to-device copies.",
-            query(f"gpu_memory_utilization_ratio{{{g}}}", "GPU {{gpu}}"),
+            target(f"gpu_memory_utilization_ratio{{{g}}}", gpu),
         ),
-        12,
-        8,
-    )
-    b.row("Power and thermal")
-    b.add(
-        _series(
+        Row("Power and thermal"),
+        Spec(
+            "series",
             "Power against limit and TDP",
-            "watt",
             "Draw, the enforced limit and the default limit (TDP).",
-            query(f'gpu_power_window_watts{{{g}, stat="mean"}}', "GPU {{gpu}} mean"),
-            query(f"gpu_power_limit_watts{{{g}}}", "GPU {{gpu}} limit", ref="B"),
-            query(f"gpu_power_default_limit_watts{{{g}}}", "GPU {{gpu}} TDP", ref="C"),
+            (
+                Target(f'gpu_power_window_watts{{{g}, stat="mean"}}', f"{gpu} mean"),
+                Target(f"gpu_power_limit_watts{{{g}}}", f"{gpu} limit"),
+                Target(f"gpu_power_default_limit_watts{{{g}}}", f"{gpu} TDP"),
+            ),
+            unit="watt",
             min_=0,
         ),
-        12,
-        8,
-    )
-    b.add(
-        _ratio(
-            "Power over TDP",
-            "Healthy training holds near TDP; the line is the low-power line.",
-            query(
-                f'gpu_power_window_watts{{{g}, stat="mean"}} / ignoring (stat) gpu_power_default_limit_watts',
-                "GPU {{gpu}}",
-            ),
-            lines=line(th.POWER_LOW),
-        ),
-        12,
-        8,
-    )
-    b.add(
-        _series(
+        power_over_tdp(s, "Healthy training holds near TDP; the line is the low-power line."),
+        Spec(
+            "series",
             "Temperature",
-            "celsius",
             f"GPU temperature, the {th.TEMP_HOT.value:g} °C hot line, and each GPU's slowdown point.",
-            query(f'gpu_temperature_celsius{{{g}, sensor="gpu"}}', "GPU {{gpu}}"),
-            query(f"gpu_temperature_slowdown_celsius{{{g}}}", "GPU {{gpu}} slowdown", ref="B"),
+            (
+                Target(f'gpu_temperature_celsius{{{g}, sensor="gpu"}}', gpu),
+                Target(f"gpu_temperature_slowdown_celsius{{{g}}}", f"{gpu} slowdown"),
+            ),
+            (8, 8),
+            unit="celsius",
             lines=line(th.TEMP_HOT),
         ),
-        8,
-        8,
-    )
-    b.add(
-        _ratio(
+        Spec(
+            "ratio",
             "Throttled share",
             "Share of each GPU's time its clocks were held down for heat or power, from its time ledger. "
             "The driver's clock-event reasons: --detail clocks.",
-            query(state_share(g, "throttled", "gpu"), "GPU {{gpu}}"),
+            target(state_share(g, "throttled", s.by), gpu),
+            (8, 8),
         ),
-        8,
-        8,
-    )
-    b.add(
-        _series(
+        Spec(
+            "series",
             "SM clock",
-            "hertz",
             "Current SM clock (the maxima and the memory clock: --detail clocks).",
-            query(f'gpu_clock_hertz{{{g}, clock="sm"}}', "GPU {{gpu}}"),
+            target(f'gpu_clock_hertz{{{g}, clock="sm"}}', gpu),
+            (8, 8),
+            unit="hertz",
         ),
-        8,
-        8,
-    )
-    b.row("Interconnect")
-    b.add(
-        _series(
-            "NVLink traffic",
-            "Bps",
+        Row("Interconnect"),
+        nvlink_traffic(
+            s,
             "Bytes per second over all links of each GPU: a hung job moves nothing. Per link: --detail "
             "nvlink.",
-            query(
-                f"sum by (gpu, direction) (rate(gpu_nvlink_traffic_bytes_total{{{g}}}[$__rate_interval]))",
-                "GPU {{gpu}} {{direction}}",
+            "gpu, direction",
+            f"{gpu} {{{{direction}}}}",
+        ),
+        Spec(
+            "series",
+            "NVLinks up",
+            "Active links of each GPU against the links it has. Per link: --detail nvlink.",
+            (
+                Target(f"gpu_nvlink_links_up{{{g}}}", f"{gpu} up"),
+                Target(f"max(gpu_nvlink_links_expected{{{g}}})", "expected"),
             ),
             min_=0,
         ),
-        12,
-        8,
-    )
-    b.add(
-        _series(
-            "NVLinks up",
-            "none",
-            "Active links of each GPU against the links it has. Per link: --detail nvlink.",
-            query(f"gpu_nvlink_links_up{{{g}}}", "GPU {{gpu}} up"),
-            query(f"max(gpu_nvlink_links_expected{{{g}}})", "expected", ref="B"),
-            min_=0,
-        ),
-        12,
-        8,
-    )
-    b.add(
-        _series(
+        Spec(
+            "series",
             "NVLink errors",
-            "cps",
             "Errors of all links and types per GPU: CRC and replay errors climb on a failing link before "
             "it goes down. Per link and type: --detail nvlink.",
-            query(f"rate(gpu_nvlink_link_errors_total{{{g}}}[$__rate_interval])", "GPU {{gpu}}"),
+            target(f"rate(gpu_nvlink_link_errors_total{{{g}}}[$__rate_interval])", gpu),
+            unit="cps",
             min_=0,
         ),
-        12,
-        8,
-    )
-    b.add(
-        _series(
+        Spec(
+            "series",
             "PCIe traffic",
-            "Bps",
             "PCIe bytes per second: host-to-device copies of the input pipeline.",
-            query(f"rate(gpu_pcie_bytes_total{{{g}}}[$__rate_interval])", "GPU {{gpu}} {{direction}}"),
+            target(f"rate(gpu_pcie_bytes_total{{{g}}}[$__rate_interval])", f"{gpu} {{{{direction}}}}"),
+            unit="Bps",
             min_=0,
         ),
-        12,
-        8,
-    )
-    b.add(
-        _stat(
+        Spec(
+            "stat",
             "NVLinks down",
             "Links reported inactive on the selected GPUs.",
-            f"sum(gpu_nvlink_links_expected{{{g}}} - gpu_nvlink_links_up{{{g}}}) or vector(0)",
+            target(f"sum(gpu_nvlink_links_expected{{{g}}} - gpu_nvlink_links_up{{{g}}}) or vector(0)"),
+            (6, 6),
         ),
-        6,
-        6,
-    )
-    b.add(
-        _stat(
+        Spec(
+            "stat",
             "P2P pairs not OK",
             "GPU pair and capability combinations whose peer-to-peer status is not OK.",
-            f"sum(gpu_p2p_failing_pairs{{{g}}}) or vector(0)",
+            target(f"sum(gpu_p2p_failing_pairs{{{g}}}) or vector(0)"),
+            (6, 6),
         ),
-        6,
-        6,
-    )
-    b.add(
+        Custom(lambda: _fabric_state(s), (12, 6)),
+        Row("Node"),
+        Spec(
+            "ratio",
+            "Shared memory used",
+            "/dev/shm and pods' memory-backed volumes; lines at the warning and critical levels and at full.",
+            (
+                Target(
+                    f'gpu_node_shm_used_bytes{{{here}, pod=""}} / gpu_node_shm_size_bytes{{{here}, pod=""}}',
+                    "{{mountpoint}}",
+                ),
+                Target(
+                    f'gpu_node_shm_used_bytes{{{here}, pod!=""}}'
+                    f' / gpu_node_shm_size_bytes{{{here}, pod!=""}}',
+                    "{{namespace}}/{{pod}} {{volume}}",
+                ),
+            ),
+            lines=shm_lines(),
+        ),
+        Spec(
+            "ratio",
+            "I/O wait and busiest core",
+            "Node I/O wait share and the busiest core's busy share.",
+            (
+                Target(f"gpu_node_cpu_iowait_ratio{{{here}}}", "I/O wait"),
+                Target(f"gpu_node_cpu_core_busy_max_ratio{{{here}}}", "busiest core"),
+            ),
+            lines=steps((th.IOWAIT_HIGH.value, "orange"), (th.CORE_PINNED.value, "red"), base="transparent"),
+        ),
+        Spec(
+            "ratio",
+            "Pressure stall information",
+            "Share of time some task stalled (avg10).",
+            target(f"gpu_node_pressure_ratio{{{here}}}", "{{resource}}"),
+            lines=line(th.PSI_IO_HIGH),
+        ),
+        Spec(
+            "series",
+            "Disk reads",
+            "Bytes read per second from each block device.",
+            target(f"rate(gpu_node_disk_read_bytes_total{{{here}}}[$__rate_interval])", "{{device}}"),
+            unit="Bps",
+            min_=0,
+        ),
+        Row("Node checks"),
+        Custom(_node_checklist, (24, 9)),
+        Row("Exporter"),
+        Spec(
+            "series",
+            "Collection duration",
+            "How long the last collection of each source took.",
+            target(f"gpu_exporter_collect_duration_seconds{{{here}}}", "{{source}}"),
+            (8, 7),
+            unit="s",
+            min_=0,
+        ),
+        Spec(
+            "series",
+            "Collection errors",
+            "Errors per second by source and error name.",
+            target(
+                f"sum by (source, error) (rate(gpu_exporter_collect_errors_total{{{here}}}"
+                "[$__rate_interval]))",
+                "{{source}} {{error}}",
+            ),
+            (8, 7),
+            unit="cps",
+            min_=0,
+        ),
+        Spec(
+            "series",
+            "Age of the last collection",
+            "Seconds since each source last collected successfully.",
+            target(f"time() - gpu_exporter_last_collect_timestamp_seconds{{{here}}}", "{{source}}"),
+            (8, 7),
+            unit="s",
+            min_=0,
+            lines=line(th.COLLECT_STALE, "red"),
+        ),
+    ]
+
+
+def _fabric_state(s: Scope) -> statetimeline.Panel:
+    """NVSwitch fabric registration per GPU: two states, not the verdict codes."""
+    return (
         statetimeline.Panel()
         .title("Fabric state")
         .description("NVSwitch fabric registration per GPU.")
         .unit("none")
-        .with_target(query(f"gpu_fabric_registered{{{g}}}", "GPU {{gpu}}"))
+        .with_target(query(f"gpu_fabric_registered{{{s.sel}}}", s.legend))
         .mappings(
             [
                 dm.ValueMap(
@@ -875,105 +1040,8 @@ def node() -> db.Dashboard:
             ]
         )
         .show_value(cm.VisibilityMode.NEVER)
-        .thresholds(steps()),
-        12,
-        6,
+        .thresholds(steps())
     )
-    b.row("Node")
-    b.add(
-        _ratio(
-            "Shared memory used",
-            "/dev/shm and pods' memory-backed volumes; lines at the warning and critical levels and at full.",
-            query(
-                'gpu_node_shm_used_bytes{node="$node", pod=""}'
-                ' / gpu_node_shm_size_bytes{node="$node", pod=""}',
-                "{{mountpoint}}",
-            ),
-            query(
-                'gpu_node_shm_used_bytes{node="$node", pod!=""}'
-                ' / gpu_node_shm_size_bytes{node="$node", pod!=""}',
-                "{{namespace}}/{{pod}} {{volume}}",
-                ref="B",
-            ),
-            lines=shm_lines(),
-        ),
-        12,
-        8,
-    )
-    b.add(
-        _ratio(
-            "I/O wait and busiest core",
-            "Node I/O wait share and the busiest core's busy share.",
-            query('gpu_node_cpu_iowait_ratio{node="$node"}', "I/O wait"),
-            query('gpu_node_cpu_core_busy_max_ratio{node="$node"}', "busiest core", ref="B"),
-            lines=steps((th.IOWAIT_HIGH.value, "orange"), (th.CORE_PINNED.value, "red"), base="transparent"),
-        ),
-        12,
-        8,
-    )
-    b.add(
-        _ratio(
-            "Pressure stall information",
-            "Share of time some task stalled (avg10).",
-            query('gpu_node_pressure_ratio{node="$node"}', "{{resource}}"),
-            lines=line(th.PSI_IO_HIGH),
-        ),
-        12,
-        8,
-    )
-    b.add(
-        _series(
-            "Disk reads",
-            "Bps",
-            "Bytes read per second from each block device.",
-            query('rate(gpu_node_disk_read_bytes_total{node="$node"}[$__rate_interval])', "{{device}}"),
-            min_=0,
-        ),
-        12,
-        8,
-    )
-    b.row("Node checks")
-    b.add(_node_checklist(), 24, 9)
-    b.row("Exporter")
-    b.add(
-        _series(
-            "Collection duration",
-            "s",
-            "How long the last collection of each source took.",
-            query('gpu_exporter_collect_duration_seconds{node="$node"}', "{{source}}"),
-            min_=0,
-        ),
-        8,
-        7,
-    )
-    b.add(
-        _series(
-            "Collection errors",
-            "cps",
-            "Errors per second by source and error name.",
-            query(
-                'sum by (source, error) (rate(gpu_exporter_collect_errors_total{node="$node"}'
-                "[$__rate_interval]))",
-                "{{source}} {{error}}",
-            ),
-            min_=0,
-        ),
-        8,
-        7,
-    )
-    b.add(
-        _series(
-            "Age of the last collection",
-            "s",
-            "Seconds since each source last collected successfully.",
-            query('time() - gpu_exporter_last_collect_timestamp_seconds{node="$node"}', "{{source}}"),
-            min_=0,
-            lines=line(th.COLLECT_STALE, "red"),
-        ),
-        8,
-        7,
-    )
-    return d
 
 
 # ---- job view ----------------------------------------------------------------------------------------
@@ -990,14 +1058,83 @@ def job() -> db.Dashboard:
         ("namespace", "label_values(gpu_pod_info, namespace)", False),
         ("pod", 'label_values(gpu_pod_info{namespace="$namespace"}, pod)', True),
     )
-    b = Board(d)
-    p = 'namespace="$namespace", pod=~"$pod"'
-    b.add(
+    lay_out(Board(d), job_panels(JOB))
+    return d
+
+
+def job_panels(s: Scope) -> list[Item]:
+    p = s.sel
+    return [
+        Custom(lambda: _job_gpus(s), (10, 9)),
+        Spec(
+            "timeline",
+            "Verdict by GPU",
+            "The most serious verdict of each GPU of the job over time.",
+            target(recorded_verdict_code(p, "pod, node, gpu"), "{{pod}} {{node}} / GPU {{gpu}}"),
+            (14, 9),
+        ),
+        Spec(
+            "shares",
+            "Where the job's GPU time goes",
+            "The share of the selected pods' GPU time in each ledger state: computing, waiting for input, "
+            "for a collective or for a checkpoint, stalled, throttled, idle. Stacked: the states add up to "
+            "100 %. Read from the recorded per-pod rates.",
+            target(recorded_share(rec.POD_RATE, p)),
+            (16, 8),
+        ),
+        Spec(
+            "hours",
+            "Job GPU-hours by state",
+            "GPU-hours the selected pods spent in each ledger state over the dashboard's time range.",
+            target(ledger_hours(p)),
+            (8, 8),
+        ),
+        utilization(
+            s,
+            "Utilization",
+            "Window mean per GPU: a starved rank dips, its peers stay pinned.",
+            '="mean"',
+            s.legend,
+        ),
+        idle_share(s, "Idle share", "Share of samples with no kernel: only a starved rank has any."),
+        power_over_tdp(s, "Mean power over the default limit, per GPU."),
+        Spec(
+            "ratio",
+            "SM activity",
+            "Waiting ranks spin with few SMs; the starved one alternates.",
+            target(f"gpu_sm_active_ratio{{{p}}}", s.legend),
+        ),
+        gpu_time_lost(
+            s,
+            "Share of each GPU's time not spent computing, from its time ledger: the starving rank loses "
+            "it to input wait, the others to waiting in collectives.",
+            (12, 8),
+        ),
+        nvlink_traffic(s, "All links per GPU: a hung job moves nothing.", s.by, s.legend),
+        Spec(
+            "ratio",
+            "Pod shared memory used",
+            "The pods' /dev/shm and memory-backed volumes.",
+            target(
+                f"gpu_node_shm_used_bytes{{{p}}} / gpu_node_shm_size_bytes{{{p}}}",
+                "{{namespace}}/{{pod}} {{volume}}",
+            ),
+            (24, 7),
+            lines=shm_lines(),
+        ),
+    ]
+
+
+def _job_gpus(s: Scope) -> table.Panel:
+    """Every GPU the selected pods hold, as a table."""
+    return (
         table.Panel()
         .title("GPUs of the job")
         .description("Every GPU the selected pods hold, where, and how busy.")
         .unit("percentunit")
-        .with_target(query(f'gpu_utilization_window_ratio{{{p}, stat="mean"}}', instant=True, fmt="table"))
+        .with_target(
+            query(f'gpu_utilization_window_ratio{{{s.sel}, stat="mean"}}', instant=True, fmt="table")
+        )
         .with_transformation(
             dm.DataTransformerConfig(
                 id_val="organize",
@@ -1012,120 +1149,8 @@ def job() -> db.Dashboard:
                     "renameByName": {"Value": "utilization (window mean)"},
                 },
             )
-        ),
-        10,
-        9,
+        )
     )
-    b.add(
-        _timeline(
-            "Verdict by GPU",
-            "The most serious verdict of each GPU of the job over time.",
-            recorded_verdict_code(p, "pod, node, gpu"),
-            "{{pod}} {{node}} / GPU {{gpu}}",
-        ),
-        14,
-        9,
-    )
-    b.add(
-        _shares(
-            "Where the job's GPU time goes",
-            "The share of the selected pods' GPU time in each ledger state: computing, waiting for input, "
-            "for a collective or for a checkpoint, stalled, throttled, idle. Stacked: the states add up to "
-            "100 %. Read from the recorded per-pod rates.",
-            recorded_share(rec.POD_RATE, p),
-        ),
-        16,
-        8,
-    )
-    b.add(
-        _hours(
-            "Job GPU-hours by state",
-            "GPU-hours the selected pods spent in each ledger state over the dashboard's time range.",
-            ledger_hours(p),
-        ),
-        8,
-        8,
-    )
-    b.add(
-        _ratio(
-            "Utilization",
-            "Window mean per GPU: a starved rank dips, its peers stay pinned.",
-            query(f'gpu_utilization_window_ratio{{{p}, stat="mean"}}', "{{node}} GPU {{gpu}}"),
-            lines=line(th.UTIL_SUSPICION),
-        ),
-        12,
-        8,
-    )
-    b.add(
-        _ratio(
-            "Idle share",
-            "Share of samples with no kernel: only a starved rank has any.",
-            query(f"gpu_utilization_idle_fraction{{{p}}}", "{{node}} GPU {{gpu}}"),
-            lines=line(th.STARVATION_IDLE_FRACTION),
-        ),
-        12,
-        8,
-    )
-    b.add(
-        _ratio(
-            "Power over TDP",
-            "Mean power over the default limit, per GPU.",
-            query(
-                f'gpu_power_window_watts{{{p}, stat="mean"}} / ignoring (stat) gpu_power_default_limit_watts',
-                "{{node}} GPU {{gpu}}",
-            ),
-            lines=line(th.POWER_LOW),
-        ),
-        12,
-        8,
-    )
-    b.add(
-        _ratio(
-            "SM activity",
-            "Waiting ranks spin with few SMs; the starved one alternates.",
-            query(f"gpu_sm_active_ratio{{{p}}}", "{{node}} GPU {{gpu}}"),
-        ),
-        12,
-        8,
-    )
-    b.add(
-        _ratio(
-            "Time lost per GPU",
-            "Share of each GPU's time not spent computing, from its time ledger: the starving rank loses "
-            "it to input wait, the others to waiting in collectives.",
-            query(time_lost(p, "node, gpu"), "{{node}} GPU {{gpu}}"),
-        ),
-        12,
-        8,
-    )
-    b.add(
-        _series(
-            "NVLink traffic",
-            "Bps",
-            "All links per GPU: a hung job moves nothing.",
-            query(
-                f"sum by (node, gpu) (rate(gpu_nvlink_traffic_bytes_total{{{p}}}[$__rate_interval]))",
-                "{{node}} GPU {{gpu}}",
-            ),
-            min_=0,
-        ),
-        12,
-        8,
-    )
-    b.add(
-        _ratio(
-            "Pod shared memory used",
-            "The pods' /dev/shm and memory-backed volumes.",
-            query(
-                f"gpu_node_shm_used_bytes{{{p}}} / gpu_node_shm_size_bytes{{{p}}}",
-                "{{namespace}}/{{pod}} {{volume}}",
-            ),
-            lines=shm_lines(),
-        ),
-        24,
-        7,
-    )
-    return d
 
 
 DASHBOARDS: dict[str, Callable[[], db.Dashboard]] = {
@@ -1141,93 +1166,3 @@ def to_json(board: db.Dashboard) -> str:
 
 def renderer(path: str) -> Callable[[], str]:
     return lambda: to_json(DASHBOARDS[path]())
-
-
-# ---- docs/dashboards.md ------------------------------------------------------------------------------
-
-_IMPORT = """\
-## Importing
-
-The dashboards expect a Prometheus data source (picked through the `$datasource` variable) and a
-`node` label on the exporter's series. The chart's ServiceMonitor and PodMonitor add `node` from the
-pod's node name; a static scrape configuration adds it as a target label:
-
-```yaml
-scrape_configs:
-  - job_name: gpu-bottleneck-exporter
-    static_configs:
-      - targets: ["gpu-node-1:9400"]
-        labels: {node: gpu-node-1}
-```
-
-- **File**: in Grafana, *Dashboards → New → Import*, upload `dashboards/gpu-bottleneck-*.json`, pick the
-  Prometheus data source. The uids are fixed (`gbe-fleet`, `gbe-node`, `gbe-job`), so importing again
-  replaces the dashboard and links between them keep working.
-- **Provisioning**: point a Grafana file provider at a folder holding the three files.
-- **Helm (Grafana sidecar)**: with `dashboards.enabled=true` the chart ships each dashboard in a ConfigMap
-  labelled `grafana_dashboard: "1"`, the label the kube-prometheus-stack Grafana sidecar watches. The
-  label, its value, the namespace and extra annotations (for example `grafana_folder`) are values of the
-  chart.
-
-The files are generated by `make artifacts` from `exporter/artifacts/dashboards.py` with
-grafana-foundation-sdk; edit the code, not the JSON. Reference lines and colour steps come from the
-threshold table (`docs/thresholds.md`), so they move when it does.
-"""
-
-_TYPES = {
-    "timeseries": "time series",
-    "stat": "stat",
-    "state-timeline": "state timeline",
-    "heatmap": "heatmap",
-    "table": "table",
-    "bargauge": "bar gauge",
-}
-
-
-def render_doc() -> str:
-    lines = [
-        "# Dashboards",
-        "",
-        "<!-- generated from exporter/artifacts/dashboards.py by `make artifacts`; do not edit -->",
-        "",
-        'Three Grafana dashboards answer "which GPUs are starving, why, and since when". Start at the fleet',
-        "overview, follow a node into the node and GPU detail, or open the job view for one pod's GPUs",
-        "across nodes. Each dashboard links to the others and keeps the time range and variables.",
-        "",
-        "Verdict timelines colour each GPU by its most serious verdict: "
-        + ", ".join(f"{c.text} ({c.colour})" for c in VERDICT_CODES)
-        + ".",
-        "The order and colours are the verdict registry's (`exporter/analysis/kinds.py`): a new kind appears",
-        "on every dashboard without an edit.",
-        "",
-        "The *where GPU time goes* panels read each GPU's time ledger, `gpu_time_seconds_total{state}`: the",
-        "states add up to the time observed, so the rate of each state is its share of the time. Stacked",
-        "shares, GPU-hours over the dashboard's range (`increase(...[$__range]) / 3600`) and the node view's",
-        "ledger timeline (the state that held most of each interval) colour the states alike: "
-        + ", ".join(f"{c.text} ({c.colour})" for c in LEDGER_CODES)
-        + ".",
-        "",
-        _IMPORT,
-    ]
-    for path, build in DASHBOARDS.items():
-        board = json.loads(to_json(build()))
-        variables = [v["name"] for v in board["templating"]["list"] if v["type"] == "query"]
-        lines += [
-            f"## {board['title']}",
-            "",
-            f"`{path}`, uid `{board['uid']}`, variables: {', '.join(f'`${v}`' for v in variables)}.",
-            board["description"],
-            "",
-            "| panel | type | unit | shows |",
-            "|---|---|---|---|",
-        ]
-        for panel in board["panels"]:
-            if panel["type"] == "row":
-                lines.append(f"| **{panel['title']}** | | | |")
-                continue
-            unit = panel["fieldConfig"]["defaults"]["unit"]
-            lines.append(
-                f"| {panel['title']} | {_TYPES[panel['type']]} | `{unit}` | {panel['description']} |"
-            )
-        lines.append("")
-    return "\n".join(lines)

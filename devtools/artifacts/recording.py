@@ -13,11 +13,11 @@ Names follow the ``level:metric:operations`` convention; every per-pod and per-j
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from exporter import thresholds as th
 from exporter.analysis.kinds import KINDS
+from exporter.kube_labels import ksm_label
 
 GROUP = "gpu-bottleneck-recording"
 JOB_LABEL = "job_name"
@@ -47,12 +47,6 @@ STRAGGLER = "namespace_job_pod:gpu_straggler:lost_share5m"
 HUNG = "namespace_job:gpu_hang:stalled_share5m"
 HANG_BLAME = "namespace_job_pod:gpu_hang:blamed"
 POD_KEYS = "namespace, job_name, pod, node, instance"
-
-
-def ksm_label(name: str) -> str:
-    """The label kube-state-metrics gives a pod label: ``label_`` and the name with every character
-    outside [a-zA-Z0-9_] replaced by ``_``."""
-    return "label_" + re.sub(r"[^a-zA-Z0-9_]", "_", name)
 
 
 def job_info_expr(labels: tuple[str, ...] = JOB_LABELS) -> str:
