@@ -1,6 +1,6 @@
 """Detection quality on labelled traces, judged as paging, against a naive baseline.
 
-    python bench/detection.py [TRACES_DIR]      # default: examples/traces
+    python bench/detection.py [TRACES_DIR ...]  # default: examples/traces and examples/traces/real
 
 For every trace (``NAME.csv`` or ``NAME.csv.gz``) with a ``NAME.labels.json`` beside it: replays it
 through the exporter's analysis and judges every labelled episode end to end, as the on-call person
@@ -48,7 +48,7 @@ from exporter.replay import replay  # noqa: E402
 from exporter.thresholds import board_tdp  # noqa: E402
 from exporter.traces import TraceReader  # noqa: E402
 
-DEFAULT_DIR = REPO / "examples" / "traces"
+DEFAULT_DIRS = [REPO / "examples" / "traces", REPO / "examples" / "traces" / "real"]
 HELD_TARGET = 0.90  # share of a labelled episode covered by its verdicts
 LEDGER_TARGET_POINTS = 5.0  # worst |share - truth| of any GPU and state, in percentage points
 LIST_LIMIT = 12
@@ -70,7 +70,8 @@ class Label:
     @classmethod
     def from_json(cls, raw: dict) -> Label:
         kinds = tuple(raw.get("kinds") or ())
-        return cls(str(raw["gpu"]), raw["kind"], float(raw["start"]), float(raw["end"]), kinds)
+        kind = raw.get("kind") or kinds[0]
+        return cls(str(raw["gpu"]), kind, float(raw["start"]), float(raw["end"]), kinds)
 
     @property
     def accepted(self) -> tuple[str, ...]:
@@ -197,28 +198,54 @@ def score_label(
     return score
 
 
+@dataclass(frozen=True)
+class Judged:
+    """Where a verdict that matches no label counts as false: within ``fp_window`` (seconds; None: the
+    whole trace), and never for a kind in ``ignore_kinds`` (real traces whose healthy stretch is, say,
+    at the power cap: the routine power verdict is not what they judge)."""
+
+    fp_window: tuple[float, float] | None = None
+    ignore_kinds: tuple[str, ...] = ()
+
+    def counts(self, v: Verdict, trace_end: float) -> bool:
+        if v.kind in self.ignore_kinds:
+            return False
+        if self.fp_window is None:
+            return True
+        start, end = self.fp_window
+        return v.start <= end and on_until(v, trace_end) >= start
+
+
 def false_verdicts(
     trace: str,
     labels: Sequence[Label],
     verdicts: Sequence[Verdict],
     for_s: dict[str, float],
     trace_end: float,
+    judged: Judged = Judged(),
 ) -> list[FalseVerdict]:
     out = []
     for v in verdicts:
         if any(matches(v, label) and overlaps(v, label, trace_end) for label in labels):
+            continue
+        if not judged.counts(v, trace_end):
             continue
         out.append(FalseVerdict(trace, v, on_until(v, trace_end) - v.start >= for_of(v.kind, for_s)))
     return out
 
 
 def score_trace(
-    name: str, labels: Sequence[Label], verdicts: Sequence[Verdict], for_s: dict[str, float], trace_end: float
+    name: str,
+    labels: Sequence[Label],
+    verdicts: Sequence[Verdict],
+    for_s: dict[str, float],
+    trace_end: float,
+    judged: Judged = Judged(),
 ) -> TraceScore:
     return TraceScore(
         name,
         [score_label(name, label, verdicts, for_s, trace_end) for label in labels],
-        false_verdicts(name, labels, verdicts, for_s, trace_end),
+        false_verdicts(name, labels, verdicts, for_s, trace_end, judged),
     )
 
 
@@ -429,7 +456,7 @@ def _merge(found: list[Verdict]) -> list[Verdict]:
 class TraceResult:
     name: str
     ours: TraceScore
-    ledger: LedgerError
+    ledger: LedgerError | None  # None: the trace has no ledger truth (a real trace)
     naive: TraceScore
 
 
@@ -444,23 +471,27 @@ def find_traces(folder: Path) -> list[Path]:
     return sorted(labelled, key=trace_name)
 
 
-def load_labels(path: Path) -> tuple[list[Label], dict[str, dict[str, float]]]:
+def load_labels(path: Path) -> tuple[list[Label], dict[str, dict[str, float]], Judged]:
     raw = json.loads((path.parent / f"{trace_name(path)}.labels.json").read_text())
-    return [Label.from_json(x) for x in raw["labels"]], raw.get("ledger_truth", {})
+    window = raw.get("fp_window")
+    judged = Judged(
+        (float(window[0]), float(window[1])) if window else None, tuple(raw.get("ignore_kinds") or ())
+    )
+    return [Label.from_json(x) for x in raw["labels"]], raw.get("ledger_truth", {}), judged
 
 
 def judge(path: Path) -> TraceResult:
     """Replay one trace through the analysis and through the baseline, and score both."""
     name, for_s = trace_name(path), alert_for()
-    labels, truth = load_labels(path)
+    labels, truth, judged = load_labels(path)
     result = replay(path)
     ours = [Verdict(e.gpu, e.kind, e.start, e.end) for e in result.episodes]
     base, base_end = naive(path)
     return TraceResult(
         name,
-        score_trace(name, labels, ours, for_s, result.seconds),
-        ledger_error(result.ledger, truth),
-        score_trace(name, labels, base, for_s, base_end),
+        score_trace(name, labels, ours, for_s, result.seconds, judged),
+        ledger_error(result.ledger, truth) if truth else None,
+        score_trace(name, labels, base, for_s, base_end, judged),
     )
 
 
@@ -529,14 +560,17 @@ def paging_table(title: str, scores: list[TraceScore], for_s: dict[str, float]) 
 
 
 def ledger_table(results: list[TraceResult]) -> tuple[str, float]:
+    known = [(r.name, r.ledger) for r in results if r.ledger is not None]
+    if not known:
+        return "", 0.0
     lines = [
         f"ledger accuracy: worst |share - truth| over GPUs and states, in points (target <= "
         f"{LEDGER_TARGET_POINTS:.0f})",
-        *(f"  {r.name:28s} {r.ledger}" for r in results),
+        *(f"  {name:28s} {ledger}" for name, ledger in known),
     ]
-    worst = max(results, key=lambda r: r.ledger.points)
-    lines.append(f"  {'OVERALL worst':28s} {worst.ledger.points:5.1f}  ({worst.name})")
-    return "\n".join(lines), worst.ledger.points
+    name, worst = max(known, key=lambda kv: kv[1].points)
+    lines.append(f"  {'OVERALL worst':28s} {worst.points:5.1f}  ({name})")
+    return "\n".join(lines), worst.points
 
 
 def shortfalls(scores: list[TraceScore], ledger_points: float) -> list[str]:
@@ -555,30 +589,41 @@ def shortfalls(scores: list[TraceScore], ledger_points: float) -> list[str]:
     return out
 
 
-def main(argv: list[str]) -> int:
-    folder = Path(argv[0]) if argv else DEFAULT_DIR
-    traces = find_traces(folder)
-    if not traces:
-        print(f"no labelled traces in {folder}", file=sys.stderr)
-        return 1
-    started = time.monotonic()
-    with ProcessPoolExecutor() as pool:
-        results = list(pool.map(judge, traces))
+def report(folder: Path, results: list[TraceResult], seconds: float) -> list[str]:
+    """Print one set of traces' tables; return what keeps its targets from being met."""
     for_s = alert_for()
     ours = [r.ours for r in results]
-    print(
-        paging_table("gpu-bottleneck-exporter: verdicts judged as pages (alert `for` per kind)", ours, for_s)
-    )
+    shown = folder.resolve().relative_to(REPO) if folder.resolve().is_relative_to(REPO) else folder
+    print(f"==== {shown}: {len(results)} traces")
+    title = "gpu-bottleneck-exporter: verdicts judged as pages (alert `for` per kind)"
+    print(paging_table(title, ours, for_s))
     print()
     ledger_text, ledger_points = ledger_table(results)
-    print(ledger_text)
-    print()
-    title = "naive baseline: the seed table as alert rules over 15 s scrapes, paging after the kind's `for`"
-    print(paging_table(title, [r.naive for r in results], for_s))
+    if ledger_text:
+        print(ledger_text)
+        print()
+    naive_title = "naive baseline: the seed table as alert rules over 15 s scrapes, paging after the `for`"
+    print(paging_table(naive_title, [r.naive for r in results], for_s))
     print("\n  naive rules: " + "; ".join(f"{r.kind}: {r.expr}" for r in NAIVE_RULES))
-    shown = folder.resolve().relative_to(REPO) if folder.resolve().is_relative_to(REPO) else folder
-    print(f"\n{len(traces)} traces from {shown} replayed twice in {time.monotonic() - started:.1f} s")
+    print(f"\n{len(results)} traces from {shown} replayed twice in {seconds:.1f} s")
     missed = shortfalls(ours, ledger_points)
+    print(f"{shown}: " + ("targets met" if not missed else "targets missed: " + "; ".join(missed)))
+    print()
+    return [f"{shown}: {m}" for m in missed]
+
+
+def main(argv: list[str]) -> int:
+    folders = [Path(a) for a in argv] if argv else DEFAULT_DIRS
+    missed: list[str] = []
+    for folder in folders:
+        traces = find_traces(folder)
+        if not traces:
+            print(f"no labelled traces in {folder}", file=sys.stderr)
+            return 1
+        started = time.monotonic()
+        with ProcessPoolExecutor() as pool:
+            results = list(pool.map(judge, traces))
+        missed += report(folder, results, time.monotonic() - started)
     print("targets met" if not missed else "targets missed: " + "; ".join(missed))
     return 0 if not missed else 1
 
