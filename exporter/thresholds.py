@@ -201,18 +201,32 @@ LEDGER_COMM_MEM_UTIL = _t(
 )
 LEDGER_COMM_POWER_LOW = _t(
     "ledger.comm_power_low_ratio",
-    0.30,
+    0.25,
     "ratio",
-    "Without SM activity or memory utilization, a GPU resident all second that draws under 30 % of its "
-    "power limit runs a spin-wait: an "
-    "H100 waiting in NCCL draws 100-120 W of 700 W, a V100 40-70 W of 250-300 W.",
+    "Without SM activity or memory utilization, power tells a spin-wait from compute: where the draw sits "
+    "between the GPU's idle floor (0) and its ceiling (1), per unit of utilization (a GPU resident 80 % of "
+    "a second can only use 80 % of its headroom). Under a quarter of the headroom per resident second is a "
+    "kernel polling a flag, not computing: an H100 waiting in NCCL draws 100-150 W (idle 70 W, ceiling "
+    "700 W: 0.05-0.13), an RTX A5000 84 W (idle 57 W, 230 W: 0.16), a V100 40-70 W of 300 W (idle 40 W: "
+    "under 0.12). Computing at full utilization uses half of the headroom or more on any board.",
 )
 LEDGER_COMM_POWER_HIGH = _t(
     "ledger.comm_power_high_ratio",
-    0.50,
+    0.45,
     "ratio",
-    "...and above 50 % it is computing; in between, the resident time is split in proportion. Power is "
-    "averaged over about a second by the board, so this split is coarse: SM activity wins where it exists.",
+    "...and above 45 % of the headroom per resident second it is computing (healthy training sits at "
+    "0.5-1.0); in between the resident time is split in proportion. Power is averaged over about a second "
+    "by the board, so this split is coarse: SM activity wins where it exists.",
+)
+POWER_FLOOR_TO_CEILING = _t(
+    "power.floor_to_ceiling_ratio",
+    6.0,
+    "ratio",
+    "A log with no power limit and no board name still shows the GPU's idle floor (its no-kernel samples). "
+    "Boards' default limits are 5-15 times their idle draw (H100 SXM 700/70 W, A100 SXM 400/55 W, V100 "
+    "300/40 W, RTX 3060 Ti 200/15 W): six times the floor is a ceiling no board falls short of by much, "
+    "so a spin-wait 1-2 times the floor is never taken for compute. A higher busy draw seen in the log "
+    "raises it.",
 )
 LEDGER_THROTTLE_CLOCK = _t(
     "ledger.throttle_clock_ratio",
@@ -238,11 +252,32 @@ LEDGER_STARTUP_COMPUTE = _t(
     "ledger.startup_compute_seconds",
     30.0,
     "seconds",
-    "A job has started training once its GPU has worked in 30 separate seconds: before that, pauses are "
-    "start-up (model load, dataset download, NCCL set-up, sharding the model, the loader's first batches) "
-    "and count as idle, not as waiting for input. Initialisation kernels take seconds, not half a minute; "
-    "and while memory keeps growing by a GiB within half a minute (a model being loaded) pauses stay idle "
-    "whenever they come.",
+    "A job has started training once its GPU has worked in 30 separate seconds: before that, long pauses "
+    "are start-up (model load, dataset download, NCCL set-up, sharding the model, the loader's first "
+    "batches) and count as idle, not as waiting for input. Initialisation kernels take seconds, not half a "
+    "minute; and while memory keeps growing by a GiB within half a minute (a model being loaded) pauses "
+    "stay idle whenever they come. Short gaps between kernels (within the pause allowance) are step-level "
+    "waits from the first sample: a loader that alternates 100 and 0 % is starving from its first step.",
+)
+LEDGER_STARTUP_WALL = _t(
+    "ledger.startup_wall_seconds",
+    60.0,
+    "seconds",
+    "...or once the job has held the GPU for a minute, its work has come in three or more separate bursts "
+    "(a rhythm, as for starvation's gaps), and its memory stopped growing: start-up ends by wall time too. "
+    "Loading a model grows memory (and stays start-up however long it takes), downloading a dataset runs "
+    "no kernel at all, and NCCL set-up and a warm-up step are one or two bursts; a GPU that holds a loaded "
+    "model and runs kernels only in short bursts (a few percent utilization: one core transforming images "
+    "for DataParallel, rank 0 doing host work every step) is training slowly, waiting for its input, and "
+    "would otherwise never reach the 30 working seconds. Gaps within the pause allowance count as "
+    "step-level waits as soon as the rhythm shows.",
+)
+LEDGER_LOAD_GROWTH = _t(
+    "ledger.load_growth_bytes",
+    1 * GiB,
+    "bytes",
+    "Memory grown by a GiB within the evidence window: a model or dataset is being loaded onto the GPU, "
+    "and pauses are start-up, whatever came before.",
 )
 LEDGER_WINDOW = _t(
     "ledger.window_seconds",
@@ -270,14 +305,16 @@ COVERAGE_EXIT = _t(
     0.20,
     "ratio",
     "...and keeps it until the five-minute share falls below 20 %: a verdict holds while its condition "
-    "lasts and does not drop out between two checkpoints or two slow bursts.",
+    "lasts and does not drop out between two checkpoints or two slow bursts (a clean stretch shorter than "
+    "the evidence window and the resolve time together never breaks it).",
 )
 COVERAGE_FAST_SHARE = _t(
     "coverage.fast_share",
     0.40,
     "ratio",
-    "40 % of the last two minutes lost to one family fires at once: more than one 45-second evaluation "
-    "or checkpoint pause in two minutes, so a single quick save does not.",
+    "40 % of the last two minutes lost to one family fires at once. The longest single pause of those two "
+    "minutes is forgiven there (one save or evaluation, even one split by a burst of kernels, is not a "
+    "pattern); repeated pauses and step-level waits count in full.",
 )
 COVERAGE_FAST_EXIT = _t(
     "coverage.fast_exit_share",
@@ -289,8 +326,9 @@ COVERAGE_CLEAR = _t(
     "coverage.clear_share",
     0.10,
     "ratio",
-    "Two minutes with under 10 % lost: the condition has ended, and the five-minute share no longer holds "
-    "the verdict (it would otherwise linger for minutes after a fix).",
+    "Half a minute (the evidence window) with under 10 % lost: the condition has ended, and neither the "
+    "two- nor the five-minute share holds the verdict any more (they would otherwise linger for minutes "
+    "after a fix): with the resolve time the verdict clears about 90 s after recovery.",
 )
 RECENT_WAIT_SHARE = _t(
     "coverage.recent_wait_share",
@@ -572,9 +610,11 @@ IDLE_AFTER = _t(
 )
 IDLE_MEMORY = _t(
     "idle.memory_bytes",
-    1 * GiB,
+    512 * (1 << 20),
     "bytes",
-    "A process holds at least 1 GiB of framebuffer: a CUDA context alone takes ~0.5 GiB, a model more.",
+    "A process holds the GPU once 512 MiB of framebuffer are used: a CUDA context alone takes 300-550 MiB, "
+    "a model more; a GPU no process uses shows a few MiB (a desktop's display server a few hundred). Small "
+    "jobs on small boards (a LibTorch model at 0.8 GiB on an 8 GiB card) hold less than a GiB.",
 )
 
 NVLINK_ERROR_RATE = _t(
@@ -794,24 +834,28 @@ def _alert(name: str, for_s: float, severity: str, reason: str) -> AlertPolicy:
 
 _alert(
     "GpuDataStarvation",
-    120.0,
+    60.0,
     "warning",
-    "Two minutes of a GPU waiting for its input (or for checkpoints) is a job running at a fraction of its "
-    "speed: worth a warning, not a wake-up.",
+    "The verdict already needs 40 % of two minutes lost (or half of the last half-minute in step-level "
+    "waits, for 15 s), with a single save or evaluation forgiven; one minute more rules out a phase of the "
+    "job (a warm-up, an evaluation pass), so the page comes about two minutes into the loss. A job running "
+    "at a fraction of its speed: a warning, not a wake-up.",
 )
 _alert(
     "GpuCommHang",
-    120.0,
+    60.0,
     "critical",
-    "Two more minutes of the verdict (a job on another node still saving a checkpoint would have moved "
-    "by then) and the job is hung: critical, since the NCCL watchdog kills it at ten.",
+    "The verdict already needs a minute of every rank pinned in a quiet collective (five when some rank is "
+    "elsewhere); a minute more and the job is hung, still leaving most of the NCCL watchdog's ten minutes "
+    "to act: critical.",
 )
 _alert(
     "GpuCommBound",
-    300.0,
+    120.0,
     "warning",
-    "Slow collectives (NCCL over sockets instead of NVLink/EFA) do not end by themselves; five minutes "
-    "keeps a transient network slowdown from paging.",
+    "Slow collectives (NCCL over sockets instead of NVLink/EFA) do not end by themselves; the verdict "
+    "already needs 40 % of two minutes in collectives, and two minutes more keep a transient network "
+    "slowdown from paging.",
 )
 _alert(
     "GpuThermalThrottling",
@@ -827,9 +871,10 @@ _alert(
 )
 _alert(
     "GpuIdleAllocated",
-    600.0,
+    300.0,
     "info",
-    "A reserved GPU doing nothing is waste, not breakage: informational after ten more minutes.",
+    "A reserved GPU doing nothing is waste, not breakage: the verdict needs five idle minutes (longer than "
+    "any save, evaluation or restart), five more make ten idle minutes before an informational page.",
 )
 _alert(
     "GpuShmNearlyFull",
@@ -1151,37 +1196,67 @@ CRITICAL_XIDS: dict[int, str] = {
     140: "unrecovered ECC error",
 }
 
-# Default power limits (TDP) by board, for logs that carry no power limit column. Matched on the
-# nvidia-smi name, longest match first. Live, NVML's own default limit is used.
-BOARD_TDP_W: dict[str, float] = {
-    "H100 80GB HBM3": 700.0,
-    "H100 SXM": 700.0,
-    "H100 NVL": 400.0,
-    "H100 PCIe": 350.0,
-    "H200": 700.0,
-    "GH200": 900.0,
-    "B200": 1000.0,
-    "A100-SXM4": 400.0,
-    "A100-SXM": 400.0,
-    "A100 80GB PCIe": 300.0,
-    "A100-PCIE-40GB": 250.0,
-    "A10G": 300.0,
-    "L40S": 350.0,
-    "L40": 300.0,
-    "L4": 72.0,
-    "V100-SXM2": 300.0,
-    "V100-PCIE": 250.0,
-    "RTX 4090": 450.0,
-    "RTX 3090": 350.0,
-    "RTX A6000": 300.0,
+# What a board draws: its default power limit (TDP) and its idle draw with the driver loaded and no work,
+# as nvidia-smi reports them, for logs that carry no power limit column (TDP) and for GPUs seen busy from
+# their first sample (idle). Matched on the nvidia-smi name, longest match first. Live, NVML's own default
+# limit is used, and the idle floor a GPU shows in its own samples always wins over this table's.
+BOARD_POWER_W: dict[str, tuple[float, float | None]] = {
+    "H100 80GB HBM3": (700.0, 70.0),
+    "H100 SXM": (700.0, 70.0),
+    "H100 NVL": (400.0, 60.0),
+    "H100 PCIe": (350.0, 50.0),
+    "H200": (700.0, 75.0),
+    "GH200": (900.0, None),
+    "B200": (1000.0, None),
+    "A100-SXM4": (400.0, 55.0),
+    "A100-SXM": (400.0, 55.0),
+    "A100 80GB PCIe": (300.0, 45.0),
+    "A100-PCIE-40GB": (250.0, 35.0),
+    "A10G": (300.0, 25.0),
+    "A30": (165.0, 30.0),
+    "A40": (300.0, 30.0),
+    "L40S": (350.0, 35.0),
+    "L40": (300.0, 35.0),
+    "L4": (72.0, 16.0),
+    "T4": (70.0, 10.0),
+    "V100-SXM2": (300.0, 40.0),
+    "V100-SXM3": (350.0, 50.0),
+    "V100-PCIE": (250.0, 30.0),
+    "V100S": (250.0, 30.0),
+    "P100-SXM2": (300.0, 35.0),
+    "P100-PCIE": (250.0, 30.0),
+    "RTX 4090": (450.0, 25.0),
+    "RTX 3090": (350.0, 25.0),
+    "RTX 3080": (320.0, 20.0),
+    "RTX 3060 Ti": (200.0, 15.0),
+    "RTX 2080 Ti": (250.0, 20.0),
+    "RTX A6000": (300.0, 25.0),
+    "RTX A5000": (230.0, 25.0),
+    "RTX A4000": (140.0, 15.0),
+    "TITAN X": (250.0, 15.0),
+    "TITAN RTX": (280.0, 20.0),
 }
+BOARD_TDP_W: dict[str, float] = {name: tdp for name, (tdp, _) in BOARD_POWER_W.items()}
+
+
+def _board(name: str) -> tuple[float, float | None] | None:
+    if not name:
+        return None
+    upper = name.upper()
+    for key in sorted(BOARD_POWER_W, key=len, reverse=True):
+        if key.upper() in upper:
+            return BOARD_POWER_W[key]
+    return None
 
 
 def board_tdp(name: str) -> float | None:
-    for key in sorted(BOARD_TDP_W, key=len, reverse=True):
-        if key in name:
-            return BOARD_TDP_W[key]
-    return None
+    board = _board(name)
+    return board[0] if board else None
+
+
+def board_idle(name: str) -> float | None:
+    board = _board(name)
+    return board[1] if board else None
 
 
 def table() -> dict[str, Threshold]:

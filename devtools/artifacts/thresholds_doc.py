@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from exporter.thresholds import (
     ALERT_POLICIES,
-    BOARD_TDP_W,
+    BOARD_POWER_W,
     CRITICAL_XIDS,
+    POWER_FLOOR_TO_CEILING,
     Choice,
     Threshold,
     choices,
@@ -80,12 +81,20 @@ def render() -> str:
     lines += [f"| {xid} | {text} |" for xid, text in CRITICAL_XIDS.items()]
     lines += [
         "",
-        "## Board TDP fallback",
+        "## Board power table",
         "",
-        "Used only for logs without a power limit column; live, NVML's default limit is used.",
+        "A GPU's power envelope runs from its idle floor to its ceiling. The ceiling is the enforced power "
+        "limit, else the default limit, else this table's TDP (logs without a power limit column; live, "
+        "NVML's default limit is used), else the most the GPU was seen drawing busy, raised to "
+        f"{POWER_FLOOR_TO_CEILING.value:g} times its idle floor. The floor is the lowest draw the GPU showed "
+        "with no kernel resident, else this table's idle draw. Matched on the name, longest match first, "
+        "ignoring case.",
         "",
-        "| board (name contains) | default power limit |",
-        "|---|---|",
+        "| board (name contains) | default power limit | idle draw |",
+        "|---|---|---|",
     ]
-    lines += [f"| {name} | {watts:g} W |" for name, watts in BOARD_TDP_W.items()]
+    lines += [
+        f"| {name} | {tdp:g} W | {f'{idle:g} W' if idle else '-'} |"
+        for name, (tdp, idle) in BOARD_POWER_W.items()
+    ]
     return "\n".join(lines) + "\n"

@@ -97,7 +97,8 @@ class Context:
     idle_s: float | None = None  # how long the GPU has held memory without a kernel (None: unknown)
     idle_horizon_s: float = 0.0
     slowdown_c: float | None = None
-    pauses: int = 0  # stopped runs longer than the pause allowance within the fast window
+    pauses: int = 0  # stopped runs longer than the pause allowance within the fast window...
+    longest_pause_s: float = 0.0  # ...and the longest of them
     peers: int = 0  # other GPUs held by the same job
     silent_s: float | None = None  # seconds since the job's last log line or progress report
 
@@ -106,7 +107,7 @@ def covered(
     c: Context, pick: Callable[[Shares], float], fast_pick: Callable[[Shares], float] | None = None
 ) -> float:
     """The coverage rule's score for one share of the ledger."""
-    return coverage(c.fast, c.slow, pick, SCORE_ENTER.value, SCORE_EXIT.value, fast_pick)
+    return coverage(c.fast, c.slow, pick, SCORE_ENTER.value, SCORE_EXIT.value, fast_pick, c.recent)
 
 
 def clamp(x: float) -> float:
@@ -347,22 +348,30 @@ def detect_starvation(c: Context) -> Evidence:
     """Waiting for input or for checkpoints: the rhythm in the evidence window, or the coverage rule over
     the ledger's input_wait + checkpoint time. The cause: checkpoint when synchronous long pauses
     dominate, else the node's strongest signal."""
-    shape = starvation(c.f, c.host, c.recent.family("input") if c.recent.counted_s else None)
+    # the ledger's waiting decides the shape's idle share: a save split by bursts of kernels (copying the
+    # weights out) is one pause, not a rhythm
+    shape = starvation(c.f, c.host, _forgiven(c.recent, c.longest_pause_s) if c.recent.counted_s else None)
     if shape.missing:
         return shape
-    # one long pause in the fast window is a save or an evaluation: only a repeated one counts there
-    repeated = c.pauses >= 2
     waiting = SCORE_ENTER.value * c.recent.get("input_wait") / RECENT_WAIT_SHARE.value
     score = max(
         shape.score,
         clamp(waiting),
-        covered(c, lambda s: s.family("input"), None if repeated else lambda s: s.get("input_wait")),
+        covered(c, lambda s: s.family("input"), lambda s: _forgiven(s, c.longest_pause_s)),
     )
     if score <= 0:
         return Evidence()
     if c.slow.get("checkpoint") >= c.slow.get("input_wait") and c.slow.get("checkpoint") > 0:
         return Evidence(score=score, cause="checkpoint")
     return Evidence(score=score, cause=starvation_cause(c.f, c.host))
+
+
+def _forgiven(s: Shares, pause_s: float) -> float:
+    """The input family's share of a window less its longest pause: one save or evaluation (even one split
+    by a burst of kernels) is not a pattern; repeated pauses and step-level waits are."""
+    if s.counted_s <= 0:
+        return 0.0
+    return max(0.0, s.family("input") - pause_s / s.counted_s)
 
 
 def detect_comm_bound(c: Context) -> Evidence:

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from exporter.analysis import detectors as d
+from exporter.analysis.envelope import Envelope, EnvelopeLearner
 from exporter.analysis.features import GpuFeatures, HostFeatures, gpu_features, host_features
 from exporter.analysis.kinds import KINDS as REGISTRY
 from exporter.analysis.kinds import NAMES as KINDS
@@ -29,7 +30,6 @@ from exporter.thresholds import (
     SCORE_ENTER,
     STARVATION_IDLE_FRACTION,
     UTIL_IDLE_LINE,
-    board_tdp,
 )
 
 
@@ -65,7 +65,7 @@ class _Gpu:
     group: str = "node"
     idle_since: float | None = None
     idle_known: bool = False
-    power_seen_w: float | None = None  # the most it drew while busy (p95 of a busy window)
+    power: EnvelopeLearner = field(default_factory=EnvelopeLearner)  # its idle floor and busy draw
     tracks: dict[str, Track] = field(default_factory=lambda: {kind: Track() for kind in KINDS})
     features: GpuFeatures = field(default_factory=GpuFeatures)
     ledger: GpuLedger = field(default_factory=GpuLedger)
@@ -123,7 +123,12 @@ class Analyzer:
     @staticmethod
     def _see_power(state: _Gpu, f: GpuFeatures) -> None:
         if (f.util_mean or 0.0) >= LEDGER_BUSY_UTIL.value and f.n >= 5 and f.power_p95 is not None:
-            state.power_seen_w = max(state.power_seen_w or 0.0, f.power_p95)
+            state.power.see_busy(f.power_p95)
+
+    def envelope(self, gpu: str) -> Envelope:
+        """The GPU's power envelope as learned so far."""
+        state = self._gpu(gpu)
+        return state.power.envelope(state.name)
 
     def add_host_point(self, point: HostPoint) -> None:
         self.host_window.add(point)
@@ -175,8 +180,9 @@ class Analyzer:
                     start = max(start, fresh[0].t - LEDGER_STALE.value)
                 points = state.ledger.points_for(fresh, now)
                 peers = held - 1 if state.held else held
-                ref = _power_ref(points, state)
-                ticks[gpu] = measure(points, start, now, peers, ref, state.slowdown_c)
+                state.power.see(points)
+                envelope = state.power.envelope(state.name)
+                ticks[gpu] = measure(points, start, now, peers, envelope, state.slowdown_c)
                 state.ticked = now
             job = [ticks[g] for g in members if g in ticks and ticks[g].span > 0 and ticks[g].held]
             stopped = bool(job) and all(t.stopped for t in job)
@@ -209,7 +215,7 @@ class Analyzer:
             state = self._gpus[gpu]
             state.window.evict(now)
             points = [p for p in state.window if p.t > cutoff]
-            f = state.features = gpu_features(points, state.name, state.power_seen_w)
+            f = state.features = gpu_features(points, state.name, state.power.envelope(state.name).ceiling_w)
             self._see_power(state, f)
             idle_s = (
                 (now - state.idle_since if state.idle_since is not None else 0.0)
@@ -218,6 +224,7 @@ class Analyzer:
             )
             state.shares = state.ledger.shares(now)
             recent, fast, slow = state.shares
+            pauses, longest_pause = state.ledger.pauses(now)
             ctx = d.Context(
                 f=f,
                 host=host,
@@ -227,7 +234,8 @@ class Analyzer:
                 idle_s=idle_s,
                 idle_horizon_s=IDLE_AFTER.value,
                 slowdown_c=state.slowdown_c,
-                pauses=state.ledger.pauses(now),
+                pauses=pauses,
+                longest_pause_s=longest_pause,
                 peers=held.get(state.group, 0) - (1 if state.held else 0),
                 silent_s=_silent(points, now),
             )
@@ -326,11 +334,3 @@ def _since(window: Window[GpuPoint], t: float) -> list[GpuPoint]:
         out.append(p)
     out.reverse()
     return out
-
-
-def _power_ref(points: list[GpuPoint], state: _Gpu) -> float | None:
-    """What the GPU may draw: enforced limit, else default, else the board's TDP, else the most seen."""
-    for p in reversed(points):
-        if p.power_limit_w or p.power_default_w:
-            return p.power_limit_w or p.power_default_w
-    return board_tdp(state.name) or state.power_seen_w

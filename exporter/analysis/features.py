@@ -138,12 +138,10 @@ def slope(pairs: Sequence[tuple[float, float]], most: int = 32) -> float | None:
     return (stv - st * sv / n) / var
 
 
-def gpu_features(
-    points: Sequence[GpuPoint], name: str = "", power_seen_w: float | None = None
-) -> GpuFeatures:
-    """Features of one GPU's points (oldest first) over the evidence window. ``power_seen_w`` is the
-    most the GPU has been seen drawing while busy: the power reference of last resort, for logs
-    without a power limit column or a known board name."""
+def gpu_features(points: Sequence[GpuPoint], name: str = "", ceiling_w: float | None = None) -> GpuFeatures:
+    """Features of one GPU's points (oldest first) over the evidence window. ``ceiling_w`` is the top of
+    the GPU's learned power envelope: the power reference of last resort, for logs without a power limit
+    column or a known board name."""
     if not points:
         return GpuFeatures()
     last_t = points[-1].t
@@ -217,7 +215,7 @@ def gpu_features(
         power_mean=power_mean,
         power_p95=quantile(sorted(powers), HIGH_Q) if powers else None,
         power_cv=power_cv,
-        power_ref_w=limit or default or board_tdp(name) or power_seen_w,
+        power_ref_w=limit or default or board_tdp(name) or ceiling_w,
         limit_w=limit,
         default_w=default or board_tdp(name),
         sm_mean=_mean(sm),

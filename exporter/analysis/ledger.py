@@ -32,6 +32,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from exporter.analysis.envelope import Envelope
 from exporter.analysis.points import GpuPoint
 from exporter.nvml_vocab import HW_SLOWDOWN, POWER_CAP_BITS, THERMAL_BITS
 from exporter.thresholds import (
@@ -50,12 +51,15 @@ from exporter.thresholds import (
     LEDGER_COMM_POWER_LOW,
     LEDGER_COMM_SM,
     LEDGER_FAST_WINDOW,
+    LEDGER_LOAD_GROWTH,
     LEDGER_POWER_AT_LIMIT,
     LEDGER_STALE,
     LEDGER_STARTUP_COMPUTE,
+    LEDGER_STARTUP_WALL,
     LEDGER_STEADY_UTIL,
     LEDGER_THROTTLE_CLOCK,
     LEDGER_WINDOW,
+    STARVATION_GAPS,
     STARVATION_PAUSE,
     TEMP_HOT,
     THERMAL_CLOCK_DROP,
@@ -114,27 +118,27 @@ def waiting_part(util: float) -> float:
     return (1.0 - util) * fade
 
 
-def comm_part(p: GpuPoint, resident_all_tick: bool, tick_power_ratio: float | None, peers: int) -> float:
+def comm_part(p: GpuPoint, resident_all_tick: bool, tick_intensity: float | None, peers: int) -> float:
     """The share of a point's resident time that is a collective rather than compute. SM activity tells
-    per sample. Without it, memory utilization or power (board-averaged over about a second) can only
-    tell for a GPU resident the whole second: at low duty they read low because of the gaps. Power alone
-    calls a wait only in a job with peers to wait for."""
+    per sample. Without it, memory utilization can only tell for a GPU resident the whole second (at low
+    duty it reads low because of the gaps); power (board-averaged over about a second) tells through its
+    intensity: the share of the envelope's headroom drawn per unit of the second's utilization. Power
+    alone calls a wait only in a job with peers to wait for."""
     util = p.util or 0.0
     if util < LEDGER_BUSY_UTIL.value:
         return 0.0  # a short resident stretch in a waiting sample: too little to call
     if p.sm_active is not None and p.sm_active < LEDGER_COMM_SM.value * util:
         return 1.0
-    if not resident_all_tick:
-        return 0.0
     # SM activity is an average over the collection (about a second), memory utilization a driver sample
-    # like utilization itself: a collective shorter than the collection shows in the latter only
-    if p.mem_util is not None:
+    # like utilization itself: a collective shorter than the collection shows in the latter only; both
+    # speak only for a GPU resident the whole second
+    if p.mem_util is not None and resident_all_tick:
         return 1.0 if p.mem_util < LEDGER_COMM_MEM_UTIL.value else 0.0
-    if p.sm_active is not None:
+    if p.sm_active is not None or p.mem_util is not None:
         return 0.0
-    if tick_power_ratio is not None and peers > 0:  # alone, low power is light compute, not a wait
+    if tick_intensity is not None and peers > 0:  # alone, low power is light compute, not a wait
         low, high = LEDGER_COMM_POWER_LOW.value, LEDGER_COMM_POWER_HIGH.value
-        return min(1.0, max(0.0, (high - tick_power_ratio) / (high - low)))
+        return min(1.0, max(0.0, (high - tick_intensity) / (high - low)))
     return 0.0
 
 
@@ -205,12 +209,25 @@ class Tick:
         return self.gap >= self.comm_quiet
 
 
+def intensity(points: Sequence[GpuPoint], envelope: Envelope) -> float | None:
+    """The share of the power envelope's headroom drawn per unit of utilization over these points."""
+    powers = [p.power_w for p in points if p.power_w is not None]
+    utils = [p.util for p in points if p.util is not None]
+    if not powers or not utils:
+        return None
+    position = envelope.position(sum(powers) / len(powers))
+    util = sum(utils) / len(utils)
+    if position is None or util <= 0:
+        return None
+    return position / util
+
+
 def measure(
     points: Sequence[GpuPoint],
     t0: float,
     t1: float,
     peers: int,
-    power_ref_w: float | None,
+    envelope: Envelope,
     slowdown_c: float | None = None,
 ) -> Tick:
     """Split the second (t0, t1] between the raw parts, each point weighing the same."""
@@ -221,8 +238,7 @@ def measure(
     tick.span = t1 - t0
     weight = tick.span / len(usable)
     resident_all = sum(p.util or 0.0 for p in usable) / len(usable) >= LEDGER_STEADY_UTIL.value
-    powers = [p.power_w for p in usable if p.power_w is not None]
-    power_ratio = sum(powers) / len(powers) / power_ref_w if powers and power_ref_w else None
+    power_intensity = intensity(usable, envelope)
     for p in usable:
         util = p.util or 0.0
         tick.mem_bytes = p.mem_used_bytes if p.mem_used_bytes is not None else tick.mem_bytes
@@ -235,7 +251,7 @@ def measure(
             continue
         gap = waiting_part(util)
         resident = (1.0 - gap) * weight
-        comm = comm_part(p, resident_all, power_ratio, peers) * resident
+        comm = comm_part(p, resident_all, power_intensity, peers) * resident
         work = resident - comm
         tick.gap += gap * weight
         if comm:
@@ -312,11 +328,14 @@ class GpuLedger:
 
     totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STATES, 0.0))
     worked_s: float = 0.0  # seconds with work since the job took the GPU: start-up ends at the allowance
+    held_s: float = 0.0  # seconds since the job took the GPU: start-up also ends by wall time...
+    bursts: int = 0  # ...once the GPU shows a rhythm: separate stretches of work since the job took it
     run_s: float = 0.0  # length of the current stopped run
     memory: deque[tuple[float, float]] = field(default_factory=deque)  # (t, memory used) of the last 30 s
     pending: list[tuple[Tick, bool]] = field(default_factory=list)  # held-back run seconds (tick, started)
     last: GpuPoint | None = None
-    long_runs: deque[float] = field(default_factory=deque)  # when recent runs outgrew the pause allowance
+    # recent runs that outgrew the pause allowance: [start, length], the newest growing while it lasts
+    long_runs: deque[list[float]] = field(default_factory=deque)
     horizons: tuple[_Horizon, ...] = field(
         default_factory=lambda: tuple(
             _Horizon(s) for s in (EVIDENCE_WINDOW.value, LEDGER_FAST_WINDOW.value, LEDGER_WINDOW.value)
@@ -324,8 +343,17 @@ class GpuLedger:
     )
 
     @property
+    def rhythmic(self) -> bool:
+        """Work has come in separate bursts: the gaps between them are the job's steps waiting."""
+        return self.bursts >= STARVATION_GAPS.value
+
+    @property
     def started(self) -> bool:
-        return self.worked_s >= LEDGER_STARTUP_COMPUTE.value
+        """Start-up is over: the GPU worked 30 seconds, or held memory past the wall-time allowance while
+        its work came in bursts (the caller keeps a GPU whose memory is still growing in start-up)."""
+        if self.worked_s >= LEDGER_STARTUP_COMPUTE.value:
+            return True
+        return self.rhythmic and self.held_s >= LEDGER_STARTUP_WALL.value
 
     def points_for(self, points: list[GpuPoint], t1: float) -> list[GpuPoint]:
         """The points of this second, or the last one while it is fresh."""
@@ -344,49 +372,68 @@ class GpuLedger:
             return
         if not tick.held:
             self._flush()
-            self.worked_s, self.run_s = 0.0, 0.0  # no job: the next one starts afresh
+            self.worked_s, self.held_s, self.run_s = 0.0, 0.0, 0.0  # no job: the next one starts afresh
+            self.bursts = 0
             self.memory.clear()
             self._add(tick.t, _vector(tick, started=False))
             return
+        self.held_s += tick.span
         loading = self._loading(tick)
         if not tick.stopped:
             self._flush()
+            if self.run_s > 0 or self.worked_s == 0:
+                self.bursts += 1
             self.run_s = 0.0
             self.worked_s += tick.span
-            self._add(tick.t, _vector(tick, self.started and not loading))
+            self._add(tick.t, _vector(tick, self._stepping(loading)))
             return
         self.run_s += tick.span
         if self.run_s <= STARVATION_PAUSE.value:
-            self.pending.append((tick, self.started and not loading))
+            self.pending.append((tick, self._stepping(loading)))
             return
         if self.pending:
-            self.long_runs.append(self.pending[0][0].t)
+            self.long_runs.append([self.pending[0][0].t, 0.0])
+        if self.long_runs:
+            self.long_runs[-1][1] = self.run_s
         state_gap, state_comm = self._long_run(loading, job_stopped and not alone, job_quiet)
         for held_tick, _ in self.pending:
             self._add(held_tick.t, _vector(held_tick, True, state_gap, state_comm))
         self.pending.clear()
         self._add(tick.t, _vector(tick, True, state_gap, state_comm))
 
+    def _stepping(self, loading: bool) -> bool:
+        """Gaps within the pause allowance are step-level waits once work comes in a rhythm (or the job
+        has started), start-up or not; only a model being loaded keeps them start-up."""
+        return (self.started or self.rhythmic) and not loading
+
     def _loading(self, tick: Tick) -> bool:
-        """Memory grew by the idle line within the evidence window: a model or dataset is loading."""
+        """Memory grew by a GiB within the evidence window: a model or dataset is loading."""
         if tick.mem_bytes is None:
             return False
         memory = self.memory
         memory.append((tick.t, tick.mem_bytes))
         while memory and memory[0][0] <= tick.t - EVIDENCE_WINDOW.value:
             memory.popleft()
-        return tick.mem_bytes - min(m for _, m in memory) >= IDLE_MEMORY.value
+        return tick.mem_bytes - min(m for _, m in memory) >= LEDGER_LOAD_GROWTH.value
 
     def _long_run(self, loading: bool, together: bool, quiet: bool) -> tuple[str, str]:
         """States of the waiting and of the collective time of a run longer than the pause allowance:
-        ``together`` when every GPU of a multi-GPU job stopped, ``quiet`` when all sit in a collective."""
-        if not self.started or loading or self.run_s > IDLE_AFTER.value:
+        ``together`` when every GPU of a multi-GPU job stopped, ``quiet`` when all sit in a collective.
+        In start-up, ranks waiting in a collective for a rank still loading are starting up too; every
+        rank in a quiet collective is a hang whenever it happens."""
+        startup = not self.started or loading
+        if startup or self.run_s > IDLE_AFTER.value:
             gap = "idle"
         elif together:
             gap = "checkpoint"
         else:
             gap = "input_wait"
-        comm = "stalled" if quiet else "checkpoint" if together else "comm_wait"
+        if quiet:
+            comm = "stalled"
+        elif startup:
+            comm = "idle"
+        else:
+            comm = "checkpoint" if together else "comm_wait"
         return gap, comm
 
     def _flush(self) -> None:
@@ -409,11 +456,12 @@ class GpuLedger:
             out.append(_shares(h))
         return out[0], out[1], out[2]
 
-    def pauses(self, now: float) -> int:
-        """Stopped runs longer than the pause allowance that began within the fast window."""
-        while self.long_runs and self.long_runs[0] <= now - LEDGER_FAST_WINDOW.value:
+    def pauses(self, now: float) -> tuple[int, float]:
+        """Stopped runs longer than the pause allowance that began within the fast window: how many, and
+        the longest one's seconds."""
+        while self.long_runs and self.long_runs[0][0] <= now - LEDGER_FAST_WINDOW.value:
             self.long_runs.popleft()
-        return len(self.long_runs)
+        return len(self.long_runs), max((length for _, length in self.long_runs), default=0.0)
 
     def observed_s(self) -> float:
         """Committed plus held-back seconds: what the states must sum to."""
@@ -447,10 +495,18 @@ def coverage(
     enter_score: float,
     exit_score: float,
     fast_pick: Callable[[Shares], float] | None = None,
+    recent: Shares | None = None,
 ) -> float:
     """The coverage rule as a score: at the enter share of either window the score reaches the verdicts'
     enter score, at the exit share their exit score. A window counts once half of it has been observed.
-    ``fast_pick`` reads the fast window differently (what may count there), default ``pick``."""
+    ``fast_pick`` reads the fast window differently (what may count there), default ``pick``. When the
+    ``recent`` evidence window lost next to nothing, the condition has ended: no score."""
+    if (
+        recent is not None
+        and recent.counted_s >= EVIDENCE_WINDOW.value / 2
+        and pick(recent) < COVERAGE_CLEAR.value
+    ):
+        return 0.0
 
     def one(s: Shares, span: float, enter: float, exit_: float, read: Callable[[Shares], float]) -> float:
         if s.counted_s < span / 2:
