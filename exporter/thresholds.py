@@ -312,9 +312,9 @@ COVERAGE_FAST_SHARE = _t(
     "coverage.fast_share",
     0.40,
     "ratio",
-    "40 % of the last two minutes lost to one family fires at once. The longest single pause of those two "
-    "minutes is forgiven there (one save or evaluation, even one split by a burst of kernels, is not a "
-    "pattern); repeated pauses and step-level waits count in full.",
+    "40 % of the last two minutes lost to one family fires at once. A single pause in those two minutes "
+    "is forgiven there (one 45-second save or evaluation is not a pattern); repeated pauses and "
+    "step-level waits count in full.",
 )
 COVERAGE_FAST_EXIT = _t(
     "coverage.fast_exit_share",

@@ -350,14 +350,14 @@ def detect_starvation(c: Context) -> Evidence:
     dominate, else the node's strongest signal."""
     # the ledger's waiting decides the shape's idle share: a save split by bursts of kernels (copying the
     # weights out) is one pause, not a rhythm
-    shape = starvation(c.f, c.host, _forgiven(c.recent, c.longest_pause_s) if c.recent.counted_s else None)
+    shape = starvation(c.f, c.host, _forgiven(c.recent, c) if c.recent.counted_s else None)
     if shape.missing:
         return shape
     waiting = SCORE_ENTER.value * c.recent.get("input_wait") / RECENT_WAIT_SHARE.value
     score = max(
         shape.score,
         clamp(waiting),
-        covered(c, lambda s: s.family("input"), lambda s: _forgiven(s, c.longest_pause_s)),
+        covered(c, lambda s: s.family("input"), lambda s: _forgiven(s, c)),
     )
     if score <= 0:
         return Evidence()
@@ -366,12 +366,14 @@ def detect_starvation(c: Context) -> Evidence:
     return Evidence(score=score, cause=starvation_cause(c.f, c.host))
 
 
-def _forgiven(s: Shares, pause_s: float) -> float:
-    """The input family's share of a window less its longest pause: one save or evaluation (even one split
-    by a burst of kernels) is not a pattern; repeated pauses and step-level waits are."""
+def _forgiven(s: Shares, c: Context) -> float:
+    """The input family's share of a window, less the pause when the fast window holds only one: a single
+    save or evaluation is not a pattern; repeated pauses and step-level waits are."""
     if s.counted_s <= 0:
         return 0.0
-    return max(0.0, s.family("input") - pause_s / s.counted_s)
+    if c.pauses >= 2:
+        return s.family("input")
+    return max(0.0, s.family("input") - c.longest_pause_s / s.counted_s)
 
 
 def detect_comm_bound(c: Context) -> Evidence:
