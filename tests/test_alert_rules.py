@@ -117,7 +117,7 @@ def test_every_kind_of_the_registry_pages_and_verdict_alerts_come_from_it():
     assert by_name["GpuPowerCapped"].expr == (
         'gpu_bottleneck{kind="power_throttle", cause="cap_below_default"} == 1'
     )
-    assert by_name["GpuCommBound"].severity == "warning" and by_name["GpuCommBound"].for_ == "5m"
+    assert by_name["GpuCommBound"].severity == "warning" and by_name["GpuCommBound"].for_ == "2m"
 
 
 # numbers a PromQL expression may type itself: nothing and one (`== 0`, `== 1`, `> 0`)

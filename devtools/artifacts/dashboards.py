@@ -167,7 +167,7 @@ def state_share(selector: str, states: str, by: str) -> str:
 def time_lost(selector: str, by: str) -> str:
     """Per ``by`` group, the share of the held GPUs' time not spent computing: what the verdict scores
     were read for, without the per-kind score series."""
-    return state_share(selector, "input_wait|comm_wait|stalled|checkpoint|throttled|idle", by)
+    return state_share(selector, LOSS_STATES, by)
 
 
 def recorded_share(record: str, selector: str) -> str:
@@ -183,15 +183,27 @@ def ledger_hours(selector: str) -> str:
     return f"sort_desc(sum by (state) (increase({LEDGER_METRIC}{{{selector}}}[$__range])) / 3600)"
 
 
+LOSS_STATES = "input_wait|comm_wait|stalled|checkpoint|throttled|idle"  # held time not spent computing
+
+
 def ledger_code(selector: str, by: str) -> str:
-    """Per ``by`` group, the code (see LEDGER_CODES) of the state that held most of each interval: the
-    states whose rate equals the group's largest get their code from a constant vector per state label."""
-    rates = ledger_rates(selector, f"{by}, state")
+    """Per ``by`` group, the code (see LEDGER_CODES) of the state that held most of each interval, or,
+    where the interval lost the coverage share or more (the line at which a verdict always says so), of
+    its largest loss: a GPU that computes 55 % and waits for input 45 % reads input wait, as its verdict
+    does. The states whose rate equals the group's largest get their code from a constant vector per
+    state label."""
     codes = " or ".join(
         f'label_replace(vector({c.value}), "state", "{c.name}", "", "")' for c in LEDGER_CODES
     )
-    largest = f"({rates} > 0) == on ({by}) group_left max by ({by}) ({rates})"
-    return f"max by ({by}) (({largest}) * 0 + on (state) group_left () ({codes}))"
+
+    def largest_code(rates: str) -> str:
+        largest = f"({rates} > 0) == on ({by}) group_left max by ({by}) ({rates})"
+        return f"max by ({by}) (({largest}) * 0 + on (state) group_left () ({codes}))"
+
+    losses = ledger_rates(f'{selector}, state=~"{LOSS_STATES}"', f"{by}, state")
+    lossy = f"{state_share(selector, LOSS_STATES, by)} >= {th.COVERAGE_SHARE.value:g}"
+    everything = ledger_rates(selector, f"{by}, state")
+    return f"({largest_code(losses)} and on ({by}) ({lossy})) or {largest_code(everything)}"
 
 
 def steps(*pairs: tuple[float, str], base: str = "green") -> db.ThresholdsConfig:
@@ -809,8 +821,10 @@ def node_panels(s: Scope) -> list[Item]:
             "timeline",
             "Where each GPU's time goes",
             "The time-ledger state that held most of each interval, per GPU: computing, input wait, comm "
-            "wait, stalled, checkpoint, throttled, idle or free. A mixed interval shows its largest part "
-            "only; the share beside it shows the mix.",
+            "wait, stalled, checkpoint, throttled, idle or free; where the interval lost "
+            f"{100 * th.COVERAGE_SHARE.value:.0f} % or more, its largest loss (the verdicts' coverage "
+            "line), so a GPU that computes 55 % and waits 45 % reads input wait, as its verdict does. "
+            "The share beside it shows the mix.",
             target(ledger_code(g, s.by), gpu),
             (16, 7),
             codes=LEDGER_CODES,

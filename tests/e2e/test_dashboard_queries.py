@@ -148,6 +148,10 @@ def test_every_panel_query_returns_series_with_its_legend_labels(tmp_path):
         for node in SCENARIOS:
             shown = at_now(stack, dashboards.ledger_code(f'node="{node}"', "gpu"), ("gpu",))
             assert shown and set(shown.values()) <= ledger_codes, (node, shown)
+        # the starving rank computes about half of each interval: its row reads its loss, as its verdict
+        starving_row = at_now(stack, dashboards.ledger_code('node="sim-starvation"', "gpu"), ("gpu",))
+        input_code = next(c.value for c in dashboards.LEDGER_CODES if c.name == "input_wait")
+        assert starving_row.get(("1",)) == input_code, starving_row
         assert input_wait_shows(stack)
         fleet = json.loads((REPO / "dashboards/gpu-bottleneck-fleet.json").read_text())
         offenders = next(p for p in panels(fleet) if p["title"] == "Worst offenders")["targets"][0]
