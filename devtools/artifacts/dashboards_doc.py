@@ -65,7 +65,8 @@ def render() -> str:
         "The *where GPU time goes* panels read each GPU's time ledger, `gpu_time_seconds_total{state}`: the",
         "states add up to the time observed, so the rate of each state is its share of the time. Stacked",
         "shares, GPU-hours over the dashboard's range (`increase(...[$__range]) / 3600`) and the node view's",
-        "ledger timeline (the state that held most of each interval, or its largest loss where it lost 30 % or more) colour the states alike: "
+        "ledger timeline (the state that held most of each interval, or its largest loss where it lost 30 %",
+        "or more) colour the states alike: "
         + ", ".join(f"{c.text} ({c.colour})" for c in LEDGER_CODES)
         + ".",
         "",
