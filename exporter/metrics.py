@@ -125,6 +125,12 @@ def _gpu(fams: _Families, view: GpuView, snapshot: Snapshot, detail: frozenset[s
         # budget); it appears with its first second, and the recording rules read a missing state as 0
         if seconds > 0:
             time_fam.add(f'{base},state="{state}"', round(seconds, 3))
+    if view.held_back_s > 0:  # a series only for a GPU that has held its job back (the series budget)
+        fams.counter(
+            "gpu_job_holdup_seconds",
+            "Seconds the GPU spent off-kernel (its rank on the host) while other GPUs of its job waited "
+            "for it in a collective: the rank holding the job back.",
+        ).add(base, round(view.held_back_s, 3))
     for kind, state in view.verdicts.items():
         fams.gauge("gpu_bottleneck", "1 while the verdict of this kind holds, with its probable cause.").add(
             f'{base},kind="{kind}",cause="{esc(state.cause)}"', 1 if state.firing else 0

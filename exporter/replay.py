@@ -13,8 +13,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from exporter.analysis.engine import KINDS, Analyzer, VerdictEvent
+from exporter.analysis.envelope import Envelope
 from exporter.analysis.ledger import STATES
-from exporter.thresholds import EVAL_INTERVAL
+from exporter.thresholds import COVERAGE_SHARE, EVAL_INTERVAL, HOLDUP_SHARE
 from exporter.traces import ReadStats, TraceReader, TraceRow
 
 WORK_STATES = frozenset(("computing", "throttled"))  # the rest of STATES is time lost or not held
@@ -42,6 +43,8 @@ class ReplayResult:
     jobs: list[dict[str, object]] = field(default_factory=list)
     silent: dict[str, str] = field(default_factory=dict)
     ledger: dict[str, dict[str, float]] = field(default_factory=dict)  # gpu -> state -> seconds
+    held_back: dict[str, float] = field(default_factory=dict)  # gpu -> seconds its job's peers waited for it
+    envelopes: dict[str, Envelope] = field(default_factory=dict)  # gpu -> its power envelope, as learned
     job_ledger: dict[str, dict[str, float]] = field(default_factory=dict)  # job (group) -> state -> seconds
 
 
@@ -133,6 +136,8 @@ class _Segment:
             for state, seconds in analyzer.ledger(gpu).totals.items():
                 totals[state] = totals.get(state, 0.0) + seconds
                 job[state] += seconds
+            result.held_back[gpu] = result.held_back.get(gpu, 0.0) + analyzer.ledger(gpu).held_back_s
+            result.envelopes[gpu] = analyzer.envelope(gpu)
         had_inputs.update(analyzer.had_inputs)
 
     def evaluate(self, t: float) -> None:
@@ -259,7 +264,31 @@ def summary(result: ReplayResult) -> dict[str, object]:
         "silent": result.silent,
         "ledger": {gpu: _rounded(states) for gpu, states in result.ledger.items()},
         "job_ledger": {job: _rounded(states) for job, states in result.job_ledger.items()},
+        "holding_back": [
+            {"gpu": gpu, "seconds": round(seconds, 1), "share": round(share, 3)}
+            for gpu, seconds, share in holdups(result)
+        ],
+        "power_envelopes": {
+            gpu: {
+                "idle_w": None if e.floor_w is None else round(e.floor_w, 1),
+                "idle_from": e.floor_from or None,
+                "ceiling_w": None if e.ceiling_w is None else round(e.ceiling_w, 1),
+                "ceiling_from": e.ceiling_from or None,
+            }
+            for gpu, e in result.envelopes.items()
+        },
     }
+
+
+def holdups(result: ReplayResult) -> list[tuple[str, float, float]]:
+    """The GPUs that held their job back (off-kernel while peers waited for them in a collective) for at
+    least the hold-up share of their held time: (gpu, seconds, share), most first."""
+    out = []
+    for gpu, seconds in result.held_back.items():
+        held = sum(s for state, s in result.ledger.get(gpu, {}).items() if state != "free")
+        if held > 0 and seconds / held >= HOLDUP_SHARE.value:
+            out.append((gpu, seconds, seconds / held))
+    return sorted(out, key=lambda x: -x[1])
 
 
 def _rounded(states: dict[str, float]) -> dict[str, float]:
@@ -347,6 +376,7 @@ def human(result: ReplayResult) -> str:
             lines.append(text)
     if quiet:
         lines.append(f"  GPU {_gpu_list(quiet)}: no verdict")
+    lines += unpaged_losses(result, quiet)
     for job in result.jobs:
         lines.append(
             f"  job event: {job['kind']} on GPUs {_gpu_list(job['gpus'])} from {job['t']} s ({job['cause']})"
@@ -370,4 +400,60 @@ def human(result: ReplayResult) -> str:
         )
     if result.ledger:
         lines += ledger_lines(result)
+    for gpu, seconds, share in holdups(result):
+        waiting = [g for g in result.ledger if g != gpu and result.ledger[g].get("comm_wait", 0.0) > 0]
+        lines.append(
+            f"  GPU {gpu} held its job back for {seconds:.0f} s ({share:.0%} of its held time): off-kernel "
+            f"while GPUs {_gpu_list(waiting) or 'of its job'} waited for it in collectives"
+        )
+    lines += envelope_lines(result)
     return "\n".join(lines)
+
+
+def unpaged_losses(result: ReplayResult, gpus: list[str]) -> list[str]:
+    """GPUs without a verdict that still lost the coverage share of their held time to one state (a trace
+    too short for a verdict to fire and hold, or a loss spread too thin): say what was seen."""
+    lines = []
+    for gpu in sorted(gpus, key=_gpu_order):
+        states = result.ledger.get(gpu, {})
+        held = sum(s for state, s in states.items() if state != "free")
+        lost = {s: v for s, v in states.items() if s not in WORK_STATES and s != "free"}
+        if held <= 0 or not lost:
+            continue
+        state, seconds = max(lost.items(), key=lambda kv: kv[1])
+        if seconds / held >= COVERAGE_SHARE.value:
+            lines.append(
+                f"  GPU {gpu}: no verdict over {held:.0f} s held, yet {seconds / held:.0%} of it went to "
+                f"{state} (a verdict needs its evidence to build and hold; see where the time went)"
+            )
+    return lines
+
+
+def envelope_lines(result: ReplayResult) -> list[str]:
+    """Which evidence set each GPU's power envelope (and so how its power reads), GPUs alike grouped."""
+    groups: dict[tuple[str, str], list[Envelope]] = {}
+    names: dict[tuple[str, str], list[str]] = {}
+    for gpu, e in result.envelopes.items():
+        key = (e.floor_from, e.ceiling_from)
+        groups.setdefault(key, []).append(e)
+        names.setdefault(key, []).append(gpu)
+    if not groups:
+        return []
+    lines = ["power envelope (idle floor to ceiling: where power reads as compute or as waiting):"]
+    for (floor_from, ceiling_from), envelopes in groups.items():
+        ceilings = [e.ceiling_w for e in envelopes if e.ceiling_w]
+        if not ceilings:
+            lines.append(f"  GPU {_gpu_list(names[(floor_from, ceiling_from)])}: none (no power readings)")
+            continue
+        floors = [e.floor_w for e in envelopes if e.floor_w is not None]
+        floor = f"idle {_watts(floors)} ({floor_from})" if floors else "idle unknown"
+        lines.append(
+            f"  GPU {_gpu_list(names[(floor_from, ceiling_from)])}: {floor}, "
+            f"ceiling {_watts(ceilings)} ({ceiling_from})"
+        )
+    return lines
+
+
+def _watts(values: list[float]) -> str:
+    low, high = min(values), max(values)
+    return f"{low:.0f} W" if round(low) == round(high) else f"{low:.0f}-{high:.0f} W"

@@ -35,6 +35,7 @@ class GpuView:
     p2p: dict[tuple[int, str], bool] = field(default_factory=dict)  # (peer index, capability) -> OK
     verdicts: dict[str, KindState] = field(default_factory=dict)  # kind -> score, firing, cause
     ledger: dict[str, float] = field(default_factory=dict)  # state -> seconds of this GPU's time so far
+    held_back_s: float = 0.0  # seconds it kept peers of its job waiting in a collective
     pod: PodRef | None = None  # the container holding the whole GPU, when exactly one does
     assignments: tuple[
         tuple[Assignment, str], ...
@@ -118,6 +119,7 @@ def gpu_view(gpu: GpuState, stats: GpuStats, src: Sources, xids: dict[int, int])
         p2p={(b, cap): ok for (a, b, cap), ok in src.p2p.items() if a == gpu.index},
         verdicts=stats.verdicts,
         ledger=stats.ledger,
+        held_back_s=stats.held_back_s,
         pod=src.owners.get(gpu.index),
         assignments=tuple(src.held.get(gpu.index, ())),
         collected_t=gpu.collected_t,

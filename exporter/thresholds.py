@@ -768,6 +768,14 @@ RULES_RATE_WINDOW = _t(
     "The recording rules read the time ledger over five minutes: long enough to hold many training steps "
     "(and a slow one's rhythm), short enough that a straggler shows within one alert `for`.",
 )
+HOLDUP_SHARE = _t(
+    "job.holdup_share",
+    0.10,
+    "ratio",
+    "A GPU off-kernel (its rank on the host: loading data, saving, logging) while other GPUs of its job "
+    "wait for it in a collective holds the job back; one that does so a tenth of its held time is named as "
+    "the rank to look at. Rank 0's routine logging and rare saves stay under it.",
+)
 STRAGGLER_LOST = _t(
     "job.straggler_lost_ratio",
     0.25,

@@ -13,7 +13,7 @@ from exporter.analysis.envelope import Envelope, EnvelopeLearner
 from exporter.analysis.features import GpuFeatures, HostFeatures, gpu_features, host_features
 from exporter.analysis.kinds import KINDS as REGISTRY
 from exporter.analysis.kinds import NAMES as KINDS
-from exporter.analysis.ledger import GpuLedger, Shares, Tick, measure
+from exporter.analysis.ledger import GpuLedger, Shares, Tick, holding_back, measure
 from exporter.analysis.points import GpuPoint, HostPoint
 from exporter.analysis.verdicts import Track, step
 from exporter.analysis.window import Window
@@ -184,6 +184,8 @@ class Analyzer:
                 envelope = state.power.envelope(state.name)
                 ticks[gpu] = measure(points, start, now, peers, envelope, state.slowdown_c)
                 state.ticked = now
+            for gpu in holding_back({g: ticks[g] for g in members if g in ticks}):
+                self._gpus[gpu].ledger.held_back_s += ticks[gpu].span
             job = [ticks[g] for g in members if g in ticks and ticks[g].span > 0 and ticks[g].held]
             stopped = bool(job) and all(t.stopped for t in job)
             quiet = stopped and not any(t.off_kernel for t in job)

@@ -23,7 +23,7 @@ class Envelope:
     floor_w: float | None = None
     floor_from: str = ""  # "idle samples" | "board table"
     ceiling_w: float | None = None
-    ceiling_from: str = ""  # "power limit" | "default limit" | "board table" | "busy draw" | "idle floor"
+    ceiling_from: str = ""  # "power limit" | "default limit" | "board table" | "busy draw" | "6 x idle floor"
 
     def position(self, watts: float) -> float | None:
         """Where ``watts`` sits between floor (0) and ceiling (1); None without a ceiling."""
@@ -82,5 +82,5 @@ class EnvelopeLearner:
         if self.busy_w and (by_floor is None or self.busy_w >= by_floor):
             return Envelope(floor, floor_from if floor is not None else "", self.busy_w, "busy draw")
         if by_floor:
-            return Envelope(floor, floor_from, by_floor, "idle floor")
+            return Envelope(floor, floor_from, by_floor, f"{POWER_FLOOR_TO_CEILING.value:g} x idle floor")
         return Envelope(floor, floor_from if floor is not None else "")

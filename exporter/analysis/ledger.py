@@ -208,6 +208,24 @@ class Tick:
     def off_kernel(self) -> bool:
         return self.gap >= self.comm_quiet
 
+    @property
+    def on_host(self) -> bool:
+        """Held, and most of the second with no kernel: the rank is busy on the host (or waiting on it)."""
+        return self.held and self.span > 0 and self.gap >= self.span / 2
+
+    @property
+    def in_collective(self) -> bool:
+        """Most of the second inside a collective: waiting for a peer (or moving data slowly)."""
+        return self.held and self.span > 0 and self.comm_quiet + self.comm_flow >= self.span / 2
+
+
+def holding_back(ticks: dict[str, Tick]) -> list[str]:
+    """The GPUs of one job that held it back this second: on the host while a peer waited in a
+    collective for them (a rank's own slowness, never its peers')."""
+    if not any(t.in_collective for t in ticks.values()):
+        return []
+    return [gpu for gpu, t in ticks.items() if t.on_host]
+
 
 def intensity(points: Sequence[GpuPoint], envelope: Envelope) -> float | None:
     """The share of the power envelope's headroom drawn per unit of utilization over these points."""
@@ -330,6 +348,7 @@ class GpuLedger:
     worked_s: float = 0.0  # seconds with work since the job took the GPU: start-up ends at the allowance
     held_s: float = 0.0  # seconds since the job took the GPU: start-up also ends by wall time...
     bursts: int = 0  # ...once the GPU shows a rhythm: separate stretches of work since the job took it
+    held_back_s: float = 0.0  # seconds off-kernel while peers of its job waited for it in a collective
     run_s: float = 0.0  # length of the current stopped run
     memory: deque[tuple[float, float]] = field(default_factory=deque)  # (t, memory used) of the last 30 s
     pending: list[tuple[Tick, bool]] = field(default_factory=list)  # held-back run seconds (tick, started)

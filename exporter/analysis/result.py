@@ -26,6 +26,7 @@ class GpuStats:
     idle_fraction: float | None = None
     verdicts: dict[str, KindState] = field(default_factory=dict)
     ledger: dict[str, float] = field(default_factory=dict)  # state -> seconds of this GPU's time so far
+    held_back_s: float = 0.0  # seconds it kept peers of its job waiting in a collective
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ def analyze(analyzer: Analyzer, now: float, up: Iterable[str], window_s: float) 
             idle_fraction=analyzer.features(gpu).idle_fraction,
             verdicts=verdicts.get(gpu, {}),
             ledger=dict(analyzer.ledger(gpu).totals),
+            held_back_s=analyzer.ledger(gpu).held_back_s,
         )
     host_recent = [p for p in analyzer.host_window if p.t > cutoff]
     host = {
