@@ -9,6 +9,7 @@ import pytest
 
 from bench.detection import (
     KINDS,
+    Judged,
     Label,
     Verdict,
     alert_for,
@@ -157,5 +158,29 @@ def test_traces_are_found_plain_or_gzipped_with_their_labels(tmp_path):
     (tmp_path / "unlabelled.csv").write_text("timestamp\n")
     found = find_traces(tmp_path)
     assert [p.name for p in found] == ["a.csv.gz", "b.csv"] and [trace_name(p) for p in found] == ["a", "b"]
-    assert load_labels(found[0]) == ([Label("1", "comm_bound", 5.0, 9.0)], {"1": {}})
-    assert load_labels(found[1]) == ([], {})
+    assert load_labels(found[0]) == ([Label("1", "comm_bound", 5.0, 9.0)], {"1": {}}, Judged())
+    assert load_labels(found[1]) == ([], {}, Judged())
+
+
+def test_real_trace_labels_take_kinds_alone_a_false_window_and_ignored_kinds(tmp_path):
+    """The real traces' labels: accepted kinds without a main kind; verdicts outside ``fp_window`` or of an
+    ignored kind are not false."""
+    raw = {
+        "labels": [{"gpu": "0", "kinds": ["data_starvation", "idle_allocated"], "start": 60, "end": 600}],
+        "fp_window": [100, 500],
+        "ignore_kinds": ["power_throttle"],
+    }
+    (tmp_path / "r.csv").write_text("timestamp, utilization.gpu [%]\n")
+    (tmp_path / "r.labels.json").write_text(json.dumps(raw))
+    labels, truth, judged = load_labels(tmp_path / "r.csv")
+    assert labels == [Label("0", "data_starvation", 60.0, 600.0, ("data_starvation", "idle_allocated"))]
+    assert truth == {} and judged == Judged((100.0, 500.0), ("power_throttle",))
+    verdicts = [
+        Verdict("0", "idle_allocated", 300.0, None),  # accepted by the label
+        Verdict("1", "comm_bound", 20.0, 90.0),  # before the false window: not judged
+        Verdict("1", "power_throttle", 200.0, 400.0),  # an ignored kind
+        Verdict("2", "comm_hang", 450.0, 700.0),  # overlaps the window: false, and paged
+    ]
+    score = score_trace("r", labels, verdicts, FOR, 700.0, judged)
+    assert score.episodes[0].paged
+    assert [(f.verdict.gpu, f.verdict.kind, f.paged) for f in score.false] == [("2", "comm_hang", True)]

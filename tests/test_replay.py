@@ -35,14 +35,34 @@ def test_the_labelled_examples_are_in_the_repository():
 def test_labelled_traces_page_without_false_verdicts_and_ledger_right(name):
     """bench/detection.py's judgement of one trace: every episode pages, no false verdict, the ledger
     within its target (the bench also reports the held share of each episode)."""
-    labels, truth = load_labels(TRACES[name])
+    labels, truth, judged = load_labels(TRACES[name])
     result = replay(TRACES[name])
     verdicts = [Verdict(e.gpu, e.kind, e.start, e.end) for e in result.episodes]
-    score = score_trace(name, labels, verdicts, alert_for(), result.seconds)
+    score = score_trace(name, labels, verdicts, alert_for(), result.seconds, judged)
     assert [str(e) for e in score.episodes if not e.paged] == []
     assert [str(f) for f in score.false] == []
     worst = ledger_error(result.ledger, truth)
     assert worst.points <= LEDGER_TARGET_POINTS, str(worst)
+
+
+REAL = {trace_name(p): p for p in find_traces(EXAMPLES / "real")}
+
+
+def test_the_real_traces_are_in_the_repository():
+    assert len(REAL) >= 10, f"real traces missing from {EXAMPLES / 'real'}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(REAL))
+def test_real_traces_page_every_episode_without_a_false_verdict(name):
+    """Real public telemetry (no power limit or board name in most, 0.1-1.5 s sampling): every labelled
+    wasted-GPU episode pages, and nothing fires where the job is healthy."""
+    labels, _, judged = load_labels(REAL[name])
+    result = replay(REAL[name])
+    verdicts = [Verdict(e.gpu, e.kind, e.start, e.end) for e in result.episodes]
+    score = score_trace(name, labels, verdicts, alert_for(), result.seconds, judged)
+    assert [str(e) for e in score.episodes if not e.paged] == []
+    assert [str(f) for f in score.false] == []
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
@@ -80,6 +100,9 @@ def test_replay_json_lines_on_stdout_and_nothing_else():
     assert summary["ledger"]["3"]["input_wait"] > 0.3 * 900 > summary["ledger"]["0"]["input_wait"]
     assert summary["ledger"]["0"]["comm_wait"] > 0.3 * 900
     assert sum(summary["job_ledger"]["node"].values()) == pytest.approx(8 * 900, rel=0.01)
+    assert [h["gpu"] for h in summary["holding_back"]] == ["3"]  # the rank its peers wait for
+    assert summary["holding_back"][0]["share"] > 0.2
+    assert summary["power_envelopes"]["0"]["ceiling_from"] == "power limit"
 
 
 @pytest.mark.slow
@@ -93,6 +116,23 @@ def test_replay_human_summary_names_the_rank_and_its_waiting_peers():
     assert "where the time went:" in result.stdout
     assert "GPU 3 (899 s): computing 66%, input_wait 34%" in result.stdout
     assert "GPU 0 (899 s): computing 66%, comm_wait 34%" in result.stdout
+    assert "GPU 3 held its job back for" in result.stdout
+    assert "GPU 0-7: idle 70 W (board table), ceiling 700 W (power limit)" in result.stdout
+
+
+def test_a_trace_too_short_to_page_still_says_what_it_saw(tmp_path):
+    """45 s of two GPUs pinned in a quiet collective: too short for the hang verdict, not too short to
+    see the loss."""
+    rows = ["timestamp, index, utilization.gpu [%], memory.used [MiB], power.draw [W], power.limit [W]"]
+    for i in range(45):
+        for gpu in (0, 1):
+            rows.append(f"2026/03/01 10:00:{i:02d}.000, {gpu}, 100 %, 30000 MiB, 140.00 W, 700.00 W")
+    path = tmp_path / "short.csv"
+    path.write_text("\n".join(rows) + "\n")
+    result = _run("replay", str(path))
+    assert result.returncode == 0, result.stderr
+    assert "GPU 0, 1: no verdict" in result.stdout
+    assert "GPU 0: no verdict over 44 s held, yet" in result.stdout and "went to stalled" in result.stdout
 
 
 def test_replay_of_an_unreadable_file_is_a_clear_error(tmp_path):

@@ -217,3 +217,116 @@ def test_collectives_shorter_than_the_collection_show_in_memory_utilization():
     r = run({str(g): switch(60, steady(WORKING), averaged) for g in range(4)}, 400)
     assert sorted(e.gpu for e in r.fired("comm_bound")) == ["0", "1", "2", "3"]
     assert shares(r, "0")["comm_wait"] == pytest.approx(0.6 * 340 / 400, abs=0.05)
+
+
+# ---- real telemetry: no power limit, no board name, bursts, spin-waits at idle power ------------------
+
+BARE = dict(  # what a plain nvidia-smi log of utilization, memory and power has: nothing else
+    mem_util=None,
+    power_limit_w=None,
+    power_default_w=None,
+    temp_c=None,
+    sm_clock_hz=None,
+    sm_clock_max_hz=None,
+    reasons=None,
+    nvlink_active=None,
+    **NO_GPM,
+    **NO_TRAFFIC,
+)
+CLEAN_IDLE = replace(IDLE, util=0.0, power_w=70.0, mem_used_bytes=0.1 * GIB, **BARE)
+
+
+def _rank_on_the_host(t: float, rank: int):
+    """Idle for a minute, then rank 0 works 1 s of every 17 (host work between steps) while its peers spin
+    in NCCL at 100 % utilization and 150 W: an H100 node logged without a power limit or board name."""
+    if t < 60:
+        return CLEAN_IDLE
+    held = dict(mem_used_bytes=40 * GIB, **BARE)
+    if (t - 60) % 17 < 1:
+        return replace(WORKING, util=1.0, power_w=420.0, **held)
+    if rank == 0:
+        return replace(IDLE, util=0.03, power_w=142.0, **held)
+    return replace(NCCL_SPIN, util=1.0, power_w=150.0, **held)
+
+
+def test_peers_spinning_at_idle_power_wait_for_a_rank_on_the_host_without_a_power_limit():
+    """The idle floor the GPUs show before the job (70 W) bounds their ceiling from below (six times it):
+    150 W at 100 % utilization is a spin-wait, not compute. Every rank loses its time to the pauses, rank 0
+    is named as the one holding the job back, and every GPU carries the starvation verdict."""
+    r = run({str(g): (lambda t, g=g: _rank_on_the_host(t, g)) for g in range(4)}, 600, dt=0.5)
+    envelope = r.analyzer.envelope("1")
+    assert envelope.floor_w == pytest.approx(70.0) and envelope.ceiling_w >= 6 * 70.0 - 1
+    for gpu in "0123":
+        s = shares(r, gpu)
+        assert s["computing"] < 0.15, (gpu, s)
+        assert s["checkpoint"] + s["input_wait"] + s["comm_wait"] > 0.6, (gpu, s)
+        first = r.first("data_starvation", gpu)
+        assert first is not None and first < 60 + 180, (gpu, first)
+    assert r.analyzer.ledger("0").held_back_s > 300
+    assert all(r.analyzer.ledger(g).held_back_s < 30 for g in "123")
+
+
+def test_the_board_table_sets_the_envelope_when_a_log_has_only_a_name():
+    """An RTX A5000 log with power but no limit: the table's 230 W is the ceiling until a limit shows; the
+    idle draw the GPU shows in its own samples (57 W with a context) replaces the table's."""
+    analyzer = Analyzer()
+    analyzer.set_identity("0", name="NVIDIA RTX A5000")
+    assert (analyzer.envelope("0").ceiling_w, analyzer.envelope("0").ceiling_from) == (230.0, "board table")
+    assert analyzer.envelope("0").floor_from == "board table"
+    held_idle = replace(IDLE, power_w=57.0, mem_used_bytes=8 * GIB, **BARE)
+    spin = replace(held_idle, util=0.78, power_w=84.0)  # DataParallel replicas waiting, 78 % resident
+    step = replace(held_idle, util=1.0, power_w=200.0)  # ...then a second of compute every 5 s
+    training = alternating(1, 4, busy=step, idle=spin)
+    r = run({g: switch(60, steady(held_idle), training) for g in "01"}, 300, analyzer=analyzer)
+    assert analyzer.envelope("0").floor_w == pytest.approx(57.0)
+    assert analyzer.envelope("0").floor_from == "idle samples"
+    s = shares(r, "0")
+    assert s["comm_wait"] > 0.5 and s["computing"] < 0.3, s
+
+
+def test_bursty_kernels_at_a_few_percent_are_waiting_for_input_not_an_endless_start_up():
+    """A single GPU holding a model runs kernels in short bursts (one sample at 40 % every 4 s, 2-8 % in
+    between) for 20 minutes: start-up ends by wall time, the gaps are input wait, and the verdict pages
+    within a few minutes and holds."""
+
+    def bursty(t: float):
+        util = 0.4 if t % 4 < 0.5 else 0.02 + 0.06 * ((t * 7) % 1)
+        return replace(IDLE, util=util, power_w=75.0, mem_used_bytes=3 * GIB, **BARE)
+
+    r = run({"0": bursty}, 1200, dt=0.5)
+    s = shares(r, "0")
+    assert s["input_wait"] > 0.8 and s["idle"] < 0.1, s
+    fired = r.fired("data_starvation", "0")
+    assert len(fired) == 1 and fired[0].t < 150
+    assert not [e for e in r.events if e.kind == "data_starvation" and e.state == "resolved"]
+
+
+def test_a_log_that_alternates_from_its_first_row_is_waiting_not_start_up():
+    r = run({"0": alternating(2, 2, busy=replace(WORKING, **BARE), idle=replace(IDLE, **BARE))}, 120, dt=1.0)
+    s = shares(r, "0")
+    assert s["idle"] < 0.06 and s["input_wait"] > 0.4, s
+    assert r.first("data_starvation", "0") is not None
+
+
+def test_one_burst_after_loading_then_nothing_is_idle_not_starvation():
+    """A model loaded on every GPU, one generation as a smoke test, then sleep: idle, never starving."""
+
+    def job(t: float):
+        if t < 30:
+            return replace(IDLE, mem_used_bytes=(0.5 + 0.5 * t) * GIB, power_w=120.0, **BARE)
+        if t < 32:
+            return replace(WORKING, mem_used_bytes=16 * GIB, **BARE)
+        return replace(IDLE, mem_used_bytes=16 * GIB, power_w=120.0, **BARE)
+
+    r = run({str(g): job for g in range(4)}, 500)
+    assert "data_starvation" not in r.kinds() and "comm_hang" not in r.kinds()
+    assert r.first("idle_allocated") is not None
+    assert shares(r, "0")["checkpoint"] + shares(r, "0")["input_wait"] < 0.02
+
+
+def test_a_starvation_verdict_clears_within_90_s_of_the_recovery():
+    starving_then_fed = switch(400, alternating(1, 1), steady(WORKING))
+    r = run({"0": starving_then_fed}, 700)
+    resolved = [e.t for e in r.events if e.kind == "data_starvation" and e.state == "resolved"]
+    assert r.first("data_starvation") is not None and len(resolved) == 1
+    assert 400 < resolved[0] <= 400 + 90
