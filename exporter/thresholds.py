@@ -256,8 +256,7 @@ LEDGER_STARTUP_COMPUTE = _t(
     "are start-up (model load, dataset download, NCCL set-up, sharding the model, the loader's first "
     "batches) and count as idle, not as waiting for input. Initialisation kernels take seconds, not half a "
     "minute; and while memory keeps growing by a GiB within half a minute (a model being loaded) pauses "
-    "stay idle whenever they come. Short gaps between kernels (within the pause allowance) are step-level "
-    "waits from the first sample: a loader that alternates 100 and 0 % is starving from its first step.",
+    "stay idle whenever they come.",
 )
 LEDGER_STARTUP_WALL = _t(
     "ledger.startup_wall_seconds",
@@ -1060,7 +1059,8 @@ DOCTOR_SHM_SMALL = _t(
     "doctor.shm_small_bytes",
     1 * GiB,
     "bytes",
-    "A GPU pod's /dev/shm under 1 GiB fills with a few DataLoader workers' batches (the seeds mount 64 GiB); "
+    "A GPU pod's /dev/shm under 1 GiB fills with a few DataLoader workers' batches (training pods commonly "
+    "mount 64 GiB); "
     "at the runtime's 64 MiB default it fails outright.",
 )
 DOCTOR_MEMLOCK_MIN = _t(
@@ -1086,7 +1086,7 @@ DOCTOR_SEVERITY: dict[str, Choice] = {
         ("ecc", "warning", "A pending row remapping or page retirement needs a GPU reset, not a wake-up."),
         ("xid", "warning", "GpuXidCritical already pages on critical XIDs as they happen."),
         ("nvlink", "critical", "A link down slows every collective of the node's jobs."),
-        ("fabric", "critical", "Without a registered fabric an NVSwitch node has no NVLink P2P (seed 003)."),
+        ("fabric", "critical", "Without a registered fabric an NVSwitch node has no NVLink P2P."),
         ("p2p", "critical", "P2P blocked between GPUs sends NCCL to P2P/CUMEM/read, SHM or sockets."),
         ("rdma", "warning", "Without EFA/InfiniBand, multi-node NCCL runs over TCP: slow, not broken."),
         ("pod_shm", "warning", "A pod on a tiny /dev/shm dies with Bus error once it loads data in earnest."),

@@ -40,10 +40,15 @@ def _ledger() -> list[str]:
         "- **A collective or compute.** Of the resident time, a sample is a collective when fewer than "
         f"{_pct(th.LEDGER_COMM_SM)} of the SMs are active per unit of utilization (GPM). Without GPM, a GPU "
         f"resident the whole second is in a collective when its memory controller is under "
-        f"{_pct(th.LEDGER_COMM_MEM_UTIL)} busy, or (without memory utilization, and only when the job has "
-        f"other GPUs) in proportion to how far its power sits between {_pct(th.LEDGER_COMM_POWER_HIGH)} and "
-        f"{_pct(th.LEDGER_COMM_POWER_LOW)} of its limit. A GPU at low duty is never called a collective "
-        "from power or memory utilization: they read low because of its gaps.",
+        f"{_pct(th.LEDGER_COMM_MEM_UTIL)} busy. Without either, and only when the job has other GPUs, power "
+        "decides through the GPU's *power envelope*: from its idle floor (the lowest draw it showed with no "
+        "kernel, else the board table's idle draw) to its ceiling (the power limit, else the board table's "
+        f"TDP, else its busiest draw raised to {th.POWER_FLOOR_TO_CEILING.value:g} times the floor). The "
+        "share of that headroom drawn per unit of the second's utilization reads as a collective below "
+        f"{_pct(th.LEDGER_COMM_POWER_LOW)} and as compute above {_pct(th.LEDGER_COMM_POWER_HIGH)}, split "
+        "in between: a GPU at 78 % utilization drawing 84 W of a 230 W board that idles at 57 W spins, one "
+        "at 100 % drawing 150 W of an H100 that idles at 70 W too. `replay` prints each GPU's envelope "
+        "and what set it. A sample under half resident is never called a collective.",
         "- **Throttled.** Compute time with thermal clock-event reasons, or with the power cap holding "
         f"clocks more than {100 - th.LEDGER_THROTTLE_CLOCK.value * 100:g} % under their maximum.",
         "- **Quiet.** A collective is quiet when NVLink and PCIe carry under "
@@ -54,9 +59,12 @@ def _ledger() -> list[str]:
         f"{_s(th.STARVATION_PAUSE)} are step-level waits (`input_wait`, `comm_wait`); a longer run is held "
         "back that long (the counters lag by at most this much) and judged as a whole:",
         "",
-        f"- before the job has worked in {th.LEDGER_STARTUP_COMPUTE.value:g} separate seconds, or while its "
-        f"memory grows by {th.IDLE_MEMORY.value / (1 << 30):g} GiB within {_s(th.EVIDENCE_WINDOW)} (a model "
-        f"loading), or past {_s(th.IDLE_AFTER)}, waiting is `idle`;",
+        f"- in start-up, waiting is `idle`: until the job has worked in {th.LEDGER_STARTUP_COMPUTE.value:g} "
+        f"separate seconds, or held the GPU {_s(th.LEDGER_STARTUP_WALL)} with its work coming in "
+        f"{th.STARVATION_GAPS.value:g} or more separate bursts (a GPU running kernels only in short "
+        "bursts is waiting for its input, not starting), and while its memory grows by "
+        f"{th.LEDGER_LOAD_GROWTH.value / (1 << 30):g} GiB within {_s(th.EVIDENCE_WINDOW)} (a model loading); "
+        f"past {_s(th.IDLE_AFTER)} too. Step-level gaps are waits as soon as work comes in bursts;",
         "- every GPU of a multi-GPU job stopped together, all inside a quiet collective: `stalled`;",
         "- every GPU of a multi-GPU job stopped together, someone with no kernel: `checkpoint`;",
         "- otherwise a GPU with no kernel is `input_wait` (its peers wait for it) and one in a collective "
