@@ -256,24 +256,100 @@ def transport(via: str) -> tuple[str, str] | None:
 
 # ---- errors that end jobs, and the known-bad lines ---------------------------------------------------
 
-# kind -> regex; first match wins (a DataLoader worker killed by a Bus error is a bus_error)
-ERRORS: dict[str, re.Pattern[str]] = {
-    "bus_error": re.compile(r"(?i)\bbus error\b"),
-    "dataloader_killed": re.compile(
-        r"DataLoader worker \(pids?.*?\) (?:is killed by signal|exited unexpectedly)"
+
+@dataclass(frozen=True)
+class ErrorSign:
+    """One way a job-ending error is written. ``kind``: what it counts as (the closed vocabulary of
+    ``gpu_pod_log_errors_total{kind}``, which the alerts page for); ``item``: the checklist item it raises
+    (``error_<item>``), whose fix can be more precise than the kind's (NCCL's own out-of-memory needs
+    other knobs than the framework's)."""
+
+    item: str
+    kind: str
+    regex: re.Pattern[str]
+    fix: str
+
+
+def _sign(item: str, regex: str, fix: str, kind: str = "") -> ErrorSign:
+    return ErrorSign(item, kind or item, re.compile(regex), fix)
+
+
+# First match wins (a DataLoader worker killed by a Bus error is a bus_error). NCCL WARN lines are matched
+# after the launcher's prefix is stripped; the bare forms (at the start of a line) are the "Last error:"
+# PyTorch prints under a DistBackendError, which is all a job run without NCCL_DEBUG shows.
+ERROR_SIGNS: tuple[ErrorSign, ...] = (
+    _sign(
+        "bus_error",
+        r"(?i)\bbus error\b",
+        "/dev/shm is full: mount an emptyDir with medium: Memory at /dev/shm, or fewer workers",
     ),
-    "cuda_oom": re.compile(r"CUDA out of memory|OutOfMemoryError"),
-    "watchdog_timeout": re.compile(r"Watchdog caught collective operation timeout"),
-    "ib_completion_error": re.compile(r"NET/IB ?: ?Got completion.*?(?:status=|with error )\d+"),
-    "dist_backend_error": re.compile(r"DistBackendError"),
-}
-ERROR_KINDS = tuple(ERRORS)
+    _sign(
+        "dataloader_killed",
+        r"DataLoader worker \(pids?.*?\) (?:is killed by signal|exited unexpectedly)",
+        "a DataLoader worker died: check the /dev/shm size and the pod's memory limit",
+    ),
+    # NCCL's own allocations (its buffers, per channel and peer): "misc/utils.cc:... NCCL WARN Cuda
+    # failure 'out of memory'", "include/alloc.h:... NCCL WARN Cuda failure 2 'out of memory'"
+    _sign(
+        "nccl_cuda_oom",
+        r"(?:NCCL WARN |^)Cuda failure (?:\d+ )?'out of memory'",
+        "NCCL could not allocate its buffers on the GPU: they need GPU memory beside the model's, so "
+        "lower NCCL_BUFFSIZE or the number of channels (NCCL_MAX_NCHANNELS), leave headroom in the "
+        "framework's memory fraction (torch.cuda.set_per_process_memory_fraction, "
+        "XLA_PYTHON_CLIENT_MEM_FRACTION), or use a smaller batch or more sharding",
+        kind="cuda_oom",
+    ),
+    _sign(
+        "cuda_oom",
+        r"CUDA out of memory|OutOfMemoryError",
+        "CUDA out of memory: smaller micro-batch, activation checkpointing, or more sharding",
+    ),
+    _sign(
+        "watchdog_timeout",
+        r"Watchdog caught collective operation timeout",
+        "a collective never completed: find the rank that stopped (first log to go quiet)",
+    ),
+    _sign(
+        "ib_completion_error",
+        r"NET/IB ?: ?Got completion.*?(?:status=|with error )\d+",
+        "an RDMA transfer failed (12: retries exceeded): check the links and the fabric",
+    ),
+    # "misc/socket.cc:... NCCL WARN Net : Connection closed by remote peer 10.0.0.2<45678>", NCCL 2.19+
+    # "socketProgress: Connection closed by remote peer node-2<45678>"
+    _sign(
+        "peer_closed",
+        r"(?:NCCL WARN |NET/\w+ ?: ?).*Connection closed by remote peer"
+        r"|^(?:Net|socketProgress) ?: ?Connection closed by remote peer",
+        "a peer rank closed its connection: it died or was killed. Read the other ranks' logs first (the "
+        "first to fail), then the OOM killer (kubectl describe pod: OOMKilled; dmesg) and whether a node "
+        "was lost (kubectl get nodes); if every rank was alive, check the network path between the "
+        "nodes and NCCL_SOCKET_IFNAME",
+        kind="peer_lost",
+    ),
+    # the service that allocates buffers on this GPU for a peer (bootstrap/proxy): it fails when the
+    # peer's request breaks off or the memory is not there
+    _sign(
+        "rem_allocator",
+        r"\[Rem Allocator\] Allocation failed",
+        "NCCL's remote allocator could not serve a peer: if the peer went away (a 'Connection closed' "
+        "line, other ranks' logs), find why it died first; otherwise memory ran out: a Cuda failure line "
+        "just before it means GPU memory, else check the pod's memory limit, ulimit -l and the /dev/shm "
+        "size",
+        kind="peer_lost",
+    ),
+    _sign(
+        "dist_backend_error",
+        r"DistBackendError",
+        "NCCL reported the failure to PyTorch: read the NCCL WARN lines just before it",
+    ),
+)
+ERROR_KINDS = tuple(dict.fromkeys(sign.kind for sign in ERROR_SIGNS))
 # the families alerts page for
 ERROR_FAMILIES: dict[str, tuple[str, ...]] = {
     "shm": ("bus_error", "dataloader_killed"),
     "oom": ("cuda_oom",),
     "collective_timeout": ("watchdog_timeout", "dist_backend_error"),
-    "network": ("ib_completion_error",),
+    "network": ("ib_completion_error", "peer_lost"),
 }
 
 # the bring-up checklist's known-bad lines: name -> (regex, status, fix)
@@ -302,6 +378,7 @@ KNOWN_BAD: dict[str, tuple[re.Pattern[str], str, str]] = {
 
 _KEYS = re.compile(
     r"NCCL|[Bb]us error|DataLoader worker|out of memory|OutOfMemoryError|Watchdog caught|DistBackendError"
+    r"|Connection closed by remote peer|Rem Allocator"
 )
 EVIDENCE_CHARS = 300  # an evidence line is cut here: the checklist shows it, it never becomes a label
 
@@ -329,6 +406,7 @@ class LogState:
     lines: int = 0
     evidence: dict[str, str] = field(default_factory=dict)  # check item -> the first line that decided it
     bad: Counter[str] = field(default_factory=Counter)  # KNOWN_BAD name -> lines seen
+    signs: Counter[str] = field(default_factory=Counter)  # ErrorSign item -> lines counted
 
     def feed(
         self,
@@ -365,11 +443,12 @@ class LogState:
     def _keyed(self, text: str, count: bool) -> None:
         if "NCCL" in text:
             self._nccl(text, count)
-        for kind, regex in ERRORS.items():
-            if regex.search(text):
+        for sign in ERROR_SIGNS:
+            if sign.regex.search(text):
                 if count:
-                    self.errors[kind] += 1
-                self.evidence.setdefault(f"error:{kind}", _cut(text))
+                    self.errors[sign.kind] += 1
+                    self.signs[sign.item] += 1
+                self.evidence.setdefault(f"error:{sign.item}", _cut(text))
                 break
 
     def _nccl(self, text: str, count: bool) -> None:
@@ -513,20 +592,10 @@ def checks(s: LogState) -> list[Check]:
         if s.warnings
         else Check("nccl_warnings", "pass", "no NCCL WARN line")
     )
-    for kind in ERROR_KINDS:
-        if s.errors[kind]:
-            out.append(Check(f"error_{kind}", "fail", ev[f"error:{kind}"], ERROR_FIX[kind]))
+    for sign in ERROR_SIGNS:
+        if s.signs[sign.item]:
+            out.append(Check(f"error_{sign.item}", "fail", ev[f"error:{sign.item}"], sign.fix))
     return out
-
-
-ERROR_FIX: dict[str, str] = {
-    "bus_error": "/dev/shm is full: mount an emptyDir with medium: Memory at /dev/shm, or fewer workers",
-    "dataloader_killed": "a DataLoader worker died: check the /dev/shm size and the pod's memory limit",
-    "cuda_oom": "CUDA out of memory: smaller micro-batch, activation checkpointing, or more sharding",
-    "watchdog_timeout": "a collective never completed: find the rank that stopped (first log to go quiet)",
-    "ib_completion_error": "an RDMA transfer failed (12: retries exceeded): check the links and the fabric",
-    "dist_backend_error": "NCCL reported the failure to PyTorch: read the NCCL WARN lines just before it",
-}
 
 
 def summary(s: LogState) -> dict[str, object]:

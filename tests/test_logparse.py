@@ -127,9 +127,40 @@ ERROR_LINES = {
     "timeout: WorkNCCL(SeqNum=4711, OpType=ALLREDUCE, NumelIn=1, Timeout(ms)=600000) ran for 600043 ms",
     "ib_completion_error": "gpu-node-2:51:88 [3] NCCL WARN NET/IB : Got completion from peer "
     "10.0.0.12<59736> with status=12 opcode=0 len=0 vendor err 129 (Recv) localGid ::ffff:10.0.0.11",
+    "peer_lost": "gpu-node-1:4021:4190 [0] misc/socket.cc:49 NCCL WARN Net : Connection closed by remote "
+    "peer 10.0.0.12<45678>",
     "dist_backend_error": "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, "
     "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3",
 }
+
+# the other ways the same kinds are written: (line, checklist item, kind)
+ERROR_SIGN_LINES = [
+    # NCCL's own allocations fail: the kind the framework's OOM counts as, a fix of its own
+    (
+        "gpu-node-1:4021:4021 [0] misc/utils.cc:58 NCCL WARN Cuda failure 'out of memory'",
+        "nccl_cuda_oom",
+        "cuda_oom",
+    ),
+    (
+        "[rank5]:gpu-node-1:4026:4026 [5] include/alloc.h:103 NCCL WARN Cuda failure 2 'out of memory'",
+        "nccl_cuda_oom",
+        "cuda_oom",
+    ),
+    ("Cuda failure 2 'out of memory'", "nccl_cuda_oom", "cuda_oom"),  # PyTorch's "Last error:" line
+    (
+        "gpu-node-1:4021:4190 [0] misc/socket.cc:588 NCCL WARN socketProgress: Connection closed by remote "
+        "peer gpu-node-2.ml.svc.cluster.local<33412>",
+        "peer_closed",
+        "peer_lost",
+    ),
+    ("socketProgress: Connection closed by remote peer gpu-node-2<33412>", "peer_closed", "peer_lost"),
+    (
+        "gpu-node-1:4021:4102 [0] bootstrap.cc:93 NCCL WARN [Rem Allocator] Allocation failed (segment 0, "
+        "fd 57)",
+        "rem_allocator",
+        "peer_lost",
+    ),
+]
 
 
 @pytest.mark.parametrize("kind", list(ERROR_LINES))
@@ -138,6 +169,57 @@ def test_each_error_that_ends_a_job(kind):
     assert dict(s.errors) == {kind: 1}
     assert kind in lp.ERROR_KINDS
     assert any(kind in kinds for kinds in lp.ERROR_FAMILIES.values())
+
+
+def test_every_kind_has_a_line():
+    assert set(ERROR_LINES) == set(lp.ERROR_KINDS)
+
+
+@pytest.mark.parametrize(("line", "item", "kind"), ERROR_SIGN_LINES)
+def test_nccl_oom_and_peer_loss_count_as_their_kind_with_their_own_item(line, item, kind):
+    s = _state(["step 10", line])
+    assert dict(s.errors) == {kind: 1} and dict(s.signs) == {item: 1}
+    found = {c.name: c for c in lp.checks(s)}
+    check = found[f"error_{item}"]
+    assert check.status == "fail" and check.evidence == lp.strip_prefix(line) and check.fix
+    assert f"error_{kind}" not in found or kind == item
+
+
+def test_the_fixes_say_what_to_do():
+    fix = {sign.item: sign.fix for sign in lp.ERROR_SIGNS}
+    for words in ("NCCL_BUFFSIZE", "channels", "memory fraction", "smaller batch or more sharding"):
+        assert words in fix["nccl_cuda_oom"]
+    for words in ("other ranks' logs first", "OOM killer", "node", "NCCL_SOCKET_IFNAME"):
+        assert words in fix["peer_closed"]
+    for words in ("memory limit", "ulimit -l", "/dev/shm"):
+        assert words in fix["rem_allocator"]
+
+
+def test_a_dist_backend_error_and_its_last_error_count_once_each():
+    s = _state(
+        [
+            "[rank0]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, remote "
+            "process exited or there was a network error, NCCL version 2.21.5",
+            "[rank0]: ncclRemoteError: A call failed possibly due to a network error or a remote process "
+            "exiting prematurely.",
+            "[rank0]: Last error:",
+            "[rank0]: socketProgress: Connection closed by remote peer gpu-node-2<33412>",
+        ]
+    )
+    assert s.errors == {"dist_backend_error": 1, "peer_lost": 1}
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "WARNING:urllib3.connectionpool:Retrying: Connection closed by remote peer",
+        "gpu-node-1:4021:4021 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.11<0>",
+        "RuntimeError: CUDA error: out of memory is not what this says",
+    ],
+)
+def test_lookalikes_are_not_job_ending_nccl_errors(line):
+    s = _state([line])
+    assert not s.signs["peer_closed"] and not s.signs["nccl_cuda_oom"] and not s.network
 
 
 def test_pytorch_bus_error_wording_and_older_ib_wording():

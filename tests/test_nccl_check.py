@@ -67,6 +67,42 @@ def test_errors_fail_with_exit_2_across_several_files_and_stdin(tmp_path):
     assert "watchdog_timeout x1" in result.stdout and "NCCL WARN lines: 1" in result.stdout
 
 
+def _items(stdout: str) -> dict[str, tuple[str, str, str]]:
+    """The human checklist: item -> (mark, evidence, fix)."""
+    items, last = {}, ""
+    for line in stdout.splitlines():
+        if line[:4] in ("PASS", "WARN", "FAIL"):
+            mark, last, evidence = line[:4], line[6:29].strip(), line[29:]
+            items[last] = (mark, evidence, "")
+        elif line.strip().startswith("fix: ") and last:
+            items[last] = (*items[last][:2], line.strip()[5:])
+    return items
+
+
+def test_nccl_out_of_memory_and_a_lost_peer_fail_with_their_fixes(tmp_path):
+    log = tmp_path / "rank3.log"
+    lines = [
+        *NCCL_220_IB_NVLS,
+        "gpu-node-1:4024:4024 [3] include/alloc.h:103 NCCL WARN Cuda failure 2 'out of memory'",
+        "gpu-node-1:4024:4190 [3] misc/socket.cc:49 NCCL WARN Net : Connection closed by remote peer "
+        "10.0.0.12<45678>",
+        "gpu-node-1:4024:4102 [3] bootstrap.cc:93 NCCL WARN [Rem Allocator] Allocation failed (segment 0, "
+        "fd 57)",
+    ]
+    log.write_text("\n".join(lines) + "\n")
+    result = _run(str(log))
+    assert result.returncode == 2, result.stdout + result.stderr
+    items = _items(result.stdout)
+    oom, peer, alloc = items["error_nccl_cuda_oom"], items["error_peer_closed"], items["error_rem_allocator"]
+    assert oom[0] == peer[0] == alloc[0] == "FAIL"
+    assert oom[1].endswith("NCCL WARN Cuda failure 2 'out of memory'") and "NCCL_BUFFSIZE" in oom[2]
+    assert "Connection closed by remote peer 10.0.0.12<45678>" in peer[1]
+    assert "other ranks' logs first" in peer[2] and "OOM killer" in peer[2]
+    assert "[Rem Allocator]" in alloc[1] and "ulimit -l" in alloc[2] and "/dev/shm" in alloc[2]
+    assert "job-ending errors: cuda_oom x1, peer_lost x2" in result.stdout
+    assert "NCCL WARN lines: 3" in result.stdout
+
+
 def test_binary_junk_and_a_huge_line_are_read_in_bounded_pieces(tmp_path):
     log = tmp_path / "junk.log"
     with log.open("wb") as f:
