@@ -216,6 +216,16 @@ _PLUGIN_FAIL = re.compile(
     r"NET/Plugin ?: ?(?:Plugin load .*returned|Failed to find ncclNetPlugin|No plugin found|dlerror)"
 )
 _GDR = re.compile(r"GPU Direct RDMA Enabled|/GDRDMA")
+# "NET/Socket : Using [0]eth0:10.0.0.11<0>": NCCL's socket network came up (it is tried after IB and
+# the plugin, so it is the network when nothing says otherwise); the Bootstrap line is not it
+_SOCKET_NET = re.compile(r"NET/Socket ?: ?Using \[")
+_NO_IB = re.compile(r"NET/IB ?: ?No device found")
+# "comm 0x55d0 rank 0 nRanks 16 nNodes 2 localRanks 8 localRank 0 MNNVL 0" (NCCL 2.19+): NCCL's own count
+# of the hosts a communicator spans (GPUs of a multi-node NVLink domain count as one)
+_NODES = re.compile(r"\bnNodes (\d+)")
+# the prefix of NCCL's own lines, "<host>:<pid>:<tid> [<dev>] ": the host it runs on
+_HOST = re.compile(r"^([\w.-]+):\d+:\d+ \[\d+\] ")
+HOSTS_KEPT = 16  # distinct hosts remembered: enough to tell one from several, bounded whatever the log
 
 
 def network_word(raw: str) -> str:
@@ -407,6 +417,9 @@ class LogState:
     evidence: dict[str, str] = field(default_factory=dict)  # check item -> the first line that decided it
     bad: Counter[str] = field(default_factory=Counter)  # KNOWN_BAD name -> lines seen
     signs: Counter[str] = field(default_factory=Counter)  # ErrorSign item -> lines counted
+    nodes: int = 0  # the most nNodes of any communicator (0: not said)
+    hosts: set[str] = field(default_factory=set)  # hosts NCCL lines come from, at most HOSTS_KEPT
+    no_ib: bool = False  # "NET/IB : No device found."
 
     def feed(
         self,
@@ -460,9 +473,24 @@ class LogState:
         if not self.version and (m := _VERSION.search(text)):
             self.version = m.group(1)
             self.evidence["version"] = _cut(text)
+        if (m := _HOST.match(text)) and len(self.hosts) < HOSTS_KEPT and m.group(1) not in self.hosts:
+            self.hosts.add(m.group(1))
+            if len(self.hosts) == 2:
+                self.evidence["hosts"] = _cut(text)
         if m := _NETWORK.search(text):
-            self.network = network_word(m.group(1))
-            self.evidence.setdefault("network", _cut(text))
+            word = network_word(m.group(1))
+            if word != self.network or "Using network" not in self.evidence["network"]:
+                self.evidence["network"] = _cut(text)  # the first line that named this network
+            self.network = word
+        elif not self.network and "NET/Socket" in text and _SOCKET_NET.search(text):
+            self.network = "Socket"  # the only network named so far; a later "Using network" wins
+            self.evidence["network"] = _cut(text)
+        if "NET/IB" in text and _NO_IB.search(text):
+            self.no_ib = True
+            self.evidence.setdefault("no_ib", _cut(text))
+        if "nNodes" in text and (m := _NODES.search(text)) and int(m.group(1)) > self.nodes:
+            self.nodes = int(m.group(1))
+            self.evidence["nodes"] = _cut(text)
         if " via " in text and (m := _VIA.search(text)):
             found = transport(m.group(1))
             if found is not None:
@@ -483,6 +511,20 @@ class LogState:
             if regex.search(text):
                 self.bad[name] += 1
                 self.evidence.setdefault(f"bad:{name}", _cut(text))
+        self._socket_between_nodes()
+
+    def _socket_between_nodes(self) -> None:
+        """With the socket network, whatever NCCL sends between nodes goes via NET/Socket: a job known
+        to span nodes has that inter-node transport even where its channel lines are not in the log
+        (NCCL_DEBUG_SUBSYS without INIT, a log read from its tail). The live metrics say so
+        (gpu_pod_nccl_transport, which GpuNcclSocketsWithRdma reads) as the checklist does."""
+        if self.network != "Socket" or "NET/Socket" in self.transports["inter"]:
+            return
+        if self.nodes > 1 or len(self.hosts) > 1:
+            self.transports["inter"].add("NET/Socket")
+            self.evidence.setdefault(
+                "transport:NET/Socket", self.evidence["nodes" if self.nodes > 1 else "hosts"]
+            )
 
     def feed_cri(self, records: Iterable[str], patterns: Iterable[Pattern] = PATTERNS) -> int:
         """CRI records (one per line, no newline); partial records are joined. Returns the records that
@@ -534,19 +576,7 @@ def checks(s: LogState) -> list[Check]:
         out.append(Check("version", "warn", "no 'NCCL version' line", "the log starts after NCCL's init"))
     inter = s.transports["inter"]
     if s.network:
-        sockets = s.network == "Socket"
-        status = "fail" if sockets and "NET/Socket" in inter else "pass"
-        out.append(
-            Check(
-                "network",
-                status,
-                ev["network"],
-                "inter-node traffic is on TCP sockets: install/enable the EFA (aws-ofi-nccl) or IB plugin "
-                "and check NCCL_IB_DISABLE / NCCL_NET"
-                if status == "fail"
-                else "",
-            )
-        )
+        out.append(_network_check(s))
     if s.plugin_failed:
         out.append(
             Check(
@@ -596,6 +626,49 @@ def checks(s: LogState) -> list[Check]:
         if s.signs[sign.item]:
             out.append(Check(f"error_{sign.item}", "fail", ev[f"error:{sign.item}"], sign.fix))
     return out
+
+
+NET_PLUGIN_FIX = (
+    "install/enable the network plugin (aws-ofi-nccl with libfabric for EFA, the IB or SHARP plugin), "
+    "check NCCL_IB_DISABLE and NCCL_NET, that the RDMA device plugin exposes /dev/infiniband in the pod "
+    "and that the pod requests the devices (vpc.amazonaws.com/efa, rdma/...)"
+)
+
+
+def _network_check(s: LogState) -> Check:
+    """IB, EFA or a plugin pass. The socket network is the first failure of a multi-node bring-up: it
+    fails where the log shows traffic between hosts (a channel via NET/Socket, or, since the socket
+    network then carries it, nNodes > 1 or NCCL lines from several hosts; _socket_between_nodes adds
+    the transport). It passes where every communicator says nNodes 1 from one host: nothing crosses the
+    network. Otherwise it warns: a log without channel or nNodes lines (an older NCCL, INIT not in
+    NCCL_DEBUG_SUBSYS, a cut log) cannot tell a single-node job, for which sockets cost nothing, from a
+    multi-node one, for which they are the fault; so it is said, with the fix, without failing."""
+    ev = s.evidence
+    if s.network != "Socket":
+        return Check("network", "pass", ev["network"])
+    no_ib = " NCCL found no IB/EFA device ('NET/IB : No device found.') and" if s.no_ib else ""
+    if "NET/Socket" in s.transports["inter"]:
+        if s.nodes > 1:
+            spans = f"the job spans {s.nodes} nodes"
+        elif len(s.hosts) > 1:
+            spans = "the log has NCCL lines from several hosts"
+        else:
+            spans = "channels between nodes run via NET/Socket"
+        return Check(
+            "network",
+            "fail",
+            ev["network"],
+            f"{spans};{no_ib} inter-node traffic is on TCP sockets: {NET_PLUGIN_FIX}",
+        )
+    if s.nodes == 1 and len(s.hosts) <= 1 and not s.transports["inter"]:
+        return Check("network", "pass", ev["network"])  # one node: the network carries nothing
+    return Check(
+        "network",
+        "warn",
+        ev["network"],
+        f"NCCL uses TCP sockets;{no_ib} the log does not show whether the job spans nodes. A single-node "
+        f"job can ignore this; for a multi-node one it is the first thing to fix: {NET_PLUGIN_FIX}",
+    )
 
 
 def summary(s: LogState) -> dict[str, object]:

@@ -439,3 +439,79 @@ def test_summary_is_the_documented_object():
 def test_evidence_is_cut():
     s = _state([HW + "x" * 5000])
     assert len(s.evidence["warning"]) == lp.EVIDENCE_CHARS
+
+
+# ---- the network item: TCP sockets are the first failure of a multi-node bring-up ----------------------
+
+NO_IB = [
+    H + "NET/Plugin : No plugin found (libnccl-net.so), using internal implementation",
+    H + "NCCL version 2.21.5+cuda12.4",
+    H + "NET/IB : No device found.",
+    H + "NET/Socket : Using [0]eth0:10.0.0.11<0>",
+    H + "Using network Socket",
+]
+NODES_2 = H + "comm 0x55d0c8a0 rank 0 nRanks 16 nNodes 2 localRanks 8 localRank 0 MNNVL 0"
+NODES_1 = H + "comm 0x55d0c8a0 rank 0 nRanks 8 nNodes 1 localRanks 8 localRank 0 MNNVL 0"
+
+
+def _network(s: lp.LogState) -> lp.Check:
+    return next(c for c in lp.checks(s) if c.name == "network")
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        [*NO_IB, NODES_2],
+        [NODES_2, *NO_IB],  # the order of the lines does not matter
+        [*NO_IB, NODES_1, NODES_2],  # a tensor-parallel group inside the node, the data-parallel one across
+        [*NO_IB, "gpu-node-2:3911:3911 [0] NCCL INFO Using network Socket"],  # two hosts' logs together
+    ],
+)
+def test_sockets_between_nodes_fail_the_network_item(lines):
+    s = _state(lines)
+    assert s.network == "Socket" and s.no_ib
+    assert s.transports["inter"] == {"NET/Socket"}  # the live metric the sockets alert reads
+    check = _network(s)
+    assert check.status == "fail"
+    assert check.evidence == H + "Using network Socket"
+    for words in (
+        "NET/IB : No device found.",
+        "TCP sockets",
+        "aws-ofi-nccl",
+        "NCCL_IB_DISABLE",
+        "NCCL_NET",
+        "/dev/infiniband",
+        "vpc.amazonaws.com/efa",
+    ):
+        assert words in check.fix
+    assert ("spans 2 nodes" in check.fix) == (s.nodes == 2)
+
+
+def test_the_socket_network_alone_names_the_network():
+    s = _state(NO_IB[:4])  # no "Using network" line: NET/Socket is the only network said
+    assert s.network == "Socket" and s.evidence["network"] == NO_IB[3]
+    check = _network(s)
+    assert (
+        check.status == "warn" and "single-node job can ignore" in check.fix and "aws-ofi-nccl" in check.fix
+    )
+    assert s.transports["inter"] == set()  # nothing shows traffic between nodes: no transport is made up
+
+
+def test_a_later_network_line_wins_over_the_socket_fallback():
+    s = _state([H + "NET/Socket : Using [0]eth0:10.0.0.11<0>", H + "Using network IB", NODES_2])
+    assert s.network == "IB" and s.transports["inter"] == set()
+    assert _network(s).status == "pass"
+
+
+def test_sockets_on_one_node_pass_and_the_bootstrap_line_is_not_a_network():
+    s = _state([*NO_IB, NODES_1])
+    assert (_network(s).status, s.transports["inter"]) == ("pass", set())
+    s = _state([H + "Bootstrap : Using eth0:10.0.0.11<0>", H + "NCCL version 2.21.5+cuda12.4"])
+    assert s.network == "" and all(c.name != "network" for c in lp.checks(s))
+
+
+def test_hosts_are_bounded():
+    s = _state(
+        [f"gpu-node-{i}:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC" for i in range(100)]
+    )
+    assert len(s.hosts) == lp.HOSTS_KEPT

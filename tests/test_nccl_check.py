@@ -11,7 +11,14 @@ import sys
 import pytest
 
 from tests.conftest import REPO
-from tests.test_logparse import ERROR_LINES, NCCL_220_IB_NVLS, NCCL_221_EFA_CUMEM_READ, NCCL_223_SHM
+from tests.test_logparse import (
+    ERROR_LINES,
+    NCCL_220_IB_NVLS,
+    NCCL_221_EFA_CUMEM_READ,
+    NCCL_223_SHM,
+    NO_IB,
+    NODES_2,
+)
 
 
 def _run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
@@ -77,6 +84,32 @@ def _items(stdout: str) -> dict[str, tuple[str, str, str]]:
         elif line.strip().startswith("fix: ") and last:
             items[last] = (*items[last][:2], line.strip()[5:])
     return items
+
+
+def test_a_two_node_job_on_sockets_fails_the_network_item(tmp_path):
+    log = tmp_path / "rank0.log"  # torchrun's output of rank 0: no IB device in the pod, 2 nodes
+    log.write_text("\n".join("[rank0]:" + line for line in [*NO_IB, NODES_2, "step 1"]) + "\n")
+    result = _run(str(log))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "network Socket; intra-node: none seen; inter-node: NET/Socket" in result.stdout
+    mark, evidence, fix = _items(result.stdout)["network"]
+    assert mark == "FAIL" and evidence.endswith("NCCL INFO Using network Socket")
+    assert fix.startswith("the job spans 2 nodes; NCCL found no IB/EFA device ('NET/IB : No device found.')")
+    for words in ("aws-ofi-nccl", "NCCL_IB_DISABLE", "NCCL_NET", "/dev/infiniband", "vpc.amazonaws.com/efa"):
+        assert words in fix
+    assert _items(result.stdout)["net_plugin"][0] == "FAIL"  # the plugin that did not load is why
+
+
+def test_sockets_without_a_sign_of_several_nodes_warn_with_exit_1(tmp_path):
+    log = tmp_path / "rank0.log"
+    log.write_text("\n".join(NO_IB[2:4]) + "\n")  # "NET/IB : No device found." then NET/Socket only
+    result = _run("--json", str(log))
+    assert result.returncode == 1, result.stdout + result.stderr
+    out = json.loads(result.stdout)
+    assert out["network"] == "Socket" and out["transports"]["inter"] == []
+    (network,) = [c for c in out["checks"] if c["name"] == "network"]
+    assert network["status"] == "warn" and network["evidence"] == NO_IB[3]
+    assert "single-node job can ignore" in network["fix"] and "aws-ofi-nccl" in network["fix"]
 
 
 def test_nccl_out_of_memory_and_a_lost_peer_fail_with_their_fixes(tmp_path):
