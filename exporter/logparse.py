@@ -216,6 +216,16 @@ _PLUGIN_FAIL = re.compile(
     r"NET/Plugin ?: ?(?:Plugin load .*returned|Failed to find ncclNetPlugin|No plugin found|dlerror)"
 )
 _GDR = re.compile(r"GPU Direct RDMA Enabled|/GDRDMA")
+# "NET/Socket : Using [0]eth0:10.0.0.11<0>": NCCL's socket network came up (it is tried after IB and
+# the plugin, so it is the network when nothing says otherwise); the Bootstrap line is not it
+_SOCKET_NET = re.compile(r"NET/Socket ?: ?Using \[")
+_NO_IB = re.compile(r"NET/IB ?: ?No device found")
+# "comm 0x55d0 rank 0 nRanks 16 nNodes 2 localRanks 8 localRank 0 MNNVL 0" (NCCL 2.19+): NCCL's own count
+# of the hosts a communicator spans (GPUs of a multi-node NVLink domain count as one)
+_NODES = re.compile(r"\bnNodes (\d+)")
+# the prefix of NCCL's own lines, "<host>:<pid>:<tid> [<dev>] ": the host it runs on
+_HOST = re.compile(r"^([\w.-]+):\d+:\d+ \[\d+\] ")
+HOSTS_KEPT = 16  # distinct hosts remembered: enough to tell one from several, bounded whatever the log
 
 
 def network_word(raw: str) -> str:
@@ -256,24 +266,100 @@ def transport(via: str) -> tuple[str, str] | None:
 
 # ---- errors that end jobs, and the known-bad lines ---------------------------------------------------
 
-# kind -> regex; first match wins (a DataLoader worker killed by a Bus error is a bus_error)
-ERRORS: dict[str, re.Pattern[str]] = {
-    "bus_error": re.compile(r"(?i)\bbus error\b"),
-    "dataloader_killed": re.compile(
-        r"DataLoader worker \(pids?.*?\) (?:is killed by signal|exited unexpectedly)"
+
+@dataclass(frozen=True)
+class ErrorSign:
+    """One way a job-ending error is written. ``kind``: what it counts as (the closed vocabulary of
+    ``gpu_pod_log_errors_total{kind}``, which the alerts page for); ``item``: the checklist item it raises
+    (``error_<item>``), whose fix can be more precise than the kind's (NCCL's own out-of-memory needs
+    other knobs than the framework's)."""
+
+    item: str
+    kind: str
+    regex: re.Pattern[str]
+    fix: str
+
+
+def _sign(item: str, regex: str, fix: str, kind: str = "") -> ErrorSign:
+    return ErrorSign(item, kind or item, re.compile(regex), fix)
+
+
+# First match wins (a DataLoader worker killed by a Bus error is a bus_error). NCCL WARN lines are matched
+# after the launcher's prefix is stripped; the bare forms (at the start of a line) are the "Last error:"
+# PyTorch prints under a DistBackendError, which is all a job run without NCCL_DEBUG shows.
+ERROR_SIGNS: tuple[ErrorSign, ...] = (
+    _sign(
+        "bus_error",
+        r"(?i)\bbus error\b",
+        "/dev/shm is full: mount an emptyDir with medium: Memory at /dev/shm, or fewer workers",
     ),
-    "cuda_oom": re.compile(r"CUDA out of memory|OutOfMemoryError"),
-    "watchdog_timeout": re.compile(r"Watchdog caught collective operation timeout"),
-    "ib_completion_error": re.compile(r"NET/IB ?: ?Got completion.*?(?:status=|with error )\d+"),
-    "dist_backend_error": re.compile(r"DistBackendError"),
-}
-ERROR_KINDS = tuple(ERRORS)
+    _sign(
+        "dataloader_killed",
+        r"DataLoader worker \(pids?.*?\) (?:is killed by signal|exited unexpectedly)",
+        "a DataLoader worker died: check the /dev/shm size and the pod's memory limit",
+    ),
+    # NCCL's own allocations (its buffers, per channel and peer): "misc/utils.cc:... NCCL WARN Cuda
+    # failure 'out of memory'", "include/alloc.h:... NCCL WARN Cuda failure 2 'out of memory'"
+    _sign(
+        "nccl_cuda_oom",
+        r"(?:NCCL WARN |^)Cuda failure (?:\d+ )?'out of memory'",
+        "NCCL could not allocate its buffers on the GPU: they need GPU memory beside the model's, so "
+        "lower NCCL_BUFFSIZE or the number of channels (NCCL_MAX_NCHANNELS), leave headroom in the "
+        "framework's memory fraction (torch.cuda.set_per_process_memory_fraction, "
+        "XLA_PYTHON_CLIENT_MEM_FRACTION), or use a smaller batch or more sharding",
+        kind="cuda_oom",
+    ),
+    _sign(
+        "cuda_oom",
+        r"CUDA out of memory|OutOfMemoryError",
+        "CUDA out of memory: smaller micro-batch, activation checkpointing, or more sharding",
+    ),
+    _sign(
+        "watchdog_timeout",
+        r"Watchdog caught collective operation timeout",
+        "a collective never completed: find the rank that stopped (first log to go quiet)",
+    ),
+    _sign(
+        "ib_completion_error",
+        r"NET/IB ?: ?Got completion.*?(?:status=|with error )\d+",
+        "an RDMA transfer failed (12: retries exceeded): check the links and the fabric",
+    ),
+    # "misc/socket.cc:... NCCL WARN Net : Connection closed by remote peer 10.0.0.2<45678>", NCCL 2.19+
+    # "socketProgress: Connection closed by remote peer node-2<45678>"
+    _sign(
+        "peer_closed",
+        r"(?:NCCL WARN |NET/\w+ ?: ?).*Connection closed by remote peer"
+        r"|^(?:Net|socketProgress) ?: ?Connection closed by remote peer",
+        "a peer rank closed its connection: it died or was killed. Read the other ranks' logs first (the "
+        "first to fail), then the OOM killer (kubectl describe pod: OOMKilled; dmesg) and whether a node "
+        "was lost (kubectl get nodes); if every rank was alive, check the network path between the "
+        "nodes and NCCL_SOCKET_IFNAME",
+        kind="peer_lost",
+    ),
+    # the service that allocates buffers on this GPU for a peer (bootstrap/proxy): it fails when the
+    # peer's request breaks off or the memory is not there
+    _sign(
+        "rem_allocator",
+        r"\[Rem Allocator\] Allocation failed",
+        "NCCL's remote allocator could not serve a peer: if the peer went away (a 'Connection closed' "
+        "line, other ranks' logs), find why it died first; otherwise memory ran out: a Cuda failure line "
+        "just before it means GPU memory, else check the pod's memory limit, ulimit -l and the /dev/shm "
+        "size",
+        kind="peer_lost",
+    ),
+    _sign(
+        "dist_backend_error",
+        r"DistBackendError",
+        "NCCL reported the failure to PyTorch: read the NCCL WARN lines just before it",
+    ),
+)
+ERROR_KINDS = tuple(dict.fromkeys(sign.kind for sign in ERROR_SIGNS))
 # the families alerts page for
 ERROR_FAMILIES: dict[str, tuple[str, ...]] = {
     "shm": ("bus_error", "dataloader_killed"),
     "oom": ("cuda_oom",),
     "collective_timeout": ("watchdog_timeout", "dist_backend_error"),
-    "network": ("ib_completion_error",),
+    "network": ("ib_completion_error", "peer_lost"),
 }
 
 # the bring-up checklist's known-bad lines: name -> (regex, status, fix)
@@ -302,6 +388,7 @@ KNOWN_BAD: dict[str, tuple[re.Pattern[str], str, str]] = {
 
 _KEYS = re.compile(
     r"NCCL|[Bb]us error|DataLoader worker|out of memory|OutOfMemoryError|Watchdog caught|DistBackendError"
+    r"|Connection closed by remote peer|Rem Allocator"
 )
 EVIDENCE_CHARS = 300  # an evidence line is cut here: the checklist shows it, it never becomes a label
 
@@ -329,6 +416,10 @@ class LogState:
     lines: int = 0
     evidence: dict[str, str] = field(default_factory=dict)  # check item -> the first line that decided it
     bad: Counter[str] = field(default_factory=Counter)  # KNOWN_BAD name -> lines seen
+    signs: Counter[str] = field(default_factory=Counter)  # ErrorSign item -> lines counted
+    nodes: int = 0  # the most nNodes of any communicator (0: not said)
+    hosts: set[str] = field(default_factory=set)  # hosts NCCL lines come from, at most HOSTS_KEPT
+    no_ib: bool = False  # "NET/IB : No device found."
 
     def feed(
         self,
@@ -365,11 +456,12 @@ class LogState:
     def _keyed(self, text: str, count: bool) -> None:
         if "NCCL" in text:
             self._nccl(text, count)
-        for kind, regex in ERRORS.items():
-            if regex.search(text):
+        for sign in ERROR_SIGNS:
+            if sign.regex.search(text):
                 if count:
-                    self.errors[kind] += 1
-                self.evidence.setdefault(f"error:{kind}", _cut(text))
+                    self.errors[sign.kind] += 1
+                    self.signs[sign.item] += 1
+                self.evidence.setdefault(f"error:{sign.item}", _cut(text))
                 break
 
     def _nccl(self, text: str, count: bool) -> None:
@@ -381,9 +473,24 @@ class LogState:
         if not self.version and (m := _VERSION.search(text)):
             self.version = m.group(1)
             self.evidence["version"] = _cut(text)
+        if (m := _HOST.match(text)) and len(self.hosts) < HOSTS_KEPT and m.group(1) not in self.hosts:
+            self.hosts.add(m.group(1))
+            if len(self.hosts) == 2:
+                self.evidence["hosts"] = _cut(text)
         if m := _NETWORK.search(text):
-            self.network = network_word(m.group(1))
-            self.evidence.setdefault("network", _cut(text))
+            word = network_word(m.group(1))
+            if word != self.network or "Using network" not in self.evidence["network"]:
+                self.evidence["network"] = _cut(text)  # the first line that named this network
+            self.network = word
+        elif not self.network and "NET/Socket" in text and _SOCKET_NET.search(text):
+            self.network = "Socket"  # the only network named so far; a later "Using network" wins
+            self.evidence["network"] = _cut(text)
+        if "NET/IB" in text and _NO_IB.search(text):
+            self.no_ib = True
+            self.evidence.setdefault("no_ib", _cut(text))
+        if "nNodes" in text and (m := _NODES.search(text)) and int(m.group(1)) > self.nodes:
+            self.nodes = int(m.group(1))
+            self.evidence["nodes"] = _cut(text)
         if " via " in text and (m := _VIA.search(text)):
             found = transport(m.group(1))
             if found is not None:
@@ -404,6 +511,20 @@ class LogState:
             if regex.search(text):
                 self.bad[name] += 1
                 self.evidence.setdefault(f"bad:{name}", _cut(text))
+        self._socket_between_nodes()
+
+    def _socket_between_nodes(self) -> None:
+        """With the socket network, whatever NCCL sends between nodes goes via NET/Socket: a job known
+        to span nodes has that inter-node transport even where its channel lines are not in the log
+        (NCCL_DEBUG_SUBSYS without INIT, a log read from its tail). The live metrics say so
+        (gpu_pod_nccl_transport, which GpuNcclSocketsWithRdma reads) as the checklist does."""
+        if self.network != "Socket" or "NET/Socket" in self.transports["inter"]:
+            return
+        if self.nodes > 1 or len(self.hosts) > 1:
+            self.transports["inter"].add("NET/Socket")
+            self.evidence.setdefault(
+                "transport:NET/Socket", self.evidence["nodes" if self.nodes > 1 else "hosts"]
+            )
 
     def feed_cri(self, records: Iterable[str], patterns: Iterable[Pattern] = PATTERNS) -> int:
         """CRI records (one per line, no newline); partial records are joined. Returns the records that
@@ -455,19 +576,7 @@ def checks(s: LogState) -> list[Check]:
         out.append(Check("version", "warn", "no 'NCCL version' line", "the log starts after NCCL's init"))
     inter = s.transports["inter"]
     if s.network:
-        sockets = s.network == "Socket"
-        status = "fail" if sockets and "NET/Socket" in inter else "pass"
-        out.append(
-            Check(
-                "network",
-                status,
-                ev["network"],
-                "inter-node traffic is on TCP sockets: install/enable the EFA (aws-ofi-nccl) or IB plugin "
-                "and check NCCL_IB_DISABLE / NCCL_NET"
-                if status == "fail"
-                else "",
-            )
-        )
+        out.append(_network_check(s))
     if s.plugin_failed:
         out.append(
             Check(
@@ -513,20 +622,53 @@ def checks(s: LogState) -> list[Check]:
         if s.warnings
         else Check("nccl_warnings", "pass", "no NCCL WARN line")
     )
-    for kind in ERROR_KINDS:
-        if s.errors[kind]:
-            out.append(Check(f"error_{kind}", "fail", ev[f"error:{kind}"], ERROR_FIX[kind]))
+    for sign in ERROR_SIGNS:
+        if s.signs[sign.item]:
+            out.append(Check(f"error_{sign.item}", "fail", ev[f"error:{sign.item}"], sign.fix))
     return out
 
 
-ERROR_FIX: dict[str, str] = {
-    "bus_error": "/dev/shm is full: mount an emptyDir with medium: Memory at /dev/shm, or fewer workers",
-    "dataloader_killed": "a DataLoader worker died: check the /dev/shm size and the pod's memory limit",
-    "cuda_oom": "CUDA out of memory: smaller micro-batch, activation checkpointing, or more sharding",
-    "watchdog_timeout": "a collective never completed: find the rank that stopped (first log to go quiet)",
-    "ib_completion_error": "an RDMA transfer failed (12: retries exceeded): check the links and the fabric",
-    "dist_backend_error": "NCCL reported the failure to PyTorch: read the NCCL WARN lines just before it",
-}
+NET_PLUGIN_FIX = (
+    "install/enable the network plugin (aws-ofi-nccl with libfabric for EFA, the IB or SHARP plugin), "
+    "check NCCL_IB_DISABLE and NCCL_NET, that the RDMA device plugin exposes /dev/infiniband in the pod "
+    "and that the pod requests the devices (vpc.amazonaws.com/efa, rdma/...)"
+)
+
+
+def _network_check(s: LogState) -> Check:
+    """IB, EFA or a plugin pass. The socket network is the first failure of a multi-node bring-up: it
+    fails where the log shows traffic between hosts (a channel via NET/Socket, or, since the socket
+    network then carries it, nNodes > 1 or NCCL lines from several hosts; _socket_between_nodes adds
+    the transport). It passes where every communicator says nNodes 1 from one host: nothing crosses the
+    network. Otherwise it warns: a log without channel or nNodes lines (an older NCCL, INIT not in
+    NCCL_DEBUG_SUBSYS, a cut log) cannot tell a single-node job, for which sockets cost nothing, from a
+    multi-node one, for which they are the fault; so it is said, with the fix, without failing."""
+    ev = s.evidence
+    if s.network != "Socket":
+        return Check("network", "pass", ev["network"])
+    no_ib = " NCCL found no IB/EFA device ('NET/IB : No device found.') and" if s.no_ib else ""
+    if "NET/Socket" in s.transports["inter"]:
+        if s.nodes > 1:
+            spans = f"the job spans {s.nodes} nodes"
+        elif len(s.hosts) > 1:
+            spans = "the log has NCCL lines from several hosts"
+        else:
+            spans = "channels between nodes run via NET/Socket"
+        return Check(
+            "network",
+            "fail",
+            ev["network"],
+            f"{spans};{no_ib} inter-node traffic is on TCP sockets: {NET_PLUGIN_FIX}",
+        )
+    if s.nodes == 1 and len(s.hosts) <= 1 and not s.transports["inter"]:
+        return Check("network", "pass", ev["network"])  # one node: the network carries nothing
+    return Check(
+        "network",
+        "warn",
+        ev["network"],
+        f"NCCL uses TCP sockets;{no_ib} the log does not show whether the job spans nodes. A single-node "
+        f"job can ignore this; for a multi-node one it is the first thing to fix: {NET_PLUGIN_FIX}",
+    )
 
 
 def summary(s: LogState) -> dict[str, object]:

@@ -1181,8 +1181,9 @@ _alert(
     "GpuNcclNetworkError",
     0.0,
     "critical",
-    "An RDMA completion error (status 12: retries exceeded) is a link or fabric fault between nodes that "
-    "kills jobs: at once, critical.",
+    "An RDMA completion error (status 12: retries exceeded) is a link or fabric fault between nodes, and "
+    "a peer lost (its connection closed, its remote allocator failed) is a dead rank or a broken path; "
+    "either ends the job: at once, critical.",
 )
 
 # XID codes that mean trouble with the GPU or its driver rather than with a user's program. Their

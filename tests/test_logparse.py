@@ -127,9 +127,40 @@ ERROR_LINES = {
     "timeout: WorkNCCL(SeqNum=4711, OpType=ALLREDUCE, NumelIn=1, Timeout(ms)=600000) ran for 600043 ms",
     "ib_completion_error": "gpu-node-2:51:88 [3] NCCL WARN NET/IB : Got completion from peer "
     "10.0.0.12<59736> with status=12 opcode=0 len=0 vendor err 129 (Recv) localGid ::ffff:10.0.0.11",
+    "peer_lost": "gpu-node-1:4021:4190 [0] misc/socket.cc:49 NCCL WARN Net : Connection closed by remote "
+    "peer 10.0.0.12<45678>",
     "dist_backend_error": "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, "
     "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3",
 }
+
+# the other ways the same kinds are written: (line, checklist item, kind)
+ERROR_SIGN_LINES = [
+    # NCCL's own allocations fail: the kind the framework's OOM counts as, a fix of its own
+    (
+        "gpu-node-1:4021:4021 [0] misc/utils.cc:58 NCCL WARN Cuda failure 'out of memory'",
+        "nccl_cuda_oom",
+        "cuda_oom",
+    ),
+    (
+        "[rank5]:gpu-node-1:4026:4026 [5] include/alloc.h:103 NCCL WARN Cuda failure 2 'out of memory'",
+        "nccl_cuda_oom",
+        "cuda_oom",
+    ),
+    ("Cuda failure 2 'out of memory'", "nccl_cuda_oom", "cuda_oom"),  # PyTorch's "Last error:" line
+    (
+        "gpu-node-1:4021:4190 [0] misc/socket.cc:588 NCCL WARN socketProgress: Connection closed by remote "
+        "peer gpu-node-2.ml.svc.cluster.local<33412>",
+        "peer_closed",
+        "peer_lost",
+    ),
+    ("socketProgress: Connection closed by remote peer gpu-node-2<33412>", "peer_closed", "peer_lost"),
+    (
+        "gpu-node-1:4021:4102 [0] bootstrap.cc:93 NCCL WARN [Rem Allocator] Allocation failed (segment 0, "
+        "fd 57)",
+        "rem_allocator",
+        "peer_lost",
+    ),
+]
 
 
 @pytest.mark.parametrize("kind", list(ERROR_LINES))
@@ -138,6 +169,57 @@ def test_each_error_that_ends_a_job(kind):
     assert dict(s.errors) == {kind: 1}
     assert kind in lp.ERROR_KINDS
     assert any(kind in kinds for kinds in lp.ERROR_FAMILIES.values())
+
+
+def test_every_kind_has_a_line():
+    assert set(ERROR_LINES) == set(lp.ERROR_KINDS)
+
+
+@pytest.mark.parametrize(("line", "item", "kind"), ERROR_SIGN_LINES)
+def test_nccl_oom_and_peer_loss_count_as_their_kind_with_their_own_item(line, item, kind):
+    s = _state(["step 10", line])
+    assert dict(s.errors) == {kind: 1} and dict(s.signs) == {item: 1}
+    found = {c.name: c for c in lp.checks(s)}
+    check = found[f"error_{item}"]
+    assert check.status == "fail" and check.evidence == lp.strip_prefix(line) and check.fix
+    assert f"error_{kind}" not in found or kind == item
+
+
+def test_the_fixes_say_what_to_do():
+    fix = {sign.item: sign.fix for sign in lp.ERROR_SIGNS}
+    for words in ("NCCL_BUFFSIZE", "channels", "memory fraction", "smaller batch or more sharding"):
+        assert words in fix["nccl_cuda_oom"]
+    for words in ("other ranks' logs first", "OOM killer", "node", "NCCL_SOCKET_IFNAME"):
+        assert words in fix["peer_closed"]
+    for words in ("memory limit", "ulimit -l", "/dev/shm"):
+        assert words in fix["rem_allocator"]
+
+
+def test_a_dist_backend_error_and_its_last_error_count_once_each():
+    s = _state(
+        [
+            "[rank0]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, remote "
+            "process exited or there was a network error, NCCL version 2.21.5",
+            "[rank0]: ncclRemoteError: A call failed possibly due to a network error or a remote process "
+            "exiting prematurely.",
+            "[rank0]: Last error:",
+            "[rank0]: socketProgress: Connection closed by remote peer gpu-node-2<33412>",
+        ]
+    )
+    assert s.errors == {"dist_backend_error": 1, "peer_lost": 1}
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "WARNING:urllib3.connectionpool:Retrying: Connection closed by remote peer",
+        "gpu-node-1:4021:4021 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.11<0>",
+        "RuntimeError: CUDA error: out of memory is not what this says",
+    ],
+)
+def test_lookalikes_are_not_job_ending_nccl_errors(line):
+    s = _state([line])
+    assert not s.signs["peer_closed"] and not s.signs["nccl_cuda_oom"] and not s.network
 
 
 def test_pytorch_bus_error_wording_and_older_ib_wording():
@@ -357,3 +439,79 @@ def test_summary_is_the_documented_object():
 def test_evidence_is_cut():
     s = _state([HW + "x" * 5000])
     assert len(s.evidence["warning"]) == lp.EVIDENCE_CHARS
+
+
+# ---- the network item: TCP sockets are the first failure of a multi-node bring-up ----------------------
+
+NO_IB = [
+    H + "NET/Plugin : No plugin found (libnccl-net.so), using internal implementation",
+    H + "NCCL version 2.21.5+cuda12.4",
+    H + "NET/IB : No device found.",
+    H + "NET/Socket : Using [0]eth0:10.0.0.11<0>",
+    H + "Using network Socket",
+]
+NODES_2 = H + "comm 0x55d0c8a0 rank 0 nRanks 16 nNodes 2 localRanks 8 localRank 0 MNNVL 0"
+NODES_1 = H + "comm 0x55d0c8a0 rank 0 nRanks 8 nNodes 1 localRanks 8 localRank 0 MNNVL 0"
+
+
+def _network(s: lp.LogState) -> lp.Check:
+    return next(c for c in lp.checks(s) if c.name == "network")
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        [*NO_IB, NODES_2],
+        [NODES_2, *NO_IB],  # the order of the lines does not matter
+        [*NO_IB, NODES_1, NODES_2],  # a tensor-parallel group inside the node, the data-parallel one across
+        [*NO_IB, "gpu-node-2:3911:3911 [0] NCCL INFO Using network Socket"],  # two hosts' logs together
+    ],
+)
+def test_sockets_between_nodes_fail_the_network_item(lines):
+    s = _state(lines)
+    assert s.network == "Socket" and s.no_ib
+    assert s.transports["inter"] == {"NET/Socket"}  # the live metric the sockets alert reads
+    check = _network(s)
+    assert check.status == "fail"
+    assert check.evidence == H + "Using network Socket"
+    for words in (
+        "NET/IB : No device found.",
+        "TCP sockets",
+        "aws-ofi-nccl",
+        "NCCL_IB_DISABLE",
+        "NCCL_NET",
+        "/dev/infiniband",
+        "vpc.amazonaws.com/efa",
+    ):
+        assert words in check.fix
+    assert ("spans 2 nodes" in check.fix) == (s.nodes == 2)
+
+
+def test_the_socket_network_alone_names_the_network():
+    s = _state(NO_IB[:4])  # no "Using network" line: NET/Socket is the only network said
+    assert s.network == "Socket" and s.evidence["network"] == NO_IB[3]
+    check = _network(s)
+    assert (
+        check.status == "warn" and "single-node job can ignore" in check.fix and "aws-ofi-nccl" in check.fix
+    )
+    assert s.transports["inter"] == set()  # nothing shows traffic between nodes: no transport is made up
+
+
+def test_a_later_network_line_wins_over_the_socket_fallback():
+    s = _state([H + "NET/Socket : Using [0]eth0:10.0.0.11<0>", H + "Using network IB", NODES_2])
+    assert s.network == "IB" and s.transports["inter"] == set()
+    assert _network(s).status == "pass"
+
+
+def test_sockets_on_one_node_pass_and_the_bootstrap_line_is_not_a_network():
+    s = _state([*NO_IB, NODES_1])
+    assert (_network(s).status, s.transports["inter"]) == ("pass", set())
+    s = _state([H + "Bootstrap : Using eth0:10.0.0.11<0>", H + "NCCL version 2.21.5+cuda12.4"])
+    assert s.network == "" and all(c.name != "network" for c in lp.checks(s))
+
+
+def test_hosts_are_bounded():
+    s = _state(
+        [f"gpu-node-{i}:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC" for i in range(100)]
+    )
+    assert len(s.hosts) == lp.HOSTS_KEPT

@@ -11,7 +11,14 @@ import sys
 import pytest
 
 from tests.conftest import REPO
-from tests.test_logparse import ERROR_LINES, NCCL_220_IB_NVLS, NCCL_221_EFA_CUMEM_READ, NCCL_223_SHM
+from tests.test_logparse import (
+    ERROR_LINES,
+    NCCL_220_IB_NVLS,
+    NCCL_221_EFA_CUMEM_READ,
+    NCCL_223_SHM,
+    NO_IB,
+    NODES_2,
+)
 
 
 def _run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
@@ -65,6 +72,68 @@ def test_errors_fail_with_exit_2_across_several_files_and_stdin(tmp_path):
     assert result.stderr == ""
     assert "FAIL  error_watchdog_timeout" in result.stdout
     assert "watchdog_timeout x1" in result.stdout and "NCCL WARN lines: 1" in result.stdout
+
+
+def _items(stdout: str) -> dict[str, tuple[str, str, str]]:
+    """The human checklist: item -> (mark, evidence, fix)."""
+    items, last = {}, ""
+    for line in stdout.splitlines():
+        if line[:4] in ("PASS", "WARN", "FAIL"):
+            mark, last, evidence = line[:4], line[6:29].strip(), line[29:]
+            items[last] = (mark, evidence, "")
+        elif line.strip().startswith("fix: ") and last:
+            items[last] = (*items[last][:2], line.strip()[5:])
+    return items
+
+
+def test_a_two_node_job_on_sockets_fails_the_network_item(tmp_path):
+    log = tmp_path / "rank0.log"  # torchrun's output of rank 0: no IB device in the pod, 2 nodes
+    log.write_text("\n".join("[rank0]:" + line for line in [*NO_IB, NODES_2, "step 1"]) + "\n")
+    result = _run(str(log))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "network Socket; intra-node: none seen; inter-node: NET/Socket" in result.stdout
+    mark, evidence, fix = _items(result.stdout)["network"]
+    assert mark == "FAIL" and evidence.endswith("NCCL INFO Using network Socket")
+    assert fix.startswith("the job spans 2 nodes; NCCL found no IB/EFA device ('NET/IB : No device found.')")
+    for words in ("aws-ofi-nccl", "NCCL_IB_DISABLE", "NCCL_NET", "/dev/infiniband", "vpc.amazonaws.com/efa"):
+        assert words in fix
+    assert _items(result.stdout)["net_plugin"][0] == "FAIL"  # the plugin that did not load is why
+
+
+def test_sockets_without_a_sign_of_several_nodes_warn_with_exit_1(tmp_path):
+    log = tmp_path / "rank0.log"
+    log.write_text("\n".join(NO_IB[2:4]) + "\n")  # "NET/IB : No device found." then NET/Socket only
+    result = _run("--json", str(log))
+    assert result.returncode == 1, result.stdout + result.stderr
+    out = json.loads(result.stdout)
+    assert out["network"] == "Socket" and out["transports"]["inter"] == []
+    (network,) = [c for c in out["checks"] if c["name"] == "network"]
+    assert network["status"] == "warn" and network["evidence"] == NO_IB[3]
+    assert "single-node job can ignore" in network["fix"] and "aws-ofi-nccl" in network["fix"]
+
+
+def test_nccl_out_of_memory_and_a_lost_peer_fail_with_their_fixes(tmp_path):
+    log = tmp_path / "rank3.log"
+    lines = [
+        *NCCL_220_IB_NVLS,
+        "gpu-node-1:4024:4024 [3] include/alloc.h:103 NCCL WARN Cuda failure 2 'out of memory'",
+        "gpu-node-1:4024:4190 [3] misc/socket.cc:49 NCCL WARN Net : Connection closed by remote peer "
+        "10.0.0.12<45678>",
+        "gpu-node-1:4024:4102 [3] bootstrap.cc:93 NCCL WARN [Rem Allocator] Allocation failed (segment 0, "
+        "fd 57)",
+    ]
+    log.write_text("\n".join(lines) + "\n")
+    result = _run(str(log))
+    assert result.returncode == 2, result.stdout + result.stderr
+    items = _items(result.stdout)
+    oom, peer, alloc = items["error_nccl_cuda_oom"], items["error_peer_closed"], items["error_rem_allocator"]
+    assert oom[0] == peer[0] == alloc[0] == "FAIL"
+    assert oom[1].endswith("NCCL WARN Cuda failure 2 'out of memory'") and "NCCL_BUFFSIZE" in oom[2]
+    assert "Connection closed by remote peer 10.0.0.12<45678>" in peer[1]
+    assert "other ranks' logs first" in peer[2] and "OOM killer" in peer[2]
+    assert "[Rem Allocator]" in alloc[1] and "ulimit -l" in alloc[2] and "/dev/shm" in alloc[2]
+    assert "job-ending errors: cuda_oom x1, peer_lost x2" in result.stdout
+    assert "NCCL WARN lines: 3" in result.stdout
 
 
 def test_binary_junk_and_a_huge_line_are_read_in_bounded_pieces(tmp_path):

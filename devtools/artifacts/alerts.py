@@ -252,9 +252,11 @@ def _pod_log_alerts() -> tuple[Alert, ...]:
             "GpuNcclNetworkError",
             POD_LOGS_GROUP,
             _log_errors(ERROR_FAMILIES["network"]),
-            "An RDMA transfer between nodes failed.",
-            _POD_ON + " logged an NCCL IB/EFA completion error: a link or the fabric between nodes is "
-            "failing.",
+            "NCCL lost a peer or a transfer between nodes failed.",
+            _POD_ON + '{{ if eq $labels.kind "peer_lost" }} lost an NCCL peer (a connection closed by the '
+            "remote rank, or NCCL's remote allocator failed): a rank died or the path between them broke."
+            "{{ else }} logged an NCCL IB/EFA completion error: a link or the fabric between nodes is "
+            "failing.{{ end }}",
         ),
     )
 

@@ -264,3 +264,48 @@ def test_a_log_found_late_counts_only_what_was_written_after_the_start(node):
     node.source.set_pods(frozenset({POD}))
     node.poll()
     assert node.pod().warnings == 1
+
+
+def test_a_pod_on_sockets_across_nodes_shows_in_the_metrics_the_alerts_read(node):
+    """No IB device in the pod, two nodes: the inter-node transport is NET/Socket (what
+    GpuNcclSocketsWithRdma reads beside gpu_node_rdma_devices); NCCL's own out-of-memory is a cuda_oom
+    (GpuPodCudaOom), a closed peer connection and the remote allocator a peer_lost (GpuNcclNetworkError)."""
+    from dataclasses import replace
+
+    from exporter.metrics import expose, families
+    from exporter.snapshot import EMPTY_SNAPSHOT
+
+    (node.root / "sys" / "class" / "infiniband" / "rdmap0s6").mkdir(parents=True)  # the node has EFA
+    log = node.dir() / "0.log"
+    node.write(log, rec(T0, "start"))
+    node.poll()
+    warn = "gpu-node-1:4021:4190 [0] "
+    node.write(
+        log,
+        rec(T0 + 1, NCCL + "NCCL version 2.21.5+cuda12.4"),
+        rec(T0 + 1, NCCL + "NET/IB : No device found."),
+        rec(T0 + 1, NCCL + "NET/Socket : Using [0]eth0:10.0.0.11<0>"),
+        rec(T0 + 1, NCCL + "Using network Socket"),
+        rec(T0 + 2, NCCL + "comm 0x55d0c8a0 rank 0 nRanks 16 nNodes 2 localRanks 8 localRank 0 MNNVL 0"),
+        rec(T0 + 60, warn + "include/alloc.h:103 NCCL WARN Cuda failure 2 'out of memory'"),
+        rec(
+            T0 + 61,
+            warn + "misc/socket.cc:49 NCCL WARN Net : Connection closed by remote peer 10.0.0.12<45678>",
+        ),
+        rec(T0 + 61, warn + "bootstrap.cc:93 NCCL WARN [Rem Allocator] Allocation failed (segment 0, fd 57)"),
+    )
+    view = node.poll()
+    pod = node.pod()
+    assert pod.network == "Socket" and ("inter", "NET/Socket") in pod.transports
+    assert dict(pod.errors) == {"cuda_oom": 1, "peer_lost": 2} and pod.warnings == 3
+    text = expose(families(replace(EMPTY_SNAPSHOT, pod_logs=view)), openmetrics=False).decode()
+    ml = 'namespace="ml",pod="llm-train-0"'
+    for series in (
+        f'gpu_pod_nccl_transport{{{ml},scope="inter",transport="NET/Socket"}} 1',
+        f'gpu_pod_nccl_info{{{ml},version="2.21.5",network="Socket"}} 1',
+        "gpu_node_rdma_devices 1",
+        f'gpu_pod_log_errors_total{{{ml},kind="cuda_oom"}} 1',
+        f'gpu_pod_log_errors_total{{{ml},kind="peer_lost"}} 2',
+        f'gpu_pod_log_errors_total{{{ml},kind="ib_completion_error"}} 0',
+    ):
+        assert series in text.splitlines(), series
