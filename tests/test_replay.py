@@ -35,10 +35,10 @@ def test_the_labelled_examples_are_in_the_repository():
 def test_labelled_traces_page_without_false_verdicts_and_ledger_right(name):
     """bench/detection.py's judgement of one trace: every episode pages, no false verdict, the ledger
     within its target (the bench also reports the held share of each episode)."""
-    labels, truth = load_labels(TRACES[name])
+    labels, truth, judged = load_labels(TRACES[name])
     result = replay(TRACES[name])
     verdicts = [Verdict(e.gpu, e.kind, e.start, e.end) for e in result.episodes]
-    score = score_trace(name, labels, verdicts, alert_for(), result.seconds)
+    score = score_trace(name, labels, verdicts, alert_for(), result.seconds, judged)
     assert [str(e) for e in score.episodes if not e.paged] == []
     assert [str(f) for f in score.false] == []
     worst = ledger_error(result.ledger, truth)
