@@ -1,0 +1,174 @@
+"""replay reads the GPU logs people have, each format chosen from the content (exporter/traceformats):
+every reader on samples in its tool's own layout (tests/data/trace_formats), and the same files through
+the real command."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from exporter import traceformats
+from exporter.traceformats import smi_screen
+from exporter.traceformats.base import find_ctime, parse_time, strip_ansi
+from exporter.traces import TraceError, TraceReader, TraceRow
+from tests.conftest import EXAMPLES, REPO
+
+DATA = REPO / "tests" / "data" / "trace_formats"
+MIB = 2**20
+T0 = 1795514400.0  # Tue Nov 24 10:00:00 2026 UTC
+
+
+def _read(path: Path | str, **kwargs) -> tuple[list[TraceRow], TraceReader]:
+    reader = TraceReader(path, **kwargs)
+    return list(reader), reader
+
+
+def _column(rows: list[TraceRow], gpu: str, attr: str) -> list[float | None]:
+    return [getattr(r.point, attr) for r in rows if r.gpu == gpu]
+
+
+def _replay(path: Path | str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "exporter", "replay", str(path), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+# ---- nvidia-smi screens ------------------------------------------------------------------------------
+
+
+def test_nvidia_smi_loop_screens_driver_470_layout():
+    rows, reader = _read(DATA / "smi_loop_a5000.log")
+    assert reader.stats.format == "nvidia-smi screens" and reader.stats.period is None
+    assert [(r.gpu, r.t) for r in rows] == [
+        ("0", 0.0),
+        ("1", 0.0),
+        ("0", 2.0),
+        ("1", 2.0),
+        ("0", 4.0),
+        ("1", 4.0),
+    ]
+    assert reader.stats.first_timestamp == T0 and {r.name for r in rows} == {"NVIDIA RTX A5000"}
+    assert _column(rows, "0", "util") == pytest.approx([0.78, 0.99, 1.0])
+    assert _column(rows, "1", "power_w") == [91.0, None, 188.0]  # ERR! is missing
+    assert _column(rows, "0", "power_limit_w") == [230.0] * 3
+    assert _column(rows, "0", "mem_used_bytes") == [8123 * MIB, 8123 * MIB, 8125 * MIB]
+    assert _column(rows, "1", "mem_total_bytes") == [24564 * MIB] * 3
+    assert _column(rows, "1", "temp_c") == [47.0, 47.0, 48.0]
+    assert reader.stats.skipped == 0  # the process tables are not rows
+
+
+def test_watch_nvidia_smi_with_terminal_escapes_cuda12_layout():
+    rows, reader = _read(DATA / "smi_watch_h100.log")
+    assert reader.stats.format == "nvidia-smi screens"
+    assert [(r.gpu, r.t) for r in rows] == [
+        ("0", 0.0),
+        ("1", 0.0),
+        ("0", 2.0),
+        ("1", 2.0),
+        ("0", 4.0),
+        ("1", 4.0),
+    ]
+    assert {r.name for r in rows} == {"NVIDIA H100 80GB HBM3"}  # the name the TDP table knows
+    assert _column(rows, "0", "util") == pytest.approx([0.97, 0.99, 1.0])
+    assert _column(rows, "1", "util") == pytest.approx([0.96, 0.0, None])  # [N/A]
+    assert _column(rows, "0", "power_w") == [612.0, 633.0, 640.0]
+    assert _column(rows, "1", "power_w") == [598.0, 121.0, None]  # N/A
+    assert _column(rows, "1", "power_limit_w") == [700.0] * 3
+    assert _column(rows, "0", "mem_total_bytes") == [81559 * MIB] * 3
+    assert reader.stats.first_timestamp == T0 and reader.stats.skipped == 0
+
+
+def test_a_screen_without_its_date_is_placed_by_period(tmp_path):
+    lines = (DATA / "smi_loop_a5000.log").read_text().splitlines(keepends=True)
+    path = tmp_path / "undated.log"
+    path.write_text("".join(line for line in lines if find_ctime(line) is None))
+    rows, reader = _read(path, period=5.0)
+    assert [r.t for r in rows] == [0.0, 0.0, 5.0, 5.0, 10.0, 10.0] and reader.stats.period == 5.0
+
+
+# ---- detection ---------------------------------------------------------------------------------------
+
+
+# sample -> (its reader, the period placing its samples: None where the log has times)
+SAMPLES = {
+    "smi_loop_a5000.log": (smi_screen, None),
+    "smi_watch_h100.log": (smi_screen, None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_the_format_comes_from_the_content_not_the_name(tmp_path, name):
+    source = DATA / name
+    expected, _ = _read(source)
+    renamed = tmp_path / "trace.csv"  # every sample named like nvidia-smi's CSV
+    shutil.copy(source, renamed)
+    packed = tmp_path / "log.gz"
+    packed.write_bytes(gzip.compress(source.read_bytes()))
+    for path in (renamed, packed):
+        rows, reader = _read(path)
+        assert reader.stats.format == SAMPLES[name][0].NAME
+        assert [(r.line, r.gpu, r.t, r.point, r.name) for r in rows] == [
+            (r.line, r.gpu, r.t, r.point, r.name) for r in expected
+        ]
+
+
+def test_the_examples_read_exactly_as_before():
+    """A real nvidia-smi trace from examples/traces reads to the same rows as before the other formats
+    (fingerprint taken with the CSV-only reader)."""
+    rows, reader = _read(EXAMPLES / "real" / "r06_rtx3060ti_cpu_bound.csv.gz")
+
+    def key(row: TraceRow) -> tuple:
+        p = row.point
+        return (
+            row.line,
+            row.gpu,
+            round(row.t, 3),
+            p.util,
+            p.power_w,
+            p.power_limit_w,
+            p.mem_used_bytes,
+            p.mem_total_bytes,
+            p.temp_c,
+            row.segment,
+        )
+
+    assert reader.stats.format == traceformats.NVIDIA_SMI_CSV and len(rows) == 4979
+    assert (reader.stats.first_timestamp, reader.stats.last_timestamp) == (1767225600.5, 1767233455.1)
+    assert key(rows[0]) == (2, "0", 0.0, 0.09, 71.7, 200.0, 1427111936.0, 8589934592.0, 45.0, 0)
+    assert key(rows[-1]) == (4980, "0", 7854.6, 0.0, 68.1, 200.0, 1845493760.0, 8589934592.0, 46.0, 0)
+    digest = hashlib.sha256(repr([key(r) for r in rows]).encode()).hexdigest()
+    assert digest == "c3379b1e5c30e9482a9465f016488a97aeb1eb8ac8e841d79a81f1823a6896f8"
+    assert reader.stats.skipped == 0 and reader.stats.period is None
+
+
+def test_unknown_content_is_one_line_naming_the_formats(tmp_path):
+    path = tmp_path / "notes.log"
+    path.write_text("training started\nloss 2.31 step 10\n")
+    with pytest.raises(TraceError, match="not a log replay reads"):
+        list(TraceReader(path))
+    result = _replay(path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpu-bottleneck-exporter: ")
+    for name in traceformats.names():
+        assert name in lines[0]
+
+
+def test_times_from_the_tools():
+    assert find_ctime("Every 2.0s: nvidia-smi   host: Tue Nov 24 10:00:00 2026 in 0.1s (0)") == T0
+    assert find_ctime("Tue Nov  3 09:05:07 2026") == parse_time("2026-11-03T09:05:07Z")
+    assert find_ctime("Tue Feb 30 10:00:00 2026") is None
+    assert parse_time("Tue Nov 24 10:00:00 2026") == parse_time("2026/11/24 10:00:00") == T0
+    with pytest.raises(ValueError):
+        parse_time("yesterday")
+    assert strip_ansi("\x1b[1m\x1b[36m[0]\x1b(B\x1b[m x\x1b]0;title\x07y\x0f") == "[0] xy"
