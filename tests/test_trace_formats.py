@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from exporter import traceformats
-from exporter.traceformats import smi_screen
+from exporter.traceformats import dmon, smi_screen
 from exporter.traceformats.base import find_ctime, parse_time, strip_ansi
 from exporter.traces import TraceError, TraceReader, TraceRow
 from tests.conftest import EXAMPLES, REPO
@@ -96,6 +96,69 @@ def test_a_screen_without_its_date_is_placed_by_period(tmp_path):
     assert [r.t for r in rows] == [0.0, 0.0, 5.0, 5.0, 10.0, 10.0] and reader.stats.period == 5.0
 
 
+# ---- nvidia-smi dmon ---------------------------------------------------------------------------------
+
+
+def test_dmon_with_date_and_time_columns():
+    rows, reader = _read(DATA / "dmon_dt_h100.log")
+    assert reader.stats.format == "nvidia-smi dmon" and reader.stats.period is None
+    assert reader.stats.first_timestamp == T0 and reader.stats.rows == 8  # the repeated header is no row
+    assert [r.t for r in rows if r.gpu == "0"] == [0.0, 1.0, 2.0, 3.0]
+    assert _column(rows, "0", "util") == pytest.approx([0.97, 0.98, 0.99, 0.98])  # sm
+    assert _column(rows, "1", "mem_util") == pytest.approx([0.44, 0.0, 0.0, 0.0])  # mem
+    assert _column(rows, "1", "power_w") == [598.0, 140.0, 138.0, None]  # pwr; "-" is missing
+    assert _column(rows, "0", "temp_c") == [61.0, 61.0, 62.0, 62.0]  # gtemp
+    assert _column(rows, "0", "temp_mem_c") == [70.0, 70.0, 71.0, 71.0]  # mtemp
+    assert _column(rows, "0", "sm_clock_hz") == [1.98e9, 1.98e9, 1.98e9, 1.965e9]  # pclk
+    assert reader.stats.unknown_columns == [] and reader.stats.skipped == 0
+
+
+def test_dmon_without_time_columns_all_metric_groups():
+    rows, reader = _read(DATA / "dmon_pucvmet_a100.log")
+    assert reader.stats.format == "nvidia-smi dmon" and reader.stats.period == 1.0  # dmon -d's default
+    assert [(r.gpu, r.t) for r in rows] == [
+        ("0", 0.0),
+        ("1", 0.0),
+        ("0", 1.0),
+        ("1", 1.0),
+        ("0", 2.0),
+        ("1", 2.0),
+    ]
+    assert _column(rows, "0", "mem_used_bytes") == [61234 * MIB, 61234 * MIB, 61240 * MIB]  # fb
+    assert _column(rows, "0", "pcie_rx_bps") == [412 * MIB, 398 * MIB, 405 * MIB]  # rxpci
+    assert _column(rows, "1", "pcie_tx_bps") == [None, 1 * MIB, 1 * MIB]
+    assert _column(rows, "0", "util") == pytest.approx([0.92, 0.95, 0.91])
+    placed, _ = _read(DATA / "dmon_pucvmet_a100.log", period=2.0, start=T0)
+    assert [r.t for r in placed if r.gpu == "0"] == [0.0, 2.0, 4.0]
+    assert _read(DATA / "dmon_pucvmet_a100.log", period=2.0, start=T0)[1].stats.first_timestamp == T0
+
+
+def test_dmon_time_only_takes_the_date_of_start_and_passes_midnight(tmp_path):
+    path = tmp_path / "dmon.log"
+    path.write_text(
+        "#Time        gpu    pwr  gtemp  mtemp     sm    mem    enc    dec   mclk   pclk\n"
+        "#HH:MM:SS    Idx      W      C      C      %      %      %      %    MHz    MHz\n"
+        " 23:59:59      0     80     40      -     50     10      0      0   5001   1800\n"
+        " 00:00:00      0     81     40      -     51     10      0      0   5001   1800\n"
+        " 00:00:01      0     82     40      -     52     10      0      0   5001   1800\n"
+    )
+    rows, reader = _read(path, start=T0)
+    midnight = T0 - T0 % 86400
+    assert reader.stats.first_timestamp == midnight + 86399 and [r.t for r in rows] == [0.0, 1.0, 2.0]
+    assert rows[0].point.temp_mem_c is None and reader.stats.gap_count == 0
+
+
+def test_dmon_csv_output_and_unknown_columns(tmp_path):
+    path = tmp_path / "dmon.csv"
+    path.write_text(
+        "#gpu, pwr, gtemp, sm, mem, newcol\n#Idx, W, C, %, %, x\n"
+        "0, 100, 50, 90, 30, 1\n1, 101, 51, 91, 31, 1\n"
+    )
+    rows, reader = _read(path)
+    assert reader.stats.format == "nvidia-smi dmon" and [r.gpu for r in rows] == ["0", "1"]
+    assert rows[1].point.util == pytest.approx(0.91) and reader.stats.unknown_columns == ["newcol"]
+
+
 # ---- detection ---------------------------------------------------------------------------------------
 
 
@@ -103,6 +166,8 @@ def test_a_screen_without_its_date_is_placed_by_period(tmp_path):
 SAMPLES = {
     "smi_loop_a5000.log": (smi_screen, None),
     "smi_watch_h100.log": (smi_screen, None),
+    "dmon_dt_h100.log": (dmon, None),
+    "dmon_pucvmet_a100.log": (dmon, 1.0),
 }
 
 
