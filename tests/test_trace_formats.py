@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from exporter import traceformats
-from exporter.traceformats import dmon, smi_screen
+from exporter.traceformats import dmon, gpustat, smi_screen
 from exporter.traceformats.base import find_ctime, parse_time, strip_ansi
 from exporter.traces import TraceError, TraceReader, TraceRow
 from tests.conftest import EXAMPLES, REPO
@@ -159,6 +159,57 @@ def test_dmon_csv_output_and_unknown_columns(tmp_path):
     assert rows[1].point.util == pytest.approx(0.91) and reader.stats.unknown_columns == ["newcol"]
 
 
+# ---- gpustat -----------------------------------------------------------------------------------------
+
+
+def test_gpustat_with_header_and_power():
+    rows, reader = _read(DATA / "gpustat_v100.log")
+    assert reader.stats.format == "gpustat" and reader.stats.period is None
+    assert [(r.gpu, r.t) for r in rows] == [
+        ("0", 0.0),
+        ("1", 0.0),
+        ("0", 2.0),
+        ("1", 2.0),
+        ("0", 4.0),
+        ("1", 4.0),
+    ]
+    assert {r.name for r in rows} == {"Tesla V100-SXM2-32GB"} and reader.stats.first_timestamp == T0
+    assert _column(rows, "1", "util") == pytest.approx([0.95, 0.12, 0.0])
+    assert _column(rows, "0", "power_w") == [281.0, 286.0, 290.0]
+    assert _column(rows, "0", "power_limit_w") == [300.0] * 3
+    assert _column(rows, "0", "temp_c") == [61.0, 62.0, 62.0]
+    assert _column(rows, "0", "mem_used_bytes") == [30210 * MIB, 30212 * MIB, 30212 * MIB]
+    assert _column(rows, "1", "mem_total_bytes") == [32768 * MIB] * 3
+
+
+def test_gpustat_without_header_in_colour_is_placed_by_period_and_start():
+    rows, reader = _read(
+        DATA / "gpustat_4090_color.log", period=2.0, start=parse_time("2026-11-24T10:00:00Z")
+    )
+    assert reader.stats.format == "gpustat" and reader.stats.period == 2.0
+    assert reader.stats.first_timestamp == T0 and len(rows) == 12 and reader.stats.skipped == 0
+    assert [r.t for r in rows if r.gpu == "2"] == [0.0, 2.0, 4.0, 6.0]
+    assert {r.name for r in rows} == {"NVIDIA GeForce RTX 4090"}  # the colour escapes are gone
+    assert _column(rows, "2", "util") == [0.0, 0.0, None, 0.0]  # ?? is missing
+    assert _column(rows, "0", "temp_c") == [45.0, 46.0, 46.0, 47.0]  # 'C
+    assert _column(rows, "1", "mem_used_bytes") == [8120 * MIB, 8120 * MIB, 8122 * MIB, 8122 * MIB]
+    assert rows[0].point.power_w is None  # no --show-power
+    default, reader = _read(DATA / "gpustat_4090_color.log")
+    assert reader.stats.period == 1.0 and [r.t for r in default if r.gpu == "0"] == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_gpustat_fan_codec_and_draw_only(tmp_path):
+    path = tmp_path / "g.log"
+    path.write_text(
+        "[0] NVIDIA A10G | 51°C,  35 %,  88 % (E:   0 %  D:   0 %),  151 W | 20000 / 23028 MB | bob(19990M)\n"
+        "[0] NVIDIA A10G | 52°C,  36 %,  89 % (E:   0 %  D:   0 %),  ?? W | 20000 / 23028 MB | bob(19990M)\n"
+    )
+    rows, _ = _read(path)
+    assert rows[0].point.util == pytest.approx(0.88)  # the fan's share comes first
+    assert (rows[0].point.power_w, rows[0].point.power_limit_w, rows[1].point.power_w) == (151.0, None, None)
+    assert [r.t for r in rows] == [0.0, 1.0]
+
+
 # ---- detection ---------------------------------------------------------------------------------------
 
 
@@ -168,6 +219,8 @@ SAMPLES = {
     "smi_watch_h100.log": (smi_screen, None),
     "dmon_dt_h100.log": (dmon, None),
     "dmon_pucvmet_a100.log": (dmon, 1.0),
+    "gpustat_v100.log": (gpustat, None),
+    "gpustat_4090_color.log": (gpustat, 1.0),
 }
 
 
