@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from exporter import traceformats
-from exporter.traceformats import dmon, gpustat, smi_screen
+from exporter.traceformats import dcgmi, dmon, gpustat, smi_screen
 from exporter.traceformats.base import find_ctime, parse_time, strip_ansi
 from exporter.traces import TraceError, TraceReader, TraceRow
 from tests.conftest import EXAMPLES, REPO
@@ -210,6 +210,52 @@ def test_gpustat_fan_codec_and_draw_only(tmp_path):
     assert [r.t for r in rows] == [0.0, 1.0]
 
 
+# ---- dcgmi dmon --------------------------------------------------------------------------------------
+
+
+def test_dcgmi_dmon_fields():
+    rows, reader = _read(DATA / "dcgmi_dmon_h100.log")
+    assert reader.stats.format == "dcgmi dmon" and reader.stats.period == 1.0  # dcgmi -d 1000
+    assert [(r.gpu, r.t) for r in rows] == [
+        ("0", 0.0),
+        ("1", 0.0),
+        ("0", 1.0),
+        ("1", 1.0),
+        ("0", 2.0),
+        ("1", 2.0),
+    ]
+    assert _column(rows, "0", "util") == pytest.approx([0.97, 0.97, 0.99])  # GPUTL
+    assert _column(rows, "0", "mem_util") == pytest.approx([0.41, 0.42, 0.43])  # MCUTL
+    assert _column(rows, "1", "power_w") == [598.117, 121.88, 120.445]  # POWER
+    assert _column(rows, "0", "mem_used_bytes") == [61234 * MIB, 61234 * MIB, 61236 * MIB]  # FBUSD
+    assert _column(rows, "0", "mem_total_bytes") == [81559 * MIB] * 3  # FBTTL
+    assert _column(rows, "0", "temp_c") == [61.0, 62.0, 62.0]  # TMPTR
+    assert _column(rows, "0", "sm_clock_hz") == [1.98e9, 1.98e9, 1.965e9]  # SMCLK
+    assert _column(rows, "0", "sm_active") == [0.853, 0.848, 0.866]  # SMACT -> gpm.sm_active
+    assert _column(rows, "1", "tensor_active") == [0.405, 0.0, 0.0]  # TENSO -> gpm.tensor_active
+    assert _column(rows, "0", "pcie_tx_bps") == [104857600.0, 103809024.0, 104857600.0]  # PCITX, bytes/s
+    assert _column(rows, "0", "pcie_rx_bps")[0] == 1048576000.0  # PCIRX
+    assert _column(rows, "0", "nvlink_tx_bps")[0] == 26214400000.0  # NVLTX
+    assert _column(rows, "1", "nvlink_rx_bps") == [25690112000.0, None, 0.0]  # NVLRX, N/A
+    assert reader.stats.unknown_columns == [] and reader.stats.skipped == 0
+
+
+def test_dcgmi_name_with_blanks_free_memory_graphics_activity_and_other_entities(tmp_path):
+    path = tmp_path / "dcgm.log"
+    path.write_text(
+        "# Entity  DVNAM                  GRACT  FBUSD  FBFRE  EPLMT    DRAMA\n"
+        "      Id                                              W\n"
+        "    GPU 0  NVIDIA H100 80GB HBM3  0.912  60000  21559  700.000  0.4\n"
+        "  GPU-I 1  N/A                    0.500  100    200    N/A      0.1\n"
+        "    GPU 1  NVIDIA H100 80GB HBM3  0.101  50000  31559  650.000  0.0\n"
+    )
+    rows, reader = _read(path)
+    assert [(r.gpu, r.name) for r in rows] == [("0", "NVIDIA H100 80GB HBM3"), ("1", "NVIDIA H100 80GB HBM3")]
+    assert rows[0].point.util == 0.912  # GRACT stands for GPUTL, which is not watched
+    assert rows[0].point.mem_total_bytes == 81559 * MIB  # FBUSD + FBFRE
+    assert rows[1].point.power_limit_w == 650.0 and reader.stats.unknown_columns == ["DRAMA"]
+
+
 # ---- detection ---------------------------------------------------------------------------------------
 
 
@@ -221,6 +267,7 @@ SAMPLES = {
     "dmon_pucvmet_a100.log": (dmon, 1.0),
     "gpustat_v100.log": (gpustat, None),
     "gpustat_4090_color.log": (gpustat, 1.0),
+    "dcgmi_dmon_h100.log": (dcgmi, 1.0),
 }
 
 

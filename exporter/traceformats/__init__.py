@@ -14,7 +14,7 @@ import csv
 import re
 from types import ModuleType
 
-from exporter.traceformats import dmon, gpustat, smi_screen
+from exporter.traceformats import dcgmi, dmon, gpustat, smi_screen
 from exporter.traceformats.base import strip_ansi
 
 NVIDIA_SMI_CSV = "nvidia-smi CSV"
@@ -22,7 +22,7 @@ NVIDIA_SMI_CSV_COMMAND = (
     "nvidia-smi --query-gpu=timestamp,index,name,utilization.gpu,... --format=csv -lms 200 > gpus.csv"
 )
 # tried in this order, after nvidia-smi's CSV
-READERS: tuple[ModuleType, ...] = (smi_screen, dmon, gpustat)
+READERS: tuple[ModuleType, ...] = (smi_screen, dmon, dcgmi, gpustat)
 SNIFF_CHARS = 8192  # how much of the file decides its format
 
 _HEADER_CELL = re.compile(r"^(.*?)\s*(?:\[(.*)\])?$")
