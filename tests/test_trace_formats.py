@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from exporter import traceformats
-from exporter.traceformats import dcgmi, dmon, gpustat, smi_screen
+from exporter.traceformats import dcgmi, dmon, gpustat, plain_csv, smi_screen
 from exporter.traceformats.base import find_ctime, parse_time, strip_ansi
 from exporter.traces import TraceError, TraceReader, TraceRow
 from tests.conftest import EXAMPLES, REPO
@@ -256,6 +256,90 @@ def test_dcgmi_name_with_blanks_free_memory_graphics_activity_and_other_entities
     assert rows[1].point.power_limit_w == 650.0 and reader.stats.unknown_columns == ["DRAMA"]
 
 
+# ---- a poller's CSV ----------------------------------------------------------------------------------
+
+
+def test_poller_csv_with_times_and_fractions():
+    rows, reader = _read(DATA / "poller_fraction.csv")
+    assert reader.stats.format == plain_csv.NAME and reader.stats.period is None
+    assert [(r.gpu, r.t) for r in rows] == [
+        ("0", 0.0),
+        ("1", 0.0),
+        ("0", 5.0),
+        ("1", 5.0),
+        ("0", 10.0),
+        ("1", 10.0),
+    ]
+    assert reader.stats.first_timestamp == T0 and {r.name for r in rows} == {"NVIDIA H100 80GB HBM3"}
+    assert _column(rows, "0", "util") == [0.97, 0.98, 0.99]  # values 0-1 with fractions: a fraction
+    assert _column(rows, "1", "power_w") == [180.2, 152.9, 121.3]
+    assert _column(rows, "0", "mem_used_bytes") == [61234 * MIB, 61234 * MIB, 61236 * MIB]
+    assert _column(rows, "1", "mem_total_bytes") == [81559 * MIB] * 3
+    assert _column(rows, "1", "temp_c") == [48.0, 47.0, 46.0]
+
+
+def test_poller_csv_without_times_semicolons_percent_and_device_names():
+    rows, reader = _read(DATA / "poller_no_time.csv")
+    assert reader.stats.format == plain_csv.NAME and reader.stats.period == 1.0
+    assert [(r.gpu, r.t) for r in rows] == [
+        ("0", 0.0),
+        ("1", 0.0),
+        ("0", 1.0),
+        ("1", 1.0),
+        ("0", 2.0),
+        ("1", 2.0),
+    ]
+    assert _column(rows, "0", "util") == pytest.approx([0.93, 0.95, 0.96])  # "GPU Util (%)"
+    assert _column(rows, "1", "power_w") == [281.0, 72.4, 70.9]
+    assert _column(rows, "0", "mem_used_bytes") == [20480 * MIB, 20480 * MIB, 20482 * MIB]
+
+
+@pytest.mark.parametrize(
+    ("header", "values", "expected"),
+    [
+        ("util", ["0.5", "0.97", "1"], [0.5, 0.97, 1.0]),  # fractions
+        ("util", ["50", "97", "100"], [0.5, 0.97, 1.0]),  # percent
+        ("util", ["0", "1", "0"], [0.0, 0.01, 0.0]),  # whole numbers up to 1: an idle GPU's percent
+        ("util_pct", ["0.5", "0.9", "1"], [0.005, 0.009, 0.01]),  # the header says percent
+        ("utilization [%]", ["0.5", "0.9", "1"], [0.005, 0.009, 0.01]),
+        ("util_ratio", ["1", "0", "1"], [1.0, 0.0, 1.0]),  # the header says fraction
+        ("gpu_util", ["50 %", "0.5", "1"], [0.5, 0.5, 1.0]),  # a cell's own % wins
+    ],
+)
+def test_poller_csv_utilization_percent_or_fraction(tmp_path, header, values, expected):
+    path = tmp_path / "p.csv"
+    path.write_text(f"ts,{header}\n" + "".join(f"{i},{v}\n" for i, v in enumerate(values)))
+    rows, _ = _read(path)
+    assert [r.point.util for r in rows] == pytest.approx(expected)
+
+
+def test_poller_csv_unix_milliseconds_and_round_robin_without_gpu_column(tmp_path):
+    path = tmp_path / "p.csv"
+    path.write_text(
+        "timestamp_ms,util,power\n"
+        "1795514400000,90,300\n1795514400000,10,100\n1795514400500,91,301\n1795514400500,11,101\n"
+    )
+    rows, reader = _read(path)
+    assert [(r.gpu, r.t) for r in rows] == [("0", 0.0), ("1", 0.0), ("0", 0.5), ("1", 0.5)]
+    assert reader.stats.first_timestamp == T0 and rows[2].point.power_w == 301.0
+    assert [r.gpu for r in _read(path, gpus=1)[0]] == ["0"] * 4  # --gpus says how many
+
+
+def test_poller_csv_gpu_ids_that_are_not_indexes(tmp_path):
+    path = tmp_path / "p.csv"
+    path.write_text(
+        "time,device,util\n"
+        "2026-11-24 10:00:00,GPU-8c1d2e3f-aaaa,50\n"
+        "2026-11-24 10:00:00,00000000:2A:00.0,60\n"
+        "time,device,util\n"  # the poller restarted: its header again
+        "2026-11-24 10:00:01,GPU-8c1d2e3f-aaaa,70\n"
+        "2026-11-24 10:00:01,00000000:2A:00.0,80\n"
+    )
+    rows, reader = _read(path)
+    assert [(r.gpu, r.t) for r in rows] == [("0", 0.0), ("1", 0.0), ("0", 1.0), ("1", 1.0)]
+    assert reader.stats.skipped == 0
+
+
 # ---- detection ---------------------------------------------------------------------------------------
 
 
@@ -268,6 +352,8 @@ SAMPLES = {
     "gpustat_v100.log": (gpustat, None),
     "gpustat_4090_color.log": (gpustat, 1.0),
     "dcgmi_dmon_h100.log": (dcgmi, 1.0),
+    "poller_fraction.csv": (plain_csv, None),
+    "poller_no_time.csv": (plain_csv, 1.0),
 }
 
 
@@ -285,6 +371,17 @@ def test_the_format_comes_from_the_content_not_the_name(tmp_path, name):
         assert [(r.line, r.gpu, r.t, r.point, r.name) for r in rows] == [
             (r.line, r.gpu, r.t, r.point, r.name) for r in expected
         ]
+
+
+def test_nvidia_smi_csv_is_tried_first(tmp_path):
+    path = tmp_path / "t.log"
+    path.write_text("timestamp, index, utilization.gpu [%]\n2026/11/24 10:00:00.000, 0, 50 %\n")
+    rows, reader = _read(path)
+    assert reader.stats.format == traceformats.NVIDIA_SMI_CSV and rows[0].point.util == 0.5
+    # without nvidia-smi's timestamp column, its column names still read as a poller's
+    path.write_text("time, gpu, utilization.gpu [%]\n2026-11-24T10:00:00, 0, 50 %\n")
+    rows, reader = _read(path)
+    assert reader.stats.format == plain_csv.NAME and rows[0].point.util == 0.5
 
 
 def test_the_examples_read_exactly_as_before():

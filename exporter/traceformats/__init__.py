@@ -14,15 +14,15 @@ import csv
 import re
 from types import ModuleType
 
-from exporter.traceformats import dcgmi, dmon, gpustat, smi_screen
+from exporter.traceformats import dcgmi, dmon, gpustat, plain_csv, smi_screen
 from exporter.traceformats.base import strip_ansi
 
 NVIDIA_SMI_CSV = "nvidia-smi CSV"
 NVIDIA_SMI_CSV_COMMAND = (
     "nvidia-smi --query-gpu=timestamp,index,name,utilization.gpu,... --format=csv -lms 200 > gpus.csv"
 )
-# tried in this order, after nvidia-smi's CSV
-READERS: tuple[ModuleType, ...] = (smi_screen, dmon, dcgmi, gpustat)
+# tried in this order, after nvidia-smi's CSV; the poller's CSV last, as it is the loosest
+READERS: tuple[ModuleType, ...] = (smi_screen, dmon, dcgmi, gpustat, plain_csv)
 SNIFF_CHARS = 8192  # how much of the file decides its format
 
 _HEADER_CELL = re.compile(r"^(.*?)\s*(?:\[(.*)\])?$")
