@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import shutil
 import subprocess
 import sys
@@ -434,3 +435,64 @@ def test_times_from_the_tools():
     with pytest.raises(ValueError):
         parse_time("yesterday")
     assert strip_ansi("\x1b[1m\x1b[36m[0]\x1b(B\x1b[m x\x1b]0;title\x07y\x0f") == "[0] xy"
+
+
+# ---- the command -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_replay_command_reads_each_format(name):
+    result = _replay(DATA / name, "--json")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout.splitlines()[-1])
+    module, period = SAMPLES[name]
+    assert summary["event"] == "summary" and summary["format"] == module.NAME
+    assert summary["rows"] >= 6 and summary["gpus"] >= 2 and summary["skipped_rows"] == 0
+    assert summary["period"] == period and summary["seconds"] > 0
+    assert set(summary["ledger"]) == {str(g) for g in range(summary["gpus"])}
+    human = _replay(DATA / name)
+    assert human.returncode == 0 and f"rows read as {module.NAME}" in human.stdout
+
+
+def test_replay_period_and_start_place_a_log_without_times():
+    result = _replay(
+        DATA / "dcgmi_dmon_h100.log", "--json", "--period", "2.5", "--start", "2026-11-24T10:00:00"
+    )
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout.splitlines()[-1])
+    assert summary["period"] == 2.5 and summary["seconds"] == 5.0
+    human = _replay(DATA / "dcgmi_dmon_h100.log", "--start", "Tue Nov 24 10:00:00 2026")
+    assert "samples 1 s apart, --period), from 2026-11-24 10:00:00" in human.stdout
+    timed = _replay(DATA / "gpustat_v100.log", "--json", "--period", "7")  # a log with times ignores it
+    assert json.loads(timed.stdout.splitlines()[-1])["seconds"] == 4.0
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("--period", "0"), "--period: must be a positive number of seconds, not '0'"),
+        (("--period", "-1"), "--period: must be a positive number of seconds"),
+        (("--period", "inf"), "--period: must be a finite number"),
+        (("--period", "soon"), "--period: must be a number, not 'soon'"),
+        (("--start", "yesterday"), "--start: 'yesterday' is not a time"),
+        (("--start", "-5"), "--start: '-5' is not a time"),
+        (("--gpus", "3"), "the log has 2 GPUs (its dcgmi dmon rows say so), not the 3 of --gpus"),
+    ],
+)
+def test_replay_period_start_and_gpus_mistakes_are_one_line(args, said):
+    result = _replay(DATA / "dcgmi_dmon_h100.log", *args)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and said in lines[0] and "Traceback" not in result.stderr
+
+
+def test_replay_help_lists_the_formats():
+    result = subprocess.run(
+        [sys.executable, "-m", "exporter", "replay", "--help"], cwd=REPO, capture_output=True, text=True
+    )
+    assert result.returncode == 0
+    for name in traceformats.names():
+        assert name in result.stdout
+    for module in traceformats.READERS:
+        assert module.COMMAND in result.stdout
+    assert "--period SECONDS" in result.stdout and "--start TIME" in result.stdout
