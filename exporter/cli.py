@@ -223,6 +223,20 @@ def _check_scenario(settings: Settings, origin: str, gpus_origin: str) -> None:
         )
 
 
+def _formats_epilog() -> str:
+    from exporter import traceformats
+
+    commands = [
+        (traceformats.NVIDIA_SMI_CSV, traceformats.NVIDIA_SMI_CSV_COMMAND),
+        *((m.NAME, m.COMMAND) for m in traceformats.READERS),
+    ]
+    return (
+        "formats it reads, and a command that writes each:\n"
+        + "\n".join(f"  {name}:\n      {command}" for name, command in commands)
+        + "\nLogs without times are placed by --period and --start."
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpu-bottleneck-exporter",
@@ -237,14 +251,32 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("scenarios", help="list the simulator's scenarios")
     replay = sub.add_parser(
         "replay",
-        help="run the detectors over a recorded trace (nvidia-smi CSV) and print the verdicts",
-        description="Run the live detectors over a trace: nvidia-smi --query-gpu=... --format=csv output, "
-        "with or without units, plus the exporter's extension columns.",
+        help="run the detectors over a recorded GPU log (nvidia-smi CSV or screens, nvidia-smi dmon, "
+        "gpustat, dcgmi dmon, a poller's CSV) and print the verdicts",
+        description="Run the live detectors over a recorded GPU log. The format is read from the file's\n"
+        "content (never its name); a .gz file reads like the plain one.",
+        epilog=_formats_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    replay.add_argument("trace", help="the CSV file")
+    replay.add_argument("trace", help="the log file, in any of the formats below")
     replay.add_argument("--gpus", type=int, help="GPU count, for logs without an index or uuid column")
     replay.add_argument("--json", action="store_true", help="JSON lines on stdout instead of a summary")
     replay.add_argument("--report", metavar="PATH", help="also write a self-contained HTML report (charts)")
+    replay.add_argument(
+        "--period",
+        metavar="SECONDS",
+        help="seconds between the samples of a log without times (nvidia-smi dmon without -o DT or -o T, "
+        "dcgmi dmon, gpustat without its header, a CSV without a time column); default: the tool's own "
+        "interval, 1 s. Logs with times ignore it",
+    )
+    replay.add_argument(
+        "--start",
+        metavar="TIME",
+        help="time of the first sample of a log without times (and the date of dmon -o T): ISO 8601 "
+        "(2026-11-24T10:00:00), 2026/11/24 10:00:00, 'Tue Nov 24 10:00:00 2026' or Unix seconds; UTC "
+        "unless it says otherwise; default: the Unix epoch (replay reports seconds from the first "
+        "sample). Logs with times ignore it",
+    )
     record = sub.add_parser(
         "record",
         help="sample like serve, but write the samples as a trace CSV that replay reads",
@@ -276,7 +308,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "scenarios":
             return _scenarios()
         if args.command == "replay":
-            return _replay(args.trace, args.gpus, args.json, args.report)
+            return _replay(
+                args.trace, args.gpus, args.json, args.report, _period(args.period), _start(args.start)
+            )
         if args.command == "doctor":
             from exporter.doctor.command import run as doctor
 
@@ -324,6 +358,32 @@ def _duration(text: str | None) -> float | None:
     return value
 
 
+def _period(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = _float(text)
+    except ValueError as exc:
+        raise UsageError(f"--period: {exc}") from None
+    if value <= 0:
+        raise UsageError(f"--period: must be a positive number of seconds, not {text!r}")
+    return value
+
+
+def _start(text: str | None) -> float | None:
+    if text is None:
+        return None
+    from exporter.traceformats.base import parse_time
+
+    try:
+        return parse_time(text)
+    except (ValueError, OverflowError):
+        raise UsageError(
+            f"--start: {text!r} is not a time (ISO 8601 like 2026-11-24T10:00:00, 2026/11/24 10:00:00, "
+            "'Tue Nov 24 10:00:00 2026' or Unix seconds, from 1970 to 9999)"
+        ) from None
+
+
 def _scenarios() -> int:
     from exporter.sim.scenarios import SCENARIOS, TOURS
 
@@ -337,7 +397,14 @@ def _scenarios() -> int:
     return 0
 
 
-def _replay(path: str, gpus: int | None, as_json: bool, report: str | None = None) -> int:
+def _replay(
+    path: str,
+    gpus: int | None,
+    as_json: bool,
+    report: str | None = None,
+    period: float | None = None,
+    start: float | None = None,
+) -> int:
     from exporter.replay import event_json, gap_text, human, replay, summary
     from exporter.report import ReportData, write_report
     from exporter.thresholds import EVAL_INTERVAL, TRACE_GAP_PERIODS
@@ -353,6 +420,8 @@ def _replay(path: str, gpus: int | None, as_json: bool, report: str | None = Non
             gpus,
             on_event=(lambda e: print(event_json(e), file=out)) if as_json else None,
             on_job=(lambda j: print(json.dumps(j), file=out)) if as_json else None,
+            period=period,
+            start=start,
             **(data.hooks() if data else {}),  # type: ignore[arg-type]
         )
     except TraceError as exc:

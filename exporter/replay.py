@@ -16,6 +16,7 @@ from exporter.analysis.engine import KINDS, Analyzer, VerdictEvent
 from exporter.analysis.envelope import Envelope
 from exporter.analysis.ledger import STATES
 from exporter.thresholds import COVERAGE_SHARE, EVAL_INTERVAL, HOLDUP_SHARE
+from exporter.traceformats import NVIDIA_SMI_CSV
 from exporter.traces import ReadStats, TraceReader, TraceRow
 
 WORK_STATES = frozenset(("computing", "throttled"))  # the rest of STATES is time lost or not held
@@ -55,13 +56,16 @@ def replay(
     on_job: Callable[[dict[str, object]], None] | None = None,
     on_row: Callable[[TraceRow], None] | None = None,
     on_tick: Callable[[float, str, str], None] | None = None,
+    period: float | None = None,
+    start: float | None = None,
 ) -> ReplayResult:
     """Replay a trace. ``on_row`` sees every row read; ``on_tick(t, gpu, state)`` the ledger state that
-    took most of each GPU's evaluated second (see ``TickStates``). Both only observe.
+    took most of each GPU's evaluated second (see ``TickStates``). Both only observe. ``period`` and
+    ``start`` place the samples of a log without times (see ``TraceReader``).
 
     A gap in the trace (see TRACE_GAP_PERIODS) ends a segment: its verdicts end where its samples end,
     and the rows after the gap are analysed afresh, so the silence is never evaluated second by second."""
-    reader = TraceReader(path, gpus)
+    reader = TraceReader(path, gpus, period=period, start=start)
     result = ReplayResult(path=Path(path), stats=reader.stats, seconds=0.0)
     segment: _Segment | None = None
     had_inputs: set[str] = set()
@@ -240,6 +244,8 @@ def summary(result: ReplayResult) -> dict[str, object]:
     return {
         "event": "summary",
         "trace": str(result.path),
+        "format": result.stats.format,
+        "period": result.stats.period,  # seconds between samples placed by --period; None: the log's times
         "gpus": len(result.stats.gpus),
         "seconds": round(result.seconds, 1),
         "rows": result.stats.rows,
@@ -354,7 +360,11 @@ def human(result: ReplayResult) -> str:
     if s.gap_count:
         span = f"{result.sampled_seconds:.1f} s of samples over {result.seconds:.0f} s"
     lines = [f"{result.path}: {len(s.gpus)} GPU(s), {span}, {s.rows} rows"]
-    if s.first_timestamp is not None:
+    if s.format and s.format != NVIDIA_SMI_CSV:
+        lines[0] += f" read as {s.format}"
+    if s.period is not None:
+        lines[0] += f" (no times in the log: samples {s.period:g} s apart, --period)"
+    if s.first_timestamp is not None and not (s.period is not None and s.first_timestamp == 0):
         start = datetime.fromtimestamp(s.first_timestamp, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
         lines[0] += f", from {start}"
     by_gpu: dict[str, list[Episode]] = {}

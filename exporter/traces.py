@@ -6,6 +6,10 @@ Real logs parse as they are: units in the header or in the cells or nowhere, ``,
 ``[N/A]``/``[Not Supported]`` for missing values, nvidia-smi/ISO 8601/Unix timestamps, an ``index``
 column or rows in index order (``--gpus N``), any subset of columns, repeated headers where nvidia-smi
 was restarted into the same file. A gzip-compressed trace (``.csv.gz``) reads the same as its ``.csv``.
+
+Other GPU logs are read by the modules of exporter/traceformats, one per format; ``TraceReader`` picks
+the reader from the first few KiB of the file (never from its name) and turns what any of them yields
+into the same rows, with the same bounds and accounting.
 """
 
 from __future__ import annotations
@@ -17,13 +21,22 @@ import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
+from types import ModuleType
 from typing import IO
 
-from exporter import catalog
+from exporter import catalog, traceformats
 from exporter.analysis.points import NO_EXTRA, GpuPoint, HostPoint
 from exporter.thresholds import EVAL_INTERVAL, TRACE_GAP_PERIODS
+from exporter.traceformats.base import (
+    MAX_GPUS,
+    Context,
+    FormatError,
+    Sample,
+    Skip,
+    parse_timestamp,
+    strip_ansi,
+)
 
 MIB = catalog.MIB
 UNIT_SCALE = {"%": 0.01, "mib": MIB, "mib/s": MIB, "w": 1.0, "mhz": 1e6, "": 1.0, "c": 1.0, "s": 1.0}
@@ -89,10 +102,7 @@ WRITE_COLUMNS: tuple[tuple[str, str, str, float, str], ...] = (
 # gzip stream). Reading stops at the bound; a line is never read whole first.
 MAX_LINE_CHARS = 64 * 1024
 MAX_FIELD_CHARS = 1024
-# One node's trace: more distinct GPUs than this is a corrupt index/uuid column, and every GPU costs state.
-MAX_GPUS = 1024
-# Unix seconds a trace may carry: from the epoch to the end of year 9999 (what datetime can show).
-MAX_TIMESTAMP = 253402300799.0
+# MAX_GPUS (exporter/traceformats/base.py): more distinct GPUs than that is a corrupt index/uuid column.
 # unknown column names remembered (and warned about): a header is read again at every restart
 MAX_UNKNOWN_COLUMNS = 100
 # the largest clock event reasons mask: a 64-bit word
@@ -139,31 +149,9 @@ class ReadStats:
     names: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     clipped: dict[str, int] = field(default_factory=dict)  # column -> impossible values read as missing
-
-
-def parse_timestamp(text: str) -> float:
-    """nvidia-smi's ``2026/03/01 10:00:00.200``, ISO 8601, or Unix seconds -> Unix seconds."""
-    text = text.strip()
-    try:
-        value = float(text)
-    except ValueError:
-        pass
-    else:
-        if not 0.0 <= value <= MAX_TIMESTAMP:  # also nan and inf
-            raise ValueError(f"timestamp {text!r} is not a time between 1970 and 9999")
-        return value
-    for fmt in ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S"):
-        try:
-            return datetime.strptime(text, fmt).replace(tzinfo=UTC).timestamp()
-        except ValueError:
-            continue
-    try:
-        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"unrecognised timestamp {text!r}") from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
+    clipped_attrs: dict[str, str] = field(default_factory=dict)  # such a column -> its point attribute
+    format: str = ""  # what the file was read as (traceformats.names())
+    period: float | None = None  # seconds between samples placed by --period (a log without times)
 
 
 def parse_cell(text: str, unit: str) -> float | None:
@@ -193,19 +181,35 @@ def clipped_warnings(stats: ReadStats) -> list[str]:
     """One line per column that had impossible values."""
     lines = []
     for name, count in stats.clipped.items():
-        _, _, shown, why = BOUNDS[GPU_COLUMNS[name][1]]
+        _, _, shown, why = BOUNDS[stats.clipped_attrs.get(name) or GPU_COLUMNS[name][1]]
         lines.append(f"{name}: {count} value(s) outside {shown} ({why}) read as missing")
     return lines
 
 
 class TraceReader:
-    """Iterates a trace's rows as points. Bad rows are skipped with a warning naming their line."""
+    """Iterates a trace's rows as points. Bad rows are skipped with a warning naming their line.
+
+    The format comes from the file's first few KiB (``traceformats.detect``). ``period`` and ``start``
+    place the samples of a log without times: ``start`` (Unix seconds, default 0) plus the sample's number
+    times ``period`` (default: the tool's own interval). Logs with times ignore both."""
 
     MAX_WARNINGS = 20
 
-    def __init__(self, path: str | Path, gpus: int | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        gpus: int | None = None,
+        period: float | None = None,
+        start: float | None = None,
+    ) -> None:
+        if period is not None and not (math.isfinite(period) and period > 0):
+            raise ValueError(f"period must be a positive number of seconds, not {period!r}")
+        if start is not None and not (math.isfinite(start) and 0 <= start <= traceformats.base.MAX_TIMESTAMP):
+            raise ValueError(f"start must be Unix seconds between 1970 and 9999, not {start!r}")
         self.path = Path(path)
         self.gpus = gpus
+        self.period, self.start = period, start
+        self.format: ModuleType | None = None  # the reader of a log other than nvidia-smi's CSV
         self._gpus_given = gpus is not None
         self.stats = ReadStats()
         self._columns: list[Column] = []
@@ -248,6 +252,36 @@ class TraceReader:
                 )
             yield line
 
+    def _guarded(self, lines: Iterator[str]) -> Iterator[str]:
+        """Reading errors as TraceErrors that name the file."""
+        try:
+            yield from lines
+        except UnicodeDecodeError as exc:
+            raise TraceError(f"{self.path}: not a UTF-8 text file ({exc.reason})") from None
+        except (gzip.BadGzipFile, EOFError) as exc:
+            raise TraceError(f"{self.path}: not a readable gzip file ({exc or 'truncated'})") from None
+
+    def _head(self) -> list[str]:
+        """The complete lines within the first SNIFF_CHARS characters: what decides the format. A first
+        line longer than that gives none (the CSV reader then reports the line's length)."""
+        with self._open() as handle:
+
+            def first() -> Iterator[str]:
+                yield handle.read(traceformats.SNIFF_CHARS)
+
+            text = "".join(self._guarded(first()))
+        lines = text.splitlines()
+        if len(text) == traceformats.SNIFF_CHARS and lines and not text.endswith(("\n", "\r")):
+            lines.pop()  # cut short
+        return lines
+
+    def _text_lines(self) -> Iterator[tuple[int, str]]:
+        """The file's lines for the other formats' readers: bounded, line ends and terminal escapes
+        removed."""
+        with self._open() as handle:
+            for number, line in enumerate(self._guarded(self._bounded(handle)), 1):
+                yield number, strip_ansi(line.rstrip("\r\n"))
+
     def _lines(self) -> Iterator[tuple[int, list[str]]]:
         with self._open() as handle:
             reader = csv.reader(self._bounded(handle), skipinitialspace=True)
@@ -261,6 +295,20 @@ class TraceReader:
                 raise TraceError(f"{self.path}:{reader.line_num}: {exc}") from None
             except (gzip.BadGzipFile, EOFError) as exc:
                 raise TraceError(f"{self.path}: not a readable gzip file ({exc or 'truncated'})") from None
+
+    def _gpus_named(self) -> None:
+        """--gpus given for a log whose every sample names its GPU: they must agree (one pass first)."""
+        assert self.format is not None
+        ids: set[str] = set()
+        ctx = Context(start=self.start or 0.0, period=self.period or 1.0)
+        for item in self.format.read(self._text_lines, ctx):
+            if isinstance(item, Sample):
+                ids.add(item.gpu)
+        if len(ids) != self.gpus:
+            raise TraceError(
+                f"{self.path}: the log has {len(ids)} GPUs (its {self.format.NAME} rows say so), not the "
+                f"{self.gpus} of --gpus; --gpus is only for logs without an index or uuid column"
+            )
 
     def _is_header(self, fields: list[str]) -> bool:
         return fields[0].strip().lower().startswith("timestamp") or not self._columns
@@ -279,7 +327,11 @@ class TraceReader:
             )
         by_name = {c.name: c.index for c in columns}
         if "timestamp" not in by_name:
-            raise TraceError(f"{self.path}:{line}: the first line is not a header with a timestamp column")
+            raise TraceError(
+                f"{self.path}:{line}: not a log replay reads: the first line is not a header with a "
+                f"timestamp column ({traceformats.NVIDIA_SMI_CSV}), and the file is none of "
+                f"{', '.join(traceformats.names()[1:])}"
+            )
         if not any(c.target for c in columns):
             raise TraceError(f"{self.path}:{line}: the header names no column this tool understands")
         known = self.stats.unknown_columns
@@ -321,6 +373,58 @@ class TraceReader:
     # ---- rows ----------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[TraceRow]:
+        self.format = traceformats.detect(self._head(), set(GPU_COLUMNS))
+        self.stats.format = self.format.NAME if self.format else traceformats.NVIDIA_SMI_CSV
+        if self.format is None:
+            yield from self._csv_rows()
+        else:
+            yield from self._format_rows(self.format)
+
+    def _format_rows(self, reader: ModuleType) -> Iterator[TraceRow]:
+        """The rows of a log another module reads: its samples, bounded and accounted like CSV rows."""
+        unknown = self.stats.unknown_columns
+
+        def note(name: str) -> None:
+            if name not in unknown and len(unknown) < MAX_UNKNOWN_COLUMNS:
+                unknown.append(name)
+
+        period = self.period or reader.DEFAULT_PERIOD
+        ctx = Context(start=self.start or 0.0, period=period, gpus=self.gpus, unknown=note)
+        try:
+            if self._gpus_given and reader.NAMES_GPUS:
+                self._gpus_named()
+            for item in reader.read(self._text_lines, ctx):
+                if isinstance(item, Skip):
+                    self._warn(f"{self.path}:{item.line}: {item.message}")
+                    continue
+                try:
+                    row = self._sample_row(item, ctx)
+                except ValueError as exc:
+                    self._warn(f"{self.path}:{item.line}: {exc}")
+                    continue
+                self.stats.rows += 1
+                yield row
+        except FormatError as exc:
+            where = f"{self.path}:{exc.line}" if exc.line else str(self.path)
+            raise TraceError(f"{where}: {reader.NAME}: {exc}") from None
+
+    def _sample_row(self, sample: Sample, ctx: Context) -> TraceRow:
+        ts = sample.ts
+        if ts is None:
+            ts = ctx.start + sample.tick * ctx.period
+            self.stats.period = ctx.period
+        if not 0.0 <= ts <= traceformats.base.MAX_TIMESTAMP:  # also nan and inf
+            raise ValueError(f"time {ts!r} is not a time between 1970 and 9999")
+        values: dict[str, float | None] = {}
+        clipped: list[tuple[str, str]] = []
+        for attr, value in sample.values.items():
+            if value is not None and attr in BOUNDS and not BOUNDS[attr][0] <= value <= BOUNDS[attr][1]:
+                value = None
+                clipped.append((sample.labels.get(attr, attr), attr))
+            values[attr] = value
+        return self._finish(sample.line, ts, sample.gpu, sample.name, values, {}, {}, clipped)
+
+    def _csv_rows(self) -> Iterator[TraceRow]:
         needs_count = self.gpus is None
         for line, fields in self._lines():
             if self._is_header(fields):
@@ -374,7 +478,7 @@ class TraceReader:
         gpu_values: dict[str, float | None] = {}
         host_values: dict[str, float | None] = {}
         extra: dict[str, float] = {}  # catalog signals read generically (GpuPoint.extra)
-        clipped: list[Column] = []
+        clipped: list[tuple[str, str]] = []  # (column, attribute)
         for col in self._columns:
             if col.target is None:
                 continue
@@ -385,13 +489,28 @@ class TraceReader:
                 raise ValueError(f"column {col.name!r}: {exc}") from None
             if value is not None and attr in BOUNDS and not BOUNDS[attr][0] <= value <= BOUNDS[attr][1]:
                 value = None
-                clipped.append(col)
+                clipped.append((col.name, attr))
             if kind == "extra":
                 if value is not None:
                     extra[attr] = value
                 continue
             (gpu_values if kind == "gpu" else host_values)[attr] = value
         gpu = self._gpu_id(fields)
+        name = fields[self._by_name["name"]].strip() if "name" in self._by_name else ""
+        return self._finish(line, ts, gpu, name, gpu_values, host_values, extra, clipped)
+
+    def _finish(
+        self,
+        line: int,
+        ts: float,
+        gpu: str,
+        name: str,
+        gpu_values: dict[str, float | None],
+        host_values: dict[str, float | None],
+        extra: dict[str, float],
+        clipped: list[tuple[str, str]],
+    ) -> TraceRow:
+        """A row from its values, whatever the format: time order and gaps checked, counted."""
         last = self._last_ts.get(gpu)
         if last is not None and ts < last and not self._restarted:
             self.stats.backwards += 1
@@ -402,8 +521,9 @@ class TraceReader:
                 raise ValueError(f"column 'clocks_event_reasons.active': {reasons!r} is not a reasons mask")
             gpu_values["reasons"] = int(reasons)  # type: ignore[assignment]
         self._see_step(ts, gpu, line)
-        for col in clipped:  # counted once the row is known to be read
-            self.stats.clipped[col.name] = self.stats.clipped.get(col.name, 0) + 1
+        for column, attr in clipped:  # counted once the row is known to be read
+            self.stats.clipped[column] = self.stats.clipped.get(column, 0) + 1
+            self.stats.clipped_attrs[column] = attr
         if self._first_ts is None:
             self._first_ts = ts
             self.stats.first_timestamp = ts
@@ -411,7 +531,6 @@ class TraceReader:
         t = ts - self._first_ts
         if gpu not in self.stats.gpus:
             self.stats.gpus.append(gpu)
-        name = fields[self._by_name["name"]].strip() if "name" in self._by_name else ""
         if name and gpu not in self.stats.names:
             self.stats.names[gpu] = name
         if "fabric_ready" in gpu_values and gpu_values["fabric_ready"] is not None:

@@ -279,3 +279,69 @@ def test_what_a_hostile_file_makes_the_reader_remember_is_bounded(tmp_path):
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.splitlines()[-1])["gap_count"] == 299
     assert "299 gap(s) longer than" in result.stderr and "and 294 more" in result.stderr
+
+
+# ---- the other formats (exporter/traceformats) on hostile input ---------------------------------------
+
+FORMATS = REPO / "tests" / "data" / "trace_formats"
+# each sample's opening lines: enough to be detected as its format
+FORMAT_HEADS = {
+    name: "".join((FORMATS / name).read_text().splitlines(keepends=True)[:lines])
+    for name, lines in (
+        ("smi_watch_h100.log", 12),
+        ("dmon_dt_h100.log", 2),
+        ("dmon_pucvmet_a100.log", 2),
+        ("gpustat_v100.log", 2),
+        ("gpustat_4090_color.log", 1),
+        ("dcgmi_dmon_h100.log", 2),
+        ("poller_fraction.csv", 1),
+        ("poller_no_time.csv", 1),
+    )
+}
+
+
+@pytest.mark.parametrize("name", sorted(FORMAT_HEADS))
+def test_an_endless_line_after_a_format_header_ends_at_the_bound(tmp_path, name):
+    path = tmp_path / "bomb.log.gz"
+    with gzip.open(path, "wb", compresslevel=9) as handle:
+        handle.write(FORMAT_HEADS[name].encode())
+        chunk = b"9" * (1 << 20)
+        for _ in range(64):
+            handle.write(chunk)
+    _one_line_error(_replay(path), "a line longer than", "not a trace")
+
+
+def _mutated(lines: list[str]) -> st.SearchStrategy[str]:
+    """A line of the sample with a stretch replaced by text in the formats' alphabet."""
+    alphabet = "0123456789.-+e%|/[]()#:, NAERR!?°'CWMiBGPUIDx\t\x1b"
+    return st.tuples(
+        st.sampled_from(lines),
+        st.integers(0, 200),
+        st.integers(0, 20),
+        st.text(alphabet=alphabet, max_size=20),
+    ).map(lambda t: t[0][: t[1]] + t[3] + t[0][t[1] + t[2] :])
+
+
+@pytest.mark.parametrize("name", sorted(FORMAT_HEADS))
+def test_any_lines_in_a_format_read_as_rows_or_one_trace_error(name):
+    """Whatever follows a format's header, its reader yields sane rows (finite values and times, GPU
+    indexes in bounds) or the file ends in one TraceError."""
+    sample = (FORMATS / name).read_text().splitlines()
+    expected = TraceReader(FORMATS / name)
+    list(expected)
+    lines = st.lists(st.one_of(st.sampled_from(sample), _mutated(sample), st.text(max_size=60)), max_size=40)
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(lines)
+    def check(body: list[str]) -> None:
+        rows, reader = _read(FORMAT_HEADS[name] + "\n".join(body) + "\n")
+        assert reader.stats.format in ("", expected.stats.format)  # "": not UTF-8
+        for row in rows:
+            assert math.isfinite(row.t) and 0 <= int(row.gpu) < MAX_GPUS
+            for field in row.point.__slots__:
+                value = getattr(row.point, field)
+                if field != "extra":
+                    assert value is None or isinstance(value, bool) or math.isfinite(value), (field, value)
+        assert reader.stats.rows == len(rows)
+
+    check()
