@@ -453,7 +453,8 @@ def envelope_lines(result: ReplayResult) -> list[str]:
     for (floor_from, ceiling_from), envelopes in groups.items():
         ceilings = [e.ceiling_w for e in envelopes if e.ceiling_w]
         if not ceilings:
-            lines.append(f"  GPU {_gpu_list(names[(floor_from, ceiling_from)])}: none (no power readings)")
+            gpus = _gpu_list(names[(floor_from, ceiling_from)])
+            lines.append(f"  GPU {gpus}: none (no power limit, board name, idle floor or busy draw seen)")
             continue
         floors = [e.floor_w for e in envelopes if e.floor_w is not None]
         floor = f"idle {_watts(floors)} ({floor_from})" if floors else "idle unknown"
