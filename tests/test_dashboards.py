@@ -274,7 +274,7 @@ def test_node_detail_draws_a_ledger_timeline_per_gpu():
     (target,) = timeline["targets"]
     # the largest loss where the interval lost the coverage share, else the largest state
     assert target["legendFormat"] == "GPU {{gpu}}" and target["expr"].startswith("(max by (gpu) (")
-    assert f" >= {th.COVERAGE_SHARE.value:g}) or max by (gpu) (" in target["expr"]
+    assert f" >= {th.COVERAGE_SHARE.value:g})) or max by (gpu) (" in target["expr"]
     assert 'rate(gpu_time_seconds_total{node="$node", gpu=~"$gpu"}[$__rate_interval])' in target["expr"]
     options = timeline["fieldConfig"]["defaults"]["mappings"][0]["options"]
     for c in dashboards.LEDGER_CODES:
