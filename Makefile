@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 9400
 
-.PHONY: demo tools test lint format artifacts protos bench bench-quick bench-detection traces clean
+.PHONY: demo tools test lint format artifacts protos bench bench-quick bench-detection clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,13 +52,6 @@ bench-detection: $(VENV)/.installed
 
 bench-quick: $(VENV)/.installed
 	$(BIN)/python bench/core.py --quick
-
-# dev only (never run by tests or CI): refresh examples/traces from the labelled traces beside the checkout
-traces:
-	test -d ../shared/traces || { echo "no ../shared/traces beside this checkout" >&2; exit 1; }
-	rm -f examples/traces/*.csv.gz examples/traces/*.labels.json
-	for f in ../shared/traces/*.csv; do gzip -9 -n -c "$$f" > "examples/traces/$$(basename "$$f").gz"; done
-	for f in ../shared/traces/*.labels.json; do install -m 644 "$$f" examples/traces/; done
 
 clean:
 	rm -rf $(VENV) .tools .pytest_cache .ruff_cache *.egg-info

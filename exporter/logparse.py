@@ -543,7 +543,7 @@ class LogState:
         return junk
 
 
-# ---- the bring-up checklist (seed 002) ---------------------------------------------------------------
+# ---- the NCCL bring-up checklist ----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

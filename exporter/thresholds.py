@@ -3,7 +3,7 @@ use, each with the reason it has that value. Generated artifacts read this modul
 these numbers again (a test fails when a generated file disagrees with it).
 
 Keys are dotted: ``area.name``. Units: ratio (0-1), celsius, seconds, watts, bytes, bytes_per_second,
-count, per_minute. The first block is the seed table of the project (the numbers operators know);
+count, per_minute. The first block is the classic threshold table (the numbers operators know);
 the rest are the detectors' parameters.
 """
 
@@ -49,7 +49,7 @@ def _c(key: str, value: str, reason: str) -> Choice:
     return entry
 
 
-# ---- the seed table ------------------------------------------------------------------------------
+# ---- the classic table ---------------------------------------------------------------------------
 
 UTIL_SUSPICION = _t(
     "gpu.util_suspicion",
@@ -910,7 +910,7 @@ _alert(
     "hang: critical, since the NCCL watchdog kills the job at ten.",
 )
 
-# the other alerts of the rule file: the seed table's raw signals, the fabric and the exporter itself
+# the other alerts of the rule file: the classic table's raw signals, the fabric and the exporter itself
 _alert(
     "GpuUtilizationLow",
     900.0,

@@ -26,7 +26,7 @@ TRACES = {trace_name(p): p for p in find_traces(EXAMPLES)}
 
 
 def test_the_labelled_examples_are_in_the_repository():
-    assert len(TRACES) >= 13, f"labelled traces missing from {EXAMPLES} (`make traces` refreshes them)"
+    assert len(TRACES) >= 13, f"labelled traces missing from {EXAMPLES}"
     assert all(p.name.endswith(".csv.gz") for p in TRACES.values())
 
 

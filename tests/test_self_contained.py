@@ -1,6 +1,5 @@
 """The project runs and tests from its own checkout: nothing in the code, tests, benches, scripts or the
-Makefile reaches for files beside or above the repository (``make traces``, a developer step that
-refreshes examples/traces, is the one exception)."""
+Makefile reaches for files beside or above the repository."""
 
 from __future__ import annotations
 
@@ -29,20 +28,6 @@ def _texts() -> list[Path]:
         if p.is_file() and "__pycache__" not in p.parts and p.suffix not in SKIPPED_SUFFIXES
     ]
     return [p for p in files if p.resolve() != this]
-
-
-def _without_traces_recipe(makefile: str) -> str:
-    """The Makefile less the ``traces:`` rule and its recipe (the tab-indented lines under it)."""
-    kept, in_traces = [], False
-    for line in makefile.splitlines():
-        if re.match(r"traces\s*:", line):
-            in_traces = True
-            continue
-        if in_traces and line.startswith("\t"):
-            continue
-        in_traces = False
-        kept.append(line)
-    return "\n".join(kept)
 
 
 def _hits(name: str, text: str) -> list[str]:
@@ -75,11 +60,5 @@ def test_no_code_test_bench_or_script_reads_outside_the_repository():
     assert hits == []
 
 
-def test_only_the_traces_target_of_the_makefile_reads_outside_the_repository():
-    makefile = (REPO / "Makefile").read_text()
-    assert _hits("Makefile", makefile), "the traces target should be where ../shared is read"
-    assert _hits("Makefile", _without_traces_recipe(makefile)) == []
-    # nothing depends on it or runs it: tests and CI never refresh the examples
-    prerequisites = re.findall(r"^(?!\.PHONY)[\w.$()/-]+\s*:(.*)$", makefile, flags=re.MULTILINE)
-    assert not any("traces" in p.split() for p in prerequisites)
-    assert not re.search(r"^\t.*\bmake\b.*\btraces\b", makefile, flags=re.MULTILINE)
+def test_the_makefile_reads_nothing_outside_the_repository():
+    assert _hits("Makefile", (REPO / "Makefile").read_text()) == []

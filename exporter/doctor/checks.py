@@ -1,7 +1,7 @@
 """The node doctor's checks: one pure function per check, from ``NodeFacts`` to a ``Result``.
 
-They turn seed 002's bring-up checklist and seed 003's findings (no fabric manager on an A100 NVSwitch
-node, P2P writes blocked by the hypervisor, NCCL on ``P2P/CUMEM/read``, a pod on the 64 MiB /dev/shm)
+They turn the NCCL bring-up checklist and the usual NVSwitch-node faults (no fabric manager on an A100
+NVSwitch node, P2P writes blocked by the hypervisor, NCCL on ``P2P/CUMEM/read``, a pod on the 64 MiB /dev/shm)
 into pass / warn / fail with the evidence and the fix. Every number is in exporter/thresholds.py.
 """
 
@@ -27,7 +27,7 @@ NCCL_VARS: dict[str, tuple[str, str]] = {
     ),
     "NCCL_P2P_LEVEL": (
         "how far apart two GPUs may be and still use P2P: LOC, NVL, PIX, PXB, PHB, SYS (or 0-5)",
-        "LOC (0) disables P2P like NCCL_P2P_DISABLE=1; NVL keeps P2P on NVLink only, as seed 003's pod does",
+        "LOC (0) disables P2P like NCCL_P2P_DISABLE=1; NVL keeps P2P on NVLink only",
     ),
     "NCCL_SOCKET_IFNAME": (
         "which network interfaces NCCL's bootstrap and socket transport use (e.g. eth0, ^docker,lo)",
@@ -36,11 +36,11 @@ NCCL_VARS: dict[str, tuple[str, str]] = {
     ),
     "NCCL_CUMEM_HOST_ENABLE": (
         "0 makes NCCL allocate host memory without cuMem (the legacy path)",
-        "a workaround for P2P/CUMEM/read fallbacks under some hypervisors (seed 003); not needed otherwise",
+        "a workaround for P2P/CUMEM/read fallbacks under some hypervisors; not needed otherwise",
     ),
     "NCCL_DEBUG": (
         "log level: WARN, INFO (bring-up: version, transports, rings), TRACE",
-        "TRACE logs every call and slows training; INFO is the bring-up level of seed 002's checklist",
+        "TRACE logs every call and slows training; INFO is the bring-up level of the NCCL checklist",
     ),
 }
 
@@ -245,7 +245,7 @@ def check_fabric(facts: NodeFacts) -> Result:
             return _r(
                 "fabric", Status.SKIPPED, "not_applicable", ["not an NVSwitch system (no fabric to register)"]
             )
-        # an NVSwitch board whose driver reports no fabric state (A100, seed 003): NVLink P2P tells
+        # an NVSwitch board whose driver reports no fabric state (A100): NVLink P2P tells
         why = f"{_gpus(blind)}: NVSwitch board, but the driver reports no fabric state"
         p2p = _nvlink_p2p(facts)
         if p2p is None:
@@ -576,7 +576,7 @@ CHECKS: dict[str, Check] = {
             details=("not_started", "in_progress", "unknown"),
             fixes={
                 "not_started": "The fabric manager is not running, so NVSwitch is not programmed and NCCL "
-                "cannot use NVLink (seed 003: P2P/CUMEM/read). On the host: `systemctl enable --now "
+                "cannot use NVLink (NCCL falls back to P2P/CUMEM/read). On the host: `systemctl enable --now "
                 "nvidia-fabricmanager`, with exactly the driver's version; on Kubernetes enable the GPU "
                 "Operator's fabric manager, or run it as a privileged DaemonSet from the driver's image "
                 "(`nvidia-fabricmanager -f`). Confirm with `nvidia-smi -q | grep -A2 -i fabric` "
@@ -596,7 +596,7 @@ CHECKS: dict[str, Check] = {
             details=("write_blocked", "blocked", "fabric_pending"),
             fixes={
                 "write_blocked": "P2P writes between GPUs are refused while reads work: a hypervisor (AWS "
-                "Nitro in seed 003) or the PCIe ACS/IOMMU setup blocks them, and NCCL runs "
+                "Nitro, for one) or the PCIe ACS/IOMMU setup blocks them, and NCCL runs "
                 "P2P/CUMEM/read at a "
                 "fraction of NVLink's speed. On bare metal turn ACS off for the GPU switches (or IOMMU "
                 "passthrough); on a cloud instance it is the platform's: keep NCCL_P2P_LEVEL=NVL and put "
@@ -618,7 +618,7 @@ CHECKS: dict[str, Check] = {
                 "nodes the MOFED/rdma-core drivers and the RDMA device plugin. Single-node jobs do "
                 "not need it.",
                 "pod_without_rdma": "A GPU pod holds no EFA/RDMA device: request `vpc.amazonaws.com/efa` (or "
-                "the `rdma/*` resource) in its limits as seed 002's pods do, or its NCCL uses "
+                "the `rdma/*` resource) in its limits, or its NCCL uses "
                 "sockets between "
                 "nodes.",
             },
@@ -631,11 +631,10 @@ CHECKS: dict[str, Check] = {
             details=("default_shm", "small_shm"),
             fixes={
                 "default_shm": "The pod runs on the runtime's 64 MiB /dev/shm: mount an emptyDir with "
-                "`medium: Memory` and a `sizeLimit` (the seeds use 64Gi) at /dev/shm; DataLoader workers and "
-                "NCCL's SHM transport otherwise die with 'Bus error'.",
-                "small_shm": "Raise the `sizeLimit` of the pod's memory-backed /dev/shm volume (the "
-                "seeds use "
-                "64Gi).",
+                "`medium: Memory` and a `sizeLimit` (64Gi is common for training pods) at /dev/shm; "
+                "DataLoader workers and NCCL's SHM transport otherwise die with 'Bus error'.",
+                "small_shm": "Raise the `sizeLimit` of the pod's memory-backed /dev/shm volume (64Gi is "
+                "common for training pods).",
             },
         ),
         Check(
@@ -655,12 +654,11 @@ CHECKS: dict[str, Check] = {
             fixes={
                 "p2p_disabled": "NCCL_P2P_DISABLE=1 turns NVLink P2P off: NCCL copies through host shared "
                 "memory. Remove it (or set 0) and fix what it was set for (fabric manager, blocked P2P).",
-                "p2p_level_loc": "NCCL_P2P_LEVEL=LOC disables P2P: set NVL (seed 003's pod) or "
-                "leave it unset.",
+                "p2p_level_loc": "NCCL_P2P_LEVEL=LOC disables P2P: set NVL or leave it unset.",
                 "ib_disabled": "NCCL_IB_DISABLE=1 turns EFA/InfiniBand off: multi-node jobs fall back to TCP "
                 "sockets. Keep it only for single-node jobs.",
                 "ipc_lock_missing": "The container holds EFA/RDMA devices without IPC_LOCK: add "
-                "`securityContext.capabilities.add: [IPC_LOCK]` (seed 003's pod) so it may pin its buffers.",
+                "`securityContext.capabilities.add: [IPC_LOCK]` so it may pin its buffers.",
                 "socket_ifname_lo": "NCCL_SOCKET_IFNAME names only the loopback: multi-node jobs cannot "
                 "connect. Name the pod's network interface (e.g. eth0) or exclude lo and docker "
                 "(^lo,docker).",
