@@ -430,8 +430,16 @@ def _replay(
     stats = result.stats
     if stats.rows == 0:  # one line: why nothing could be read, with the first reason a row had
         first = f" ({stats.warnings[0]})" if stats.warnings else ""
+        if stats.cut_after_line is not None:
+            first = f" (the file is cut short after line {stats.cut_after_line})" + first
         print(f"gpu-bottleneck-exporter: {path}: no readable rows{first}", file=sys.stderr)
         return 2
+    if stats.cut_after_line is not None:
+        print(
+            f"gpu-bottleneck-exporter: {path}: the file is cut short (its gzip stream ends early): replayed "
+            f"up to line {stats.cut_after_line}, {result.seconds:.0f} s into the trace; the rest is missing",
+            file=sys.stderr,
+        )
     if stats.unknown_columns:
         print(
             f"gpu-bottleneck-exporter: ignoring unknown columns: {', '.join(stats.unknown_columns)}",

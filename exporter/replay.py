@@ -255,6 +255,7 @@ def summary(result: ReplayResult) -> dict[str, object]:
         "backward_rows": result.stats.backwards,
         "gap_count": result.stats.gap_count,
         "gaps": [{"line": line, "seconds": round(seconds, 1)} for line, seconds in result.stats.gaps],
+        "cut_after_line": result.stats.cut_after_line,  # a gzip file cut short: its last line read
         "verdicts": [
             {
                 "gpu": e.gpu,

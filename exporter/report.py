@@ -358,6 +358,12 @@ def render(result: ReplayResult, data: ReportData, max_points: int = MAX_POINTS)
         start = ", from " + datetime.fromtimestamp(s.first_timestamp, tz=UTC).strftime(
             "%Y-%m-%d %H:%M:%S UTC"
         )
+    cut = ""
+    if s.cut_after_line is not None:
+        cut = (
+            f'<p class="cut" id="cut">The file is cut short (its gzip stream ends early): replayed up to '
+            f"line {s.cut_after_line}, {result.seconds:.0f} s into the trace; the rest is missing.</p>"
+        )
     css = _asset("uPlot.min.css") + "\n" + _asset("report.css")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -367,7 +373,7 @@ def render(result: ReplayResult, data: ReportData, max_points: int = MAX_POINTS)
 </head><body>
 <header><h1>{trace}</h1>
 <p>{len(s.gpus)} GPU(s), {result.seconds:.1f} s of samples, {s.rows} rows{html.escape(start)}.
-Replayed by gpu-bottleneck-exporter: the live analysis on a virtual clock.</p></header>
+Replayed by gpu-bottleneck-exporter: the live analysis on a virtual clock.</p>{cut}</header>
 <section id="summary">{_summary(result, data)}</section>
 <section id="charts"><h2>Over time</h2>{_legend()}
 <p class="dim small">Lines: each series' minimum and maximum per time bucket when the trace is long.

@@ -5,7 +5,8 @@ points the live exporter samples in the same format, so anything seen live can b
 Real logs parse as they are: units in the header or in the cells or nowhere, ``, `` or ``,``,
 ``[N/A]``/``[Not Supported]`` for missing values, nvidia-smi/ISO 8601/Unix timestamps, an ``index``
 column or rows in index order (``--gpus N``), any subset of columns, repeated headers where nvidia-smi
-was restarted into the same file. A gzip-compressed trace (``.csv.gz``) reads the same as its ``.csv``.
+was restarted into the same file. A gzip-compressed trace (``.csv.gz``) reads the same as its ``.csv``; one
+cut short (a copy or an upload that stopped) reads up to its last complete line, and says where it ends.
 
 Other GPU logs are read by the modules of exporter/traceformats, one per format; ``TraceReader`` picks
 the reader from the first few KiB of the file (never from its name) and turns what any of them yields
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import io
 import math
 import re
 import time
@@ -152,6 +154,7 @@ class ReadStats:
     clipped_attrs: dict[str, str] = field(default_factory=dict)  # such a column -> its point attribute
     format: str = ""  # what the file was read as (traceformats.names())
     period: float | None = None  # seconds between samples placed by --period (a log without times)
+    cut_after_line: int | None = None  # a gzip file cut short: its last complete line (None: whole)
 
 
 def parse_cell(text: str, unit: str) -> float | None:
@@ -184,6 +187,34 @@ def clipped_warnings(stats: ReadStats) -> list[str]:
         _, _, shown, why = BOUNDS[stats.clipped_attrs.get(name) or GPU_COLUMNS[name][1]]
         lines.append(f"{name}: {count} value(s) outside {shown} ({why}) read as missing")
     return lines
+
+
+class _CutGzip(io.RawIOBase):
+    """A gzip file's decompressed bytes, ending quietly where the compressed file ends early (``cut`` is
+    then True): what was decompressed before the cut is kept, where ``gzip.open`` would raise and lose the
+    text it had buffered."""
+
+    def __init__(self, path: Path) -> None:
+        self._gz = gzip.GzipFile(path, "rb")
+        self.cut = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        if self.cut:
+            return 0
+        try:
+            data = self._gz.read1(len(buffer))
+        except EOFError:
+            self.cut = True
+            return 0
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._gz.close()
+        super().close()
 
 
 class TraceReader:
@@ -223,6 +254,7 @@ class TraceReader:
         self._max_ts: float | None = None  # the latest of all
         self._restarted = False  # a header came again since the last row (nvidia-smi restarted)
         self._checked = False  # --gpus was compared with the log's own GPU column
+        self._gz: _CutGzip | None = None  # the open gzip file, when the trace is one
 
     # ---- plumbing ------------------------------------------------------------------------------
 
@@ -232,18 +264,24 @@ class TraceReader:
             self.stats.warnings.append(message)
 
     def _open(self) -> IO[str]:
-        """The file as text; a ``.gz`` file is decompressed on the fly."""
+        """The file as text; a ``.gz`` file is decompressed on the fly (and may end early: see _bounded)."""
         try:
             if self.path.suffix.lower() == ".gz":
-                return gzip.open(self.path, "rt", newline="", encoding="utf-8-sig")
+                self._gz = _CutGzip(self.path)
+                return io.TextIOWrapper(io.BufferedReader(self._gz), encoding="utf-8-sig", newline="")
             return self.path.open(newline="", encoding="utf-8-sig")  # a leading BOM is not data
         except OSError as exc:
             raise TraceError(f"{self.path}: cannot read ({exc.strerror or exc})") from None
 
     def _bounded(self, handle: IO[str]) -> Iterator[str]:
-        """The file's lines, each read up to MAX_LINE_CHARS: a longer one ends the read with an error."""
+        """The file's lines, each read up to MAX_LINE_CHARS: a longer one ends the read with an error. In a
+        gzip file cut short, the lines end with the last complete one (the cut one is partial: a value in it
+        may have lost digits), and ``stats.cut_after_line`` says which that is."""
         number = 0
         while line := handle.readline(MAX_LINE_CHARS + 2):
+            partial = not line.endswith(("\n", "\r")) and len(line) <= MAX_LINE_CHARS
+            if partial and self._gz is not None and self._gz.cut:
+                break
             number += 1
             if len(line.rstrip("\r\n")) > MAX_LINE_CHARS:
                 raise TraceError(
@@ -251,6 +289,8 @@ class TraceReader:
                     "(nvidia-smi writes a few hundred per line)"
                 )
             yield line
+        if self._gz is not None and self._gz.cut:
+            self.stats.cut_after_line = number
 
     def _guarded(self, lines: Iterator[str]) -> Iterator[str]:
         """Reading errors as TraceErrors that name the file."""

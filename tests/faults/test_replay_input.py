@@ -103,6 +103,39 @@ def test_a_binary_file_is_not_utf8(tmp_path):
     _one_line_error(_replay(path), "not a UTF-8 text file")
 
 
+def test_a_gzip_file_cut_short_is_replayed_up_to_its_last_complete_line(tmp_path):
+    """A copy that stopped: what is there is replayed, and stderr, the JSON and the report say where the
+    file ends. The cut line itself is dropped, not read with digits missing."""
+    text = HEADER + "".join(f"{1000 + i}, {i % 4}, {(i * 37) % 101} %, 0x0\n" for i in range(4000))
+    data = gzip.compress(text.encode())
+    path = tmp_path / "cut.csv.gz"
+    path.write_bytes(data[: len(data) // 2])
+    report = tmp_path / "cut.html"
+    result = _replay(path, "--json", "--report", str(report))
+    assert result.returncode == 0, result.stderr
+    said = [line for line in result.stderr.splitlines() if "cut short" in line]
+    summary = json.loads(result.stdout.splitlines()[-1])
+    line = summary["cut_after_line"]
+    assert 100 < line < 4001
+    assert said == [
+        f"gpu-bottleneck-exporter: {path}: the file is cut short (its gzip stream ends early): replayed up "
+        f"to line {line}, {line - 2} s into the trace; the rest is missing"  # one row a second
+    ]
+    assert summary["rows"] == line - 1 and summary["skipped_rows"] == 0
+    assert f"replayed up to line {line}," in report.read_text()
+    # the whole file: nothing said
+    path.write_bytes(data)
+    result = _replay(path, "--json")
+    assert result.returncode == 0 and "cut short" not in result.stderr
+    assert json.loads(result.stdout.splitlines()[-1])["cut_after_line"] is None
+
+
+def test_a_gzip_file_cut_before_its_first_line_is_one_line(tmp_path):
+    path = tmp_path / "cut.csv.gz"
+    path.write_bytes(gzip.compress((HEADER + "1, 0, 50 %, 0x0\n").encode())[:30])
+    _one_line_error(_replay(path), "no readable rows (the file is cut short after line 0)")
+
+
 @pytest.mark.parametrize("suffix", [".csv", ".csv.gz"])
 def test_a_utf8_bom_is_read_as_the_start_of_the_header(tmp_path, suffix):
     path = tmp_path / f"t{suffix}"
