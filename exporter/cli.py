@@ -1,21 +1,31 @@
 """Command line: ``serve`` (the default), ``scenarios``, ``replay``, ``record``; flags and GBE_* environment
-variables. Every mistake in them is one line naming the flag or variable, and exit status 2."""
+variables. Every mistake in them is one line naming the flag or variable, and exit status 2: a mistyped
+flag too (with the flag it resembles, never the whole usage)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import difflib
 import json
 import math
 import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, NoReturn
 
 from exporter import __version__
 from exporter.config import ENV_PREFIX, Settings, SettingsError
 from exporter.detail import CATEGORIES as DETAIL_CATEGORIES
 from exporter.detail import parse_detail
 from exporter.usage import CommandError, UsageError
+
+if TYPE_CHECKING:
+    from exporter.replay import ReplayResult
+
+PROG = "gpu-bottleneck-exporter"
+FAIL_ON_STATUS = 3  # replay --fail-on: a named verdict fired (1: the command failed; 2: bad usage or input)
 
 
 @dataclass(frozen=True)
@@ -237,9 +247,63 @@ def _formats_epilog() -> str:
     )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a mistake is one line (the error, the flag it resembles, where help is) instead of the
+    usage: twenty lines of it buried the one that said what was wrong."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{PROG}: {message}; see '{self.prog} --help'\n")
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = self._command(getattr(parsed, "command", None))
+            hint = self._hint(command, extras)
+            # serve's flags are the top level's too (the default command): its help is the top level's
+            where = self if command.prog == f"{PROG} serve" else command
+            where.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+        return parsed
+
+    def _commands(self) -> dict[str, argparse.ArgumentParser]:
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                return dict(action.choices)
+        return {}
+
+    def _command(self, name: str | None) -> argparse.ArgumentParser:
+        return self._commands().get(name or "", self)
+
+    def _hint(self, command: argparse.ArgumentParser, extras: list[str]) -> str:
+        """What the first unrecognized word was likely meant to be: a flag of this command it resembles,
+        the command that has such a flag, or (the first word of all) a command."""
+        from exporter.thresholds import CLI_SUGGESTION_SIMILARITY
+
+        cutoff = CLI_SUGGESTION_SIMILARITY.value
+        word = extras[0].split("=", 1)[0]
+        if word.startswith("--"):
+            others = [
+                name
+                for name, sub in self._commands().items()
+                if sub is not command and any(word in a.option_strings for a in sub._actions)
+            ]
+            if others:
+                shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+                return f" ({word} is a flag of {shown}, not of {command.prog.removeprefix(PROG).strip()})"
+            own = [o for a in command._actions for o in a.option_strings if o.startswith("--")]
+            close = difflib.get_close_matches(word, own, n=1, cutoff=cutoff)
+            return f" (did you mean {close[0]}?)" if close else ""
+        if command.prog == f"{PROG} serve" and not word.startswith("-"):
+            close = difflib.get_close_matches(word, list(self._commands()), n=1, cutoff=cutoff)
+            if close:
+                return f" (did you mean the command {close[0]}?)"
+        return ""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="gpu-bottleneck-exporter",
+    parser = _Parser(
+        prog=PROG,
         description="Prometheus exporter that tells why GPUs are not working. Without a command, 'serve'.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -254,14 +318,30 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the detectors over a recorded GPU log (nvidia-smi CSV or screens, nvidia-smi dmon, "
         "gpustat, dcgmi dmon, a poller's CSV) and print the verdicts",
         description="Run the live detectors over a recorded GPU log. The format is read from the file's\n"
-        "content (never its name); a .gz file reads like the plain one.",
+        "content (never its name); a .gz file reads like the plain one (one cut short is read up to\n"
+        "its last complete line).\n\n"
+        f"Exit status: 0 replayed; {FAIL_ON_STATUS} a verdict named by --fail-on fired; 2 a bad flag or a\n"
+        "file with no readable rows; 1 the report could not be written.",
         epilog=_formats_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     replay.add_argument("trace", help="the log file, in any of the formats below")
     replay.add_argument("--gpus", type=int, help="GPU count, for logs without an index or uuid column")
     replay.add_argument("--json", action="store_true", help="JSON lines on stdout instead of a summary")
-    replay.add_argument("--report", metavar="PATH", help="also write a self-contained HTML report (charts)")
+    replay.add_argument(
+        "--report",
+        metavar="PATH",
+        help="also write a self-contained HTML report (charts); checked before the replay starts",
+    )
+    replay.add_argument(
+        "--fail-on",
+        metavar="WHAT",
+        help=f"for CI: exit with status {FAIL_ON_STATUS} when a verdict it names fired at any time in the "
+        "trace. Comma-separated: 'any' (every verdict), a severity (critical, warning or info: that severity "
+        "and the more serious ones, as the alerts rank them) or verdict kinds ("
+        + ", ".join(_kind_names())
+        + "). The summary is printed as without it",
+    )
     replay.add_argument(
         "--period",
         metavar="SECONDS",
@@ -303,13 +383,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version")):
         argv.insert(0, "serve")
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)  # a mistake exits here: one line, status 2
     try:
         if args.command == "scenarios":
             return _scenarios()
         if args.command == "replay":
             return _replay(
-                args.trace, args.gpus, args.json, args.report, _period(args.period), _start(args.start)
+                args.trace,
+                args.gpus,
+                args.json,
+                args.report,
+                _period(args.period),
+                _start(args.start),
+                _fail_on(args.fail_on),
             )
         if args.command == "doctor":
             from exporter.doctor.command import run as doctor
@@ -384,6 +470,70 @@ def _start(text: str | None) -> float | None:
         ) from None
 
 
+def _kind_names() -> list[str]:
+    from exporter.analysis.kinds import KINDS
+
+    return list(KINDS)
+
+
+@dataclass(frozen=True)
+class FailOn:
+    """replay --fail-on: the verdict kinds that fail the run ('any' and severities expanded), and those
+    named one by one (a trace lacking their inputs is said to be unable to fire them)."""
+
+    kinds: frozenset[str] = frozenset()
+    named: frozenset[str] = frozenset()
+
+
+def _fail_on(text: str | None) -> FailOn:
+    """--fail-on's words, checked; none: never fail."""
+    if text is None:
+        return FailOn()
+    from exporter.analysis.kinds import KINDS
+    from exporter.thresholds import SEVERITIES
+
+    words = [w.strip().lower() for w in text.split(",") if w.strip()]
+    if not words:
+        raise UsageError("--fail-on: name 'any', a severity or verdict kinds")
+    kinds: set[str] = set()
+    named = {w for w in words if w in KINDS}
+    for word in words:
+        if word == "any":
+            kinds.update(KINDS)
+        elif word in SEVERITIES:
+            worst = SEVERITIES[: SEVERITIES.index(word) + 1]  # critical first
+            kinds.update(name for name, k in KINDS.items() if k.policy.severity.value in worst)
+        elif word in KINDS:
+            kinds.add(word)
+        else:
+            from exporter.thresholds import CLI_SUGGESTION_SIMILARITY
+
+            known = ["any", *SEVERITIES, *KINDS]
+            close = difflib.get_close_matches(word, known, n=1, cutoff=CLI_SUGGESTION_SIMILARITY.value)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise UsageError(
+                f"--fail-on: {word[:60]!r} is not 'any', a severity or a verdict kind ({hint}choose from "
+                + ", ".join(known)
+                + ")"
+            )
+    return FailOn(frozenset(kinds), frozenset(named))
+
+
+def _claim_output(path: str, flag: str) -> bool:
+    """Check before any work that ``path`` can be written: one line naming ``flag`` if not. Opening it to
+    append changes nothing in a file that exists; True when it did not (an empty file is left to remove
+    if the command ends without writing it)."""
+    if os.path.isdir(path):
+        raise UsageError(f"{flag}: {path} is a directory; give a file name")
+    existed = os.path.lexists(path)
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"{flag}: cannot write {path} ({exc.strerror or exc})") from None
+    return not existed
+
+
 def _scenarios() -> int:
     from exporter.sim.scenarios import SCENARIOS, TOURS
 
@@ -404,6 +554,27 @@ def _replay(
     report: str | None = None,
     period: float | None = None,
     start: float | None = None,
+    fail_on: FailOn = FailOn(),
+) -> int:
+    made = _claim_output(report, "--report") if report else False
+    status = 2
+    try:
+        status = _replay_checked(path, gpus, as_json, report, period, start, fail_on)
+    finally:
+        if made and status == 2 and report:  # nothing replayed: no empty report left behind
+            with contextlib.suppress(OSError):
+                os.unlink(report)
+    return status
+
+
+def _replay_checked(
+    path: str,
+    gpus: int | None,
+    as_json: bool,
+    report: str | None,
+    period: float | None,
+    start: float | None,
+    fail_on: FailOn,
 ) -> int:
     from exporter.replay import event_json, gap_text, human, replay, summary
     from exporter.report import ReportData, write_report
@@ -461,7 +632,19 @@ def _replay(
             + gap_text(stats),
             file=sys.stderr,
         )
-    print(json.dumps(summary(result)) if as_json else human(result), file=out)
+    fired = _fired(result, fail_on.kinds)
+    if as_json:
+        record = summary(result)
+        if fail_on.kinds:
+            record["fail_on"] = {"kinds": sorted(fail_on.kinds), "fired": sorted(fired)}
+        print(json.dumps(record), file=out)
+    else:
+        print(human(result), file=out)
+    for kind in sorted(fail_on.named & set(result.silent)):
+        print(
+            f"gpu-bottleneck-exporter: --fail-on: {kind} cannot fire on this trace: it {result.silent[kind]}",
+            file=sys.stderr,
+        )
     if report and data:
         try:
             size = write_report(report, result, data)
@@ -471,4 +654,26 @@ def _replay(
             )
             return 1
         print(f"gpu-bottleneck-exporter: wrote {report} ({size / 1e6:.1f} MB)", file=sys.stderr)
+    if fired:
+        print(
+            "gpu-bottleneck-exporter: --fail-on: "
+            + "; ".join(f"{kind} fired on {gpus}" for kind, gpus in fired.items())
+            + f" (exit status {FAIL_ON_STATUS})",
+            file=sys.stderr,
+        )
+        return FAIL_ON_STATUS
     return 0
+
+
+def _fired(result: ReplayResult, kinds: frozenset[str]) -> dict[str, str]:
+    """The kinds among ``kinds`` that fired, each with its GPUs (as a person reads them)."""
+    from exporter.replay import _gpu_list
+
+    gpus: dict[str, set[str]] = {}
+    for episode in result.episodes:
+        if episode.kind in kinds:
+            gpus.setdefault(episode.kind, set()).add(episode.gpu)
+    return {
+        kind: ("GPUs " if len(gpus[kind]) > 1 else "GPU ") + _gpu_list(sorted(gpus[kind]))
+        for kind in sorted(gpus)
+    }

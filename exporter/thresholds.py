@@ -710,6 +710,26 @@ TRACE_GAP_PERIODS = _t(
     "replay starts a new segment there and reports the gap instead of evaluating the silence second by "
     "second (a 30-day gap took 7 minutes).",
 )
+# replay --report: which GPUs share one section
+REPORT_ALIKE_SHARE = _t(
+    "replay.report_alike_share",
+    0.05,
+    "ratio",
+    "The report draws GPUs with the same board, the same verdicts (kind and cause) and every ledger state's "
+    "share of their time within 5 points of each other as one section: in the example traces the ranks of "
+    "one data-parallel job differ by a point or two (where each sample falls in the step), while a starved "
+    "or straggling rank differs from its peers by ten points or more and keeps a section of its own.",
+)
+
+# the command line
+CLI_SUGGESTION_SIMILARITY = _t(
+    "cli.suggestion_similarity",
+    0.8,
+    "ratio",
+    "A mistyped flag or command is answered with the one it resembles when their similarity (difflib's "
+    "ratio) is at least 0.8: a swapped or dropped letter in a short flag (--reprot, --jsno, --gpu) still "
+    "scores over 0.8, while unrelated short flags sharing a few letters (--out and --port: 0.73) do not.",
+)
 
 # HTTP: what one client may hold of the server
 HTTP_MAX_CONNECTIONS = _t(

@@ -3,6 +3,8 @@ wrong or a flag is missing from help. Each test runs ``python -m exporter`` as a
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import re
 import signal
@@ -10,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -17,6 +20,7 @@ import pytest
 from scripts.stack import free_port
 from tests.conftest import EXAMPLES, REPO, real_nvml_present
 
+PROG = "gpu-bottleneck-exporter"
 STARVATION = EXAMPLES / "starvation_h100x8.csv.gz"
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) \S+: ")
 
@@ -192,3 +196,106 @@ def test_the_listening_socket_says_tcp_so_kept_alive_scrapes_are_not_delayed():
         assert sock.proto == socket.IPPROTO_TCP and sock.type == socket.SOCK_STREAM
     finally:
         sock.close()
+
+
+# ---- mistakes on the command line: one line each -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["replay", "t.csv", "--reprot", "x"], ["(did you mean --report?)", f"see '{PROG} replay --help'"]),
+        (["replay", "t.csv", "--jsno"], ["unrecognized arguments: --jsno", "did you mean --json?"]),
+        (["--simualte", "healthy"], ["did you mean --simulate?", "see '" + PROG + " --help'"]),
+        (["replay", "t.csv", "--port", "9400"], ["--port is a flag of serve, not of replay"]),
+        (["replya", "t.csv"], ["did you mean the command replay?"]),
+        (["replay", "t.csv", "--verbose"], ["unrecognized arguments: --verbose; see"]),
+        (["replay"], ["the following arguments are required: trace"]),
+        (["replay", "t.csv", "--gpus", "x"], ["argument --gpus: invalid int value: 'x'"]),
+    ],
+)  # fmt: skip
+def test_a_mistyped_flag_is_one_line_with_what_it_resembles(args, words):
+    result = _run(*args)
+    _one_line_error(result, 2, *words)
+    assert "usage:" not in result.stderr and result.stdout == ""
+
+
+def test_the_report_path_is_checked_before_the_replay_starts(tmp_path):
+    """A report that cannot be written is said at once: no summary printed, no replay run."""
+    result = _run("replay", str(STARVATION), "--report", str(tmp_path / "no" / "such" / "r.html"))
+    _one_line_error(result, 2, "--report: cannot write", "r.html (No such file or directory)")
+    assert result.stdout == ""
+    result = _run("replay", str(STARVATION), "--report", str(tmp_path))
+    _one_line_error(result, 2, f"--report: {tmp_path} is a directory")
+    assert result.stdout == ""
+    # a trace with nothing to replay leaves no empty report behind
+    empty = tmp_path / "empty.csv"
+    empty.write_text("timestamp, index, utilization.gpu [%]\n")
+    result = _run("replay", str(empty), "--report", str(tmp_path / "r.html"))
+    _one_line_error(result, 2, "no readable rows")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.csv"]
+
+
+@pytest.fixture(scope="module")
+def capped_minute(tmp_path_factory) -> Path:
+    """The first minute of the power-cap example: power_throttle (a warning) fires on every GPU at 31 s."""
+    with gzip.open(EXAMPLES / "power_cap_h100x8.csv.gz", "rt") as f:
+        lines = f.readlines()[: 1 + 8 * 80]
+    path = tmp_path_factory.mktemp("fail-on") / "capped.csv"
+    path.write_text("".join(lines))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("fail_on", "status"),
+    [
+        (None, 0),
+        ("any", 3),
+        ("warning", 3),  # power_throttle is a warning...
+        ("critical", 0),  # ...not critical
+        ("power_throttle", 3),
+        ("comm_hang,thermal_throttle", 0),
+        ("critical,power_throttle", 3),
+    ],
+)
+def test_replay_fail_on_exits_3_when_a_verdict_it_names_fired(capped_minute, capsys, fail_on, status):
+    from exporter.cli import main
+
+    args = ["replay", str(capped_minute), "--json"] + (["--fail-on", fail_on] if fail_on else [])
+    assert main(args) == status
+    out, err = capsys.readouterr()
+    summary = json.loads(out.splitlines()[-1])
+    assert {v["kind"] for v in summary["verdicts"]} == {"power_throttle"}  # printed whatever the status
+    if status == 3:
+        assert err.strip().splitlines()[-1] == (
+            "gpu-bottleneck-exporter: --fail-on: power_throttle fired on GPUs 0-7 (exit status 3)"
+        )
+        assert summary["fail_on"]["fired"] == ["power_throttle"]
+    else:
+        assert "--fail-on" not in err
+
+
+def test_replay_fail_on_says_when_a_named_verdict_cannot_fire(capped_minute, capsys):
+    from exporter.cli import main
+
+    assert main(["replay", str(capped_minute), "--fail-on", "nvlink_degraded"]) == 0
+    said = "--fail-on: nvlink_degraded cannot fire on this trace: it needs NVLink link state"
+    assert said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ("warnign", ["--fail-on: 'warnign' is not", "did you mean warning?", "comm_hang"]),
+        ("data_starvaton", ["did you mean data_starvation?"]),
+        (",", ["--fail-on: name 'any', a severity or verdict kinds"]),
+    ],
+)
+def test_replay_fail_on_rejects_what_it_does_not_know(value, words):
+    _one_line_error(_run("replay", str(STARVATION), "--fail-on", value), 2, *words)
+
+
+def test_replay_help_documents_fail_on_and_its_exit_status():
+    text = " ".join(_run("replay", "--help").stdout.split())
+    assert "--fail-on" in text and "exit with status 3" in text
+    assert "Exit status: 0 replayed; 3 a verdict named by --fail-on fired" in text
