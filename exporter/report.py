@@ -1,12 +1,13 @@
 """``replay --report``: one self-contained HTML page of a replayed trace.
 
 On top, a summary per GPU (its verdicts with times and causes, the share of each ledger state) and per job;
-then per GPU a chart over time of utilization, SM activity, power against the board's default limit (with
-the limit line), temperature and SM clock, the verdict episodes as coloured bands and the ledger's state of
-each second as a band under the chart. The chart library (uPlot, MIT) and the page's script are inlined:
-the file opens offline. Long traces are reduced for the page: each series keeps its minimum and maximum per
-time bucket (so a starving loader's 100 -> 0 -> 100 rhythm stays visible), the ledger band the state that
-took most of each bucket.
+then per group of GPUs that behave alike (see ``alike_groups``: the ranks of one job are usually one section,
+a GPU unlike the others a section of its own) a chart over time of utilization, SM activity, power against the
+board's default limit (with the limit line), temperature and SM clock, the verdict episodes as coloured bands
+and the ledger's state of each second as a band under the chart. The chart library (uPlot, MIT) and the page's
+script are inlined: the file opens offline. Long traces are reduced for the page: each series keeps its
+minimum and maximum per time bucket (so a starving loader's 100 -> 0 -> 100 rhythm stays visible), the ledger
+band the state that took most of each bucket.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import html
 import json
 import math
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import resources
@@ -23,6 +25,7 @@ from pathlib import Path
 from exporter.analysis.kinds import KINDS
 from exporter.analysis.ledger import STATE_MEANING, STATES
 from exporter.replay import Episode, ReplayResult, _gpu_list, _gpu_order
+from exporter.thresholds import REPORT_ALIKE_SHARE
 from exporter.traces import TraceRow
 
 # The one place the report's colours live. Grafana's named colours (what the dashboards use for KINDS)...
@@ -180,6 +183,74 @@ def _round(values: list[float | None], digits: int = 1) -> list[float | None]:
     return [None if v is None or not math.isfinite(v) else round(v, digits) for v in values]
 
 
+# ---- GPUs alike ---------------------------------------------------------------------------------
+
+
+def gpu_ranges(gpus: Iterable[str]) -> str:
+    """GPU indices as a person writes them: '0-3, 5-7' (a run of three or more as a range)."""
+    ordered = sorted(set(gpus), key=_gpu_order)
+    parts: list[str] = []
+    run: list[int] = []
+
+    def close() -> None:
+        if len(run) >= 3:
+            parts.append(f"{run[0]}-{run[-1]}")
+        else:
+            parts.extend(str(i) for i in run)
+        run.clear()
+
+    for gpu in ordered:
+        if gpu.isdigit() and run and int(gpu) == run[-1] + 1:
+            run.append(int(gpu))
+            continue
+        close()
+        if gpu.isdigit():
+            run.append(int(gpu))
+        else:
+            parts.append(gpu)
+    close()
+    return ", ".join(parts)
+
+
+def _shares(states: dict[str, float]) -> dict[str, float]:
+    total = sum(states.values())
+    return {s: (v / total if total > 0 else 0.0) for s, v in states.items()}
+
+
+def alike_groups(result: ReplayResult, data: ReportData) -> list[list[str]]:
+    """The GPUs in groups that behave alike: the same board, the same verdicts (kind and cause) and every
+    ledger state's share of their time within REPORT_ALIKE_SHARE of every other member's. Each GPU joins
+    the first group it is alike to, in index order; a GPU unlike all others is a group of its own."""
+    verdicts: dict[str, set[tuple[str, str]]] = {}
+    for e in result.episodes:
+        verdicts.setdefault(e.gpu, set()).add((e.kind, e.cause))
+    tolerance = REPORT_ALIKE_SHARE.value + 1e-9  # shares are sums of floats
+    groups: list[list[str]] = []
+    profiles: dict[str, tuple[str, frozenset[tuple[str, str]], dict[str, float]]] = {}
+    for gpu in sorted(data.gpus, key=_gpu_order):
+        profiles[gpu] = (
+            data.gpus[gpu].name,
+            frozenset(verdicts.get(gpu, ())),
+            _shares(result.ledger.get(gpu, {})),
+        )
+
+    def alike(a: str, b: str) -> bool:
+        (name_a, kinds_a, shares_a), (name_b, kinds_b, shares_b) = profiles[a], profiles[b]
+        return (
+            name_a == name_b
+            and kinds_a == kinds_b
+            and all(abs(shares_a.get(s, 0.0) - shares_b.get(s, 0.0)) <= tolerance for s in STATES)
+        )
+
+    for gpu in profiles:
+        group = next((g for g in groups if all(alike(gpu, other) for other in g)), None)
+        if group is None:
+            groups.append([gpu])
+        else:
+            group.append(gpu)
+    return groups
+
+
 # ---- the page ----------------------------------------------------------------------------------
 
 
@@ -305,15 +376,25 @@ def _legend() -> str:
 
 
 def page_data(result: ReplayResult, data: ReportData, max_points: int = MAX_POINTS) -> dict[str, object]:
-    """What the page's script draws, reduced to at most ``max_points`` per series per GPU."""
+    """What the page's script draws: a chart per group of GPUs alike (its first GPU's), reduced to at
+    most ``max_points`` per series."""
     gpus = []
-    for gpu in sorted(data.gpus, key=_gpu_order):
-        g = data.gpus[gpu]
+    for group in alike_groups(result, data):
+        gpu, g = group[0], data.gpus[group[0]]
         xs, series = reduce_series(g.rows, result.seconds, max_points)
         present = [i for i in range(len(SERIES)) if any(v is not None for v in series[i])] if series else []
+        note = ""
+        if len(group) > 1:
+            note = (
+                f"{len(group)} GPUs alike (the same verdicts, each ledger state's share within "
+                f"{REPORT_ALIKE_SHARE.value:.0%} of the others'): the chart shows GPU {gpu}"
+            )
         gpus.append(
             {
                 "gpu": gpu,
+                "gpus": group,
+                "label": ("GPUs " if len(group) > 1 else "GPU ") + gpu_ranges(group),
+                "note": note,
                 "name": g.name,
                 "tdp": g.tdp_w,
                 "x": _round(xs, 2),

@@ -15,16 +15,21 @@ import pytest
 
 from exporter.analysis.kinds import KINDS
 from exporter.analysis.ledger import STATES
-from exporter.replay import TickStates, replay, summary
+from exporter.replay import Episode, ReplayResult, TickStates, replay, summary
 from exporter.report import (
     KIND_COLOURS,
     MAX_POINTS,
     STATE_COLOURS,
     ReportData,
+    alike_groups,
+    gpu_ranges,
     ledger_runs,
+    page_data,
     reduce_series,
     render,
 )
+from exporter.thresholds import REPORT_ALIKE_SHARE
+from exporter.traces import ReadStats
 from scripts.stack import HEADLESS_CHROMIUM
 from tests.conftest import EXAMPLES, REPO, require_tool
 
@@ -133,6 +138,61 @@ def test_the_report_hooks_only_observe(tmp_path: Path):
     assert "GPU 7" in page
 
 
+# ---- GPUs alike share a section ----------------------------------------------------------------
+
+
+def test_gpu_ranges_read_as_a_person_writes_them():
+    assert gpu_ranges(["5", "0", "1", "2", "3", "6", "7"]) == "0-3, 5-7"
+    assert gpu_ranges(["0", "1", "3"]) == "0, 1, 3"
+    assert gpu_ranges(["4"]) == "4"
+    assert gpu_ranges(["10", "8", "9", "2"]) == "2, 8-10"
+
+
+def _node(shares: dict[str, tuple[float, float]], names: dict[str, str] | None = None) -> tuple:
+    """A replayed node: per GPU its (computing, comm_wait) shares of 1000 s; a report's data for each."""
+    result = ReplayResult(path=Path("t.csv"), stats=ReadStats(gpus=list(shares)), seconds=1000.0)
+    data = ReportData()
+    for gpu, (computing, comm_wait) in shares.items():
+        ledger = dict.fromkeys(STATES, 0.0)
+        ledger.update(computing=1000 * computing, comm_wait=1000 * comm_wait)
+        ledger["input_wait"] = 1000 - ledger["computing"] - ledger["comm_wait"]
+        result.ledger[gpu] = ledger
+        data._gpu(gpu).name = (names or {}).get(gpu, "NVIDIA H100 80GB HBM3")
+        data._gpu(gpu).rows = [(float(t), (50.0,) * 6) for t in range(10)]
+    return result, data
+
+
+def test_gpus_alike_are_one_group_and_a_distinct_gpu_keeps_its_own():
+    tolerance = REPORT_ALIKE_SHARE.value
+    shares = {str(g): (0.66, 0.34) for g in range(8)}
+    shares["1"] = (0.66 - tolerance, 0.34 + tolerance)  # at the bound: alike
+    shares["3"] = (0.66, 0.0)  # the starved rank: 34 % input_wait
+    shares["5"] = (0.66 + tolerance + 0.01, 0.34 - tolerance - 0.01)  # past the bound: apart
+    result, data = _node(shares)
+    assert alike_groups(result, data) == [["0", "1", "2", "4", "6", "7"], ["3"], ["5"]]
+    # the same shares but another verdict, or another board: apart
+    result, data = _node({str(g): (0.66, 0.34) for g in range(4)}, names={"2": "NVIDIA A100-SXM4-80GB"})
+    result.episodes.append(Episode("1", "comm_bound", 10.0))
+    assert alike_groups(result, data) == [["0", "3"], ["1"], ["2"]]
+    result.episodes.append(Episode("0", "comm_bound", 20.0))  # the same kind (and cause) at another time
+    assert alike_groups(result, data) == [["0", "1"], ["2"], ["3"]]
+    result.episodes.append(Episode("3", "comm_bound", 20.0, cause="other"))  # another cause: apart
+    assert alike_groups(result, data) == [["0", "1"], ["2"], ["3"]]
+
+
+def test_the_page_has_a_chart_per_group_named_by_its_gpus():
+    shares = {str(g): (0.66, 0.34) for g in range(8)}
+    shares["4"] = (0.66, 0.0)
+    result, data = _node(shares)
+    sections = page_data(result, data)["gpus"]
+    assert [(s["label"], s["gpus"]) for s in sections] == [  # type: ignore[index]
+        ("GPUs 0-3, 5-7", ["0", "1", "2", "3", "5", "6", "7"]),
+        ("GPU 4", ["4"]),
+    ]
+    assert "7 GPUs alike" in sections[0]["note"] and "the chart shows GPU 0" in sections[0]["note"]  # type: ignore[index]
+    assert sections[1]["note"] == ""  # type: ignore[index]
+
+
 # ---- the page, in a browser ---------------------------------------------------------------------
 
 
@@ -229,12 +289,17 @@ def test_replay_report_renders_offline_in_a_headless_browser(tmp_path: Path):
     console = [line for line in dom.stderr.splitlines() if ":CONSOLE" in line or "Uncaught" in line]
     assert not console, console
     html = dom.stdout
-    assert 'data-rendered="8"' in html  # every GPU's chart drawn
+    # the seven ranks waiting for GPU 3 behave alike: one section; the starved GPU 3 one of its own
+    assert 'data-rendered="2"' in html  # every section's chart drawn
     charts = re.findall(r'<div class="uplot[^"]*".*?</canvas>', html, re.S)
-    assert len(charts) == 8, len(charts)
-    assert html.count('class="ledger-band"') == 8
-    for gpu in range(8):
-        assert f'id="gpu-{gpu}"' in html
+    assert len(charts) == 2, len(charts)
+    assert html.count('class="ledger-band"') == 2
+    titles = re.findall(r'<div class="gpu" id="gpu-(\d+)"><h3>([^<]*)</h3>', html)
+    board = " \u2014 NVIDIA H100 80GB HBM3"
+    assert titles == [("0", "GPUs 0-2, 4-7" + board), ("3", "GPU 3" + board)]
+    assert "7 GPUs alike" in html
+    for gpu in range(8):  # every GPU's link in the summary leads to the section that shows it
+        assert html.count(f'id="gpu-{gpu}"') == 1 and f'href="#gpu-{gpu}"' in html
 
     shot = tmp_path / "shot.png"
     pic = _browser(chromium, tmp_path / "profile-shot", f"--screenshot={shot}", url)

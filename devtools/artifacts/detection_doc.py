@@ -222,7 +222,27 @@ where the time went:
 seconds since the first sample), a `job` line when several GPUs hang together, and a final `summary` with
 the verdict episodes and the ledger per GPU (`ledger`) and per job (`job_ledger`), in seconds. Logs without
 an `index` column: rows sharing the first timestamp are taken as one sample of every GPU, or give
-`--gpus N`. A detector whose inputs are missing stays silent and the summary says so.
+`--gpus N`. A detector whose inputs are missing stays silent and the summary says so. A `.gz` log cut short
+(a copy or an upload that stopped) is replayed up to its last complete line; a line on stderr, the
+summary's `cut_after_line` and the report say where it ends.
+
+`--report PATH` also writes one self-contained HTML page (it opens offline): the summary, then a chart
+over time per group of GPUs that behave alike (the same verdicts and every ledger state's share within
+[`replay.report_alike_share`](thresholds.md#replay) of each other), so the seven waiting ranks of a job are
+one section and the starved one another. The path is checked before the replay starts.
+
+For CI, `--fail-on` makes the exit status say whether a verdict fired: `--fail-on any`, a severity
+(`critical`, `warning` or `info`: that severity and the more serious ones, as the alert rules rank the
+verdicts), verdict kinds, or a comma-separated mix (`--fail-on critical,data_starvation`). When a verdict it
+names fired anywhere in the trace, replay prints the summary as usual, one line naming the verdicts and
+GPUs on stderr, and exits with status 3; a kind named that the trace lacks the inputs for is said on
+stderr (it cannot fire). Other exit statuses: 0 replayed, 2 a bad flag or a file with no readable rows,
+1 the report could not be written.
+
+```
+$ gpu-bottleneck-exporter replay examples/traces/starvation_h100x8.csv.gz --fail-on warning > /dev/null
+gpu-bottleneck-exporter: --fail-on: data_starvation fired on GPU 3 (exit status 3)
+```
 
 ## Detection quality
 

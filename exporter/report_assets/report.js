@@ -1,5 +1,6 @@
-// The replay report's charts: one uPlot chart per GPU with the verdict episodes as bands and the ledger's
-// state of each second as a band under it. Data: the JSON in #report-data (exporter/report.py).
+// The replay report's charts: one uPlot chart per group of GPUs alike (its first GPU's) with the verdict
+// episodes as bands and the ledger's state of each second as a band under it. Data: the JSON in
+// #report-data (exporter/report.py).
 (function () {
   "use strict";
   const data = JSON.parse(document.getElementById("report-data").textContent);
@@ -86,8 +87,19 @@
     section.className = "gpu";
     section.id = "gpu-" + gpu.gpu;
     const title = document.createElement("h3");
-    title.textContent = "GPU " + gpu.gpu + (gpu.name ? " \u2014 " + gpu.name : "");
+    title.textContent = gpu.label + (gpu.name ? " \u2014 " + gpu.name : "");
     section.appendChild(title);
+    gpu.gpus.slice(1).forEach((other) => {
+      const anchor = document.createElement("span"); // #gpu-N leads to the section showing GPU N
+      anchor.id = "gpu-" + other;
+      section.appendChild(anchor);
+    });
+    if (gpu.note) {
+      const note = document.createElement("p");
+      note.className = "dim small";
+      note.textContent = gpu.note;
+      section.appendChild(note);
+    }
     holder.appendChild(section);
     if (!gpu.x.length) {
       const none = document.createElement("p");
