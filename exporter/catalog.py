@@ -26,18 +26,43 @@ silence) are rows without a metric.
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
+
+from exporter import thresholds as th
 
 MIB = float(1 << 20)
 
-# physical bounds of a trace cell, in base units: (low, high, as shown, why)
+# physical bounds of a trace cell, in base units: (low, high, as shown, why); the numbers and their reasons
+# are the threshold table's replay.bound.* lines
 Bounds = tuple[float, float, str, str]
 SHARE: Bounds = (0.0, 1.0, "0-100 %", "a share of time or capacity")
-TEMPERATURE: Bounds = (-40.0, 150.0, "-40..150 C", "beyond any GPU's storage and shutdown limits")
-POWER: Bounds = (0.0, 5000.0, "0..5000 W", "no board draws less than nothing or more than a whole 8-GPU tray")
-CLOCK: Bounds = (0.0, 1e10, "0..10000 MHz", "no GPU clocks above a few GHz")
-MEMORY: Bounds = (0.0, math.inf, ">= 0 MiB", "memory is never negative")
+FLAG: Bounds = (0.0, 1.0, "0 or 1", "a yes/no cell")
+TEMPERATURE: Bounds = (
+    th.TRACE_TEMP_MIN.value,
+    th.TRACE_TEMP_MAX.value,
+    f"{th.TRACE_TEMP_MIN.value:g}..{th.TRACE_TEMP_MAX.value:g} C",
+    "beyond any GPU's storage and shutdown limits",
+)
+
+
+def _upto(threshold: th.Threshold, scale: float, unit: str, why: str) -> Bounds:
+    """0 up to a threshold's value (base units), shown in the column's unit, the threshold named."""
+    high = threshold.value * scale
+    shown = f"{high:,.0f}" if 1000 <= high < 1e15 else f"{high:g}"
+    return (0.0, threshold.value, f"0..{shown} {unit}".rstrip(), f"{why}: {threshold.key}")
+
+
+POWER = _upto(th.TRACE_POWER_MAX, 1.0, "W", "no board draws less than nothing or more than a whole tray")
+CLOCK = _upto(th.TRACE_CLOCK_MAX, 1e-6, "MHz", "no GPU clocks above a few GHz")
+MEMORY = _upto(th.TRACE_GPU_MEMORY_MAX, 1 / MIB, "MiB", "no GPU holds more")
+HOST_MEMORY = _upto(th.TRACE_HOST_MEMORY_MAX, 1 / MIB, "MiB", "no node holds more")
+NVLINK_RATE = _upto(th.TRACE_NVLINK_MAX, 1 / MIB, "MiB/s", "beyond any GPU's NVLinks")
+PCIE_RATE = _upto(th.TRACE_PCIE_MAX, 1 / MIB, "MiB/s", "beyond any GPU's PCIe link")
+DISK_RATE = _upto(th.TRACE_DISK_MAX, 1 / MIB, "MiB/s", "beyond any node's drives")
+LINKS = _upto(th.TRACE_LINKS_MAX, 1.0, "links", "no GPU has more NVLinks")
+PEERS = _upto(th.TRACE_PEERS_MAX, 1.0, "peers", "a trace holds at most 1,024 GPUs")
+COUNTER = _upto(th.TRACE_COUNTER_MAX, 1.0, "", "a 64-bit counter, never negative")
+SILENCE = _upto(th.TRACE_SILENCE_MAX, 1.0, "s", "ten years")
 
 # nvidia-smi's units of a column -> the factor from base units to it (what the writer multiplies by)
 _TO_UNIT = {"%": 100.0, "MiB": 1 / MIB, "MiB/s": 1 / MIB, "W": 1.0, "MHz": 1e-6, "s": 1.0, "": 1.0}
@@ -304,15 +329,23 @@ SIGNALS: tuple[Signal, ...] = (
     ),
     # trace columns derived from several readings (exporter/analysis/points.py); their metrics, where
     # they have one, are hand-written families
-    Signal("nvlink_tx_bps", "bytes/s", point="nvlink_tx_bps", column="nvlink.tx", column_unit="MiB/s"),
-    Signal("nvlink_rx_bps", "bytes/s", point="nvlink_rx_bps", column="nvlink.rx", column_unit="MiB/s"),
-    Signal("pcie_tx_bps", "bytes/s", point="pcie_tx_bps", column="pcie.tx", column_unit="MiB/s"),
-    Signal("pcie_rx_bps", "bytes/s", point="pcie_rx_bps", column="pcie.rx", column_unit="MiB/s"),
-    Signal("nvlink_active", "links", point="nvlink_active", column="nvlink.active"),
-    Signal("nvlink_links", "links", point="nvlink_links", column="nvlink.links"),
-    Signal("nvlink_errors", "errors", point="nvlink_errors", column="nvlink.errors"),
-    Signal("p2p_failed", "pairs", point="p2p_failed", column="p2p.failed"),
-    Signal("fabric_ready", "", point="fabric_ready", column="fabric.ready"),
+    *(
+        Signal(
+            f"{link}_{way}_bps",
+            "bytes/s",
+            point=f"{link}_{way}_bps",
+            column=f"{link}.{way}",
+            column_unit="MiB/s",
+            bounds=bounds,
+        )
+        for link, bounds in (("nvlink", NVLINK_RATE), ("pcie", PCIE_RATE))
+        for way in ("tx", "rx")
+    ),
+    Signal("nvlink_active", "links", point="nvlink_active", column="nvlink.active", bounds=LINKS),
+    Signal("nvlink_links", "links", point="nvlink_links", column="nvlink.links", bounds=LINKS),
+    Signal("nvlink_errors", "errors", point="nvlink_errors", column="nvlink.errors", bounds=COUNTER),
+    Signal("p2p_failed", "pairs", point="p2p_failed", column="p2p.failed", bounds=PEERS),
+    Signal("fabric_ready", "", point="fabric_ready", column="fabric.ready", bounds=FLAG),
     Signal(
         "log_silent_s",
         "seconds",
@@ -320,6 +353,7 @@ SIGNALS: tuple[Signal, ...] = (
         column="progress.log_silent",
         column_unit="s",
         fmt="{:.1f}",
+        bounds=SILENCE,
     ),
     # nvmlDeviceGetTotalEccErrors(handle, nvmlMemoryErrorType_t, nvmlEccCounterType_t), read every
     # --slow-interval: ECC counts change rarely and a board without ECC says NotSupported once
@@ -337,6 +371,7 @@ SIGNALS: tuple[Signal, ...] = (
             label=f'type="{kind}",counter="{counter}"',
             detail="ecc",
             column=f"ecc.errors.{kind}.{counter}.total",
+            bounds=COUNTER,
             read=NvmlRead("nvmlDeviceGetTotalEccErrors", (kind_id, counter_id), slow=True),
         )
         for kind, kind_id in (("corrected", 0), ("uncorrected", 1))

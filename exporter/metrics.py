@@ -7,8 +7,10 @@ a dictionary lookup.
 from __future__ import annotations
 
 import gzip
+import logging
 import math
 import platform
+import re
 import threading
 from collections.abc import Callable, Iterator
 from importlib import metadata
@@ -32,6 +34,10 @@ def _bindings_version() -> str:
 
 
 BINDINGS = _bindings_version()
+log = logging.getLogger(__name__)
+# a lone surrogate: how Python holds a byte of a file name, an environment variable or /proc text that is
+# not UTF-8 (os.listdir and friends decode with surrogateescape); it cannot be encoded as UTF-8
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def esc(value: str) -> str:
@@ -450,7 +456,28 @@ def expose(fams: list[Family], openmetrics: bool) -> bytes:
         )
     if openmetrics:
         out.append("# EOF\n")
-    return "".join(out).encode()
+    text = "".join(out)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return _replace_surrogates(text)
+
+
+_warned_surrogates = False
+
+
+def _replace_surrogates(text: str) -> bytes:
+    """The exposition with every byte that was not UTF-8 as U+FFFD: a name a source let through (a file
+    or mount that is not UTF-8) must not turn every scrape into an error. Said once in the log."""
+    global _warned_surrogates
+    if not _warned_surrogates:
+        _warned_surrogates = True
+        line = next((line for line in text.splitlines() if _SURROGATE.search(line)), "")
+        log.warning(
+            "a label value is not UTF-8; exported with U+FFFD in its place: %s",
+            _SURROGATE.sub("\ufffd", line)[:200],
+        )
+    return _SURROGATE.sub("\ufffd", text).encode()
 
 
 class Renderer:

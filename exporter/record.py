@@ -3,6 +3,7 @@ application is built the same way (exporter/app.py); only its listeners differ."
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
@@ -19,27 +20,70 @@ from exporter.usage import CommandError, UsageError
 log = logging.getLogger("exporter")
 
 
+class _Output:
+    """Where the rows go: stdout for '-', else ``path``, created with the first row (a run that saw no GPU
+    leaves no file behind) and flushed after every batch, so the file is readable as it grows and a
+    killed recording keeps what it wrote. A reader of stdout that goes away ends the recording."""
+
+    def __init__(self, output: str) -> None:
+        self.output = output
+        self.stream: TextIO | None = sys.stdout if output == "-" else None
+        self.reader_gone = False
+        self.closed = False
+        self.error = ""  # why the file could not be written
+
+    def open(self) -> TextIO:
+        if self.stream is None:
+            self.stream = open(self.output, "w", encoding="utf-8")  # noqa: SIM115 - open until the end
+        return self.stream
+
+    def close(self) -> None:
+        self.closed = True
+        if self.stream is None:
+            return
+        try:
+            if not self.reader_gone:
+                self.stream.flush()
+            if self.stream is not sys.stdout:
+                self.stream.close()
+        except OSError as exc:
+            if not _pipe_closed(exc):
+                raise
+            self.reader_gone = True
+
+
 def record(settings: Settings, output: str, duration: float | None) -> None:
-    """Samples to ``output`` through a temporary file beside it, renamed into place only when at least one
-    row was recorded: a run that saw no GPU fails and leaves no empty trace behind."""
+    """Samples to ``output`` (see ``_Output``) until ``duration`` ends, a signal, or the reader of stdout
+    goes away (then the process ends as a Unix tool does: by SIGPIPE, quietly)."""
     configure_logging(settings.log_level)
-    stream, partial = _open(output)
-    try:
-        built = build(settings)
-    except BaseException:
-        _discard(stream, partial)
-        raise
-    app = built.app
-    writer, lock, done = TraceWriter(stream), threading.Lock(), threading.Event()
+    _check_writable(output)
+    built = build(settings)
+    app, out = built.app, _Output(output)
+    writer: TraceWriter | None = None
+    lock, done = threading.Lock(), threading.Event()
 
     def on_gpu(identity, points) -> None:
+        nonlocal writer
         with lock:
-            for point in points:
-                writer.gpu(str(identity.index), identity.name, point)
+            if out.closed or out.reader_gone or out.error or (done.is_set() and writer is None):
+                return  # over, or the recording ended before its first row
+            try:
+                if writer is None:
+                    writer = TraceWriter(out.open())
+                for point in points:
+                    writer.gpu(str(identity.index), identity.name, point)
+                writer.stream.flush()
+            except OSError as exc:
+                if _pipe_closed(exc):
+                    out.reader_gone = True
+                else:
+                    out.error = f"cannot write {output} ({exc.strerror or exc})"
+                done.set()
 
     def on_host(point) -> None:
         with lock:
-            writer.host(point)
+            if writer is not None:
+                writer.host(point)
 
     app.sampler.gpu_listeners.append(on_gpu)
     app.sampler.host_listeners.append(on_host)
@@ -52,39 +96,47 @@ def record(settings: Settings, output: str, duration: float | None) -> None:
     finally:
         app.stop()
         with lock:
-            if writer.rows and partial is not None:
-                stream.close()
-                os.replace(partial, output)
-            elif partial is not None:
-                _discard(stream, partial)
-            else:
-                stream.flush()
+            done.set()
+            out.close()
         built.close()
-    if not writer.rows:
+    rows = writer.rows if writer is not None else 0
+    if out.reader_gone:
+        _end_by_sigpipe()
+    if out.error:
+        raise CommandError(f"{out.error}; {rows} rows written")
+    if not rows:
         raise CommandError(
             f"recorded nothing: no GPU answered (see the warnings above); {output} not written"
         )
-    log.info("wrote %d rows to %s", writer.rows, output)
+    log.info("wrote %d rows to %s", rows, output)
 
 
-def _open(output: str) -> tuple[TextIO, str | None]:
-    """stdout for '-', else a temporary file beside ``output`` (and its path) with open()'s mode."""
+def _check_writable(output: str) -> None:
+    """Fail before sampling when ``output`` cannot be created: a file made and removed beside it."""
     if output == "-":
-        return sys.stdout, None
+        return
     target = os.path.abspath(output)
+    if os.path.isdir(target):
+        raise UsageError(f"--output: cannot write {output} (a directory)")
     try:
-        fd, partial = tempfile.mkstemp(
-            prefix=f".{os.path.basename(target)}.", suffix=".partial", dir=os.path.dirname(target)
-        )
+        fd, probe = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", dir=os.path.dirname(target))
     except OSError as exc:
         raise UsageError(f"--output: cannot write {output} ({exc.strerror})") from None
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)  # what open() would have made, not mkstemp's 0600
-    return os.fdopen(fd, "w", encoding="utf-8"), partial
+    os.close(fd)
+    os.unlink(probe)
 
 
-def _discard(stream: TextIO, partial: str | None) -> None:
-    if partial is not None:
-        stream.close()
-        os.unlink(partial)
+def _pipe_closed(exc: OSError) -> bool:
+    return isinstance(exc, BrokenPipeError) or exc.errno in (errno.EPIPE, errno.ECONNRESET)
+
+
+def _end_by_sigpipe() -> None:
+    """The reader of stdout went away: end as ``yes | head -1`` does, killed by SIGPIPE (status 141 in a
+    shell), without a word. stdout points at /dev/null first so nothing buffered is flushed at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    logging.shutdown()
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGPIPE)
+    raise SystemExit(128 + signal.SIGPIPE)  # not reached: the signal ends the process

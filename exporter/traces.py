@@ -82,7 +82,8 @@ DEFAULT_UNITS: dict[str, str] = {
 BOUNDS: dict[str, tuple[float, float, str, str]] = {
     **catalog.bounds(),
     **dict.fromkeys(PERCENT_FIELDS, catalog.SHARE),
-    **dict.fromkeys(("shm_used_bytes", "shm_size_bytes"), catalog.MEMORY),
+    **dict.fromkeys(("shm_used_bytes", "shm_size_bytes"), catalog.HOST_MEMORY),
+    "disk_read_bps": catalog.DISK_RATE,
 }
 
 # what record writes: (header, point, attribute, scale from base units to the header's unit, format);

@@ -5,6 +5,7 @@ trace on a virtual clock); it never reads a clock or a file itself.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -30,6 +31,7 @@ from exporter.thresholds import (
     SCORE_ENTER,
     STARVATION_IDLE_FRACTION,
     UTIL_IDLE_LINE,
+    WINDOW_POINTS_PER_SECOND,
 )
 
 
@@ -80,8 +82,10 @@ class Analyzer:
     ) -> None:
         self.window_s = max(window_s, evidence_s)
         self.evidence_s = evidence_s
+        # points a window holds at most: rows that share one time are never evicted by time
+        self.max_points = math.ceil(self.window_s * WINDOW_POINTS_PER_SECOND.value)
         self._gpus: dict[str, _Gpu] = {}
-        self.host_window: Window[HostPoint] = Window(self.window_s)
+        self.host_window: Window[HostPoint] = Window(self.window_s, self.max_points)
         self.host_features = HostFeatures()
         self.missing: dict[str, str] = {}  # kind -> why its detector was silent (while it has been)
         self.had_inputs: set[str] = set()  # kinds whose detector saw its inputs at least once
@@ -91,7 +95,7 @@ class Analyzer:
     def _gpu(self, gpu: str) -> _Gpu:
         state = self._gpus.get(gpu)
         if state is None:
-            state = self._gpus[gpu] = _Gpu(window=Window(self.window_s))
+            state = self._gpus[gpu] = _Gpu(window=Window(self.window_s, self.max_points))
         return state
 
     def set_identity(self, gpu: str, name: str = "", slowdown_c: float | None = None) -> None:

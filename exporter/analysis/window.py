@@ -13,16 +13,20 @@ LOW_Q, HIGH_Q = 0.05, 0.95  # the quantiles exported as p05/p95 and a window's s
 
 
 class Window(Generic[P]):
-    """Points (anything with a ``t``) of the last ``span_s`` seconds, oldest first."""
+    """Points (anything with a ``t``) of the last ``span_s`` seconds, oldest first; at most ``max_points``
+    (None: no bound): past it the oldest go first, whatever their times (``dropped`` counts them)."""
 
-    def __init__(self, span_s: float) -> None:
+    def __init__(self, span_s: float, max_points: int | None = None) -> None:
         self.span_s = span_s
-        self._points: deque[P] = deque()
+        self._points: deque[P] = deque(maxlen=max_points)
+        self.dropped = 0
 
     def add(self, point: P) -> None:
         points = self._points
         if points and point.t < points[-1].t:  # type: ignore[attr-defined]
             return  # out of order (a clock step back): keep the window monotonic
+        if len(points) == points.maxlen:
+            self.dropped += 1  # the append below pushes the oldest out
         points.append(point)
 
     def extend(self, points: Iterable[P]) -> None:

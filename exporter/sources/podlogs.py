@@ -10,16 +10,26 @@ from its start. A log is first read from its last ``podlogs.tail_bytes`` only, n
 older than the source give state (time, step, transports) but are not counted as warnings or errors.
 Reads, lines and joined lines are bounded per container (what is skipped is counted), and so is the
 number of containers followed.
+
+Nothing is read outside ``--pod-logs``: below it no symbolic link is followed (every directory and file is
+opened from the one above it with ``O_NOFOLLOW``, so a directory swapped for a link between a listing and
+an open leads nowhere either), and a log must be a regular file (a FIFO or a device named ``0.log`` is not
+opened for reading). CRI runtimes (containerd, CRI-O) write the logs there as plain files; what is skipped,
+a link (cri-dockerd's links into Docker's own JSON logs, which are not CRI records) or a name that is not
+UTF-8 (it would become a label value), is counted once per path in
+``gpu_exporter_collect_errors_total{source="podlogs"}`` and named in the log.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
+import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import BinaryIO
 
@@ -38,6 +48,59 @@ log = logging.getLogger(__name__)
 SOURCE = "podlogs"
 _LOG = re.compile(r"^(\d+)\.log$")
 PROGRESS_LOOKBACK = 64  # the newest lines of a read tried against the progress table, newest first
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # a FIFO never blocks the open
+# what a skipped entry is counted as (the ``error`` label of gpu_exporter_collect_errors_total)
+LINK = "SymlinkSkipped"  # a symbolic link below the root: it could lead anywhere
+NOT_FILE = "NotRegularFile"  # a log that is a FIFO, a device or a socket (a directory: IsADirectoryError)
+BAD_NAME = "UndecodableName"  # a name that is not UTF-8: it cannot be a label value
+
+
+def utf8_name(name: str) -> bool:
+    """Whether a name from the file system is UTF-8 (os.listdir gives other bytes as lone surrogates)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def shown(path: str) -> str:
+    """A path for a log line: bytes that are not UTF-8 as escapes."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def open_below(root: str, names: Sequence[str], flags: int) -> int:
+    """A descriptor for ``root/names[0]/.../names[-1]`` that follows no symbolic link below ``root``: each
+    step is opened from the descriptor of the one above with ``O_NOFOLLOW`` (``root`` itself is the
+    operator's choice and may be a link). Raises OSError: ELOOP or ENOTDIR where a step is a link."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in names[:-1]:
+            step = os.open(_one(name), _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = step
+        return os.open(_one(names[-1]), flags, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def _one(name: str) -> str:
+    """A single entry of a directory: never a path, never '.' or '..'."""
+    if not name or "/" in name or name in (".", ".."):
+        raise OSError(errno.EINVAL, "not a directory entry", name)
+    return name
+
+
+def _why(exc: OSError, dir_fd: int | None, name: str) -> str:
+    """The error a failed open is counted as: a link, or the OS error's name."""
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+        try:
+            if dir_fd is None or stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
+                return LINK
+        except OSError:
+            pass
+    return type(exc).__name__
 
 
 @dataclass(frozen=True)
@@ -92,9 +155,10 @@ class Counts:
 
 @dataclass(eq=False)
 class Follower:
-    """One container's log directory."""
+    """One container's log directory: ``root/names[0]/names[1]``, opened without following links."""
 
-    directory: str
+    root: str
+    names: tuple[str, str]  # (the pod's directory, the container's)
     since: float  # when the source started (wall clock): older lines are the past, state only
     counting: bool = False  # True once the first read is done: from then on every line is new
     state: LogState = field(default_factory=LogState)
@@ -117,27 +181,37 @@ class Follower:
 
     # ---- files -------------------------------------------------------------------------------------
 
-    def newest(self) -> tuple[int, str] | None:
+    @property
+    def directory(self) -> str:
+        return os.path.join(self.root, *self.names)
+
+    @staticmethod
+    def newest(dir_fd: int) -> tuple[int, str] | None:
         best: tuple[int, str] | None = None
         try:
-            names = os.listdir(self.directory)
+            names = os.listdir(dir_fd)
         except OSError:
             return None
         for name in names:
             m = _LOG.match(name)
             if m and (best is None or int(m.group(1)) > best[0]):
-                best = (int(m.group(1)), os.path.join(self.directory, name))
+                best = (int(m.group(1)), name)
         return best
 
-    def _open(self, number: int, path: str, tail: bool, counts: Counts) -> None:
+    def _open(self, number: int, name: str, dir_fd: int, tail: bool, counts: Counts) -> None:
         self.close()
         try:
-            fh = open(path, "rb")  # noqa: SIM115 - kept open across polls to drain a rotated file
+            fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
         except OSError as exc:
-            self.error = type(exc).__name__
+            self.error = _why(exc, dir_fd, name)
+            return
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            self.error = "IsADirectoryError" if stat.S_ISDIR(st.st_mode) else NOT_FILE
             return
         self.error = ""
-        st = os.fstat(fh.fileno())
+        fh = os.fdopen(fd, "rb")  # kept open across polls to drain a rotated file
         self.fh, self.number, self.inode = fh, number, st.st_ino
         self.partial, self.pending, self.pending_len = b"", [], 0
         self.pos = 0
@@ -155,13 +229,24 @@ class Follower:
         self.drop_first = True
 
     def poll(self, now: float, patterns: tuple[Pattern, ...], counts: Counts) -> None:
-        newest = self.newest()
+        try:
+            dir_fd: int | None = open_below(self.root, self.names, _DIR_FLAGS)
+        except OSError:
+            dir_fd = None  # gone (the pod was deleted) or no longer a directory: drain what is open
+        try:
+            self._poll(dir_fd, now, patterns, counts)
+        finally:
+            if dir_fd is not None:
+                os.close(dir_fd)
+
+    def _poll(self, dir_fd: int | None, now: float, patterns: tuple[Pattern, ...], counts: Counts) -> None:
+        newest = self.newest(dir_fd) if dir_fd is not None else None
         if self.fh is None:
-            if newest is None:
+            if newest is None or dir_fd is None:
                 return
             # a log present when the exporter starts is the past: its tail gives state, not counts; a log
             # that appears later is read from its start (up to the tail bound)
-            self._open(*newest, tail=True, counts=counts)
+            self._open(*newest, dir_fd=dir_fd, tail=True, counts=counts)
             if self.fh is None:
                 return
         budget = PODLOG_LINES_PER_SECOND.value * min(
@@ -170,7 +255,7 @@ class Follower:
         )
         self.last_poll = now
         records = self._read(counts)
-        switched = self._follow(newest, counts)
+        switched = self._follow(newest, dir_fd, counts)
         if switched:
             records += self._read(counts)
         self._parse(records, int(budget), patterns, counts)
@@ -202,20 +287,20 @@ class Follower:
             self.drop_first = False
         return records
 
-    def _follow(self, newest: tuple[int, str] | None, counts: Counts) -> bool:
+    def _follow(self, newest: tuple[int, str] | None, dir_fd: int | None, counts: Counts) -> bool:
         """After draining the open file: a rotation or a restart opens the new file from its start."""
-        if newest is None:
+        if newest is None or dir_fd is None:
             return False
-        number, path = newest
+        number, name = newest
         if number > self.number:  # the container restarted: <n+1>.log
-            self._open(number, path, tail=False, counts=counts)
+            self._open(number, name, dir_fd, tail=False, counts=counts)
             return True
         try:
-            inode = os.stat(path).st_ino
+            inode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_ino
         except OSError:
             return False  # rotated, the new file not created yet: keep draining the old one
         if inode != self.inode:
-            self._open(number, path, tail=False, counts=counts)
+            self._open(number, name, dir_fd, tail=False, counts=counts)
             return True
         return False
 
@@ -298,6 +383,7 @@ class PodLogSource:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._warned = False
+        self._skipped: set[str] = set()  # paths skipped and counted (links, names that are not UTF-8)
 
     @property
     def view(self) -> PodLogsView:
@@ -328,52 +414,91 @@ class PodLogSource:
                 self.errors.inc(SOURCE, "InternalError")
             self._stop.wait(max(0.0, PODLOG_POLL.value - (self.monotonic() - started)))
 
-    def _directories(self) -> dict[tuple[str, str, str], str]:
-        """(namespace, pod, container) -> its log directory, for the GPU pods; the newest pod UID wins."""
+    def _skip(self, why: str, path: str) -> None:
+        """Count a skipped entry once (at most PODLOG_MAX_CONTAINERS remembered; past that, again)."""
+        if path in self._skipped:
+            return
+        if len(self._skipped) >= PODLOG_MAX_CONTAINERS.value:
+            self._skipped.clear()
+        self._skipped.add(path)
+        self.errors.inc(SOURCE, why, f"{shown(path)} skipped: nothing outside {shown(self.root)} is read")
+
+    def _usable(self, entry: os.DirEntry[str], path: str) -> bool:
+        """A directory entry to descend into: a directory itself (not a link to one) with a UTF-8 name."""
+        try:
+            if entry.is_symlink():
+                self._skip(LINK, path)
+                return False
+            if not entry.is_dir(follow_symlinks=False):
+                return False
+        except OSError:
+            return False
+        if not utf8_name(entry.name):
+            self._skip(BAD_NAME, path)
+            return False
+        return True
+
+    def _directories(self) -> dict[tuple[str, str, str], tuple[str, str]]:
+        """(namespace, pod, container) -> the names of its log directory below the root (the pod's, the
+        container's), for the GPU pods; the newest pod UID wins. Links and names that are not UTF-8 are
+        skipped (counted once each)."""
         found: dict[tuple[str, str], tuple[float, str]] = {}
         try:
             entries = list(os.scandir(self.root))
         except OSError as exc:
             if not self._warned:
                 self._warned = True
-                self.errors.inc(SOURCE, type(exc).__name__, f"{self.root}: {exc.strerror}")
+                self.errors.inc(SOURCE, type(exc).__name__, f"{shown(self.root)}: {exc.strerror}")
             return {}
         for entry in entries:
             parts = entry.name.split("_")
             if len(parts) != 3 or (parts[0], parts[1]) not in self._pods:
                 continue
+            if not self._usable(entry, entry.path):
+                continue
             try:
-                mtime = entry.stat().st_mtime
+                mtime = entry.stat(follow_symlinks=False).st_mtime
             except OSError:
                 continue
             key = (parts[0], parts[1])
             if key not in found or mtime > found[key][0]:
-                found[key] = (mtime, entry.path)
-        out: dict[tuple[str, str, str], str] = {}
-        for (namespace, pod), (_, path) in sorted(found.items()):
+                found[key] = (mtime, entry.name)
+        out: dict[tuple[str, str, str], tuple[str, str]] = {}
+        for (namespace, pod), (_, name) in sorted(found.items()):
             try:
-                containers = sorted(e.name for e in os.scandir(path) if e.is_dir())
+                fd = open_below(self.root, (name,), _DIR_FLAGS)
+            except OSError as exc:
+                if _why(exc, None, name) == LINK:  # swapped for a link since the listing
+                    self._skip(LINK, os.path.join(self.root, name))
+                continue
+            try:
+                with os.scandir(fd) as listing:
+                    containers = sorted(
+                        e.name for e in listing if self._usable(e, os.path.join(self.root, name, e.name))
+                    )
             except OSError:
                 continue
+            finally:
+                os.close(fd)
             for container in containers:
                 if len(out) >= PODLOG_MAX_CONTAINERS.value:
                     return out
-                out[(namespace, pod, container)] = os.path.join(path, container)
+                out[(namespace, pod, container)] = (name, container)
         return out
 
     def poll(self) -> PodLogsView:
         now = self.monotonic()
         wanted = self._directories()
-        for key in [k for k, f in self._followers.items() if wanted.get(k) != f.directory]:
+        for key in [k for k, f in self._followers.items() if wanted.get(k) != f.names]:
             self._followers.pop(key).close()  # the pod is gone (or replaced by a new UID)
-        for key, directory in wanted.items():
+        for key, names in wanted.items():
             follower = self._followers.get(key)
             if follower is None:
-                follower = self._followers[key] = Follower(directory, since=self._since)
+                follower = self._followers[key] = Follower(self.root, names, since=self._since)
             follower.poll(now, self.patterns, self._counts)
             if follower.error and not follower.counted_error:
                 follower.counted_error = True
-                self.errors.inc(SOURCE, follower.error, directory)
+                self.errors.inc(SOURCE, follower.error, shown(follower.directory))
         self._view = replace(self._publish(), duration_s=self.monotonic() - now, collected_t=self.clock())
         return self._view
 
