@@ -45,7 +45,8 @@ work=$(mktemp -d)
 cleanup() {
   if [ -n "${container:-}" ]; then podman rm -f -t 2 "$container" >/dev/null 2>&1 || true; fi
   if [ -n "${bundle_id:-}" ]; then "$runtime" delete -f "$bundle_id" >/dev/null 2>&1 || true; fi
-  if [ -n "${image_ref:-}" ]; then podman rmi -f "$image_ref" >/dev/null 2>&1 || true; fi
+  # the pulled image under every name podman gave it (it names an oci: pull after the layout's path)
+  if [ -n "${image_id:-}" ]; then podman rmi -f "$image_id" >/dev/null 2>&1 || true; fi
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -139,8 +140,8 @@ if command -v podman >/dev/null; then
   runtime=()
   if command -v runc >/dev/null; then runtime=(--runtime runc); fi
   image_ref="localhost/gpu-bottleneck-exporter:$version"
-  if id=$(podman pull -q "oci:$out/oci:$version" 2>"$work/podman.err"); then
-    podman tag "$id" "$image_ref" 2>>"$work/podman.err" || true
+  if image_id=$(podman pull -q "oci:$out/oci:$version" 2>"$work/podman.err"); then
+    podman tag "$image_id" "$image_ref" 2>>"$work/podman.err" || true
   fi
   if podman image exists "$image_ref" \
     && container=$(podman "${runtime[@]}" run -d "${limits[@]}" --network host "$image_ref" "${args[@]}" 2>>"$work/podman.err") \
