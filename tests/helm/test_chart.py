@@ -10,6 +10,7 @@ import yaml
 
 from devtools.artifacts import alerts, chart, dashboards
 from exporter import __version__
+from exporter.config import DURATION_RANGES
 from tests.helm.chart import (
     CHART,
     VALUES_FILES,
@@ -239,6 +240,44 @@ def test_both_monitors_at_once_is_refused():
 def test_schema_refuses_bad_values_with_a_clear_error(sets, set_json, words):
     error = render_error(sets, set_json)
     assert words in error, error
+
+
+@pytest.mark.parametrize(
+    ("sets", "got"),
+    [
+        ({"exporter.interval": "0"}, "got 0"),
+        ({"exporter.interval": "-1"}, "got -1"),
+        ({"exporter.interval": "0.01"}, "got 0.01"),
+        ({"exporter.window": "soon"}, "got soon"),
+        ({"exporter.window": "7200"}, "got 7200"),
+        ({"exporter.collectTimeout": "0"}, "got 0"),
+    ],
+)
+def test_a_duration_out_of_the_exporters_range_fails_with_one_line_that_says_what_is_wanted(sets, got):
+    """The exporter's own range and reason, not JSON schema's 'exclusiveMinimum: got 0, want 0'."""
+    (name,) = sets
+    field = chart.DURATION_VALUES[name]
+    low, low_allowed, high, why = DURATION_RANGES[field]
+    error = render_error(sets)
+    lowest = f"at least {low:g}" if low_allowed else f"more than {low:g}"
+    assert f"{name} must be a number of seconds, {lowest} and at most {high:g} ({why}); {got}" in error, error
+    assert "want" not in error and "anyOf" not in error, error
+    # one line, helm's own hint aside
+    assert len([line for line in error.splitlines() if name in line]) == 1, error
+
+
+def test_a_window_shorter_than_one_interval_is_refused():
+    error = render_error({"exporter.interval": "2", "exporter.window": "1.5"})
+    assert "exporter.window (1.5 s) must be at least one exporter.interval (2 s)" in error, error
+
+
+def test_durations_in_range_from_set_and_from_a_values_file_reach_the_exporter(tmp_path):
+    found = env(render(sets={"exporter.interval": "0.05", "exporter.window": "3600"}))
+    assert (found["GBE_INTERVAL"], found["GBE_WINDOW"]) == ("0.05", "3600")
+    values = tmp_path / "values.yaml"
+    values.write_text("exporter: {interval: 0.25, window: 30, collectTimeout: 2.5}\n")
+    found = env(render(values))
+    assert (found["GBE_INTERVAL"], found["GBE_WINDOW"], found["GBE_COLLECT_TIMEOUT"]) == ("0.25", "30", "2.5")
 
 
 def test_every_value_is_documented_in_the_chart_readme():

@@ -61,6 +61,26 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- default (include "gbe.name" .) .Values.prometheusRule.job -}}
 {{- end -}}
 
+{{/* A duration value (seconds: a number from a values file, or the string `--set` makes of a
+     fraction), quoted for the exporter's environment. What the exporter would refuse at start fails
+     here with one line naming the value, its range and why (the ranges: _durations.tpl).
+     Call with (list $ "exporter.interval" .Values.exporter.interval). */}}
+{{- define "gbe.seconds" -}}
+{{- $name := index . 1 -}}
+{{- $text := toString (index . 2) -}}
+{{- $r := index (include "gbe.durationRanges" (index . 0) | fromYaml) $name -}}
+{{- $lowest := ternary (printf "at least %v" $r.low) (printf "more than %v" $r.low) $r.lowAllowed -}}
+{{- $range := printf "%s must be a number of seconds, %s and at most %v (%s)" $name $lowest $r.high $r.why -}}
+{{- if not (regexMatch "^([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([eE][+-]?[0-9]+)?$" $text) -}}
+{{- fail (printf "%s; got %s" $range $text) -}}
+{{- end -}}
+{{- $v := float64 $text -}}
+{{- if or (lt $v $r.low) (and (eq $v $r.low) (not $r.lowAllowed)) (gt $v $r.high) -}}
+{{- fail (printf "%s; got %s" $range $text) -}}
+{{- end -}}
+{{- $text | quote -}}
+{{- end -}}
+
 {{/* A number as PromQL reads it: integers without an exponent (Helm holds values as float64). */}}
 {{- define "gbe.number" -}}
 {{- if eq (float64 .) (float64 (int64 .)) -}}{{ int64 . }}{{- else -}}{{ . }}{{- end -}}
