@@ -181,7 +181,8 @@ def _mapping(value: Any, where: str) -> _Map:
 
 def _unknown(where: str, section: _Map, key: str, known: Iterable[str]) -> WebConfigError:
     """An unknown key, named by its line; a known key it looks like a typo of is suggested."""
-    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.75)
+    # a key longer than any known one by far is no typo (and comparing it would cost its length squared)
+    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.75) if len(key) <= 64 else []
     hint = f"; did you mean {close[0]}?" if close else ""
     names = ", ".join(sorted(known))
     return WebConfigError(f"{where}: unknown key at {section.at(key)}{hint} (known: {names})")
