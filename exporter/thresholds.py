@@ -855,6 +855,63 @@ HTTP_KEEPALIVE = _t(
     "An idle kept-alive connection is closed after 30 s: longer than the usual 15-30 s scrape interval "
     "would be held idle for nothing; shorter ones reuse the connection.",
 )
+# --web.config.file: what the file may be, what a login may cost
+WEB_MAX_FILE_BYTES = _t(
+    "web.max_file_bytes",
+    float(1 << 20),
+    "bytes",
+    "A web config is a few hundred bytes (a certificate's paths, a few users' 60-byte hashes); 1 MiB only "
+    "keeps a wrong path (a log, a device) from being read whole.",
+)
+WEB_MAX_DEPTH = _t(
+    "web.max_depth",
+    10.0,
+    "count",
+    "The deepest setting of a web config sits 3 mappings down (http_server_config, headers, a header); "
+    "10 still names a misplaced block at its line, and keeps the YAML parser far from Python's recursion "
+    "limit (a file of 10,000 nested brackets killed the server on SIGHUP).",
+)
+WEB_BCRYPT_MAX_COST = _t(
+    "web.bcrypt_max_cost",
+    14.0,
+    "count",
+    "One bcrypt check at cost 14 takes about 1 s on a server core (cost 10: 60 ms; each step doubles), "
+    "and the first scrape after a start or a password change pays one, inside Prometheus' default 10 s "
+    "scrape timeout; cost 16 would take 4 s of it, and cost 31 (the format's maximum) about 35 hours, "
+    "hanging the start while the dummy hash is made.",
+)
+WEB_AUTH_CHECKS = _t(
+    "web.auth_checks_at_once",
+    2.0,
+    "count",
+    "bcrypt checks run off the event loop, at most 2 at a time: a flood of guesses costs the node at most "
+    "2 cores and waits its turn, while the loop keeps answering remembered logins and probes.",
+)
+WEB_AUTH_WAIT = _t(
+    "web.auth_wait_seconds",
+    10.0,
+    "seconds",
+    "A login whose bcrypt check cannot start within 10 s (Prometheus' default scrape timeout) behind "
+    "other checks is answered 503 unchecked: its scraper has given up by then, and a flood that stops "
+    "leaves at most 10 s of checks behind.",
+)
+WEB_AUTH_VERIFIED = _t(
+    "web.auth_verified_cache",
+    64.0,
+    "count",
+    "The last 64 verified (user, password) pairs are remembered by keyed digest, across a re-read that "
+    "leaves the user's hash unchanged: a scraper pays one bcrypt check, not one per scrape, and a flood "
+    "of wrong passwords cannot push it out (only verified pairs enter). 64 covers every Prometheus "
+    "replica and user a node is scraped by.",
+)
+WEB_AUTH_FAILED = _t(
+    "web.auth_failure_cache",
+    4096.0,
+    "count",
+    "The last 4096 wrong (user, password) pairs are remembered by keyed digest (about 0.5 MiB), so a "
+    "client repeating a wrong password (a scraper with a stale secret, a flood of one guess) costs one "
+    "bcrypt check, not one per request; each distinct guess still costs one.",
+)
 LOG_REPEAT_BURST = _t(
     "log.repeat_burst",
     5.0,

@@ -11,19 +11,32 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import difflib
 import hashlib
 import hmac
 import logging
 import re
+import secrets
 import ssl
+import threading
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import bcrypt
 import yaml
+
+from exporter.thresholds import (
+    WEB_AUTH_CHECKS,
+    WEB_AUTH_FAILED,
+    WEB_AUTH_VERIFIED,
+    WEB_AUTH_WAIT,
+    WEB_BCRYPT_MAX_COST,
+    WEB_MAX_DEPTH,
+    WEB_MAX_FILE_BYTES,
+)
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +74,19 @@ HEADERS = {
     "content-security-policy": "Content-Security-Policy",
 }
 _BCRYPT = re.compile(r"^\$2[aby]?\$(0[4-9]|[12]\d|3[01])\$[./A-Za-z0-9]{53}$")
+_SALT_LAST = ".Oeu"  # the 22nd character of the salt carries 2 bits: its other 4 must be 0
 _HEADER_VALUE = re.compile(r"^[\x20-\x7e]*$")
-MAX_FILE_BYTES = 1 << 20  # a web config is a few lines; this only keeps a wrong path from being read whole
-AUTH_CACHE = 64  # verified (user, password) digests kept, so a scrape does not pay a bcrypt check each time
+MAX_FILE_BYTES = int(WEB_MAX_FILE_BYTES.value)
+MAX_DEPTH = int(WEB_MAX_DEPTH.value)
+MAX_COST = int(WEB_BCRYPT_MAX_COST.value)
+AUTH_CACHE = int(WEB_AUTH_VERIFIED.value)
+FAILURE_CACHE = int(WEB_AUTH_FAILED.value)
+AUTH_WAIT = WEB_AUTH_WAIT.value
+# bcrypt's key schedule reads the first 72 bytes of a password and never the rest (a fact of the
+# algorithm); Go's CompareHashAndPassword, which Prometheus' exporters use, checks a longer password by
+# those 72 bytes, and so does this exporter (newer Python bcrypt refuses longer input instead)
+BCRYPT_PASSWORD_BYTES = 72
+PATH_MAX = 4096  # Linux's longest path: a longer "path" is something else pasted into the file
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})  # kubelet probes carry no credentials; they reveal nothing
 
 
@@ -88,12 +111,81 @@ class WebConfig:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-def _mapping(value: Any, where: str) -> dict[str, Any]:
+class _Map(dict[str, Any]):
+    """A YAML mapping, with the line of each key: messages name lines, never what the file says there
+    (a misplaced password hash or key would be printed to a log)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: dict[str, int] = {}
+
+    def at(self, key: str) -> str:
+        return f"line {self.lines[key]}" if key in self.lines else "a default"
+
+
+def _document(text: str, origin: str) -> Any:
+    """The file as plain values, mappings as ``_Map``. Bounded before anything recursive reads it: the
+    parser's events stream by first, and nesting deeper than ``web.max_depth`` or an alias (a web config
+    needs neither; aliases multiply what a small file holds) is refused at its line."""
+    try:
+        depth = 0
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            line = event.start_mark.line + 1
+            if isinstance(event, yaml.AliasEvent):
+                raise WebConfigError(f"{origin}: line {line}: an alias (*name): a web config uses none")
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise WebConfigError(
+                        f"{origin}: line {line}: nested more than {MAX_DEPTH} levels deep: not a web config"
+                    )
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        return None if node is None else _plain(node, yaml.SafeLoader(""), origin)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise WebConfigError(f"{origin}: not valid YAML{where}") from None
+
+
+def _plain(node: yaml.Node, loader: yaml.SafeLoader, origin: str) -> Any:
+    line = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        out = _Map()
+        for key_node, value_node in node.value:
+            key_line = key_node.start_mark.line + 1
+            key = _plain(key_node, loader, origin) if isinstance(key_node, yaml.ScalarNode) else None
+            if not isinstance(key, str):
+                raise WebConfigError(f"{origin}: line {key_line}: a key must be a name")
+            if key in out:
+                raise WebConfigError(f"{origin}: line {key_line}: a key given twice ({out.at(key)} has it)")
+            out[key] = _plain(value_node, loader, origin)
+            out.lines[key] = key_line
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [_plain(item, loader, origin) for item in node.value]
+    try:
+        return loader.construct_object(node)
+    except (ValueError, TypeError, OverflowError):  # a tagged value that does not convert (!!int x)
+        raise WebConfigError(f"{origin}: line {line}: a value that does not read as its tag says") from None
+
+
+def _mapping(value: Any, where: str) -> _Map:
     if value is None:
-        return {}
-    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        return _Map()
+    if not isinstance(value, _Map):
         raise WebConfigError(f"{where}: must be a mapping")
     return value
+
+
+def _unknown(where: str, section: _Map, key: str, known: Iterable[str]) -> WebConfigError:
+    """An unknown key, named by its line; a known key it looks like a typo of is suggested."""
+    # a key longer than any known one by far is no typo (and comparing it would cost its length squared)
+    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.75) if len(key) <= 64 else []
+    hint = f"; did you mean {close[0]}?" if close else ""
+    names = ", ".join(sorted(known))
+    return WebConfigError(f"{where}: unknown key at {section.at(key)}{hint} (known: {names})")
 
 
 def _string(value: Any, where: str) -> str:
@@ -102,18 +194,22 @@ def _string(value: Any, where: str) -> str:
     return value
 
 
+def _path(section: _Map, key: str, where: str, base: Path) -> Path:
+    """A file path; something else pasted in its place (a PEM block, a key) is refused unprinted."""
+    value = _string(section[key], f"{where}.{key}: {section.at(key)}")
+    if len(value) > PATH_MAX or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        raise WebConfigError(
+            f"{where}.{key}: {section.at(key)}: not a file path (certificates and keys are read from files)"
+        )
+    return base / value
+
+
 def parse(text: str, base: Path, origin: str = "web config") -> WebConfig:
     """The file's settings, validated; relative paths are relative to ``base`` (the file's folder)."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise WebConfigError(f"{origin}: not valid YAML{where}") from None
-    top = _mapping(data, origin)
-    unknown = sorted(set(top) - TOP_KEYS)
-    if unknown:
-        raise WebConfigError(f"{origin}: unknown key {unknown[0]!r} (known: {', '.join(sorted(TOP_KEYS))})")
+    top = _mapping(_document(text, origin), origin)
+    for key in top:
+        if key not in TOP_KEYS:
+            raise _unknown(origin, top, key, TOP_KEYS)
     return WebConfig(
         tls=_tls(_mapping(top.get("tls_server_config"), f"{origin}: tls_server_config"), base, origin),
         users=_users(_mapping(top.get("basic_auth_users"), f"{origin}: basic_auth_users"), origin),
@@ -121,7 +217,7 @@ def parse(text: str, base: Path, origin: str = "web config") -> WebConfig:
     )
 
 
-def _tls(section: dict[str, Any], base: Path, origin: str) -> TlsSettings | None:
+def _tls(section: _Map, base: Path, origin: str) -> TlsSettings | None:
     if not section:
         return None
     where = f"{origin}: tls_server_config"
@@ -129,68 +225,92 @@ def _tls(section: dict[str, Any], base: Path, origin: str) -> TlsSettings | None
         if key in TLS_UNSUPPORTED:
             raise WebConfigError(f"{where}.{key}: not supported by this exporter")
         if key not in TLS_KEYS:
-            raise WebConfigError(f"{where}: unknown key {key!r}")
+            raise _unknown(where, section, key, TLS_KEYS)
     if "cert_file" not in section or "key_file" not in section:
         raise WebConfigError(f"{where}: cert_file and key_file are both required")
-    auth = _string(section.get("client_auth_type", "NoClientCert"), f"{where}.client_auth_type")
+    auth_where = f"{where}.client_auth_type: {section.at('client_auth_type')}"
+    auth = _string(section.get("client_auth_type", "NoClientCert"), auth_where)
     if auth in UNSUPPORTED_AUTH:
         raise WebConfigError(
             f"{where}.client_auth_type: {auth} (a certificate asked for but not verified) is not supported; "
             "use RequireAndVerifyClientCert or VerifyClientCertIfGiven"
         )
     if auth not in CLIENT_AUTH:
-        raise WebConfigError(f"{where}.client_auth_type: {auth!r} is not one of {', '.join(CLIENT_AUTH)}")
-    ca = section.get("client_ca_file")
-    if ca is not None and auth == "NoClientCert":
+        raise WebConfigError(f"{auth_where}: not one of {', '.join(CLIENT_AUTH)}")
+    has_ca = section.get("client_ca_file") is not None
+    if has_ca and auth == "NoClientCert":
         raise WebConfigError(f"{where}: client_ca_file is set but client_auth_type is NoClientCert")
-    if ca is None and auth != "NoClientCert":
+    if not has_ca and auth != "NoClientCert":
         raise WebConfigError(f"{where}.client_auth_type: {auth} needs client_ca_file")
     versions = {}
     for key, default in (("min_version", "TLS12"), ("max_version", "TLS13")):
-        versions[key] = _string(section.get(key, default), f"{where}.{key}")
+        key_where = f"{where}.{key}: {section.at(key)}"
+        versions[key] = _string(section.get(key, default), key_where)
         if versions[key] not in TLS_VERSIONS:
-            raise WebConfigError(f"{where}.{key}: {versions[key]!r} is not one of {', '.join(TLS_VERSIONS)}")
+            raise WebConfigError(f"{key_where}: not one of {', '.join(TLS_VERSIONS)}")
     if TLS_VERSIONS[versions["min_version"]] > TLS_VERSIONS[versions["max_version"]]:
         raise WebConfigError(f"{where}: min_version is above max_version")
     return TlsSettings(
-        cert_file=base / _string(section["cert_file"], f"{where}.cert_file"),
-        key_file=base / _string(section["key_file"], f"{where}.key_file"),
-        client_ca_file=base / _string(ca, f"{where}.client_ca_file") if ca is not None else None,
+        cert_file=_path(section, "cert_file", where, base),
+        key_file=_path(section, "key_file", where, base),
+        client_ca_file=_path(section, "client_ca_file", where, base) if has_ca else None,
         client_auth_type=auth,
         **versions,
     )
 
 
-def _users(section: dict[str, Any], origin: str) -> dict[str, bytes]:
+def _users(section: _Map, origin: str) -> dict[str, bytes]:
     users = {}
+    where = f"{origin}: basic_auth_users"
     for name, hashed in section.items():
+        at = section.at(name)
         if not name or ":" in name:
-            raise WebConfigError(f"{origin}: basic_auth_users: {name!r} is not a user name (no ':')")
+            raise WebConfigError(f"{where}: {at}: not a user name (not empty, no ':')")
         if not isinstance(hashed, str) or not _BCRYPT.match(hashed):
-            raise WebConfigError(f"{origin}: basic_auth_users.{name}: not a bcrypt hash ($2y$10$...)")
+            raise WebConfigError(f"{where}: {at}: not a bcrypt hash ($2y$10$...)")
+        if hashed.startswith("$2$") or hashed[28] not in _SALT_LAST:
+            # Go reads these; Python's bcrypt refuses them at every login
+            raise WebConfigError(f"{where}: {at}: a bcrypt hash this exporter cannot check; make it again")
+        cost = int(hashed.split("$")[2])
+        if cost > MAX_COST:
+            raise WebConfigError(
+                f"{where}: {at}: bcrypt cost {cost} is above {MAX_COST}, the most one login may cost "
+                "(web.bcrypt_max_cost); hash the password again at a lower cost (htpasswd -nBC 10 NAME)"
+            )
         users[name] = hashed.encode()
     return users
 
 
-def _headers(section: dict[str, Any], origin: str) -> dict[str, str]:
+def _headers(section: _Map, origin: str) -> dict[str, str]:
     for key in section:
         if key not in ("headers", "http2"):
-            raise WebConfigError(f"{origin}: http_server_config: unknown key {key!r}")
+            raise _unknown(f"{origin}: http_server_config", section, key, ("headers", "http2"))
     if "http2" in section and not isinstance(section["http2"], bool):
         raise WebConfigError(f"{origin}: http_server_config.http2: must be true or false")
     headers = {}
-    for name, value in _mapping(section.get("headers"), f"{origin}: http_server_config.headers").items():
+    listed = _mapping(section.get("headers"), f"{origin}: http_server_config.headers")
+    for name, value in listed.items():
         canonical = HEADERS.get(name.lower())
         if canonical is None:
             raise WebConfigError(
-                f"{origin}: http_server_config.headers: {name!r} cannot be set (allowed: "
-                + ", ".join(HEADERS.values())
-                + ")"
+                f"{origin}: http_server_config.headers: {listed.at(name)}: a header that cannot be set "
+                "(allowed: " + ", ".join(HEADERS.values()) + ")"
             )
         if not isinstance(value, str) or not _HEADER_VALUE.match(value):
-            raise WebConfigError(f"{origin}: http_server_config.headers.{name}: not a printable header value")
+            raise WebConfigError(
+                f"{origin}: http_server_config.headers.{canonical}: not a printable header value"
+            )
         headers[canonical] = value
     return headers
+
+
+class _Encrypted(Exception):
+    pass
+
+
+def _no_passphrase() -> bytes:
+    """OpenSSL asks for an encrypted key's passphrase; without this it would prompt on the terminal."""
+    raise _Encrypted
 
 
 def ssl_context(tls: TlsSettings, origin: str) -> ssl.SSLContext:
@@ -199,7 +319,12 @@ def ssl_context(tls: TlsSettings, origin: str) -> ssl.SSLContext:
     context.minimum_version = TLS_VERSIONS[tls.min_version]
     context.maximum_version = TLS_VERSIONS[tls.max_version]
     try:
-        context.load_cert_chain(tls.cert_file, tls.key_file)
+        context.load_cert_chain(tls.cert_file, tls.key_file, password=_no_passphrase)
+    except _Encrypted:
+        raise WebConfigError(
+            f"{origin}: tls_server_config: key_file {tls.key_file} is encrypted; this exporter reads keys "
+            "without a passphrase"
+        ) from None
     except (OSError, ssl.SSLError) as exc:
         raise WebConfigError(
             f"{origin}: tls_server_config: cannot load cert_file {tls.cert_file} with key_file "
@@ -219,14 +344,37 @@ def ssl_context(tls: TlsSettings, origin: str) -> ssl.SSLContext:
 
 class Authenticator:
     """Basic authentication against bcrypt hashes. Every check of a password costs one bcrypt check:
-    an unknown user is checked against a dummy hash, so the time taken does not tell which users
-    exist; names are compared with ``hmac.compare_digest``. Verified credentials are remembered by
-    digest so a scraper's every request does not pay for bcrypt again."""
+    an unknown user is checked against a dummy hash of the same cost, so the time taken does not tell
+    which users exist; names are compared with ``hmac.compare_digest``. A password is checked by its
+    first 72 bytes, as Go's bcrypt (and so Prometheus' exporters) checks it: bcrypt reads no more.
 
-    def __init__(self, users: dict[str, bytes]) -> None:
+    Outcomes are remembered by keyed digest (a random key per process): the last verified pairs, so a
+    scraper pays bcrypt once, and the last refused ones, so repeating a wrong password costs one check.
+    A re-read keeps both for every user whose hash it leaves unchanged."""
+
+    def __init__(self, users: dict[str, bytes], previous: Authenticator | None = None) -> None:
         self.users = users
-        self._dummy = bcrypt.hashpw(b"no such user", bcrypt.gensalt(self._cost()))
-        self._good: OrderedDict[bytes, None] = OrderedDict()
+        cost = self._cost()
+        if previous is not None and previous._dummy_cost == cost:
+            self._key, self._dummy = previous._key, previous._dummy  # a re-read makes no new dummy hash
+        else:
+            self._key = previous._key if previous is not None else secrets.token_bytes(32)
+            self._dummy = bcrypt.hashpw(b"no such user", bcrypt.gensalt(cost))
+        self._dummy_cost = cost
+        self._lock = threading.Lock()  # checks finish on worker threads; lookups run on the event loop
+        self._good: OrderedDict[bytes, str] = OrderedDict()  # digest -> the user it verified
+        self._bad: OrderedDict[bytes, str | None] = OrderedDict()  # digest -> the user, None: unknown
+        if previous is not None:
+            self._keep(previous)
+
+    def _keep(self, previous: Authenticator) -> None:
+        same = {name for name, hashed in self.users.items() if previous.users.get(name) == hashed}
+        names_kept = set(self.users) <= set(previous.users)  # no user added: unknown names stay unknown
+        with previous._lock:
+            self._good.update((d, user) for d, user in previous._good.items() if user in same)
+            self._bad.update(
+                (d, user) for d, user in previous._bad.items() if (user in same if user else names_kept)
+            )
 
     def _cost(self) -> int:
         """The dummy hash costs what the real ones do."""
@@ -245,11 +393,20 @@ class Authenticator:
         return (user, password) if sep else None
 
     def _digest(self, user: str, password: str) -> bytes:
-        return hashlib.sha256(user.encode() + b"\0" + password.encode()).digest()
+        name = user.encode()
+        message = len(name).to_bytes(4, "big") + name + password.encode()
+        return hmac.new(self._key, message, hashlib.sha256).digest()
 
-    def remembered(self, user: str, password: str) -> bool:
+    def remembered(self, user: str, password: str) -> bool | None:
+        """True: verified before; False: refused before, against the same hash; None: not known."""
         digest = self._digest(user, password)
-        return any(hmac.compare_digest(digest, good) for good in self._good)
+        with self._lock:
+            if digest in self._good:
+                self._good.move_to_end(digest)
+                return True
+            if digest in self._bad:
+                return False
+        return None
 
     def check(self, user: str, password: str) -> bool:
         """The slow path: a bcrypt check, against the user's hash or the dummy."""
@@ -257,13 +414,26 @@ class Authenticator:
         for name, candidate in self.users.items():
             if hmac.compare_digest(name.encode(), user.encode()):
                 hashed = candidate
-        ok = bcrypt.checkpw(password.encode(), hashed if hashed is not None else self._dummy)
-        if ok and hashed is not None:
-            self._good[self._digest(user, password)] = None
-            while len(self._good) > AUTH_CACHE:
-                self._good.popitem(last=False)
-            return True
-        return False
+        secret = password.encode()[:BCRYPT_PASSWORD_BYTES]
+        try:
+            ok = bcrypt.checkpw(secret, hashed if hashed is not None else self._dummy) and hashed is not None
+        except ValueError:  # a hash this bcrypt refuses (parse() turns the known ones away): not a login
+            log.warning("basic auth: a configured hash cannot be checked by this bcrypt; make it again")
+            ok = False
+        digest = self._digest(user, password)
+        with self._lock:
+            if ok:
+                self._remember(self._good, digest, user, AUTH_CACHE)
+            else:
+                self._remember(self._bad, digest, user if hashed is not None else None, FAILURE_CACHE)
+        return ok
+
+    @staticmethod
+    def _remember(cache: OrderedDict[bytes, Any], digest: bytes, user: str | None, limit: int) -> None:
+        cache[digest] = user
+        cache.move_to_end(digest)
+        while len(cache) > limit:
+            cache.popitem(last=False)
 
 
 @dataclass(frozen=True)
@@ -273,24 +443,28 @@ class Loaded:
     auth: Authenticator | None
 
 
-def load(path: str | Path) -> Loaded:
-    """Read, validate and prepare the file: the certificates loaded, the dummy hash made."""
+def load(path: str | Path, previous: Authenticator | None = None) -> Loaded:
+    """Read, validate and prepare the file: the certificates loaded, the dummy hash made (or taken from
+    ``previous``, the authenticator in force, with what it remembers of unchanged users)."""
     path = Path(path)
     origin = str(path)
     try:
         with path.open("rb") as handle:
             raw = handle.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
-        raise WebConfigError(f"{origin}: cannot read ({exc.strerror or exc})") from None
+        raise WebConfigError(f"{origin}: cannot read ({exc.strerror or type(exc).__name__})") from None
     if len(raw) > MAX_FILE_BYTES:
         raise WebConfigError(f"{origin}: larger than {MAX_FILE_BYTES} bytes: not a web config")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise WebConfigError(f"{origin}: not a UTF-8 text file") from None
-    config = parse(text, path.parent, origin)
+    try:
+        config = parse(text, path.parent, origin)
+    except (RecursionError, MemoryError):  # bounded by web.max_depth and web.max_file_bytes; never shown
+        raise WebConfigError(f"{origin}: too deeply nested to read: not a web config") from None
     context = ssl_context(config.tls, origin) if config.tls else None
-    return Loaded(config, context, Authenticator(config.users) if config.users else None)
+    return Loaded(config, context, Authenticator(config.users, previous) if config.users else None)
 
 
 class WebState:
@@ -302,7 +476,8 @@ class WebState:
         self.reloads = 0
         self.reload_errors = 0
         self.auth_failures = 0
-        self._checks = asyncio.Semaphore(2)  # bcrypt checks at once: a flood of guesses waits its turn
+        # bcrypt checks at once, off the event loop: a flood of guesses waits its turn
+        self._checks = asyncio.Semaphore(int(WEB_AUTH_CHECKS.value))
 
     @property
     def tls(self) -> bool:
@@ -312,40 +487,106 @@ class WebState:
         return self.current.context
 
     def reload(self) -> bool:
-        """Re-read the file; on an error the old settings stay in force and the error is logged. TLS
-        cannot be turned on or off by a reload (the listener's scheme is fixed at start)."""
+        """Re-read the file; on an error the old settings stay in force and the error is logged and
+        counted. TLS cannot be turned on or off by a reload (the listener's scheme is fixed at start).
+        Runs in the SIGHUP handler: it never raises."""
         if self.path is None:
             log.info("SIGHUP: no --web.config.file to re-read")
             return False
         try:
-            loaded = load(self.path)
+            loaded = load(self.path, self.current.auth)
             if (loaded.context is None) != (self.current.context is None):
                 raise WebConfigError(f"{self.path}: turning TLS on or off needs a restart")
-        except WebConfigError as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever the file does, the server keeps serving
             self.reload_errors += 1
-            log.error("SIGHUP: keeping the web config in force: %s", exc)
+            said = str(exc) if isinstance(exc, WebConfigError) else f"{self.path}: {type(exc).__name__}"
+            # the text is the message: the log's flood limit holds back repeats of one error, not the next
+            log.error(f"SIGHUP: keeping the web config in force: {said}")
             return False
         self.current = loaded
         self.reloads += 1
         log.info("SIGHUP: re-read %s", self.path)
         return True
 
-    async def allowed(self, path: str, authorization: str | None) -> bool:
+    async def allowed(
+        self, path: str, authorization: str | None, client: ReadAhead | None = None
+    ) -> bool | None:
+        """True: let in; False: refused (401); None: a bcrypt check could not start within
+        ``web.auth_wait_seconds`` behind others (503): the asker has given up by then. A client that
+        went away while it waited is not checked: a flood that stops leaves no work behind."""
         auth = self.current.auth
         if auth is None or path in OPEN_PATHS:
             return True
         credentials = auth.credentials(authorization)
         if credentials is None:
             return False
-        if auth.remembered(*credentials):
-            return True
-        async with self._checks:
+        known = auth.remembered(*credentials)
+        if known is not None:
+            return known
+        if client is not None:
+            await client.start()
+        try:
+            async with asyncio.timeout(AUTH_WAIT):
+                await self._checks.acquire()
+        except TimeoutError:
+            return None
+        try:
+            known = auth.remembered(*credentials)  # decided while this one waited (the same guess, again)
+            if known is not None:
+                return known
+            if client is not None and client.gone():
+                return False
             return await asyncio.to_thread(auth.check, *credentials)
+        finally:
+            self._checks.release()
 
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+class ReadAhead:
+    """The request's ``receive``, read one message ahead while a login waits for a bcrypt check: after
+    a request's last body message the next one is the client going away (or the response done). The
+    app gets every message in order."""
+
+    def __init__(self, receive: Receive) -> None:
+        self.receive = receive
+        self._first: MutableMapping[str, Any] | None = None
+        self._next: asyncio.Future[MutableMapping[str, Any]] | None = None
+        self._started = False
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        self._first = await self.receive()
+        if self._first.get("type") == "http.request" and not self._first.get("more_body", False):
+            self._next = asyncio.ensure_future(self.receive())
+
+    def gone(self) -> bool:
+        if self._first is not None and self._first.get("type") == "http.disconnect":
+            return True
+        return (
+            self._next is not None
+            and self._next.done()
+            and not self._next.cancelled()
+            and (self._next.result().get("type") == "http.disconnect")
+        )
+
+    async def __call__(self) -> MutableMapping[str, Any]:
+        if self._first is not None:
+            first, self._first = self._first, None
+            return first
+        if self._next is not None:
+            ahead, self._next = self._next, None
+            return await ahead
+        return await self.receive()
+
+    def close(self) -> None:
+        if self._next is not None and not self._next.done():
+            self._next.cancel()
 
 
 class WebMiddleware:
@@ -370,9 +611,27 @@ class WebMiddleware:
         for name, value in scope.get("headers", []):
             if name == b"authorization":
                 authorization = value.decode("latin-1")
-        if not await self.state.allowed(scope.get("path", ""), authorization):
+        client = ReadAhead(receive)
+        try:
+            await self._answer(scope, client, send_with_headers, authorization)
+        finally:
+            client.close()
+
+    async def _answer(self, scope: Scope, client: ReadAhead, send: Send, authorization: str | None) -> None:
+        verdict = await self.state.allowed(scope.get("path", ""), authorization, client)
+        if verdict is None:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 503,
+                    "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"retry-after", b"1")],
+                }
+            )
+            await send({"type": "http.response.body", "body": b"Too many password checks waiting\n"})
+            return
+        if not verdict:
             self.state.auth_failures += 1
-            await send_with_headers(
+            await send(
                 {
                     "type": "http.response.start",
                     "status": 401,
@@ -384,4 +643,4 @@ class WebMiddleware:
             )
             await send({"type": "http.response.body", "body": b"Unauthorized\n"})
             return
-        await self.app(scope, receive, send_with_headers)
+        await self.app(scope, client, send)

@@ -312,17 +312,17 @@ GOOD_HASH = "$2y$10$" + "a" * 53
 @pytest.mark.parametrize(
     ("text", "said"),
     [
-        ("nonsense: 1\n", "unknown key 'nonsense'"),
+        ("nonsense: 1\n", "unknown key at line 1 (known: basic_auth_users"),
         ("tls_server_config: [1, 2]\n", "tls_server_config: must be a mapping"),
         ("tls_server_config:\n  cert_file: a.pem\n", "cert_file and key_file are both required"),
         (
             "tls_server_config:\n  cert_file: a\n  key_file: b\n  cipher_suites: [X]\n",
             "cipher_suites: not supported",
         ),
-        ("tls_server_config:\n  cert_file: a\n  key_file: b\n  bogus: 1\n", "unknown key 'bogus'"),
+        ("tls_server_config:\n  cert_file: a\n  key_file: b\n  bogus: 1\n", "unknown key at line 4"),
         (
             "tls_server_config:\n  cert_file: a\n  key_file: b\n  min_version: TLS14\n",
-            "'TLS14' is not one of",
+            "min_version: line 4: not one of TLS10",
         ),
         (
             "tls_server_config:\n  cert_file: a\n  key_file: b\n  min_version: TLS13\n  max_version: TLS12\n",
@@ -341,9 +341,9 @@ GOOD_HASH = "$2y$10$" + "a" * 53
             "tls_server_config:\n  cert_file: a\n  key_file: b\n  client_ca_file: c\n",
             "client_ca_file is set but client_auth_type is NoClientCert",
         ),
-        ("basic_auth_users:\n  bob: plaintext\n", "basic_auth_users.bob: not a bcrypt hash"),
-        (f"basic_auth_users:\n  'a:b': '{GOOD_HASH}'\n", "is not a user name"),
-        ("http_server_config:\n  headers:\n    Set-Cookie: x\n", "'Set-Cookie' cannot be set"),
+        ("basic_auth_users:\n  bob: plaintext\n", "basic_auth_users: line 2: not a bcrypt hash"),
+        (f"basic_auth_users:\n  'a:b': '{GOOD_HASH}'\n", "line 2: not a user name"),
+        ("http_server_config:\n  headers:\n    Set-Cookie: x\n", "line 3: a header that cannot be set"),
         ('http_server_config:\n  headers:\n    X-Frame-Options: "a\\nb"\n', "not a printable header value"),
         ("http_server_config:\n  http2: maybe\n", "http2: must be true or false"),
         ("tls_server_config: {\n", "not valid YAML at line"),
