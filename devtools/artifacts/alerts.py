@@ -78,6 +78,10 @@ class Alert:
 # ---- verdicts of the analysis: one alert per kind of the registry that pages on its own verdict ------
 
 VERDICT_GROUP = "gpu-bottleneck-verdicts"
+# the verdict alerts that join a node's verdict with its job's evidence (EXPLAINED_BY_JOB below): they
+# run where the job rules run (a global ruler, when Prometheus is sharded by node)
+JOB_VERDICT_GROUP = "gpu-bottleneck-job-verdicts"
+JOBS_GROUP = "gpu-bottleneck-jobs"
 
 
 @dataclass(frozen=True)
@@ -165,7 +169,8 @@ def _verdict_alerts() -> tuple[Alert, ...]:
         if text.cause and text.cause not in kind.causes:
             raise ValueError(f"{kind.name} has no cause {text.cause!r}")
         expr = verdict_expr(kind.name, text.cause) + _unless_explained(kind.name)
-        out.append(Alert(kind.alert, VERDICT_GROUP, expr, text.summary, GPU + POD + text.description))
+        group = JOB_VERDICT_GROUP if kind.name in EXPLAINED_BY_JOB else VERDICT_GROUP
+        out.append(Alert(kind.alert, group, expr, text.summary, GPU + POD + text.description))
     return tuple(out)
 
 
@@ -268,7 +273,7 @@ ALERTS: tuple[Alert, ...] = (
     # ---- jobs across nodes (recording.py records the evidence) --------------------------------------
     Alert(
         "GpuJobStraggler",
-        "gpu-bottleneck-jobs",
+        JOBS_GROUP,
         recording.STRAGGLER,
         "One pod slows its whole multi-node job.",
         JOB_POD + " loses {{ $value | humanizePercentage }} of its GPU time waiting for input or "
@@ -277,7 +282,7 @@ ALERTS: tuple[Alert, ...] = (
     ),
     Alert(
         "GpuJobHang",
-        "gpu-bottleneck-jobs",
+        JOBS_GROUP,
         recording.HANG_BLAME
         + "\nor on (namespace, job_name) label_replace("
         + recording.HUNG
@@ -483,17 +488,34 @@ def expression(
     return Template(alert.expr).substitute(job=job, window=window or recording.window_text(), **filled)
 
 
+# The groups that read several nodes' series (a job's pods, the cluster's pod labels): with Prometheus
+# sharded by node they run in a global ruler over every shard; every other group reads one node's
+# series and runs on the shard that scrapes it.
+GLOBAL_GROUPS: tuple[str, ...] = (recording.JOB_GROUP, JOB_VERDICT_GROUP, JOBS_GROUP)
+SCOPES = ("all", "node", "global")
+
+
+def in_scope(group: str, scope: str) -> bool:
+    if scope not in SCOPES:
+        raise ValueError(f"scope must be one of {', '.join(SCOPES)}, not {scope!r}")
+    return scope == "all" or (group in GLOBAL_GROUPS) == (scope == "global")
+
+
 def groups(
-    for_override: str | None = None, job: str = JOB, runbook_base: str = RUNBOOK_BASE, window: str = ""
+    for_override: str | None = None,
+    job: str = JOB,
+    runbook_base: str = RUNBOOK_BASE,
+    window: str = "",
+    scope: str = "all",
 ) -> list[dict]:
     """The rule groups as data: the recording rules, then the alerts (``for_override`` shortens every
-    ``for`` and ``window`` the recording rules' rate window: end-to-end tests use them)."""
-    out: dict[str, dict] = {
-        recording.GROUP: {
-            "name": recording.GROUP,
-            "rules": [{"record": r.record, "expr": expression(r, window=window)} for r in recording.RECORDS],
-        }
-    }
+    ``for`` and ``window`` the recording rules' rate window: end-to-end tests use them); ``scope``
+    ``node`` or ``global`` keeps the groups that run on a shard or in the global ruler."""
+    # the node-level records first: the job records read them (promtool evaluates groups in order)
+    out: dict[str, dict] = {g: {"name": g, "rules": []} for g in (recording.GROUP, recording.JOB_GROUP)}
+    for r in recording.RECORDS:
+        rule = {"record": r.record, "expr": expression(r, window=window)}
+        out.setdefault(r.group, {"name": r.group, "rules": []})["rules"].append(rule)
     for alert in ALERTS:
         rule = {
             "alert": alert.name,
@@ -509,14 +531,14 @@ def groups(
         if rule["for"] in ("0s", "0m"):
             del rule["for"]
         out.setdefault(alert.group, {"name": alert.group, "rules": []})["rules"].append(rule)
-    return list(out.values())
+    return [g for g in out.values() if in_scope(g["name"], scope)]
 
 
-def render(for_override: str | None = None, job: str = JOB, window: str = "") -> str:
+def render(for_override: str | None = None, job: str = JOB, window: str = "", scope: str = "all") -> str:
     from devtools.artifacts.yamlout import dump
 
     header = "# generated from exporter/thresholds.py by `make artifacts`; do not edit\n"
-    return header + dump({"groups": groups(for_override, job, window=window)})
+    return header + dump({"groups": groups(for_override, job, window=window, scope=scope)})
 
 
 def render_doc() -> str:
@@ -544,13 +566,15 @@ def render_doc() -> str:
             lines.append(f"| [{a.name}](runbooks/{a.name}.md) | {a.severity} | {a.for_} | `{expr}` |")
         lines.append("")
     lines += [
-        f"## {recording.GROUP}",
+        f"## {recording.GROUP} and {recording.JOB_GROUP}",
         "",
         "Recorded before the alerts, in this order; the job rules read kube-state-metrics'",
-        "`kube_pod_labels` (see [scale](scale.md)).",
+        f"`kube_pod_labels` (see [scale](scale.md)). The groups marked global ({', '.join(GLOBAL_GROUPS)})",
+        "read several nodes' series: with Prometheus sharded by node they run in a global ruler",
+        "(chart value `prometheusRule.scope`).",
         "",
-        "| record | what |",
-        "|---|---|",
+        "| record | group | what |",
+        "|---|---|---|",
     ]
-    lines += [f"| `{r.record}` | {r.help} |" for r in recording.RECORDS]
+    lines += [f"| `{r.record}` | {r.group} | {r.help} |" for r in recording.RECORDS]
     return "\n".join(lines) + "\n"

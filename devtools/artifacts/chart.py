@@ -180,6 +180,7 @@ _PASSTHROUGH: dict[str, dict] = {
     "dashboards.annotations": _STRING_MAP,
     "prometheusRule.additionalLabels": _STRING_MAP,
     "prometheusRule.alertLabels": _STRING_MAP,
+    "prometheusRule.globalRuler.additionalLabels": _STRING_MAP,
     **{
         f"{monitor}.{key}": schema
         for monitor in ("serviceMonitor", "podMonitor")
@@ -208,6 +209,7 @@ _CONSTRAINTS: dict[str, dict] = {
     "exporter.collectTimeout": _SECONDS,
     "exporter.logLevel": {"type": "string", "enum": ["debug", "info", "warning", "error"]},
     "prometheusRule.jobLabels": {"type": "array", "items": {"type": "string", "minLength": 1}},
+    "prometheusRule.scope": {"type": "string", "enum": [*alerts.SCOPES, "split"]},
     "exporter.detail": {
         "type": "array",
         "uniqueItems": True,
@@ -367,29 +369,51 @@ def _scalar(text: str) -> str:
     return _helm_values(_helm_escape(dumped))
 
 
+def _in(scopes: str) -> str:
+    """The template condition: the PrometheusRule being rendered ($doc) holds a group of ``scopes``."""
+    return f'(has $doc (list "all" "{scopes}"))'
+
+
+def _scope(group: str) -> str:
+    return "global" if group in alerts.GLOBAL_GROUPS else "node"
+
+
 def prometheusrule() -> str:
+    """One PrometheusRule with every group (prometheusRule.scope `all`), the groups a Prometheus shard
+    runs (`node`) or a global ruler runs (`global`), or both of those (`split`: `<name>` and
+    `<name>-global`, labelled for the ruler that selects each)."""
     out = [
         "{{- /* generated from devtools/artifacts/alerts.py by `make artifacts`; do not edit */ -}}",
         "{{- if .Values.prometheusRule.enabled }}",
         "{{- $r := .Values.prometheusRule.rules }}",
         "{{- $t := .Values.prometheusRule.thresholds }}",
+        '{{- $scope := .Values.prometheusRule.scope | default "all" }}',
+        '{{- $docs := ternary (list "node" "global") (list $scope) (eq $scope "split") }}',
+        "{{- range $doc := $docs }}",
+        "---",
         "apiVersion: monitoring.coreos.com/v1",
         "kind: PrometheusRule",
         "metadata:",
-        '  name: {{ include "gbe.fullname" . }}',
-        '  namespace: {{ .Values.prometheusRule.namespace | default (include "gbe.namespace" .) }}',
+        '  name: {{ include "gbe.fullname" $ }}'
+        '{{ if and (eq $scope "split") (eq $doc "global") }}-global{{ end }}',
+        '  namespace: {{ $.Values.prometheusRule.namespace | default (include "gbe.namespace" $) }}',
         "  labels:",
-        '    {{- include "gbe.labels" . | nindent 4 }}',
-        "    {{- with .Values.prometheusRule.additionalLabels }}",
+        '    {{- include "gbe.labels" $ | nindent 4 }}',
+        "    {{- $labels := $.Values.prometheusRule.additionalLabels }}",
+        '    {{- if and (eq $scope "split") (eq $doc "global") }}',
+        "    {{- $labels = $.Values.prometheusRule.globalRuler.additionalLabels }}",
+        "    {{- end }}",
+        "    {{- with $labels }}",
         "    {{- toYaml . | nindent 4 }}",
         "    {{- end }}",
         "spec:",
         "  groups:",
-        *_recording_group(),
+        *_recording_groups(),
     ]
     for group in dict.fromkeys(a.group for a in alerts.ALERTS):
         members = [a for a in alerts.ALERTS if a.group == group]
-        out.append(f"    {{{{- if or {' '.join(f'$r.{a.name}.enabled' for a in members)} }}}}")
+        enabled = " ".join(f"$r.{a.name}.enabled" for a in members)
+        out.append(f"    {{{{- if and {_in(_scope(group))} (or {enabled}) }}}}")
         out += [f"    - name: {group}", "      rules:"]
         for a in members:
             out += [
@@ -411,31 +435,34 @@ def prometheusrule() -> str:
                 "        {{- end }}",
             ]
         out.append("    {{- end }}")
-    out.append("{{- end }}")
+    out += ["{{- end }}", "{{- end }}"]
     return "\n".join(out) + "\n"
 
 
-def _recording_group() -> list[str]:
+def _recording_groups() -> list[str]:
     """The recording rules: the job-identity rule built from prometheusRule.jobLabels (kube-state-metrics'
     names for them), the others as generated, their rate window the threshold table's."""
-    out = [f"    - name: {recording.GROUP}", "      rules:"]
-    for r in recording.RECORDS:
-        out.append(f"        - record: {r.record}")
-        if r.record == recording.INFO:
-            out += [
-                "          expr: |-",
-                "            {{- range $i, $l := .Values.prometheusRule.jobLabels }}",
-                '            {{- $k := printf "label_%s" (regexReplaceAll "[^a-zA-Z0-9_]" $l "_") }}',
-                "            {{ if $i }}or on (namespace, pod) {{ end }}max by (namespace, pod, "
-                + recording.JOB_LABEL
-                + ') (label_replace(kube_pod_labels{ {{- $k }}!=""}, "'
-                + recording.JOB_LABEL
-                + '", "$1", "{{ $k }}", "(.+)"))',
-                "            {{- end }}",
-            ]
-            continue
-        expr = r.expr.replace("${window}", recording.window_text()).replace("$$", "$")
-        out.append(f"          expr: {_scalar(expr)}")
+    out = []
+    for group in (recording.GROUP, recording.JOB_GROUP):
+        out += [f"    {{{{- if {_in(_scope(group))} }}}}", f"    - name: {group}", "      rules:"]
+        for r in (r for r in recording.RECORDS if r.group == group):
+            out.append(f"        - record: {r.record}")
+            if r.record == recording.INFO:
+                out += [
+                    "          expr: |-",
+                    "            {{- range $i, $l := $.Values.prometheusRule.jobLabels }}",
+                    '            {{- $k := printf "label_%s" (regexReplaceAll "[^a-zA-Z0-9_]" $l "_") }}',
+                    "            {{ if $i }}or on (namespace, pod) {{ end }}max by (namespace, pod, "
+                    + recording.JOB_LABEL
+                    + ') (label_replace(kube_pod_labels{ {{- $k }}!=""}, "'
+                    + recording.JOB_LABEL
+                    + '", "$1", "{{ $k }}", "(.+)"))',
+                    "            {{- end }}",
+                ]
+                continue
+            expr = r.expr.replace("${window}", recording.window_text()).replace("$$", "$")
+            out.append(f"          expr: {_scalar(expr)}")
+        out.append("    {{- end }}")
     return out
 
 

@@ -19,7 +19,11 @@ from exporter import thresholds as th
 from exporter.analysis.kinds import KINDS
 from exporter.kube_labels import ksm_label
 
+# Two groups, so that a sharded setup can run them in different places: GROUP's rules read one node's
+# series (a Prometheus shard holding that node can evaluate them), JOB_GROUP's join pods across nodes to
+# their jobs and need every shard's recorded series (a global ruler over the shards: docs/scale.md).
 GROUP = "gpu-bottleneck-recording"
+JOB_GROUP = "gpu-bottleneck-job-recording"
 JOB_LABEL = "job_name"
 
 # Pod labels that name the job a pod belongs to, most specific first: the first one a pod carries wins.
@@ -43,6 +47,11 @@ NODE_UTIL = "node:gpu_utilization:mean"
 NODE_POWER = "node:gpu_power:tdp_share"
 MEAN_POWER = 'gpu_power_window_watts{stat="mean"}'
 WORST = "node_namespace_pod_gpu:gpu_bottleneck:worst"
+POD_KINDS = "node_namespace_pod_kind:gpu_bottleneck:count"
+POD_POWER = "node_namespace_pod:gpu_power_watts:sum"
+POD_TDP = "node_namespace_pod:gpu_power_default_limit_watts:sum"
+POD_GPUS = "node_namespace_pod:gpu:count"
+POD_BY = "node, instance, namespace, pod"
 STRAGGLER = "namespace_job_pod:gpu_straggler:lost_share5m"
 HUNG = "namespace_job:gpu_hang:stalled_share5m"
 HANG_BLAME = "namespace_job_pod:gpu_hang:blamed"
@@ -100,23 +109,30 @@ class Record:
     record: str
     expr: str  # PromQL with ${window} and threshold ${placeholders} (alerts.PARAMS)
     help: str
+    group: str = GROUP  # JOB_GROUP: reads pods of several nodes (the job's), or the cluster's pod labels
 
 
 RECORDS: tuple[Record, ...] = (
-    Record(INFO, job_info_expr(), "1 per pod that carries a job label: the pod's job in job_name."),
+    Record(
+        INFO, job_info_expr(), "1 per pod that carries a job label: the pod's job in job_name.", JOB_GROUP
+    ),
     Record(
         POD_RATE,
         "sum by (node, instance, namespace, pod, state) (rate(gpu_time_seconds_total[${window}]))",
         "Seconds per second of GPU time in each ledger state, per pod and node (pod empty: free GPUs).",
     ),
-    Record(JOB_POD_RATE, _job(POD_RATE), "The same per pod, with the pod's job."),
+    Record(JOB_POD_RATE, _job(POD_RATE), "The same per pod, with the pod's job.", JOB_GROUP),
     Record(
-        JOB_RATE, f"sum by (namespace, {JOB_LABEL}, state) ({JOB_POD_RATE})", "GPU time per job and state."
+        JOB_RATE,
+        f"sum by (namespace, {JOB_LABEL}, state) ({JOB_POD_RATE})",
+        "GPU time per job and state.",
+        JOB_GROUP,
     ),
     Record(
         "namespace_job_state:gpu_time:share5m",
         f"{JOB_RATE}\n  / ignoring (state) group_left sum by (namespace, {JOB_LABEL}) ({JOB_RATE})",
         "Share of a job's GPU time in each ledger state; the states add up to 1.",
+        JOB_GROUP,
     ),
     Record(NODE_RATE, f"sum by (node, instance, state) ({POD_RATE})", "GPU time per node and state."),
     Record(
@@ -131,9 +147,15 @@ RECORDS: tuple[Record, ...] = (
         "GPUs of a node on which a verdict of the kind holds (0 when none).",
     ),
     Record(
+        POD_KINDS,
+        f"sum by ({POD_BY}, kind) (gpu_bottleneck)",
+        "GPUs of a pod on a node on which a verdict of the kind holds (0 when none).",
+    ),
+    Record(
         "namespace_job_kind:gpu_bottleneck:count",
-        f"sum by (namespace, {JOB_LABEL}, kind) ({_job('gpu_bottleneck')})",
+        f"sum by (namespace, {JOB_LABEL}, kind) ({_job(POD_KINDS)})",
         "GPUs of a job on which a verdict of the kind holds (0 when none).",
+        JOB_GROUP,
     ),
     Record(
         NODE_UTIL,
@@ -147,26 +169,39 @@ RECORDS: tuple[Record, ...] = (
         "Power a node's GPUs draw (window mean) over their TDP (default power limits).",
     ),
     Record(
-        "namespace_job:gpu_power:tdp_share",
-        f"sum by (namespace, {JOB_LABEL}) ({_job(MEAN_POWER)})\n"
-        f"  / sum by (namespace, {JOB_LABEL}) ({_job('gpu_power_default_limit_watts')})",
-        "Power a job's GPUs draw over their TDP.",
+        POD_POWER, f"sum by ({POD_BY}) ({MEAN_POWER})", "Power a pod's GPUs on a node draw (window mean)."
     ),
     Record(
+        POD_TDP,
+        f"sum by ({POD_BY}) (gpu_power_default_limit_watts)",
+        "The default power limits (TDP) of a pod's GPUs on a node.",
+    ),
+    Record(
+        "namespace_job:gpu_power:tdp_share",
+        f"sum by (namespace, {JOB_LABEL}) ({_job(POD_POWER)})\n"
+        f"  / sum by (namespace, {JOB_LABEL}) ({_job(POD_TDP)})",
+        "Power a job's GPUs draw over their TDP.",
+        JOB_GROUP,
+    ),
+    Record(POD_GPUS, f"count by ({POD_BY}) (gpu_info)", "GPUs a pod holds whole on a node."),
+    Record(
         "namespace_job:gpu:count",
-        f"count by (namespace, {JOB_LABEL}) ({_job('gpu_info')})",
+        f"sum by (namespace, {JOB_LABEL}) ({_job(POD_GPUS)})",
         "GPUs a job holds whole.",
+        JOB_GROUP,
     ),
     # ---- the job alerts' evidence: who slows the job, who hangs it
     Record(
         "namespace_job_pod:gpu_time_lost:share5m",
         _share(JOB_POD_RATE, "input_wait|throttled", POD_KEYS),
         "Share of a pod's GPU time lost to waiting for input or to throttling.",
+        JOB_GROUP,
     ),
     Record(
         "namespace_job_pod:gpu_peers_comm_wait:share5m",
         _peers_share("comm_wait"),
         "Share of the time the job's GPUs in its other pods spend waiting in collectives.",
+        JOB_GROUP,
     ),
     Record(
         STRAGGLER,
@@ -174,27 +209,32 @@ RECORDS: tuple[Record, ...] = (
         " namespace_job_pod:gpu_peers_comm_wait:share5m > ${straggler_peers_wait}",
         "The straggler: a pod losing its time to input wait or throttling while the job's other pods wait "
         "in collectives (the value: its lost share).",
+        JOB_GROUP,
     ),
     Record(
         "namespace_job_pod:gpu_stalled:share5m",
         _share(JOB_POD_RATE, "stalled", POD_KEYS),
         "Share of a pod's GPU time stalled in a collective.",
+        JOB_GROUP,
     ),
     Record(
         "namespace_job_pod:gpu_peers_stalled:share5m",
         _peers_share("stalled"),
         "Share of the time the job's GPUs in its other pods spend stalled.",
+        JOB_GROUP,
     ),
     Record(
         HUNG,
         _share(JOB_RATE, "stalled", f"namespace, {JOB_LABEL}"),
         "Share of a job's GPU time stalled in a collective.",
+        JOB_GROUP,
     ),
     Record(
         HANG_BLAME,
         "namespace_job_pod:gpu_stalled:share5m < ${hang_outside}\n  and on (namespace, job_name, pod)"
         " namespace_job_pod:gpu_peers_stalled:share5m > ${job_hang_stalled}",
         "In a hung job, the pod not stalled while the others are: the rank outside the collective.",
+        JOB_GROUP,
     ),
 )
 

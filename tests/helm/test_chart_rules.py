@@ -199,3 +199,63 @@ def test_the_job_labels_come_from_the_chart_value():
     wanted = recording.job_info_expr(("example.com/team-job", "app.kubernetes.io/name"))
     assert info["expr"] == wanted.replace("$$", "$")  # the generator escapes $ for its templates
     assert "label_example_com_team_job" in info["expr"]
+
+
+# ---- sharded by node: the node-level groups on the shards, the job groups in a global ruler -----------
+
+
+def _groups_of(docs: list[dict]) -> dict[str, list[dict]]:
+    return {d["metadata"]["name"]: d["spec"]["groups"] for d in docs if d["kind"] == "PrometheusRule"}
+
+
+def test_scope_node_and_global_render_the_rule_file_split_in_two():
+    shipped = yaml.safe_load((REPO / "alerts" / "gpu-bottleneck-exporter.rules.yml").read_text())["groups"]
+    node = rendered_groups({"prometheusRule.scope": "node"})
+    glob = rendered_groups({"prometheusRule.scope": "global"})
+    assert node == alerts.groups(scope="node") and glob == alerts.groups(scope="global")
+    assert sorted(g["name"] for g in node + glob) == sorted(g["name"] for g in shipped)
+    assert [g["name"] for g in glob] == [
+        "gpu-bottleneck-job-recording",
+        "gpu-bottleneck-job-verdicts",
+        "gpu-bottleneck-jobs",
+    ]
+    # the global ruler's rules read kube-state-metrics and the shards' recorded series, never a raw
+    # per-GPU series but the comm verdicts it silences
+    recorded_on_shards = {r["record"] for g in node for r in g["rules"] if "record" in r}
+    for group in glob:
+        for rule in group["rules"]:
+            names = set(re.findall(r"\b([a-z_]+:[a-z_0-9]+:[a-z_0-9]+|[a-z_]+)\s*[{(\[]?", rule["expr"]))
+            raw = {n for n in names if n.startswith("gpu_") and n != "gpu_bottleneck"}
+            assert not raw, (rule.get("record") or rule.get("alert"), raw)
+    assert {"node_namespace_pod_state:gpu_time_seconds:rate5m", recording.POD_KINDS} <= recorded_on_shards
+    # a shard's rules never read what only the global ruler records
+    global_records = {r["record"] for g in glob for r in g["rules"] if "record" in r}
+    for group in node:
+        for rule in group["rules"]:
+            assert not [r for r in global_records if r in rule["expr"]], rule
+
+
+def test_scope_split_renders_two_rules_labelled_for_their_rulers():
+    docs = render(
+        sets={
+            "prometheusRule.enabled": "true",
+            "prometheusRule.scope": "split",
+            "prometheusRule.additionalLabels.release": "shards",
+            "prometheusRule.globalRuler.additionalLabels.ruler": "global",
+        }
+    )
+    groups = _groups_of(docs)
+    assert set(groups) == {"gbe-gpu-bottleneck-exporter", "gbe-gpu-bottleneck-exporter-global"}
+    assert groups["gbe-gpu-bottleneck-exporter"] == alerts.groups(scope="node")
+    assert groups["gbe-gpu-bottleneck-exporter-global"] == alerts.groups(scope="global")
+    labels = {d["metadata"]["name"]: d["metadata"]["labels"] for d in docs if d["kind"] == "PrometheusRule"}
+    assert labels["gbe-gpu-bottleneck-exporter"]["release"] == "shards"
+    assert "ruler" not in labels["gbe-gpu-bottleneck-exporter"]
+    assert labels["gbe-gpu-bottleneck-exporter-global"]["ruler"] == "global"
+    assert "release" not in labels["gbe-gpu-bottleneck-exporter-global"]
+
+
+def test_an_unknown_scope_is_refused():
+    from tests.helm.chart import render_error
+
+    assert "scope" in render_error(sets={"prometheusRule.enabled": "true", "prometheusRule.scope": "shard"})
