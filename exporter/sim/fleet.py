@@ -75,23 +75,29 @@ class FleetSpec:
     nodes: int = 40
     gpus: int = 2
     straggler: int | None = None  # the node (1-based) whose pod starves; its job's other pods wait
+    hang: int | None = None  # the node whose pod stays out of the collective its job's other pods hang in
     namespace: str = "ml"
     job: str = "llm-pretrain"
     job_label: str = "training.kubeflow.org/job-name"
     warm_s: int = 150  # virtual seconds each role samples before serving: its verdicts already hold
+    prefix: str = "node"  # node names: <prefix>-<i>
 
     def node_name(self, i: int) -> str:
-        return f"node-{i:0{len(str(self.nodes))}d}"
+        return f"{self.prefix}-{i:0{len(str(self.nodes))}d}"
 
     def pod_name(self, i: int) -> str:
         return f"{self.job}-worker-{i - 1}"
 
     def role(self, i: int) -> str:
+        if self.hang is not None:
+            return "outside" if i == self.hang else "hung"
         if self.straggler is None:
             return "healthy"
         return "straggler" if i == self.straggler else "waiting"
 
     def scenarios(self) -> dict[str, str]:
+        if self.hang is not None:
+            return {"outside": "healthy", "hung": "comm_hang"}
         if self.straggler is None:
             return {"healthy": "healthy"}
         every = "+".join(str(g) for g in range(self.gpus))
