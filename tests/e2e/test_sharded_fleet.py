@@ -6,7 +6,8 @@ generated file against it (recorded series written back) -> a real Alertmanager 
 Job ml/llm-pretrain: its rank on node-4 (shard 0) starves for input, its pods on the other nodes (both
 shards) wait for it. Job research/moe-train: every rank hangs in a collective but the one on hnode-5
 (shard 1). Only the culprits page, named by the global ruler; no waiting or hung node pages its own
-comm verdict. One stack serves both cases."""
+comm verdict. One stack serves both cases. A plain Prometheus receives the same samples and evaluates the
+same rule file: every series the rules record there, vmalert records from VictoriaMetrics (MetricsQL)."""
 
 from __future__ import annotations
 
@@ -69,6 +70,7 @@ def sharded(tmp_path_factory) -> Iterator[Sharded]:
         shards=SHARDS,
         interval=INTERVAL,
         force_flush=True,
+        compare=True,  # one Prometheus evaluating the same rule file over the same samples
     )
     try:
         deadline = time.monotonic() + 90
@@ -171,3 +173,33 @@ def test_a_job_wide_hang_across_shards_names_the_rank_outside_the_collective(sha
     # utilization reading is the symptom the classic threshold rules page on, as on one Prometheus)
     comm = [p.labels for p in pages if p.labels["alertname"] in ("GpuCommHang", "GpuCommBound")]
     assert [p for p in comm if p.get("node", "").startswith(f"{spec.prefix}-")] == [], comm
+
+
+def test_the_global_ruler_records_what_one_prometheus_records_from_the_same_samples(sharded):
+    """The one rule file on both engines: the same recorded series (names and label sets) and, for the
+    shares and counts, the same values (rates differ a little: MetricsQL's rate does not extrapolate)."""
+    recorded = '{__name__=~".+:.+:.+"}'
+    deadline = time.monotonic() + 120
+    while True:
+        # each sees the series it has recorded in the last evaluations
+        vm = {_key(r): float(r["value"][1]) for r in sharded.stack.query(recorded)}
+        prom = {_key(r): float(r["value"][1]) for r in sharded.stack.prometheus.query(recorded)}
+        names = {k[0] for k in prom}
+        if {
+            "namespace_job_pod:gpu_straggler:lost_share5m",
+            "namespace_job_pod:gpu_hang:blamed",
+        } <= names and (set(vm) == set(prom) or time.monotonic() > deadline):
+            break
+        time.sleep(2)
+    assert sorted(set(prom) - set(vm)) == [], "recorded by Prometheus only"
+    assert sorted(set(vm) - set(prom)) == [], "recorded by vmalert only"
+    for key, value in prom.items():
+        if any(key[0].endswith(s) for s in (":count", ":info", ":worst")):
+            assert vm[key] == value, key
+        elif "share" in key[0] or key[0].endswith(":blamed"):
+            assert abs(vm[key] - value) < 0.05, (key, vm[key], value)
+
+
+def _key(result: dict) -> tuple[str, tuple[tuple[str, str], ...]]:
+    labels = result["metric"]
+    return labels["__name__"], tuple(sorted((k, v) for k, v in labels.items() if k != "__name__"))
