@@ -332,7 +332,6 @@ def soak(scenario: Scenario, minutes: float, gpus: int) -> dict[str, float]:
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": str(REPO)},
-        preexec_fn=lambda: os.nice(int(os.environ.get("SOAK_FLOOD_NICE", "0"))),
     )
     try:
         asyncio.run(load.scrape())
