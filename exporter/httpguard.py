@@ -7,7 +7,7 @@ scraper sends its request at once, so it is never the oldest waiting), then the 
 one; when every connection is busy serving, the new one is refused. A request still sending its body
 (a progress report; scrapes have none) holds one of a few body slots: past them the oldest such
 connection is closed, so stalled bodies never take the slots scrapes need. TLS connections have a
-bound of their own, lower, since each holds OpenSSL's state.
+bound of their own, from what each costs in memory (OpenSSL's state and a read buffer).
 
 The protocol factory here also wraps connections in TLS with the context current at accept time, so a
 reloaded certificate is used from the next connection on without restarting the listener; a plain HTTP
@@ -83,7 +83,6 @@ class GuardStats:
     refused: int = 0  # every open connection was busy
     too_large: int = 0  # a request header over MAX_HEADER_BYTES
     body_timeout: int = 0  # a request body not all there in time
-    not_tls: int = 0  # plain HTTP sent to the TLS port (answered 400)
 
 
 @dataclass(eq=False)
@@ -367,7 +366,6 @@ class GuardedTLS(sslproto.SSLProtocol):
         if self.first and nbytes > 0:
             self.first = False
             if self._ssl_buffer[0] in _HTTP_FIRST_BYTES:  # plain HTTP: say so in plain HTTP, and close
-                self.guard.stats.not_tls += 1
                 log.info("answering 400 to a plain HTTP request on the TLS port")
                 self._transport.write(NOT_TLS)
                 self._transport.close()

@@ -5,6 +5,7 @@ TLS port is answered in plain HTTP, and a pod name with a newline is refused wit
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import json
 import socket
@@ -16,7 +17,7 @@ import httpx
 import psutil
 import pytest
 
-from exporter.httpguard import FD_RESERVE, IN_FLIGHT
+from exporter.httpguard import FD_RESERVE, IN_FLIGHT, ConnectionGuard, Tracked
 from exporter.sources.progress import ProgressError, parse_report
 from exporter.thresholds import (
     HTTP_BODY_TIMEOUT,
@@ -215,3 +216,41 @@ def test_a_flood_of_idle_tls_connections_stays_under_the_charts_memory_limit(tls
             time.sleep(0.2)
         assert after <= peak - (peak - base) / 4, (base / 2**20, peak / 2**20, after / 2**20)
     assert cmd.proc.poll() is None
+
+
+# ---- the guard's bounds, directly ----------------------------------------------------------------------
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.closed = False
+
+    def abort(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+
+def test_the_tls_bound_and_the_body_slots_close_the_oldest_first():
+    async def run() -> None:
+        guard = ConnectionGuard(max_connections=10, max_tls=2, max_bodies=2)
+        plain, first, second, third = (Tracked() for _ in range(4))
+        transports = [_Transport() for _ in range(4)]
+        assert guard.admit(plain, transports[0])
+        assert guard.admit(first, transports[1], tls=True) and guard.admit(second, transports[2], tls=True)
+        assert guard.admit(third, transports[3], tls=True)  # past the TLS bound: the oldest TLS one goes
+        assert [t.closed for t in transports] == [False, True, False, False] and guard.open == 3
+        senders = [Tracked() for _ in range(3)]
+        for tracked in senders:
+            assert guard.admit(tracked, _Transport())
+            guard.receiving(tracked)
+        assert senders[0].transport.is_closing() and not senders[1].transport.is_closing()  # type: ignore[union-attr]
+        guard.busy(senders[1])  # its body arrived: the slot is free again
+        extra = Tracked()
+        assert guard.admit(extra, _Transport())
+        guard.receiving(extra)
+        assert not senders[2].transport.is_closing()  # type: ignore[union-attr]
+        assert guard.stats.evicted == 2
+
+    asyncio.run(run())
