@@ -912,6 +912,41 @@ WEB_AUTH_FAILED = _t(
     "client repeating a wrong password (a scraper with a stale secret, a flood of one guess) costs one "
     "bcrypt check, not one per request; each distinct guess still costs one.",
 )
+HTTP_BODY_TIMEOUT = _t(
+    "http.body_timeout_seconds",
+    5.0,
+    "seconds",
+    "A request body here is a progress report under 1 KiB, sent with its header; a body not all there "
+    "5 s after its header is a stalled client and its connection is closed (before this deadline one "
+    "stalled body held its connection 70 s).",
+)
+HTTP_MAX_BODY_CONNECTIONS = _t(
+    "http.max_body_connections",
+    16.0,
+    "count",
+    "Connections still sending a request body (progress reports; scrapes carry none) share 16 slots: a "
+    "node's jobs report from rank 0 every few seconds, each in milliseconds, so 16 at once is already a "
+    "flood. Past it the oldest still sending is closed for the new one, and the rest of the connections "
+    "stay for scrapes (1,100 stalled reports used to hold all 1,024 and fail every scrape).",
+)
+HTTP_TLS_HANDSHAKE_TIMEOUT = _t(
+    "http.tls_handshake_timeout_seconds",
+    3.0,
+    "seconds",
+    "A TLS handshake is two round trips and a signature, milliseconds inside a cluster; one not finished "
+    "in 3 s is a stalled client and its connection is closed. The request header must still arrive "
+    "within http.header_timeout_seconds of the connection's start.",
+)
+HTTP_TLS_MAX_CONNECTIONS = _t(
+    "http.tls_max_connections",
+    1024.0,
+    "count",
+    "An open TLS connection holds OpenSSL's state and a 16 KiB read buffer, about 40 KiB (1,100 idle TLS "
+    "connections took the exporter from 70 to 110 MiB; with asyncio's 256 KiB buffer they took it to 400 "
+    "MiB): 1,024 of them keep an 8-GPU node's exporter, about 100 MiB, well under the chart's 256 MiB "
+    "memory limit. Past it the oldest TLS connection without a request is closed for the new one; a "
+    "lower bound would only make a flood cycle faster, through more handshakes.",
+)
 LOG_REPEAT_BURST = _t(
     "log.repeat_burst",
     5.0,
