@@ -7,7 +7,7 @@ import subprocess
 
 import yaml
 
-from devtools.artifacts import alerts, recording
+from devtools.artifacts import alerts, cost_rules, recording
 from tests.conftest import REPO, require_tool
 
 RULES = REPO / "alerts" / "gpu-bottleneck-exporter.rules.yml"
@@ -18,7 +18,8 @@ def test_promtool_checks_the_rules():
     promtool = require_tool("promtool")
     result = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert f"SUCCESS: {len(alerts.ALERTS) + len(recording.RECORDS)} rules found" in result.stdout
+    rules = len(alerts.ALERTS) + len(recording.RECORDS) + len(cost_rules.RECORDS)
+    assert f"SUCCESS: {rules} rules found" in result.stdout
 
 
 def test_promtool_unit_tests_pass():

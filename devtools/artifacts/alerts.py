@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from string import Template
 
-from devtools.artifacts import recording
+from devtools.artifacts import cost_rules, recording
 from exporter import thresholds as th
 from exporter.analysis.kinds import KINDS
 
@@ -492,7 +492,11 @@ def groups(
         recording.GROUP: {
             "name": recording.GROUP,
             "rules": [{"record": r.record, "expr": expression(r, window=window)} for r in recording.RECORDS],
-        }
+        },
+        cost_rules.GROUP: {
+            "name": cost_rules.GROUP,
+            "rules": [{"record": r.record, "expr": expression(r, window=window)} for r in cost_rules.RECORDS],
+        },
     }
     for alert in ALERTS:
         rule = {
@@ -553,4 +557,14 @@ def render_doc() -> str:
         "|---|---|",
     ]
     lines += [f"| `{r.record}` | {r.help} |" for r in recording.RECORDS]
+    lines += [
+        "",
+        f"## {cost_rules.GROUP}",
+        "",
+        "What the ledger's time costs, from the exporters' `gpu_node_price_per_hour` (see [cost](cost.md)).",
+        "",
+        "| record | what |",
+        "|---|---|",
+    ]
+    lines += [f"| `{r.record}` | {r.help} |" for r in cost_rules.RECORDS]
     return "\n".join(lines) + "\n"
