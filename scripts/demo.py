@@ -182,7 +182,7 @@ def demo_rules(tour: str) -> str:
     return alerts.render(for_override=DEMO_FOR, shortened=shortened)
 
 
-def narrate(tour: str, started: float, stop: threading.Event) -> None:
+def narrate(tour: str, started: float, stop: threading.Event, loop: bool = False) -> None:
     """Say what the simulated node is doing now, as the tour moves on."""
     boundaries, at = [], 0.0
     for name, seconds in TOURS[tour]:
@@ -190,7 +190,10 @@ def narrate(tour: str, started: float, stop: threading.Event) -> None:
         at += seconds
     current = None
     while not stop.wait(1.0):
-        elapsed = (time.monotonic() - started) % tour_seconds(tour)
+        elapsed = time.monotonic() - started
+        if not loop and elapsed >= tour_seconds(tour):
+            return  # one tour: the demo ends here, not the node's next phase
+        elapsed %= tour_seconds(tour)
         name = [n for start, n in boundaries if start <= elapsed][-1]
         if name != current:
             current = name
@@ -364,7 +367,7 @@ def run(args: argparse.Namespace, workdir: Path, running: Running) -> int:
         print("Prometheus/Alertmanager are not installed (scripts/install-tools.sh installs them as root):")
         print("running the exporter alone. Watch gpu_bottleneck in /metrics.")
     print("Ctrl-C stops the demo.\n", flush=True)
-    threading.Thread(target=narrate, args=(tour, started, stop), daemon=True).start()
+    threading.Thread(target=narrate, args=(tour, started, stop, args.loop), daemon=True).start()
     if stack:
         threading.Thread(target=report_ledger, args=(stack.prometheus_port, stop), daemon=True).start()
     end = started + tour_seconds(tour)
