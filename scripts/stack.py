@@ -177,6 +177,7 @@ class Stack:
     receiver_url: str
     interval: str = "1s"
     group_by: tuple[str, ...] = ("...",)  # Alertmanager's grouping: every alert on its own by default
+    group_wait: str = "1s"  # how long Alertmanager gathers a new group's alerts before it pages
     prometheus_port: int = field(default_factory=free_port)
     alertmanager_port: int = field(default_factory=free_port)
     procs: list[subprocess.Popen] = field(default_factory=list)
@@ -211,11 +212,14 @@ class Stack:
             "route:\n"
             "  receiver: pages\n"
             f"  group_by: [{', '.join(repr(g) for g in self.group_by)}]\n"
-            "  group_wait: 1s\n"
+            f"  group_wait: {self.group_wait}\n"
             "  group_interval: 1s\n"
             "  repeat_interval: 24h\n"
             "inhibit_rules:\n"
-            "  - source_matchers: [severity = critical]\n"
+            # a critical alert on a GPU silences that GPU's warnings; the source must have a gpu label,
+            # for Alertmanager counts a label that both alerts lack as equal: a node-level critical
+            # alert (GpuShmFull) would silence every node-level warning of its node
+            "  - source_matchers: [severity = critical, 'gpu != \"\"']\n"
             "    target_matchers: [severity =~ warning|info]\n"
             "    equal: [instance, gpu]\n"
             "  - source_matchers: [alertname = GpuShmFull]\n"

@@ -186,5 +186,5 @@ def test_the_threshold_page_lists_every_policy_word():
 
 def test_the_readmes_count_the_rules():
     n = len(alerts.ALERTS)
-    assert f"holds {n} alert\nrules" in (REPO / "README.md").read_text()
+    assert f"holds {n} alert\nrules" in (REPO / "docs" / "overview.md").read_text()
     assert f"the {n} alerts of" in (REPO / "helm" / "gpu-bottleneck-exporter" / "README.md").read_text()

@@ -9,6 +9,7 @@ a templated ``description`` (node, GPU, pod when known, value) and a ``runbook_u
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from string import Template
 
@@ -289,7 +290,7 @@ ALERTS: tuple[Alert, ...] = (
         "(stalled {{ $value | humanizePercentage }} of the time): the rank to look at.{{ end }} The NCCL "
         "watchdog kills the job at ten minutes.",
     ),
-    # ---- the seed table as plain rules ----------------------------------------------------------
+    # ---- the classic thresholds as plain rules --------------------------------------------------
     Alert(
         "GpuUtilizationLow",
         "gpu-utilization",
@@ -484,10 +485,15 @@ def expression(
 
 
 def groups(
-    for_override: str | None = None, job: str = JOB, runbook_base: str = RUNBOOK_BASE, window: str = ""
+    for_override: str | None = None,
+    job: str = JOB,
+    runbook_base: str = RUNBOOK_BASE,
+    window: str = "",
+    shortened: Collection[str] | None = None,
 ) -> list[dict]:
     """The rule groups as data: the recording rules, then the alerts (``for_override`` shortens every
-    ``for`` and ``window`` the recording rules' rate window: end-to-end tests use them)."""
+    ``for``, or only those of the alerts named in ``shortened``, and ``window`` the recording rules'
+    rate window: the demo and end-to-end tests use them)."""
     out: dict[str, dict] = {
         recording.GROUP: {
             "name": recording.GROUP,
@@ -499,10 +505,11 @@ def groups(
         },
     }
     for alert in ALERTS:
+        shorten = for_override is not None and (shortened is None or alert.name in shortened)
         rule = {
             "alert": alert.name,
             "expr": expression(alert, job=job),
-            "for": for_override if for_override is not None else alert.for_,
+            "for": for_override if shorten else alert.for_,
             "labels": {"severity": alert.severity},
             "annotations": {
                 "summary": alert.summary,
@@ -516,11 +523,16 @@ def groups(
     return list(out.values())
 
 
-def render(for_override: str | None = None, job: str = JOB, window: str = "") -> str:
+def render(
+    for_override: str | None = None,
+    job: str = JOB,
+    window: str = "",
+    shortened: Collection[str] | None = None,
+) -> str:
     from devtools.artifacts.yamlout import dump
 
     header = "# generated from exporter/thresholds.py by `make artifacts`; do not edit\n"
-    return header + dump({"groups": groups(for_override, job, window=window)})
+    return header + dump({"groups": groups(for_override, job, window=window, shortened=shortened)})
 
 
 def render_doc() -> str:
@@ -537,8 +549,20 @@ def render_doc() -> str:
         "their unit tests.",
         "",
         "Suggested Alertmanager inhibitions: a critical alert on a GPU silences that GPU's warnings and",
-        "infos",
-        "(`equal: [instance, gpu]`), and `GpuShmFull` silences `GpuShmNearlyFull` on the same mountpoint.",
+        "infos, and `GpuShmFull` silences `GpuShmNearlyFull` on the same mountpoint. The first needs",
+        '`gpu != ""` on its source: Alertmanager counts a label that both alerts lack as equal, so without',
+        "it a node-level critical alert (`GpuShmFull`, `GpuNodeCheckFailed`) would silence every node-level",
+        "warning of its node.",
+        "",
+        "```yaml",
+        "inhibit_rules:",
+        "  - source_matchers: [severity = critical, 'gpu != \"\"']",
+        "    target_matchers: [severity =~ warning|info]",
+        "    equal: [instance, gpu]",
+        "  - source_matchers: [alertname = GpuShmFull]",
+        "    target_matchers: [alertname = GpuShmNearlyFull]",
+        "    equal: [instance, mountpoint]",
+        "```",
         "",
     ]
     for group in dict.fromkeys(a.group for a in ALERTS):
