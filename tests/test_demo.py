@@ -226,14 +226,24 @@ def test_an_error_is_one_line_and_leaves_nothing_behind():
             demo.close()
 
 
+TOUR_TEST = "test_one_tour_pages_what_its_plan_promises_in_its_phases_then_stops"
+
+
+def start_tour() -> Demo:
+    """The whole tour takes twelve minutes of wall time, nearly all of it waiting: tests/conftest.py starts
+    it as soon as the test is collected, so it runs beside the rest of the suite, and the test (run
+    last) only reads what it printed."""
+    return Demo()
+
+
 @pytest.mark.slow
-def test_one_tour_pages_what_its_plan_promises_in_its_phases_then_stops():
+def test_one_tour_pages_what_its_plan_promises_in_its_phases_then_stops(request):
     """The whole short tour (about twelve minutes), as `make demo` runs it: each fault phase pages its
     alert once, while the node is in that phase; nothing else pages; the demo ends by itself and
     removes its files."""
     require_tool("prometheus")
     require_tool("prometheus-alertmanager")
-    demo = Demo()
+    demo = getattr(request.config, "demo_tour", None) or start_tour()
     try:
         wait_http(f"http://127.0.0.1:{demo.port}/readyz", timeout=90)
         assert demo.wait(tour_seconds("short_tour") + 180) == 0
