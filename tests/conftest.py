@@ -165,6 +165,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 def pytest_collection_finish(session: pytest.Session) -> None:
     from tests.test_demo import TOUR_TEST, start_tour
 
+    if session.config.option.collectonly:
+        return
     wanted = any(item.name == TOUR_TEST for item in session.items)
     if wanted and shutil.which("prometheus") and shutil.which("prometheus-alertmanager"):
         session.config.demo_tour = start_tour()  # type: ignore[attr-defined]
