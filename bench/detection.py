@@ -19,7 +19,7 @@ A false verdict is a verdict episode that overlaps no label accepting its kind o
 trace, every verdict); a false page is a false verdict that stayed on for its alert's ``for``.
 
 Then the ledger: per trace, the worst |share - truth| over GPUs and ledger states, in points, against the
-labels' ``ledger_truth``. Then the same paging table for a naive baseline: the project's seed threshold
+labels' ``ledger_truth``. Then the same paging table for a naive baseline: the classic threshold
 table written as plain Prometheus-style alert rules over 15-second scrapes (``avg util over 5m < 95 %
 for 10m``, ``temperature > 80 for 5m``, ...) whose alerts page with the same ``for`` as the kind's.
 
@@ -602,7 +602,7 @@ def report(folder: Path, results: list[TraceResult], seconds: float) -> list[str
     if ledger_text:
         print(ledger_text)
         print()
-    naive_title = "naive baseline: the seed table as alert rules over 15 s scrapes, paging after the `for`"
+    naive_title = "naive baseline: classic thresholds as alert rules on 15 s scrapes, paging after the `for`"
     print(paging_table(naive_title, [r.naive for r in results], for_s))
     print("\n  naive rules: " + "; ".join(f"{r.kind}: {r.expr}" for r in NAIVE_RULES))
     print(f"\n{len(results)} traces from {shown} replayed twice in {seconds:.1f} s")

@@ -98,7 +98,7 @@ class Application:
         # the node doctor's checks, on their own thread; the sampler publishes their latest results
         self.checker = NodeChecker.for_settings(settings, nvml_module, options, xids=self._xids)
         self.sampler.checker = self.checker
-        self.renderer = Renderer(settings.detail)
+        self.renderer = Renderer(settings.detail, settings.prices)
         self.server_families: Callable[[], list[Family]] | None = None  # set by the HTTP server
         self._started = False
 

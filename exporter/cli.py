@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, NoReturn
 
 from exporter import __version__
 from exporter.config import ENV_PREFIX, Settings, SettingsError
+from exporter.cost import DEFAULT as DEFAULT_PRICES
+from exporter.cost import Prices
 from exporter.detail import CATEGORIES as DETAIL_CATEGORIES
 from exporter.detail import parse_detail
 from exporter.usage import CommandError, UsageError
@@ -148,6 +150,20 @@ SERVE_FLAGS = (
         "comma-separated detail series beyond the per-GPU defaults: "
         + ", ".join(DETAIL_CATEGORIES)
         + ", all",
+    ),
+    Flag(
+        "--price",
+        "price",
+        str,
+        "what a GPU-hour costs, exposed as gpu_node_price_per_hour for the cost rules: 'MODEL=PRICE,...' "
+        "over the example prices of docs/cost.md (MODEL: part of the NVML name; '*=PRICE': any other model), "
+        "or 'off'; examples, not quotes: set your own",
+    ),
+    Flag(
+        "--currency",
+        "currency",
+        lambda t: t.strip().upper(),
+        "the prices' currency, a three-letter code (USD, EUR)",
     ),
 )
 # record samples like serve but serves nothing: it takes every serve flag except these
@@ -357,6 +373,14 @@ def build_parser() -> argparse.ArgumentParser:
         "unless it says otherwise; default: the Unix epoch (replay reports seconds from the first "
         "sample). Logs with times ignore it",
     )
+    replay.add_argument(
+        "--price",
+        metavar="MODEL=PRICE,...",
+        help="what a GPU-hour costs, to price the time ledger: entries over the example prices of "
+        "docs/cost.md (MODEL: part of the board name; '*=PRICE': any other model), or 'off'; the defaults "
+        "are examples, not quotes",
+    )
+    replay.add_argument("--currency", metavar="CODE", help="the prices' currency (default USD)")
     record = sub.add_parser(
         "record",
         help="sample like serve, but write the samples as a trace CSV that replay reads",
@@ -396,6 +420,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _period(args.period),
                 _start(args.start),
                 _fail_on(args.fail_on),
+                _prices(args.price, args.currency),
             )
         if args.command == "doctor":
             from exporter.doctor.command import run as doctor
@@ -442,6 +467,17 @@ def _duration(text: str | None) -> float | None:
     if value <= 0:
         raise UsageError(f"--duration: must be positive, not {text!r}")
     return value
+
+
+def _prices(price: str | None, currency: str | None) -> Prices | None:
+    """replay's --price and --currency, checked as serve checks them."""
+    try:
+        settings = Settings(price=price or "", currency=(currency or "").strip().upper() or Settings.currency)
+    except SettingsError as exc:
+        raise UsageError(
+            "; ".join(f"--{field}: {text}" for field, text in exc.problems if field in ("price", "currency"))
+        ) from None
+    return settings.prices
 
 
 def _period(text: str | None) -> float | None:
@@ -555,11 +591,12 @@ def _replay(
     period: float | None = None,
     start: float | None = None,
     fail_on: FailOn = FailOn(),
+    prices: Prices | None = DEFAULT_PRICES,
 ) -> int:
     made = _claim_output(report, "--report") if report else False
     status = 2
     try:
-        status = _replay_checked(path, gpus, as_json, report, period, start, fail_on)
+        status = _replay_checked(path, gpus, as_json, report, period, start, fail_on, prices)
     finally:
         if made and status == 2 and report:  # nothing replayed: no empty report left behind
             with contextlib.suppress(OSError):
@@ -575,6 +612,7 @@ def _replay_checked(
     period: float | None,
     start: float | None,
     fail_on: FailOn,
+    prices: Prices | None = DEFAULT_PRICES,
 ) -> int:
     from exporter.replay import event_json, gap_text, human, replay, summary
     from exporter.report import ReportData, write_report
@@ -593,6 +631,7 @@ def _replay_checked(
             on_job=(lambda j: print(json.dumps(j), file=out)) if as_json else None,
             period=period,
             start=start,
+            prices=prices,
             **(data.hooks() if data else {}),  # type: ignore[arg-type]
         )
     except TraceError as exc:

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from exporter.cost import CURRENCY, Prices, parse_prices
+from exporter.cost import DEFAULT as DEFAULT_PRICES
+from exporter.thresholds import COST_CURRENCY
 
 ENV_PREFIX = "GBE_"
 
@@ -71,6 +75,8 @@ class Settings:
     progress_api: bool = False  # accept POST /v1/progress
     web_config_file: str = ""  # TLS and basic auth (the exporter toolkit's web config); empty: plain HTTP
     detail: frozenset[str] = frozenset()  # --detail categories (exporter/detail.py)
+    price: str = ""  # --price MODEL=PRICE,... over the example table (exporter/cost.py); off: no prices
+    currency: str = COST_CURRENCY.value  # the prices' currency
 
     def __post_init__(self) -> None:
         problems: list[tuple[str, str]] = []
@@ -89,5 +95,18 @@ class Settings:
             problems.append(("sim_gpus", "sim-gpus must be 1-64"))
         if not 0 <= self.expected_gpus <= 64:
             problems.append(("expected_gpus", "expected-gpus must be 0-64"))
+        try:
+            if self.price.strip():
+                parse_prices(self.price)
+        except ValueError as exc:
+            problems.append(("price", str(exc)))
+        if not CURRENCY.match(self.currency):
+            problems.append(("currency", f"must be a three-letter currency code, not {self.currency[:16]!r}"))
         if problems:
             raise SettingsError(problems)
+
+    @property
+    def prices(self) -> Prices | None:
+        """The price table the exporter exposes (None: pricing off)."""
+        prices = parse_prices(self.price) if self.price.strip() else DEFAULT_PRICES
+        return None if prices is None else replace(prices, currency=self.currency)

@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator
 from importlib import metadata
 
 from exporter import __version__, catalog
+from exporter.cost import DEFAULT as DEFAULT_PRICES
+from exporter.cost import Prices
 from exporter.nvml_vocab import CLOCK_REASONS, FABRIC_STATES
 from exporter.sampler import GpuView, Snapshot
 from exporter.thresholds import CRITICAL_XIDS, DOCTOR_SEVERITY
@@ -410,10 +412,25 @@ def _pod_logs(fams: _Families, snapshot: Snapshot) -> None:
     ).add("", v.skipped_bytes)
 
 
-def families(snapshot: Snapshot, detail: frozenset[str] = frozenset()) -> list[Family]:
+def _prices(fams: _Families, snapshot: Snapshot, prices: Prices | None) -> None:
+    """One price series per GPU model on the node: the cost rules join it to gpu_info by model."""
+    if prices is None or not snapshot.gpus:
+        return
+    fam = fams.gauge(
+        "gpu_node_price_per_hour",
+        "What a GPU-hour of this model costs, from --price (examples unless set); joins gpu_info on model.",
+    )
+    for model in dict.fromkeys(view.identity.name for view in snapshot.gpus):
+        fam.add(labels(model=model, currency=prices.currency), prices.of(model))
+
+
+def families(
+    snapshot: Snapshot, detail: frozenset[str] = frozenset(), prices: Prices | None = DEFAULT_PRICES
+) -> list[Family]:
     fams = _Families()
     for view in snapshot.gpus:
         _gpu(fams, view, snapshot, detail)
+    _prices(fams, snapshot, prices)
     _host(fams, snapshot)
     _node_checks(fams, snapshot)
     _pod_logs(fams, snapshot)
@@ -483,8 +500,9 @@ def _replace_surrogates(text: str) -> bytes:
 class Renderer:
     """Renders snapshots, caching the body of the latest one per format and encoding."""
 
-    def __init__(self, detail: frozenset[str] = frozenset()) -> None:
+    def __init__(self, detail: frozenset[str] = frozenset(), prices: Prices | None = DEFAULT_PRICES) -> None:
         self.detail = detail  # the --detail categories (exporter/detail.py)
+        self.prices = prices  # --price (exporter/cost.py); None: no gpu_node_price_per_hour
         self._lock = threading.Lock()
         self._seq = -1
         self._cache: dict[tuple[bool, bool], bytes] = {}
@@ -505,7 +523,7 @@ class Renderer:
             if body is None:
                 plain = self._cache.get((openmetrics, False))
                 if plain is None:
-                    fams = families(snapshot, self.detail) + (extra() if extra else [])
+                    fams = families(snapshot, self.detail, self.prices) + (extra() if extra else [])
                     plain = self._cache[(openmetrics, False)] = expose(fams, openmetrics)
                 body = gzip.compress(plain, compresslevel=1) if gzipped else plain
                 self._cache[key] = body

@@ -1,6 +1,7 @@
 """``POST /v1/progress``: a job that does not log its steps reports them (off unless --progress-api on).
 
-The body is read in pieces and refused past ``progress.body_max_bytes`` before it is parsed; it must be
+The body is read in pieces and refused past ``progress.body_max_bytes`` before it is parsed (and must
+all arrive within ``http.body_timeout_seconds``, which the connection guard enforces); it must be
 ``application/json`` with exactly ``{namespace, pod, step}``; the store keeps a bounded number of pods,
 only those holding GPUs on this node. Answers: 204, or 400/404/411/413/415/429 with one line of text.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
+from starlette.requests import ClientDisconnect
 
 from exporter.sources.progress import ProgressError, ProgressStore
 from exporter.thresholds import PROGRESS_BODY_BYTES
@@ -37,4 +39,6 @@ def route(app: FastAPI, store: ProgressStore) -> None:
             store.report(await _body(request))
         except ProgressError as exc:
             return PlainTextResponse(f"{exc}\n", status_code=exc.status)
+        except ClientDisconnect:  # closed before its body arrived (by the client or the body deadline)
+            return Response(status_code=400)  # nobody reads it: the connection is gone
         return Response(status_code=204)

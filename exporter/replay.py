@@ -15,6 +15,8 @@ from pathlib import Path
 from exporter.analysis.engine import KINDS, Analyzer, VerdictEvent
 from exporter.analysis.envelope import Envelope
 from exporter.analysis.ledger import STATES
+from exporter.cost import DEFAULT as DEFAULT_PRICES
+from exporter.cost import LOST_STATES, Prices
 from exporter.thresholds import COVERAGE_SHARE, EVAL_INTERVAL, HOLDUP_SHARE
 from exporter.traceformats import NVIDIA_SMI_CSV
 from exporter.traces import ReadStats, TraceReader, TraceRow
@@ -47,6 +49,10 @@ class ReplayResult:
     held_back: dict[str, float] = field(default_factory=dict)  # gpu -> seconds its job's peers waited for it
     envelopes: dict[str, Envelope] = field(default_factory=dict)  # gpu -> its power envelope, as learned
     job_ledger: dict[str, dict[str, float]] = field(default_factory=dict)  # job (group) -> state -> seconds
+    prices: Prices | None = None  # what a GPU-hour costs (--price); None: no cost
+    models: dict[str, str] = field(default_factory=dict)  # gpu -> its board name, as the log gives it
+    cost: dict[str, dict[str, float]] = field(default_factory=dict)  # gpu -> state -> what its time cost
+    job_cost: dict[str, dict[str, float]] = field(default_factory=dict)  # job (group) -> state -> cost
 
 
 def replay(
@@ -58,6 +64,7 @@ def replay(
     on_tick: Callable[[float, str, str], None] | None = None,
     period: float | None = None,
     start: float | None = None,
+    prices: Prices | None = DEFAULT_PRICES,
 ) -> ReplayResult:
     """Replay a trace. ``on_row`` sees every row read; ``on_tick(t, gpu, state)`` the ledger state that
     took most of each GPU's evaluated second (see ``TickStates``). Both only observe. ``period`` and
@@ -66,7 +73,7 @@ def replay(
     A gap in the trace (see TRACE_GAP_PERIODS) ends a segment: its verdicts end where its samples end,
     and the rows after the gap are analysed afresh, so the silence is never evaluated second by second."""
     reader = TraceReader(path, gpus, period=period, start=start)
-    result = ReplayResult(path=Path(path), stats=reader.stats, seconds=0.0)
+    result = ReplayResult(path=Path(path), stats=reader.stats, seconds=0.0, prices=prices)
     segment: _Segment | None = None
     had_inputs: set[str] = set()
     last_t = 0.0
@@ -114,6 +121,7 @@ class _Segment:
         if row.gpu not in self.named and row.name:
             self.analyzer.set_identity(row.gpu, name=row.name)
             self.named.add(row.gpu)
+            self.result.models.setdefault(row.gpu, row.name)
         if on_row:
             on_row(row)
         self.analyzer.add_gpu_points(row.gpu, (row.point,))
@@ -140,6 +148,13 @@ class _Segment:
             for state, seconds in analyzer.ledger(gpu).totals.items():
                 totals[state] = totals.get(state, 0.0) + seconds
                 job[state] += seconds
+            if result.prices is not None:  # each GPU's hours at its model's price
+                per_hour = result.prices.of(result.models.get(gpu, "")) / 3600
+                cost = result.cost.setdefault(gpu, dict.fromkeys(STATES, 0.0))
+                job_cost = result.job_cost.setdefault(analyzer.group_of(gpu), dict.fromkeys(STATES, 0.0))
+                for state, seconds in analyzer.ledger(gpu).totals.items():
+                    cost[state] = cost.get(state, 0.0) + seconds * per_hour
+                    job_cost[state] = job_cost.get(state, 0.0) + seconds * per_hour
             result.held_back[gpu] = result.held_back.get(gpu, 0.0) + analyzer.ledger(gpu).held_back_s
             result.envelopes[gpu] = analyzer.envelope(gpu)
         had_inputs.update(analyzer.had_inputs)
@@ -271,6 +286,7 @@ def summary(result: ReplayResult) -> dict[str, object]:
         "silent": result.silent,
         "ledger": {gpu: _rounded(states) for gpu, states in result.ledger.items()},
         "job_ledger": {job: _rounded(states) for job, states in result.job_ledger.items()},
+        "cost": cost_summary(result),
         "holding_back": [
             {"gpu": gpu, "seconds": round(seconds, 1), "share": round(share, 3)}
             for gpu, seconds, share in holdups(result)
@@ -285,6 +301,56 @@ def summary(result: ReplayResult) -> dict[str, object]:
             for gpu, e in result.envelopes.items()
         },
     }
+
+
+def cost_summary(result: ReplayResult) -> dict[str, object] | None:
+    """What each GPU's and each job's time cost, per ledger state, and the lost states' total (None:
+    --price off)."""
+    if result.prices is None:
+        return None
+
+    def money(states: dict[str, float]) -> dict[str, float]:
+        return {state: round(amount, 4) for state, amount in states.items()}
+
+    return {
+        "currency": result.prices.currency,
+        "price_per_gpu_hour": {gpu: result.prices.of(result.models.get(gpu, "")) for gpu in result.cost},
+        "gpus": {gpu: money(states) for gpu, states in result.cost.items()},
+        "jobs": {job: money(states) for job, states in result.job_cost.items()},
+        "total": round(sum(sum(states.values()) for states in result.cost.values()), 4),
+        "lost": round(sum(_lost(states) for states in result.cost.values()), 4),
+    }
+
+
+def _lost(states: dict[str, float]) -> float:
+    return sum(amount for state, amount in states.items() if state in LOST_STATES)
+
+
+def _money(amount: float) -> str:
+    return f"{amount:.2f}" if amount >= 0.1 or amount == 0 else f"{amount:.4f}"
+
+
+def cost_lines(result: ReplayResult) -> list[str]:
+    """What each GPU's and each job's time cost, and what of it was lost, by state, largest first."""
+    prices = result.prices
+    if prices is None or not result.cost:
+        return []
+
+    def line(name: str, states: dict[str, float]) -> str:
+        lost = sorted(((s, a) for s, a in states.items() if s in LOST_STATES and a > 0), key=lambda x: -x[1])
+        text = f"  {name}: {_money(sum(states.values()))}, lost {_money(_lost(states))}"
+        return text + (": " + ", ".join(f"{s} {_money(a)}" for s, a in lost) if lost else "")
+
+    lines = [
+        f"what the time cost ({prices.currency}; prices per GPU-hour are examples unless --price sets them):"
+    ]
+    for gpu, states in result.cost.items():
+        model = result.models.get(gpu) or "model unknown"
+        lines.append(line(f"GPU {gpu} ({model}, {prices.of(result.models.get(gpu, '')):g}/h)", states))
+    lines += [
+        line(f"job {job}" if job != "node" else "all GPUs", states) for job, states in result.job_cost.items()
+    ]
+    return lines
 
 
 def holdups(result: ReplayResult) -> list[tuple[str, float, float]]:
@@ -417,6 +483,7 @@ def human(result: ReplayResult) -> str:
             f"  GPU {gpu} held its job back for {seconds:.0f} s ({share:.0%} of its held time): off-kernel "
             f"while GPUs {_gpu_list(waiting) or 'of its job'} waited for it in collectives"
         )
+    lines += cost_lines(result)
     lines += envelope_lines(result)
     return "\n".join(lines)
 

@@ -19,6 +19,7 @@ from exporter.http_negotiation import wants_gzip, wants_openmetrics
 from exporter.httpguard import (
     ConnectionGuard,
     GuardedListener,
+    WholeBodies,
     connection_bound,
     http_families,
     protocol_factory,
@@ -52,6 +53,9 @@ def create_app(application: Application) -> FastAPI:
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
+        # no redirect from /metrics/ to /metrics: Starlette builds its Location from the client's Host
+        # header, so the answer would point wherever the client said; an unknown path is a plain 404
+        redirect_slashes=False,
     )
 
     # HEAD answers as GET does, without the body (uvicorn leaves it out; the length stays)
@@ -115,7 +119,7 @@ def server_config(
         web_config=bool(s.web_config_file),
     )
     return uvicorn.Config(
-        WebMiddleware(create_app(application), web),
+        WebMiddleware(WholeBodies(create_app(application)), web),  # type: ignore[arg-type]
         host=s.listen_address,
         port=s.port,
         log_level=s.log_level if s.log_level != "debug" else "info",

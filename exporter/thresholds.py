@@ -912,6 +912,41 @@ WEB_AUTH_FAILED = _t(
     "client repeating a wrong password (a scraper with a stale secret, a flood of one guess) costs one "
     "bcrypt check, not one per request; each distinct guess still costs one.",
 )
+HTTP_BODY_TIMEOUT = _t(
+    "http.body_timeout_seconds",
+    5.0,
+    "seconds",
+    "A request body here is a progress report under 1 KiB, sent with its header; a body not all there "
+    "5 s after its header is a stalled client and its connection is closed (before this deadline one "
+    "stalled body held its connection 70 s).",
+)
+HTTP_MAX_BODY_CONNECTIONS = _t(
+    "http.max_body_connections",
+    16.0,
+    "count",
+    "Connections still sending a request body (progress reports; scrapes carry none) share 16 slots: a "
+    "node's jobs report from rank 0 every few seconds, each in milliseconds, so 16 at once is already a "
+    "flood. Past it the oldest still sending is closed for the new one, and the rest of the connections "
+    "stay for scrapes (1,100 stalled reports used to hold all 1,024 and fail every scrape).",
+)
+HTTP_TLS_HANDSHAKE_TIMEOUT = _t(
+    "http.tls_handshake_timeout_seconds",
+    3.0,
+    "seconds",
+    "A TLS handshake is two round trips and a signature, milliseconds inside a cluster; one not finished "
+    "in 3 s is a stalled client and its connection is closed. The request header must still arrive "
+    "within http.header_timeout_seconds of the connection's start.",
+)
+HTTP_TLS_MAX_CONNECTIONS = _t(
+    "http.tls_max_connections",
+    1024.0,
+    "count",
+    "An open TLS connection holds OpenSSL's state and a 16 KiB read buffer, about 40 KiB (1,100 idle TLS "
+    "connections took the exporter from 70 to 110 MiB; with asyncio's 256 KiB buffer they took it to 400 "
+    "MiB): 1,024 of them keep an 8-GPU node's exporter, about 100 MiB, well under the chart's 256 MiB "
+    "memory limit. Past it the oldest TLS connection without a request is closed for the new one; a "
+    "lower bound would only make a flood cycle faster, through more handshakes.",
+)
 LOG_REPEAT_BURST = _t(
     "log.repeat_burst",
     5.0,
@@ -979,6 +1014,82 @@ JOB_HANG_OUTSIDE = _t(
     "ratio",
     "In a hung job, a pod whose GPUs are stalled less than a fifth of the time is not in the collective "
     "its peers wait in: the rank to blame (crashed loader, stuck host code).",
+)
+
+# ---- cost: what a GPU-hour costs, to price the ledger's lost time ---------------------------------------
+# Every price below is an EXAMPLE, not a quote: an on-demand figure in the range public clouds listed per
+# GPU in 2024-2025, there so that the cost panels show sensible magnitudes out of the box. Set your own
+# (reserved, spot or amortized prices differ by several times) with --price or the chart's cost values.
+_EXAMPLE = "Example, not a quote: "
+COST_CURRENCY = _c(
+    "cost.currency",
+    "USD",
+    "The currency the example prices are in (ISO 4217 code); it labels every price and cost series.",
+)
+COST_DEFAULT_PRICE = _t(
+    "cost.price.default",
+    2.0,
+    "per_gpu_hour",
+    _EXAMPLE + "a GPU whose model matches no entry below is priced like a mid-range data-center GPU, so "
+    "that its lost time still counts; set a price for it.",
+)
+# model (matched in the NVML name, ignoring case, longest match first) -> its price per GPU-hour
+GPU_HOUR_PRICES: dict[str, Threshold] = {
+    "H100 80GB HBM3": _t(
+        "cost.price.h100_sxm",
+        4.0,
+        "per_gpu_hour",
+        _EXAMPLE + "H100 SXM on demand ran from about 2 to over 10 USD a GPU-hour across "
+        "clouds; 4 is mid-way.",
+    ),
+    "H100 NVL": _t(
+        "cost.price.h100_nvl", 3.5, "per_gpu_hour", _EXAMPLE + "a little under the SXM board (400 W, PCIe)."
+    ),
+    "H100 PCIe": _t(
+        "cost.price.h100_pcie", 3.0, "per_gpu_hour", _EXAMPLE + "the PCIe H100 lists below the SXM board."
+    ),
+    "H200": _t(
+        "cost.price.h200", 5.0, "per_gpu_hour", _EXAMPLE + "the H200 lists a quarter or so above the H100."
+    ),
+    "B200": _t(
+        "cost.price.b200", 7.0, "per_gpu_hour", _EXAMPLE + "the B200 lists well above the H200 where offered."
+    ),
+    "A100-SXM4-80GB": _t(
+        "cost.price.a100_sxm_80gb", 2.5, "per_gpu_hour", _EXAMPLE + "A100 80GB on demand: about 2-4 USD."
+    ),
+    "A100-SXM4": _t(
+        "cost.price.a100_sxm_40gb", 2.0, "per_gpu_hour", _EXAMPLE + "the 40 GB A100 lists below the 80 GB."
+    ),
+    "A100 80GB PCIe": _t(
+        "cost.price.a100_pcie_80gb", 2.2, "per_gpu_hour", _EXAMPLE + "the PCIe A100 lists below the SXM one."
+    ),
+    "L40S": _t("cost.price.l40s", 1.5, "per_gpu_hour", _EXAMPLE + "L40S on demand: about 1-2 USD."),
+    "A10G": _t("cost.price.a10g", 1.0, "per_gpu_hour", _EXAMPLE + "A10G instances: about 1 USD a GPU-hour."),
+    "L40": _t("cost.price.l40", 1.2, "per_gpu_hour", _EXAMPLE + "the L40 lists a little below the L40S."),
+    "L4": _t("cost.price.l4", 0.7, "per_gpu_hour", _EXAMPLE + "L4 on demand: well under 1 USD."),
+    "T4": _t("cost.price.t4", 0.5, "per_gpu_hour", _EXAMPLE + "T4 on demand: about half a USD."),
+    "V100": _t("cost.price.v100", 2.0, "per_gpu_hour", _EXAMPLE + "V100 on demand: about 2-3 USD."),
+}
+PRICE_MAX = _t(
+    "cost.price_max",
+    1000.0,
+    "per_gpu_hour",
+    "A price above 1,000 a GPU-hour is a typo (a monthly figure, a missing decimal point), not a rate: "
+    "refused rather than drawn as a cost that dwarfs every other panel.",
+)
+PRICE_ENTRIES_MAX = _t(
+    "cost.price_entries_max",
+    64.0,
+    "count",
+    "--price lists a few GPU models; 64 entries is room for every board a fleet runs while bounding what "
+    "a malformed value (a file pasted in) costs to read.",
+)
+PRICE_MODEL_CHARS_MAX = _t(
+    "cost.price_model_chars_max",
+    96.0,
+    "count",
+    "NVML names a board in at most 96 characters (NVML_DEVICE_NAME_V2_BUFFER_SIZE); a longer model name "
+    "can never match.",
 )
 
 # ---- alerts: how long a condition must hold before it pages, and how loud -----------------------------

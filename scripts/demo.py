@@ -1,19 +1,23 @@
 """The demo: a simulated 8 x H100 node touring failure scenarios, watched by the exporter, a real
 Prometheus with the alert rules and a real Alertmanager whose pages are printed here.
 
-    python scripts/demo.py [--port 9400] [--full] [--exporter-only]
+    python scripts/demo.py [--port 9400] [--full] [--loop] [--exporter-only]
 
-By default a short tour (about eleven minutes) in which every phase pages: the demo's Prometheus loads
-the shipped rules with every `for` shortened to 30 s (a demo-only copy; the shipped rules keep their
-timings). ``--full`` tours every scenario with the shipped rules as they are (about fifty minutes).
-Without Prometheus and Alertmanager installed (scripts/install-tools.sh installs them as root) it runs
-the exporter alone and says so. Ctrl-C stops everything.
+By default one short tour (about twelve minutes) in which every fault phase pages its alert, then the
+demo stops: the demo's Prometheus loads the shipped rules with the `for` of the alerts the tour pages
+shortened to 30 s (a demo-only copy; every other rule, and the shipped file, keep their timings).
+``--full`` tours every scenario with the shipped rules as they are (about fifty minutes). ``--loop``
+starts the tour over until Ctrl-C. Without Prometheus and Alertmanager installed
+(scripts/install-tools.sh installs them as root) it runs the exporter alone and says so. Ctrl-C stops
+everything; the demo's files (in a temporary folder) are removed however it ends.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,11 +34,13 @@ from devtools.artifacts import alerts
 from devtools.artifacts.dashboards import ledger_share
 from exporter.analysis.kinds import KINDS
 from exporter.sim.scenarios import SCENARIOS, TOURS, tour_seconds
+from exporter.thresholds import ALERT_POLICIES
 from scripts.stack import (
     ALERTMANAGER,
     PROMETHEUS,
     REPO,
     Notification,
+    Page,
     PageReceiver,
     Stack,
     Target,
@@ -45,21 +51,24 @@ from scripts.stack import (
 )
 
 RULES = REPO / "alerts" / "gpu-bottleneck-exporter.rules.yml"
-DEMO_FOR = "30s"  # the short tour's `for` on every rule (a demo-only copy of the rules)
+DEMO_FOR_S = 30  # the short tour's `for` on the alerts it pages (a demo-only copy of the rules)
+DEMO_FOR = f"{DEMO_FOR_S}s"
+GROUP_WAIT_S = 5  # Alertmanager gathers the GPUs of one alert on one node this long into one page
 COLOURS = {"critical": "\033[31m", "warning": "\033[33m", "info": "\033[36m", "resolved": "\033[32m"}
-# what each scenario should page: the verdict kind it shows (its alert comes from the registry)
-SHOWS = {
-    "data_starvation": "data_starvation",
-    "data_starvation_all": "data_starvation",
-    "offload_starvation": "data_starvation",
-    "checkpoint_stall": "data_starvation",
-    "comm_hang": "comm_hang",
-    "comm_bound": "comm_bound",
-    "thermal_throttle": "thermal_throttle",
-    "power_cap": "power_throttle",
-    "shm_exhaustion": "shm_exhaustion",
-    "idle_allocated": "idle_allocated",
-    "nvlink_down": "nvlink_degraded",
+# what each scenario pages: the alert of the verdict it shows (from the registry); /dev/shm filling up
+# pages GpuShmFull, which silences GpuShmNearlyFull (the verdict's alert) once the volume is full
+PAGES = {
+    "data_starvation": KINDS["data_starvation"].alert,
+    "data_starvation_all": KINDS["data_starvation"].alert,
+    "offload_starvation": KINDS["data_starvation"].alert,
+    "checkpoint_stall": KINDS["data_starvation"].alert,
+    "comm_hang": KINDS["comm_hang"].alert,
+    "comm_bound": KINDS["comm_bound"].alert,
+    "thermal_throttle": KINDS["thermal_throttle"].alert,
+    "power_cap": KINDS["power_throttle"].alert,
+    "shm_exhaustion": "GpuShmFull",
+    "idle_allocated": KINDS["idle_allocated"].alert,
+    "nvlink_down": KINDS["nvlink_degraded"].alert,
 }
 OUTPUT = threading.Lock()  # one writer at a time: pages, narration and the ledger never interleave
 
@@ -77,17 +86,16 @@ def _gpus(numbers: list[str]) -> str:
     return ("GPU " if len(ordered) == 1 else "GPUs ") + ", ".join(ordered)
 
 
-def show_notification(n: Notification) -> None:
-    """One alert group (one alert on one node) as one block: which GPUs, which pods, why, what to do."""
-    first = n.pages[0]
-    resolved = n.status == "resolved"
+def _describe(pages: list[Page], state: str) -> str:
+    """One line about some alerts of one group: the alert, its node, which GPUs, which pods, why."""
+    first = pages[0]
     severity = first.labels.get("severity", "")
-    colour = COLOURS.get("resolved" if resolved else severity, "") if sys.stdout.isatty() else ""
+    colour = COLOURS.get("resolved" if state == "RESOLVED" else severity, "") if sys.stdout.isatty() else ""
     reset = "\033[0m" if colour else ""
     node = first.labels.get("node") or first.labels.get("instance", "")
-    gpus = [p.labels["gpu"] for p in n.pages if "gpu" in p.labels]
-    pods = sorted({f"{p.labels['namespace']}/{p.labels['pod']}" for p in n.pages if "pod" in p.labels})
-    causes = sorted({p.labels["cause"] for p in n.pages if p.labels.get("cause")})
+    gpus = [p.labels["gpu"] for p in pages if "gpu" in p.labels]
+    pods = sorted({f"{p.labels['namespace']}/{p.labels['pod']}" for p in pages if "pod" in p.labels})
+    causes = sorted({p.labels["cause"] for p in pages if p.labels.get("cause")})
     where = " ".join(
         part
         for part in (
@@ -98,34 +106,83 @@ def show_notification(n: Notification) -> None:
         )
         if part
     )
-    state = "RESOLVED" if resolved else "FIRING  "
-    head = f"{colour}PAGE {state} {severity:8s} {first.labels.get('alertname')} {where}{reset}"
-    if resolved:
-        _say(head)
-    else:
-        _say(
-            head, first.annotations.get("summary", ""), f"runbook: {first.annotations.get('runbook_url', '')}"
-        )
+    return f"{colour}PAGE {state:8s} {severity:8s} {first.labels.get('alertname')} {where}{reset}"
+
+
+class Pager:
+    """What a pager makes of Alertmanager's notifications: one page per alert group (one alert on one
+    node), opened when the group starts firing. Alertmanager notifies the group again whenever its
+    alerts change; those updates say which GPUs joined or resolved, and are not new pages."""
+
+    def __init__(self) -> None:
+        self.open: dict[tuple, dict[frozenset, Page]] = {}  # group -> its firing alerts already shown
+        self.lock = threading.Lock()
+
+    def show(self, n: Notification) -> None:
+        group = tuple(sorted(n.group_labels.items()))
+        firing = {frozenset(p.labels.items()): p for p in n.pages if p.status != "resolved"}
+        resolved = [p for p in n.pages if p.status == "resolved"]
+        with self.lock:
+            shown = self.open.get(group)
+            if n.status == "resolved":
+                self.open.pop(group, None)
+            else:
+                self.open[group] = {**(shown or {}), **firing}
+                for page in resolved:
+                    self.open[group].pop(frozenset(page.labels.items()), None)
+        if shown is None and firing:
+            first = next(iter(firing.values()))
+            _say(
+                _describe(list(firing.values()), "FIRING"),
+                first.annotations.get("summary", ""),
+                f"runbook: {first.annotations.get('runbook_url', '')}",
+            )
+            firing = {}
+        joined = [p for key, p in firing.items() if key not in (shown or {})]
+        if joined:
+            _say(_describe(joined, "UPDATE") + "  (joins the page)")
+        gone = [p for p in resolved if shown is None or frozenset(p.labels.items()) in shown]
+        if gone:
+            _say(_describe(gone, "RESOLVED"))
+
+
+show_notification = Pager().show  # the demo's one pager
 
 
 def _mmss(seconds: float) -> str:
     return f"{int(seconds // 60):02d}:{int(seconds % 60):02d}"
 
 
-def plan(tour: str, shortened: bool) -> list[str]:
+def plan(tour: str, shortened: bool, loop: bool = False) -> list[str]:
     """The tour with its times and what each phase should page."""
     lines, at = [], 0.0
     for name, seconds in TOURS[tour]:
-        kind = SHOWS.get(name)
-        pages = f"  -> pages {KINDS[kind].alert}" if kind else ""
+        pages = f"  -> pages {PAGES[name]}" if name in PAGES else ""
         lines.append(f"  {_mmss(at)}  {name:20s} {seconds:4.0f} s{pages}")
         at += seconds
-    timing = f"every rule's `for` shortened to {DEMO_FOR} for the demo" if shortened else "the shipped `for`s"
-    lines.append(f"  {_mmss(at)}  the tour starts over ({timing})")
+    timing = (
+        f"those alerts' `for` shortened to {DEMO_FOR} for the demo, every other rule's as shipped"
+        if shortened
+        else "the shipped `for`s"
+    )
+    end = "the tour starts over (--loop: until Ctrl-C)" if loop else "the tour ends (--loop starts it over)"
+    lines.append(f"  {_mmss(at)}  {end}; {timing}")
     return lines
 
 
-def narrate(tour: str, started: float, stop: threading.Event) -> None:
+def paged_alerts(tour: str) -> set[str]:
+    """The alerts a tour's plan promises."""
+    return {PAGES[name] for name, _ in TOURS[tour] if name in PAGES}
+
+
+def demo_rules(tour: str) -> str:
+    """The demo's copy of the rules: the `for` of the alerts the tour pages shortened to DEMO_FOR where
+    the shipped one is longer, so that each pages within its phase; every other rule as shipped."""
+    shortened = {a for a in paged_alerts(tour) if ALERT_POLICIES[a].for_.value > DEMO_FOR_S}
+    return alerts.render(for_override=DEMO_FOR, shortened=shortened)
+
+
+def narrate(tour: str, started: float, stop: threading.Event, loop: bool = False) -> None:
     """Say what the simulated node is doing now, as the tour moves on."""
     boundaries, at = [], 0.0
     for name, seconds in TOURS[tour]:
@@ -133,7 +190,10 @@ def narrate(tour: str, started: float, stop: threading.Event) -> None:
         at += seconds
     current = None
     while not stop.wait(1.0):
-        elapsed = (time.monotonic() - started) % tour_seconds(tour)
+        elapsed = time.monotonic() - started
+        if not loop and elapsed >= tour_seconds(tour):
+            return  # one tour: the demo ends here, not the node's next phase
+        elapsed %= tour_seconds(tour)
         name = [n for start, n in boundaries if start <= elapsed][-1]
         if name != current:
             current = name
@@ -184,7 +244,7 @@ def report_ledger(prom_port: int, stop: threading.Event) -> None:
 
 
 def show_doctor(scenario: str = "no_fabric_manager") -> None:
-    """Before the tour: the node doctor's checklist of a node with one bring-up fault (seed 003's)."""
+    """Before the tour: the node doctor's checklist of a node with one bring-up fault."""
     print(f"the node doctor on a simulated node without a fabric manager (doctor --simulate {scenario}):\n")
     sys.stdout.flush()
     subprocess.run(
@@ -193,80 +253,145 @@ def show_doctor(scenario: str = "no_fabric_manager") -> None:
     print("(the exporter runs the same checks live: gpu_node_check_failed, GpuNodeCheckFailed)\n", flush=True)
 
 
+class DemoError(Exception):
+    """Something the demo needs failed: one line says what."""
+
+
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM stops the demo as Ctrl-C does
+
+
+def _last_line(log: Path) -> str:
+    try:
+        lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return f": {lines[-1].strip()[:300]}" if lines else ""
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--port", type=int, default=9400, help="exporter port")
     parser.add_argument("--full", action="store_true", help="every scenario, with the shipped alert timings")
+    parser.add_argument("--loop", action="store_true", help="start the tour over until Ctrl-C")
     parser.add_argument("--exporter-only", action="store_true")
     args = parser.parse_args()
-    tour = "tour" if args.full else "short_tour"
+    signal.signal(signal.SIGTERM, _interrupt)
     workdir = Path(tempfile.mkdtemp(prefix="gbe-demo-"))
+    os.environ["TMPDIR"] = str(workdir)  # the demo's children (the simulated hosts) keep their files in it
+    running = Running()
+    try:
+        return run(args, workdir, running)
+    except KeyboardInterrupt:
+        return 0
+    except (DemoError, OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        _say(f"the demo stopped: {exc}")
+        return 1
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C does not cut the clean-up short
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        running.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+        print("\nstopped.", flush=True)
+
+
+class Running:
+    """What the demo started, stopped in reverse order however the demo ends."""
+
+    def __init__(self) -> None:
+        self.stop_event = threading.Event()
+        self.exporter: subprocess.Popen | None = None
+        self.stack: Stack | None = None
+        self.receiver: PageReceiver | None = None
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        if self.stack:
+            self.stack.stop()
+        if self.receiver:
+            self.receiver.close()
+        if self.exporter:
+            self.exporter.terminate()
+            try:
+                self.exporter.wait(15)
+            except subprocess.TimeoutExpired:
+                self.exporter.kill()
+                self.exporter.wait()
+
+
+def run(args: argparse.Namespace, workdir: Path, running: Running) -> int:
+    tour = "tour" if args.full else "short_tour"
     have_stack = not args.exporter_only and tool(PROMETHEUS) and tool(ALERTMANAGER)
     rules = RULES
     if not args.full:
         rules = workdir / "demo.rules.yml"
-        rules.write_text(alerts.render(for_override=DEMO_FOR))
+        rules.write_text(demo_rules(tour))
     show_doctor()
-    exporter = start_exporter(["--simulate", tour], args.port, log=workdir / "exporter.log")
-    receiver = stack = None
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    log = workdir / "exporter.log"
+    exporter = running.exporter = start_exporter(["--simulate", tour], args.port, log=log)
+    stop = running.stop_event
     try:
         wait_http(f"http://127.0.0.1:{args.port}/readyz", proc=exporter)
-        started = time.monotonic()
-        print(f"\nexporter:      http://localhost:{args.port}/metrics   (log: {workdir / 'exporter.log'})")
-        if have_stack:
-            receiver = PageReceiver(on_notification=show_notification)
-            ports = {"prometheus_port": _prefer(9090), "alertmanager_port": _prefer(9093)}
-            stack = Stack(
-                workdir / "stack",
-                rules,
-                [Target(args.port, {"node": NODE})],
-                receiver.url,
-                interval="5s",
-                group_by=("node", "alertname"),  # one page per alert per node, naming its GPUs
-                **ports,
-            )
-            stack.start()
-            print(f"prometheus:    http://localhost:{stack.prometheus_port}/alerts")
-            print(f"alertmanager:  http://localhost:{stack.alertmanager_port}")
-            print(
-                f"grafana:       add http://localhost:{stack.prometheus_port} as a Prometheus data source, "
-                "then import dashboards/*.json (docs/dashboards.md)"
-            )
-            print(
-                "every 30 s a line says where the node's GPU time went (the node dashboard's ledger query);"
-            )
-            print("pages from Alertmanager are printed below as they arrive, one per alert and node.")
-            print(f"\nthe plan ({tour_seconds(tour) / 60:.0f} min):")
-            print("\n".join(plan(tour, shortened=not args.full)))
-        else:
-            print(
-                "Prometheus/Alertmanager are not installed (scripts/install-tools.sh installs them as root):"
-            )
-            print("running the exporter alone. Watch gpu_bottleneck in /metrics.")
-        print("Ctrl-C stops the demo.\n", flush=True)
-        threading.Thread(target=narrate, args=(tour, started, stop), daemon=True).start()
-        if stack:
-            threading.Thread(target=report_ledger, args=(stack.prometheus_port, stop), daemon=True).start()
-        while not stop.wait(1.0):
-            if exporter.poll() is not None:
-                _say(f"the exporter exited ({exporter.returncode}); see {workdir / 'exporter.log'}")
-                return 1
-    except KeyboardInterrupt:
-        pass
-    finally:
-        stop.set()
-        if stack:
-            stack.stop()
-        if receiver:
-            receiver.close()
-        exporter.terminate()
-        exporter.wait(15)
-        print("\nstopped.")
+    except (RuntimeError, TimeoutError) as exc:
+        raise DemoError(f"the exporter did not start ({exc}){_last_line(log)}") from None
+    started = time.monotonic()
+    print(f"\nexporter:      http://localhost:{args.port}/metrics")
+    stack = receiver = None
+    if have_stack:
+        receiver = running.receiver = PageReceiver(on_notification=show_notification)
+        ports = {"prometheus_port": _prefer(9090), "alertmanager_port": _prefer(9093)}
+        stack = running.stack = Stack(
+            workdir / "stack",
+            rules,
+            [Target(args.port, {"node": NODE})],
+            receiver.url,
+            interval="5s",
+            group_by=("node", "alertname"),  # one page per alert per node, naming its GPUs
+            group_wait=f"{GROUP_WAIT_S}s",
+            **ports,
+        )
+        stack.start()
+        print(f"prometheus:    http://localhost:{stack.prometheus_port}/alerts")
+        print(f"alertmanager:  http://localhost:{stack.alertmanager_port}")
+        print(
+            f"grafana:       add http://localhost:{stack.prometheus_port} as a Prometheus data source, "
+            "then import dashboards/*.json (docs/dashboards.md)"
+        )
+        print("every 30 s a line says where the node's GPU time went (the node dashboard's ledger query);")
+        print("pages from Alertmanager are printed below as they arrive, one per alert and node.")
+        print(f"\nthe plan ({tour_seconds(tour) / 60:.0f} min):")
+        print("\n".join(plan(tour, shortened=not args.full, loop=args.loop)))
+    else:
+        print("Prometheus/Alertmanager are not installed (scripts/install-tools.sh installs them as root):")
+        print("running the exporter alone. Watch gpu_bottleneck in /metrics.")
+    print("Ctrl-C stops the demo.\n", flush=True)
+    threading.Thread(target=narrate, args=(tour, started, stop, args.loop), daemon=True).start()
+    if stack:
+        threading.Thread(target=report_ledger, args=(stack.prometheus_port, stop), daemon=True).start()
+    end = started + tour_seconds(tour)
+    while not stop.wait(1.0):
+        if exporter.poll() is not None:
+            raise DemoError(f"the exporter exited with status {exporter.returncode}{_last_line(log)}")
+        if not args.loop and time.monotonic() >= end:
+            stop.set()
+            _say(tour_over(tour, receiver))
     return 0
+
+
+def tour_over(tour: str, receiver: PageReceiver | None) -> str:
+    """The last line of a tour: which of the promised alerts paged, and anything else that did."""
+    if receiver is None:
+        return "the tour is over."
+    fired = {p.labels.get("alertname", "") for p in receiver.snapshot() if p.status == "firing"}
+    promised = paged_alerts(tour)
+    parts = [f"paged {len(fired & promised)} of the {len(promised)} alerts the plan promised"]
+    if promised - fired:
+        parts.append(f"not paged: {', '.join(sorted(promised - fired))}")
+    if fired - promised:
+        parts.append(f"also paged: {', '.join(sorted(fired - promised))}")
+    return "the tour is over: " + "; ".join(parts) + "."
 
 
 def _prefer(port: int) -> int:

@@ -169,18 +169,23 @@ class PrometheusApi:
         return self.call(f"label/{label}/values", **({"match[]": match} if match else {}))
 
 
-def alertmanager_config(receiver_url: str, group_by: tuple[str, ...] = ("...",)) -> str:
-    """Alertmanager's configuration: every alert to the webhook at ``receiver_url`` at once, the
-    suggested inhibitions."""
+def alertmanager_config(
+    receiver_url: str, group_by: tuple[str, ...] = ("...",), group_wait: str = "1s"
+) -> str:
+    """Alertmanager's configuration: every alert to the webhook at ``receiver_url`` (after ``group_wait``),
+    the suggested inhibitions."""
     return (
         "route:\n"
         "  receiver: pages\n"
         f"  group_by: [{', '.join(repr(g) for g in group_by)}]\n"
-        "  group_wait: 1s\n"
+        f"  group_wait: {group_wait}\n"
         "  group_interval: 1s\n"
         "  repeat_interval: 24h\n"
         "inhibit_rules:\n"
-        "  - source_matchers: [severity = critical]\n"
+        # a critical alert on a GPU silences that GPU's warnings; the source must have a gpu label,
+        # for Alertmanager counts a label that both alerts lack as equal: a node-level critical
+        # alert (GpuShmFull) would silence every node-level warning of its node
+        "  - source_matchers: [severity = critical, 'gpu != \"\"']\n"
         "    target_matchers: [severity =~ warning|info]\n"
         "    equal: [instance, gpu]\n"
         "  - source_matchers: [alertname = GpuShmFull]\n"
@@ -202,6 +207,7 @@ class Stack:
     receiver_url: str
     interval: str = "1s"
     group_by: tuple[str, ...] = ("...",)  # Alertmanager's grouping: every alert on its own by default
+    group_wait: str = "1s"  # how long Alertmanager gathers a new group's alerts before it pages
     prometheus_port: int = field(default_factory=free_port)
     alertmanager_port: int = field(default_factory=free_port)
     procs: list[subprocess.Popen] = field(default_factory=list)
@@ -232,7 +238,7 @@ class Stack:
         return "\n".join(lines) + "\n"
 
     def _alertmanager_config(self) -> str:
-        return alertmanager_config(self.receiver_url, self.group_by)
+        return alertmanager_config(self.receiver_url, self.group_by, self.group_wait)
 
     def start(self, log: Path | None = None) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)

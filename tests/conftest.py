@@ -149,3 +149,30 @@ def step(sampler: Sampler, clock: ManualClock, seconds: float = 1.0, cycles: int
         clock.advance(seconds)
         snap = sampler.cycle(wait_s=wait_s)
     return snap
+
+
+# The demo's whole tour (tests/test_demo.py) is twelve minutes of wall time, nearly all of it waiting for
+# alerts: it starts as soon as it is collected and runs beside the rest of the suite; its test runs last
+# and reads what the tour printed.
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
+    from tests.test_demo import TOUR_TEST
+
+    tour = [item for item in items if item.name == TOUR_TEST]
+    if tour:
+        items[:] = [item for item in items if item.name != TOUR_TEST] + tour
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    from tests.test_demo import TOUR_TEST, start_tour
+
+    if session.config.option.collectonly:
+        return
+    wanted = any(item.name == TOUR_TEST for item in session.items)
+    if wanted and shutil.which("prometheus") and shutil.which("prometheus-alertmanager"):
+        session.config.demo_tour = start_tour()  # type: ignore[attr-defined]
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    tour = getattr(session.config, "demo_tour", None)
+    if tour is not None:
+        tour.close()

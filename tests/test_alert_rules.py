@@ -7,7 +7,7 @@ import subprocess
 
 import yaml
 
-from devtools.artifacts import alerts, recording
+from devtools.artifacts import alerts, cost_rules, recording
 from tests.conftest import REPO, require_tool
 
 RULES = REPO / "alerts" / "gpu-bottleneck-exporter.rules.yml"
@@ -18,7 +18,8 @@ def test_promtool_checks_the_rules():
     promtool = require_tool("promtool")
     result = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert f"SUCCESS: {len(alerts.ALERTS) + len(recording.RECORDS)} rules found" in result.stdout
+    rules = len(alerts.ALERTS) + len(recording.RECORDS) + len(cost_rules.RECORDS)
+    assert f"SUCCESS: {rules} rules found" in result.stdout
 
 
 def test_promtool_unit_tests_pass():
@@ -107,12 +108,15 @@ def test_every_kind_of_the_registry_pages_and_verdict_alerts_come_from_it():
         assert kind.alert in by_name, f"{kind.name}: its alert {kind.alert} is not in the rules"
         if kind.name in alerts.VERDICTS:
             a = by_name[kind.alert]
-            assert a.group == alerts.VERDICT_GROUP
-            # a comm verdict is silent while the job rules blame a pod on another node (recording.py)
+            # a comm verdict is silent while the job rules blame a pod on another node (recording.py):
+            # it reads the job's evidence, so its group runs where the job rules do
+            explained = kind.name in alerts.EXPLAINED_BY_JOB
+            assert a.group == (alerts.JOB_VERDICT_GROUP if explained else alerts.VERDICT_GROUP)
             verdict = a.expr.removesuffix(alerts._unless_explained(kind.name))
             assert verdict.startswith(f'gpu_bottleneck{{kind="{kind.name}"') and verdict.endswith("} == 1")
             assert (a.for_, a.severity) == (kind.policy.for_text, kind.policy.severity.value)
-    verdict_rules = [a.name for a in alerts.ALERTS if a.group == alerts.VERDICT_GROUP]
+    groups = (alerts.VERDICT_GROUP, alerts.JOB_VERDICT_GROUP)
+    verdict_rules = [a.name for a in alerts.ALERTS if a.group in groups]
     assert verdict_rules == [k.alert for k in KINDS.values() if k.name in alerts.VERDICTS]
     assert by_name["GpuPowerCapped"].expr == (
         'gpu_bottleneck{kind="power_throttle", cause="cap_below_default"} == 1'
@@ -185,5 +189,5 @@ def test_the_threshold_page_lists_every_policy_word():
 
 def test_the_readmes_count_the_rules():
     n = len(alerts.ALERTS)
-    assert f"holds {n} alert\nrules" in (REPO / "README.md").read_text()
+    assert f"holds {n} alert\nrules" in (REPO / "docs" / "overview.md").read_text()
     assert f"the {n} alerts of" in (REPO / "helm" / "gpu-bottleneck-exporter" / "README.md").read_text()

@@ -1,11 +1,14 @@
-"""The README's troubleshooting section names only things that exist (metrics and their labels, exporter
-flags and variables, chart values, error names, alerts, verdict kinds and causes, the NVML log line), its
-requirements agree with the chart, and LICENSE is the Apache License 2.0."""
+"""The README's first screen says what the project is, how to try it and how to install it, and links
+every page of docs/; every relative link resolves. The troubleshooting page names only things that
+exist (metrics and their labels, exporter flags and variables, chart values, error names, alerts,
+verdict kinds and causes, the NVML log line), the install page's requirements agree with the chart,
+no user-facing text cites the project's internal notes, and LICENSE is the Apache License 2.0."""
 
 from __future__ import annotations
 
 import argparse
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +20,9 @@ from exporter.config import Settings
 from tests.conftest import REPO
 
 README = (REPO / "README.md").read_text()
+DOCS = REPO / "docs"
+CONFIGURATION = (DOCS / "configuration.md").read_text()
+INSTALL = (DOCS / "install.md").read_text()
 METRICS_DOC = (REPO / "docs" / "metrics.md").read_text()
 CHART = REPO / "helm" / "gpu-bottleneck-exporter"
 VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
@@ -29,13 +35,7 @@ COMMON_LABELS = {"gpu", "uuid", "namespace", "pod", "container", "instance", "jo
 FILE_SUFFIXES = (".yaml", ".yml", ".md", ".sock", ".json", ".py", ".csv")
 
 
-def section(title: str) -> str:
-    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## )", README, re.M | re.S)
-    assert match, f"README has no '## {title}' section"
-    return match.group(1)
-
-
-TROUBLESHOOTING = section("Troubleshooting")
+TROUBLESHOOTING = (DOCS / "troubleshooting.md").read_text()
 SPANS = [" ".join(s.split()) for s in re.findall(r"`([^`]+)`", TROUBLESHOOTING)]
 
 
@@ -98,7 +98,7 @@ def test_metrics_and_their_labels_exist():
             if name.endswith("_"):  # a prefix, as in grep ^gpu_exporter_
                 assert any(m.startswith(name) for m in METRICS), f"no series starts with {name}"
                 continue
-            assert name in METRICS, f"README troubleshooting names {name}, which docs/metrics.md lacks"
+            assert name in METRICS, f"troubleshooting names {name}, which docs/metrics.md lacks"
             for label, value in re.findall(r'(\w+)(?:\s*=~?\s*"([^"]*)")?', labels):
                 assert label in COMMON_LABELS or f"`{label}`" in METRICS[name], f"{name} has no label {label}"
                 if value:
@@ -120,7 +120,9 @@ def test_flags_and_variables_exist():
     for var in (v for s in SPANS for v in re.findall(r"\bGBE_[A-Z_]+\b", s)):
         flag = "--" + var.removeprefix("GBE_").lower().replace("_", "-")
         assert flag in FLAGS, f"{var} matches no flag"
-        assert f"`{flag}` | `{var}`" in README, f"the configuration table does not pair {flag} with {var}"
+        assert f"`{flag}` | `{var}`" in CONFIGURATION, (
+            f"the configuration table does not pair {flag} with {var}"
+        )
 
 
 def test_chart_values_exist():
@@ -135,7 +137,7 @@ def test_chart_values_exist():
             "." in span or any(c.isupper() for c in span)
         ):
             checked.append(span)
-            assert value_exists(span), f"README troubleshooting names chart value {span}, not in values.yaml"
+            assert value_exists(span), f"troubleshooting names chart value {span}, not in values.yaml"
     assert {"podResources.hostPath", "runtimeClassName", "nvidiaEnv"} <= set(checked)
 
 
@@ -168,10 +170,47 @@ def test_the_nvml_log_line_is_the_exporters():
 
 def test_requirements_agree_with_the_chart():
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-    assert f"`kubeVersion: {chart['kubeVersion']}`" in README
-    assert f"`{VALUES['image']['repository']}`" in README
-    assert f"(`{chart['appVersion']}`)" in README
-    assert f"VERSION={chart['appVersion']}" in README
+    assert f"`kubeVersion: {chart['kubeVersion']}`" in INSTALL
+    assert f"`{VALUES['image']['repository']}`" in INSTALL
+    assert f"(`{chart['appVersion']}`)" in INSTALL
+    assert "pyproject.toml" in INSTALL  # a build of one's own takes its tag from the one version
+
+
+FIRST_SCREEN = 60  # lines: what it is, what it finds, how to try it, how to install it
+
+
+def test_the_first_screen_says_what_it_is_how_to_try_it_and_how_to_install_it():
+    first = "\n".join(README.splitlines()[:FIRST_SCREEN])
+    assert "Prometheus exporter for Kubernetes GPU nodes" in first
+    assert "## What it finds" in first
+    assert re.search(r"^make demo +# ", first, re.M) and re.search(r"^make test +# ", first, re.M)
+    assert "helm install gpu-bottleneck oci://ghcr.io/gpu-bottleneck-exporter/charts/" in first
+    assert len(README.splitlines()) <= 2 * FIRST_SCREEN, (
+        "the README is the first screen; the rest is in docs/"
+    )
+
+
+def test_the_readme_links_every_page_of_the_docs():
+    linked = set(re.findall(r"\]\((docs/[^)#\s]+)", README))
+    pages = {f"docs/{p.name}" for p in DOCS.glob("*.md")}
+    assert pages - linked == set(), "link these pages from the README"
+    assert "docs/runbooks/" in linked
+
+
+def _links(path: Path) -> list[str]:
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)  # not in code blocks
+    return [t for t in re.findall(r"\]\(([^)\s]+)\)", text) if not re.match(r"[a-z]+:|#", t)]
+
+
+def test_every_relative_link_of_the_readme_and_the_docs_resolves():
+    pages = [REPO / "README.md", REPO / "ARCHITECTURE.md", *sorted(DOCS.rglob("*.md"))]
+    broken = [
+        f"{page.relative_to(REPO)}: {target}"
+        for page in pages
+        for target in _links(page)
+        if not (page.parent / target.split("#")[0]).exists()
+    ]
+    assert len(pages) > 10 and broken == []
 
 
 @pytest.mark.parametrize(
@@ -197,3 +236,60 @@ def test_license_is_apache_2(line: str):
 def test_license_heads_the_file():
     first = [s.strip() for s in (REPO / "LICENSE").read_text().splitlines() if s.strip()][:2]
     assert first == ["Apache License", "Version 2.0, January 2004"]
+
+
+# Words of the project's internal notes ("seed 003", "the seed table") mean nothing to a user; a random
+# seed in code (``seed=``, ``random.seed(...)``, "random seed") is not one of them.
+USER_FACING = ("README.md", "ARCHITECTURE.md", "Makefile", "Dockerfile", "pyproject.toml")
+USER_FACING_FOLDERS = (
+    "exporter",
+    "scripts",
+    "docs",
+    "helm",
+    "alerts",
+    "dashboards",
+    "devtools",
+    "bench",
+    "examples",
+)
+INTERNAL_NOTE = re.compile(r"\bseeds?(?:'s)?\s+(?:\d|tables?\b|thresholds?\b|notes?\b|signals?\b)", re.I)
+
+
+def test_the_internal_note_pattern():
+    for line in (
+        "fabric state not_started, no NVLink P2P (seed 003)",
+        "runs with IPC_LOCK, as seed 002's pods do",
+        "# ---- the seed table as plain rules ----",
+        "the project's seed threshold table",
+        "Seeds 001-004 describe",
+    ):
+        assert INTERNAL_NOTE.search(line), line
+    for line in (
+        "rng = random.Random(seed)",
+        "random.seed(7)",
+        "def noise(seed: int)",
+        "a random seed",
+        "seed=3",
+    ):
+        assert not INTERNAL_NOTE.search(line), line
+
+
+def test_no_user_facing_text_cites_the_projects_internal_notes():
+    files = [REPO / name for name in USER_FACING] + [
+        p
+        for folder in USER_FACING_FOLDERS
+        for p in sorted((REPO / folder).rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    ]
+    hits = []
+    for path in files:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, FileNotFoundError):
+            continue
+        hits += [
+            f"{path.relative_to(REPO)}:{i}: {line.strip()}"
+            for i, line in enumerate(text.splitlines(), 1)
+            if INTERNAL_NOTE.search(line)
+        ]
+    assert hits == []

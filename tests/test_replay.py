@@ -198,3 +198,59 @@ def test_record_command_writes_a_trace_replay_reads(tmp_path):
     replayed = _run("replay", str(out), "--json")
     summary = json.loads(replayed.stdout.splitlines()[-1])
     assert replayed.returncode == 0 and summary["gpus"] == 2 and summary["rows"] >= 20
+
+
+def _priced_trace(tmp_path, name: str = "NVIDIA H100 80GB HBM3"):
+    """60 s of two GPUs of one model: GPU 0 computing, GPU 1 holding memory with no kernel (idle)."""
+    rows = ["timestamp, index, name, utilization.gpu [%], memory.used [MiB], power.draw [W], power.limit [W]"]
+    for i in range(60):
+        rows.append(f"2026/03/01 10:00:{i:02d}.000, 0, {name}, 100 %, 30000 MiB, 650.00 W, 700.00 W")
+        rows.append(f"2026/03/01 10:00:{i:02d}.000, 1, {name}, 0 %, 30000 MiB, 80.00 W, 700.00 W")
+    path = tmp_path / "priced.csv"
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_replay_prices_each_state_by_the_gpus_model(tmp_path):
+    path = _priced_trace(tmp_path)
+    result = _run("replay", str(path), "--json", "--price", "H100 80GB HBM3=3.6", "--currency", "eur")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout.splitlines()[-1])
+    cost = summary["cost"]
+    assert cost["currency"] == "EUR" and cost["price_per_gpu_hour"] == {"0": 3.6, "1": 3.6}
+    for gpu, states in summary["ledger"].items():  # each state's seconds at 3.6 an hour
+        for state, seconds in states.items():
+            assert cost["gpus"][gpu][state] == pytest.approx(seconds * 3.6 / 3600, abs=2e-4), (gpu, state)
+    assert summary["ledger"]["1"]["idle"] > 50  # the idle GPU's time is lost, the busy one's is not
+    assert cost["gpus"]["1"]["idle"] == pytest.approx(summary["ledger"]["1"]["idle"] * 0.001, abs=2e-4)
+    assert cost["lost"] == pytest.approx(cost["gpus"]["1"]["idle"], abs=2e-3)
+    job = cost["jobs"]["node"]
+    assert sum(job.values()) == pytest.approx(cost["total"], abs=1e-3)
+
+
+def test_replay_summary_says_what_the_time_cost(tmp_path):
+    path = _priced_trace(tmp_path, name="NVIDIA Future GPU")  # no entry matches: the default price
+    result = _run("replay", str(path), "--price", "*=1.8")
+    assert result.returncode == 0, result.stderr
+    assert "what the time cost (USD;" in result.stdout
+    assert "GPU 1 (NVIDIA Future GPU, 1.8/h): " in result.stdout
+    idle_line = next(line for line in result.stdout.splitlines() if line.startswith("  GPU 1 (NVIDIA Future"))
+    assert ", lost " in idle_line and ": idle " in idle_line
+    assert any(line.startswith("  all GPUs: ") for line in result.stdout.splitlines())
+
+
+def test_replay_price_off_and_bad_prices(tmp_path):
+    path = _priced_trace(tmp_path)
+    off = _run("replay", str(path), "--json", "--price", "off")
+    assert off.returncode == 0 and json.loads(off.stdout.splitlines()[-1])["cost"] is None
+    assert "what the time cost" not in _run("replay", str(path), "--price", "off").stdout
+    for bad, words in (
+        ("H100=cheap", "must be a number"),
+        ("H100", "not MODEL=PRICE"),
+        ("H100=5000", "0-1000"),
+    ):
+        result = _run("replay", str(path), "--price", bad)
+        assert result.returncode == 2 and words in result.stderr, result.stderr
+        assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    result = _run("replay", str(path), "--currency", "dollars")
+    assert result.returncode == 2 and "--currency" in result.stderr

@@ -9,10 +9,11 @@ a templated ``description`` (node, GPU, pod when known, value) and a ``runbook_u
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from string import Template
 
-from devtools.artifacts import recording
+from devtools.artifacts import cost_rules, recording
 from exporter import thresholds as th
 from exporter.analysis.kinds import KINDS
 
@@ -294,7 +295,7 @@ ALERTS: tuple[Alert, ...] = (
         "(stalled {{ $value | humanizePercentage }} of the time): the rank to look at.{{ end }} The NCCL "
         "watchdog kills the job at ten minutes.",
     ),
-    # ---- the seed table as plain rules ----------------------------------------------------------
+    # ---- the classic thresholds as plain rules --------------------------------------------------
     Alert(
         "GpuUtilizationLow",
         "gpu-utilization",
@@ -491,7 +492,14 @@ def expression(
 # The groups that read several nodes' series (a job's pods, the cluster's pod labels): with Prometheus
 # sharded by node they run in a global ruler over every shard; every other group reads one node's
 # series and runs on the shard that scrapes it.
-GLOBAL_GROUPS: tuple[str, ...] = (recording.JOB_GROUP, JOB_VERDICT_GROUP, JOBS_GROUP)
+GLOBAL_GROUPS: tuple[str, ...] = (recording.JOB_GROUP, cost_rules.JOB_GROUP, JOB_VERDICT_GROUP, JOBS_GROUP)
+# the recording groups in the file's order: each after the groups it reads
+RECORDING_GROUPS: tuple[str, ...] = (
+    recording.GROUP,
+    recording.JOB_GROUP,
+    cost_rules.GROUP,
+    cost_rules.JOB_GROUP,
+)
 SCOPES = ("all", "node", "global")
 
 
@@ -507,20 +515,23 @@ def groups(
     runbook_base: str = RUNBOOK_BASE,
     window: str = "",
     scope: str = "all",
+    shortened: Collection[str] | None = None,
 ) -> list[dict]:
     """The rule groups as data: the recording rules, then the alerts (``for_override`` shortens every
-    ``for`` and ``window`` the recording rules' rate window: end-to-end tests use them); ``scope``
-    ``node`` or ``global`` keeps the groups that run on a shard or in the global ruler."""
-    # the node-level records first: the job records read them (promtool evaluates groups in order)
-    out: dict[str, dict] = {g: {"name": g, "rules": []} for g in (recording.GROUP, recording.JOB_GROUP)}
-    for r in recording.RECORDS:
+    ``for``, or only those of the alerts named in ``shortened``, and ``window`` the recording rules'
+    rate window: the demo and end-to-end tests use them); ``scope`` ``node`` or ``global`` keeps the
+    groups that run on a shard or in the global ruler."""
+    # the node-level records before the job records that read them (promtool evaluates groups in order)
+    out: dict[str, dict] = {g: {"name": g, "rules": []} for g in RECORDING_GROUPS}
+    for r in recording.RECORDS + cost_rules.RECORDS:
         rule = {"record": r.record, "expr": expression(r, window=window)}
-        out.setdefault(r.group, {"name": r.group, "rules": []})["rules"].append(rule)
+        out[r.group]["rules"].append(rule)
     for alert in ALERTS:
+        shorten = for_override is not None and (shortened is None or alert.name in shortened)
         rule = {
             "alert": alert.name,
             "expr": expression(alert, job=job),
-            "for": for_override if for_override is not None else alert.for_,
+            "for": for_override if shorten else alert.for_,
             "labels": {"severity": alert.severity},
             "annotations": {
                 "summary": alert.summary,
@@ -534,11 +545,18 @@ def groups(
     return [g for g in out.values() if in_scope(g["name"], scope)]
 
 
-def render(for_override: str | None = None, job: str = JOB, window: str = "", scope: str = "all") -> str:
+def render(
+    for_override: str | None = None,
+    job: str = JOB,
+    window: str = "",
+    scope: str = "all",
+    shortened: Collection[str] | None = None,
+) -> str:
     from devtools.artifacts.yamlout import dump
 
     header = "# generated from exporter/thresholds.py by `make artifacts`; do not edit\n"
-    return header + dump({"groups": groups(for_override, job, window=window, scope=scope)})
+    rules = groups(for_override, job, window=window, scope=scope, shortened=shortened)
+    return header + dump({"groups": rules})
 
 
 def render_doc() -> str:
@@ -555,8 +573,20 @@ def render_doc() -> str:
         "their unit tests.",
         "",
         "Suggested Alertmanager inhibitions: a critical alert on a GPU silences that GPU's warnings and",
-        "infos",
-        "(`equal: [instance, gpu]`), and `GpuShmFull` silences `GpuShmNearlyFull` on the same mountpoint.",
+        "infos, and `GpuShmFull` silences `GpuShmNearlyFull` on the same mountpoint. The first needs",
+        '`gpu != ""` on its source: Alertmanager counts a label that both alerts lack as equal, so without',
+        "it a node-level critical alert (`GpuShmFull`, `GpuNodeCheckFailed`) would silence every node-level",
+        "warning of its node.",
+        "",
+        "```yaml",
+        "inhibit_rules:",
+        "  - source_matchers: [severity = critical, 'gpu != \"\"']",
+        "    target_matchers: [severity =~ warning|info]",
+        "    equal: [instance, gpu]",
+        "  - source_matchers: [alertname = GpuShmFull]",
+        "    target_matchers: [alertname = GpuShmNearlyFull]",
+        "    equal: [instance, mountpoint]",
+        "```",
         "",
     ]
     for group in dict.fromkeys(a.group for a in ALERTS):
@@ -577,4 +607,16 @@ def render_doc() -> str:
         "|---|---|---|",
     ]
     lines += [f"| `{r.record}` | {r.group} | {r.help} |" for r in recording.RECORDS]
+    lines += [
+        "",
+        f"## {cost_rules.GROUP} and {cost_rules.JOB_GROUP}",
+        "",
+        "What the ledger's time costs, from the exporters' `gpu_node_price_per_hour` (see [cost](cost.md)).",
+        f"The pod records read one node's series; {cost_rules.JOB_GROUP} sums them by job and namespace and",
+        "runs in the global ruler.",
+        "",
+        "| record | group | what |",
+        "|---|---|---|",
+    ]
+    lines += [f"| `{r.record}` | {r.group} | {r.help} |" for r in cost_rules.RECORDS]
     return "\n".join(lines) + "\n"

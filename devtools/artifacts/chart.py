@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 
 from devtools import release
-from devtools.artifacts import alerts, dashboards, recording
+from devtools.artifacts import alerts, cost_rules, dashboards, recording
 from exporter import thresholds as th
 from exporter.config import DURATION_RANGES
 from exporter.detail import CATEGORIES as DETAIL_CATEGORIES
@@ -79,9 +79,35 @@ def _rules_block() -> str:
     return "\n".join(lines) + "\n"
 
 
+EXAMPLE_PRICES = "Examples of on-demand prices, not quotes: set what your GPUs cost you."
+
+
+def _cost_block() -> str:
+    """The cost values: the threshold table's example prices, its currency and default price."""
+    lines = [
+        "# What the ledger's lost GPU time costs (docs/cost.md): the exporter exposes a price per GPU",
+        "# model (gpu_node_price_per_hour) and the gpu-bottleneck-cost rules price each ledger state by pod,",
+        f"# job and namespace. {EXAMPLE_PRICES}",
+        "cost:",
+        "  # -- Expose prices and record the cost rules; false: the exporter runs with `--price off`.",
+        "  enabled: true",
+        "  # -- The prices' currency, a three-letter code (ISO 4217); it labels every price and cost series.",
+        f"  currency: {th.COST_CURRENCY.value}",
+        "  # -- Price of a GPU-hour of a model no entry of `pricePerGpuHour` matches. An example, not a",
+        "  # quote.",
+        f"  defaultPricePerGpuHour: {alerts.number(th.COST_DEFAULT_PRICE.value)}",
+        "  # -- Price of a GPU-hour by GPU model, matched in the NVML name ignoring case, longest first; an",
+        "  # entry set to null is dropped. " + EXAMPLE_PRICES,
+        "  pricePerGpuHour:",
+    ]
+    lines += [f"    {json.dumps(m)}: {alerts.number(t.value)}" for m, t in th.GPU_HOUR_PRICES.items()]
+    return "\n".join(lines) + "\n"
+
+
 def values() -> str:
     text = (REPO / CHART / "values.yaml").read_text()
     text = _replace_block(text, "thresholds", _thresholds_block())
+    text = _replace_block(text, "cost", _cost_block())
     return _replace_block(text, "rules", _rules_block())
 
 
@@ -201,6 +227,10 @@ _PASSTHROUGH: dict[str, dict] = {
     "networkPolicy.prometheusNamespaceLabels": _STRING_MAP,
 }
 
+# a price per GPU-hour, or the string `--set` makes of a fraction
+_PRICE = {"type": "number", "minimum": 0, "maximum": th.PRICE_MAX.value}
+_PRICE_TEXT = {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?$"}
+
 _CONSTRAINTS: dict[str, dict] = {
     "exporter.port": _PORT,
     "service.port": _PORT,
@@ -224,6 +254,18 @@ _CONSTRAINTS: dict[str, dict] = {
     "serviceMonitor.scheme": {"type": "string", "enum": ["", "http", "https"]},
     "podMonitor.scheme": {"type": "string", "enum": ["", "http", "https"]},
     "kubeRbacProxy.port": _PORT,
+    "cost.currency": {"type": "string", "pattern": "^[A-Z]{3}$"},
+    "cost.defaultPricePerGpuHour": {"anyOf": [_PRICE, _PRICE_TEXT]},
+    "cost.pricePerGpuHour": {
+        "type": "object",
+        "propertyNames": {
+            "minLength": 1,
+            "maxLength": int(th.PRICE_MODEL_CHARS_MAX.value),
+            "pattern": "^[^,=]+$",
+        },
+        "additionalProperties": {"anyOf": [_PRICE, _PRICE_TEXT, {"type": "null"}]},
+        "maxProperties": int(th.PRICE_ENTRIES_MAX.value) - 1,
+    },
 }
 
 
@@ -443,9 +485,13 @@ def _recording_groups() -> list[str]:
     """The recording rules: the job-identity rule built from prometheusRule.jobLabels (kube-state-metrics'
     names for them), the others as generated, their rate window the threshold table's."""
     out = []
-    for group in (recording.GROUP, recording.JOB_GROUP):
-        out += [f"    {{{{- if {_in(_scope(group))} }}}}", f"    - name: {group}", "      rules:"]
-        for r in (r for r in recording.RECORDS if r.group == group):
+    for group in alerts.RECORDING_GROUPS:
+        cost = group in (cost_rules.GROUP, cost_rules.JOB_GROUP)
+        condition = _in(_scope(group))
+        if cost:
+            condition = f"and $.Values.cost.enabled {condition}"
+        out += [f"    {{{{- if {condition} }}}}", f"    - name: {group}", "      rules:"]
+        for r in (r for r in recording.RECORDS + cost_rules.RECORDS if r.group == group):
             out.append(f"        - record: {r.record}")
             if r.record == recording.INFO:
                 out += [

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from devtools.artifacts import cost_rules
 from devtools.artifacts import recording as rec
 from exporter import thresholds as th
 from exporter.analysis.kinds import KINDS
@@ -184,6 +185,24 @@ def ledger_hours(selector: str) -> str:
 
 
 LOSS_STATES = "input_wait|comm_wait|stalled|checkpoint|throttled|idle"  # held time not spent computing
+# Grafana's unit for the threshold table's currency (the chart swaps it for cost.currency's)
+CURRENCY_UNIT = f"currency{th.COST_CURRENCY.value}"
+
+
+def lost_cost(selector: str) -> str:
+    """What the lost states' GPU time cost over the dashboard's range, per state (the cause), largest
+    first: each GPU's seconds in the state times the price of a GPU-hour of its model."""
+    price = " ".join(cost_rules.GPU_PRICE.split())
+    lost = f'{LEDGER_METRIC}{{{selector}, state=~"{cost_rules.LOST}"}}'
+    priced = f"increase({lost}[$__range])\n  * on (instance, gpu) group_left (currency) ({price})"
+    return f"sort_desc(sum by (state, currency) ({priced}) / 3600)"
+
+
+def recorded_cost(selector: str, by: str, lost: bool = True) -> str:
+    """Per ``by`` group, what the GPU time costs per hour (the lost states' only when ``lost``), from the
+    recorded per-pod cost rates."""
+    states = f', state=~"{cost_rules.LOST}"' if lost else ""
+    return f"sum by ({by}) ({cost_rules.POD}{{{selector}{states}}})"
 
 
 def ledger_code(selector: str, by: str) -> str:
@@ -368,13 +387,13 @@ def _shares(title: str, description: str, expr: str) -> timeseries.Panel:
     return _state_style(p)
 
 
-def _hours(title: str, description: str, expr: str) -> bargauge.Panel:
-    """GPU-hours per ledger state over the dashboard's range, one bar per state."""
+def _hours(title: str, description: str, expr: str, unit: str = "h") -> bargauge.Panel:
+    """GPU-hours (or what they cost) per ledger state over the dashboard's range, one bar per state."""
     p = (
         bargauge.Panel()
         .title(title)
         .description(description)
-        .unit("h")
+        .unit(unit)
         .min(0)
         .decimals(1)
         .with_target(query(expr, "{{state}}", instant=True))
@@ -444,7 +463,8 @@ class Spec:
     """One panel as data: how it draws (``kind``), what it says, what it asks and its size on the grid.
     Kinds: ``series`` (lines), ``ratio`` (lines of a 0-1 share, shown in percent), ``stat`` (a number
     that turns red from 1), ``timeline`` (codes over time: the verdicts' unless ``codes``), ``shares``
-    (ledger states stacked to 100 %), ``hours`` (GPU-hours per ledger state)."""
+    (ledger states stacked to 100 %), ``hours`` (GPU-hours per ledger state), ``cost`` (what each ledger
+    state's hours cost, in the currency's unit)."""
 
     kind: str
     title: str
@@ -484,6 +504,8 @@ def draw(spec: Spec):
         return _shares(spec.title, spec.description, first.expr)
     if spec.kind == "hours":
         return _hours(spec.title, spec.description, first.expr)
+    if spec.kind == "cost":
+        return _hours(spec.title, spec.description, first.expr, CURRENCY_UNIT)
     queries = [
         query(t.expr, t.legend, ref=chr(ord("A") + i), instant=t.instant, fmt=t.fmt)
         for i, t in enumerate(spec.targets)
@@ -643,6 +665,27 @@ def fleet_panels() -> list[Item]:
             (8, 8),
         ),
         Custom(_share_per_node, (8, 7)),
+        Row("What the lost time cost"),
+        Spec(
+            "cost",
+            "Cost of lost time by cause",
+            "What the selected nodes' GPU time in each lost ledger state cost over the dashboard's range: "
+            "each GPU's seconds in the state times the price of a GPU-hour of its model "
+            "(gpu_node_price_per_hour, from the exporter's --price; examples unless set, see docs/cost.md).",
+            target(lost_cost(nodes), "{{state}}", instant=True),
+            (8, 8),
+        ),
+        Spec(
+            "series",
+            "Lost time cost per hour by namespace",
+            "What the time the selected nodes' GPUs lose (waiting for input, in collectives, for "
+            "checkpoints, stalled, throttled, idle while held) costs per hour, per namespace (team). Read "
+            "from the recorded per-pod cost rates.",
+            target(recorded_cost(f'{nodes}, namespace!=""', "namespace"), "{{namespace}}"),
+            (16, 8),
+            unit=CURRENCY_UNIT,
+            min_=0,
+        ),
     ]
 
 
@@ -1135,6 +1178,26 @@ def job_panels(s: Scope) -> list[Item]:
             ),
             (24, 7),
             lines=shm_lines(),
+        ),
+        Row("What the lost time cost"),
+        Spec(
+            "cost",
+            "What the job's lost time cost",
+            "What the selected pods' GPU time in each lost ledger state cost over the dashboard's range, "
+            "priced by each GPU's model (gpu_node_price_per_hour, from the exporter's --price; examples "
+            "unless set, see docs/cost.md).",
+            target(lost_cost(p), "{{state}}", instant=True),
+            (8, 8),
+        ),
+        Spec(
+            "series",
+            "Job cost per hour by state",
+            "What the selected pods' GPUs cost per hour in each ledger state, computing included: the "
+            "lost states are the part a fix would save. Read from the recorded per-pod cost rates.",
+            target(recorded_cost(p, "state", lost=False), "{{state}}"),
+            (16, 8),
+            unit=CURRENCY_UNIT,
+            min_=0,
         ),
     ]
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 from exporter.thresholds import (
     ALERT_POLICIES,
     BOARD_POWER_W,
+    COST_CURRENCY,
+    COST_DEFAULT_PRICE,
     CRITICAL_XIDS,
+    GPU_HOUR_PRICES,
     POWER_FLOOR_TO_CEILING,
     Choice,
     Threshold,
@@ -23,6 +26,7 @@ UNITS = {
     "per_minute": " /min",
     "celsius_per_second": " °C/s",
     "watts": " W",
+    "per_gpu_hour": f" {COST_CURRENCY.value} per GPU-hour",
 }
 
 
@@ -97,4 +101,17 @@ def render() -> str:
         f"| {name} | {tdp:g} W | {f'{idle:g} W' if idle else '-'} |"
         for name, (tdp, idle) in BOARD_POWER_W.items()
     ]
+    lines += [
+        "",
+        "## GPU-hour prices",
+        "",
+        "What `--price` starts from (the chart's `cost.pricePerGpuHour`), to price the time ledger: see",
+        "[cost](cost.md). **Examples of on-demand prices, not quotes**: set what your GPUs cost you. Matched",
+        "on the NVML name, longest match first, ignoring case; any other model costs "
+        f"{COST_DEFAULT_PRICE.value:g} {COST_CURRENCY.value} (`{COST_DEFAULT_PRICE.key}`).",
+        "",
+        f"| board (name contains) | {COST_CURRENCY.value} per GPU-hour | key |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {model} | {t.value:g} | `{t.key}` |" for model, t in GPU_HOUR_PRICES.items()]
     return "\n".join(lines) + "\n"

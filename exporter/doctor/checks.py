@@ -498,7 +498,7 @@ CHECKS: dict[str, Check] = {
                 "driver_broken": "NVML fails on a node with NVIDIA GPUs: run `nvidia-smi` and "
                 "`dmesg | grep -i nvrm` on the host. LibRmVersionMismatch: the driver was upgraded without a "
                 "reboot, reboot the node. LibraryNotFound in the pod: the NVIDIA container runtime did not "
-                "inject the library (README, 'No GPUs').",
+                "inject the library (docs/troubleshooting.md, 'No GPUs').",
                 "persistence_off": "Turn persistence mode on so the driver stays initialised between jobs: "
                 "`nvidia-smi -pm 1`, or run nvidia-persistenced (the GPU Operator's driver does).",
             },

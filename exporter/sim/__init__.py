@@ -139,7 +139,7 @@ def pod_layout(
 ) -> list[SimPod]:
     """The job(s) on the simulated node: one training pod holding every GPU with a 64 GiB memory-backed
     /dev/shm, or with ``pods=2`` a second pod holding the other half on the 64 MiB default /dev/shm.
-    The training pod also holds the node's EFA devices and runs with IPC_LOCK, as seed 002's pods do;
+    The training pod also holds the node's EFA devices and runs with IPC_LOCK, as on an EFA node set up well;
     ``cond`` (a doctor scenario) changes its /dev/shm, environment or EFA devices. Each ``generation``
     (pod churn) is a new set of pods: new names, UIDs and sandboxes."""
     cond = cond or NodeConditions()

@@ -34,7 +34,7 @@ class NodeConditions:
     persistence: bool = True
 
 
-# the training container's environment on a well set-up EFA node (seed 002's checklist)
+# the training container's environment on a well set-up EFA node (NCCL's bring-up checklist)
 BASE_ENV: tuple[tuple[str, str], ...] = (
     ("NCCL_DEBUG", "WARN"),
     ("FI_PROVIDER", "efa"),

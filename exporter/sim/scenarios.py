@@ -67,7 +67,7 @@ SCENARIOS: dict[str, tuple[str, tuple[int, ...], str]] = {
     ),
     # the node doctor's scenarios: healthy training on a node with one bring-up fault (sim/conditions.py)
     "no_fabric_manager": (
-        "NVSwitch node without a running fabric manager: fabric state not_started, no NVLink P2P (seed 003)",
+        "NVSwitch node without a running fabric manager: fabric state not_started, no NVLink P2P",
         (),
         "",
     ),
@@ -87,7 +87,7 @@ CAUSES = ("io", "cpu", "shm", "host_transfer", "unknown")
 
 # The tours: (scenario, seconds). Healthy stretches between faults let verdicts resolve. ``tour`` shows
 # every scenario with the shipped alert timings; ``short_tour`` is the demo's default: the phases that page
-# within a few minutes each (with the demo's shortened `for`), about eleven minutes in all.
+# within a few minutes each (with the demo's shortened `for`), about twelve minutes in all.
 TOUR: tuple[tuple[str, float], ...] = (
     ("healthy", 90.0),
     ("data_starvation", 240.0),
@@ -193,15 +193,17 @@ def _apply_param(s: Scenario, key: str, value: str) -> Scenario:
     )
 
 
+# Each fault phase of the short tour lasts until its page has arrived with room to spare: the verdict's
+# evidence (about 30-80 s), the demo's 30 s `for`, a scrape, an evaluation and Alertmanager's group_wait.
 SHORT_TOUR: tuple[tuple[str, float], ...] = (
     ("healthy", 30.0),
     ("data_starvation", 100.0),
     ("healthy", 30.0),
-    ("comm_hang", 120.0),
+    ("comm_hang", 150.0),
     ("healthy", 30.0),
-    ("comm_bound", 110.0),
+    ("comm_bound", 130.0),
     ("healthy", 30.0),
-    ("thermal_throttle", 100.0),
+    ("thermal_throttle", 110.0),
     ("healthy", 30.0),
     ("shm_exhaustion", 100.0),
 )

@@ -14,9 +14,10 @@ from dataclasses import dataclass, replace
 from exporter.sources.podlogs import ContainerLog, PodLogsView
 from exporter.thresholds import PROGRESS_BODY_BYTES, PROGRESS_MAX_PODS
 
-# Kubernetes names: a namespace is a DNS label, a pod name a DNS subdomain
-_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_POD = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+# Kubernetes names: a namespace is a DNS label, a pod name a DNS subdomain. Matched whole (fullmatch):
+# with match and "$", a name ending in a newline passed.
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_POD = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 MAX_STEP = 2**53  # an exact float: the step is exported as a sample value
 
 
@@ -45,9 +46,9 @@ def parse_report(body: bytes) -> tuple[str, str, int]:
     if not isinstance(data, dict) or set(data) != {"namespace", "pod", "step"}:
         raise ProgressError(400, "body must be exactly {namespace, pod, step}")
     namespace, pod, step = data["namespace"], data["pod"], data["step"]
-    if not isinstance(namespace, str) or not _NAMESPACE.match(namespace):
+    if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
         raise ProgressError(400, "namespace is not a Kubernetes namespace name")
-    if not isinstance(pod, str) or not _POD.match(pod):
+    if not isinstance(pod, str) or not _POD.fullmatch(pod):
         raise ProgressError(400, "pod is not a Kubernetes pod name")
     if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
         raise ProgressError(400, f"step must be a whole number 0-{MAX_STEP}")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from devtools.artifacts import alerts, recording
+from devtools.artifacts import alerts, cost_rules, recording
 from scripts.stack import PrometheusApi, free_port, start_exporter, tool, wait_http
 from tests.conftest import REPO, require_tool
 from tests.helm.chart import one, render
@@ -39,7 +39,8 @@ def test_rendered_rules_pass_the_promtool_suite(tmp_path):
     rules.write_text(yaml.safe_dump({"groups": rendered_groups()}, sort_keys=False))
     check = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
-    assert f"SUCCESS: {len(alerts.ALERTS) + len(recording.RECORDS)} rules found" in check.stdout
+    rules_found = len(alerts.ALERTS) + len(recording.RECORDS) + len(cost_rules.RECORDS)
+    assert f"SUCCESS: {rules_found} rules found" in check.stdout
     suites = []
     for path in RULE_TESTS:  # the same tests, pointed at the rendered rules
         suite = yaml.safe_load(path.read_text())
@@ -216,6 +217,7 @@ def test_scope_node_and_global_render_the_rule_file_split_in_two():
     assert sorted(g["name"] for g in node + glob) == sorted(g["name"] for g in shipped)
     assert [g["name"] for g in glob] == [
         "gpu-bottleneck-job-recording",
+        "gpu-bottleneck-job-cost",
         "gpu-bottleneck-job-verdicts",
         "gpu-bottleneck-jobs",
     ]
