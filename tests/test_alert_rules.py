@@ -22,6 +22,22 @@ def test_promtool_checks_the_rules():
     assert f"SUCCESS: {rules} rules found" in result.stdout
 
 
+def test_vmalert_parses_the_same_file_as_metricsql(tmp_path):
+    """The global ruler of a sharded setup (docs/scale.md) reads the same file: vmalert's check parses
+    every expression as MetricsQL and every annotation template; a broken expression fails it."""
+    vmalert = require_tool("vmalert")
+
+    def check(path) -> subprocess.CompletedProcess:
+        return subprocess.run([vmalert, f"-rule={path}", "-dryRun"], capture_output=True, text=True)
+
+    result = check(RULES)
+    assert result.returncode == 0, result.stdout + result.stderr
+    broken = tmp_path / "broken.yml"
+    broken.write_text(RULES.read_text().replace("sum by (", "sum by ((", 1))
+    result = check(broken)
+    assert result.returncode != 0 and "invalid expression" in result.stdout + result.stderr
+
+
 def test_promtool_unit_tests_pass():
     promtool = require_tool("promtool")
     result = subprocess.run([promtool, "test", "rules", *map(str, TESTS)], capture_output=True, text=True)
