@@ -1,7 +1,7 @@
 """A fleet through a sharded topology: Prometheus agents sharded by node, VictoriaMetrics as the global
 store, vmalert as the global ruler; and, for comparison, one Prometheus holding the same nodes.
 
-    python bench/shardedfleet.py                      # 300 nodes x 8 GPUs, 2 shards, 6 minutes
+    python bench/shardedfleet.py                      # 300 nodes x 8 GPUs, 2 shards, 8 minutes
     python bench/shardedfleet.py --nodes 40 --gpus 2 --minutes 2
 
 The fleet simulator (exporter/sim/fleet.py) serves every node's /metrics (its job's rank on node 17
@@ -11,7 +11,8 @@ shipped rule file (shipped `for`s and windows) every 15 s and writes the recorde
 shards also remote-write the same samples into one plain Prometheus (its remote-write receiver on) that
 evaluates the same rules itself: the single-server reference. Prints samples ingested per second, each
 rule group's evaluation time (vmalert's own metrics; Prometheus' for the reference), every fleet and job
-dashboard query's time against both (the query API, as Grafana calls it, best of three), memory, and the
+dashboard query's time against both (the query API, as Grafana calls it, best of three), memory, when
+each of them first paged the straggler (GpuJobStraggler, `for` 5 minutes), the slowest scrape, and the
 alerts firing at the end.
 """
 
@@ -63,7 +64,8 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=300)
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--shards", type=int, default=2)
-    parser.add_argument("--minutes", type=float, default=6.0)
+    # long enough for the straggler's page from both rulers: `for` 5 minutes after its evidence
+    parser.add_argument("--minutes", type=float, default=8.0)
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     if args.nodes < 1 or args.shards < 1 or not 1 <= args.gpus <= 64 or args.minutes <= 0:
@@ -113,6 +115,8 @@ def main() -> int:
             flush=True,
         )
         peak = dict.fromkeys(procs, 0.0)
+        straggler = 'ALERTS{alertname="GpuJobStraggler", alertstate="firing"}'
+        paged: dict[str, float] = {}  # ruler -> seconds from the start to its first straggler page
         mark: tuple[float, float, float] | None = None  # (t, VM rows, Prometheus samples) 2 minutes in
         while time.monotonic() - started < args.minutes * 60:
             for name, proc in procs.items():
@@ -127,6 +131,9 @@ def main() -> int:
                         ).values()
                     ),
                 )
+            for where, api in (("vm", stack.api), ("prometheus", stack.prometheus)):
+                if where not in paged and api.query(straggler):
+                    paged[where] = time.monotonic() - started
             problems = stack.alive()
             if problems:
                 raise RuntimeError(f"exited: {problems}; see {stack.workdir / 'stack.log'}")
@@ -170,6 +177,12 @@ def main() -> int:
             re.sub(r"^.*;", "", group.search(k.replace("rule_group", "group")).group(1)): v  # type: ignore[union-attr]
             for k, v in counters(prom_text, "prometheus_rule_group_last_duration_seconds").items()
         }
+        figures["straggler_paged_s"] = paged
+        # the slowest scrape of any node in the last minute, as the shards saw it
+        figures["scrape_max_s"] = max(
+            (float(r["value"][1]) for r in stack.api.query("max_over_time(scrape_duration_seconds[1m])")),
+            default=float("nan"),
+        )
         figures["rss_mib"] = {name: proc.memory_info().rss / 2**20 for name, proc in procs.items()}
         figures["peak_rss_mib"] = peak
         values = {
@@ -220,7 +233,14 @@ def report(f: dict) -> None:
         f"samples ingested per second: VictoriaMetrics {f['vm_rows_per_s']:.0f}, "
         f"single Prometheus {f['prometheus_samples_per_s']:.0f}"
     )
-    print(f"single Prometheus head series: {f['prometheus_head_series']:.0f}")
+    print(
+        f"series: VictoriaMetrics {f['vm_series']:.0f} active, single Prometheus "
+        f"{f['prometheus_head_series']:.0f} in its head"
+    )
+    print(f"slowest scrape in the last minute: {f['scrape_max_s']:.2f} s")
+    for where in ("vm", "prometheus"):
+        t = f["straggler_paged_s"].get(where)
+        print(f"GpuJobStraggler first paged ({where}):", f"{t:.0f} s after the start" if t else "not yet")
     print("\nRSS at the end / peak (MiB):")
     for name, rss in f["rss_mib"].items():
         print(f"  {name:24s} {rss:8.0f} {f['peak_rss_mib'][name]:8.0f}")

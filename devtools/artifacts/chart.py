@@ -86,8 +86,9 @@ def _cost_block() -> str:
     """The cost values: the threshold table's example prices, its currency and default price."""
     lines = [
         "# What the ledger's lost GPU time costs (docs/cost.md): the exporter exposes a price per GPU",
-        "# model (gpu_node_price_per_hour) and the gpu-bottleneck-cost rules price each ledger state by pod,",
-        f"# job and namespace. {EXAMPLE_PRICES}",
+        "# model (gpu_node_price_per_hour) and the cost rules price each ledger state by pod (on the",
+        "# shards when prometheusRule.scope splits the rules), job and namespace (in the global ruler).",
+        f"# {EXAMPLE_PRICES}",
         "cost:",
         "  # -- Expose prices and record the cost rules; false: the exporter runs with `--price off`.",
         "  enabled: true",
