@@ -29,11 +29,12 @@ ALL = pytest.mark.parametrize(
 )
 
 
-def test_values_files_cover_the_three_setups():
+def test_values_files_cover_the_four_setups():
     assert {f.name for f in VALUES_FILES} == {
         "everything-on-values.yaml",
         "kube-prometheus-stack-values.yaml",
         "hardened-values.yaml",
+        "sharded-values.yaml",
     }
 
 

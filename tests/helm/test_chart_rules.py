@@ -14,7 +14,7 @@ import yaml
 from devtools.artifacts import alerts, cost_rules, recording
 from scripts.stack import PrometheusApi, free_port, start_exporter, tool, wait_http
 from tests.conftest import REPO, require_tool
-from tests.helm.chart import one, render
+from tests.helm.chart import CHART, one, render
 
 RULE_TESTS = sorted((REPO / "alerts" / "tests").glob("*.test.yml"))
 
@@ -255,6 +255,20 @@ def test_scope_split_renders_two_rules_labelled_for_their_rulers():
     assert "ruler" not in labels["gbe-gpu-bottleneck-exporter"]
     assert labels["gbe-gpu-bottleneck-exporter-global"]["ruler"] == "global"
     assert "release" not in labels["gbe-gpu-bottleneck-exporter-global"]
+
+
+def test_the_sharded_setup_renders_what_docs_scale_shows():
+    """ci/sharded-values.yaml is the example of docs/scale.md: one rule document per ruler, each carrying
+    the label its selector matches."""
+    values = yaml.safe_load((CHART / "ci" / "sharded-values.yaml").read_text())
+    doc = (REPO / "docs" / "scale.md").read_text()
+    shown = yaml.safe_load(doc.split("```yaml\n", 1)[1].split("```", 1)[0])
+    assert shown["prometheusRule"] == values["prometheusRule"]
+    docs = render(CHART / "ci" / "sharded-values.yaml")
+    labels = {d["metadata"]["name"]: d["metadata"]["labels"] for d in docs if d["kind"] == "PrometheusRule"}
+    assert labels["gbe-gpu-bottleneck-exporter"]["role"] == "shard"
+    assert labels["gbe-gpu-bottleneck-exporter-global"]["role"] == "global-ruler"
+    assert _groups_of(docs)["gbe-gpu-bottleneck-exporter-global"] == alerts.groups(scope="global")
 
 
 def test_an_unknown_scope_is_refused():
