@@ -222,6 +222,9 @@ class ShardedStack:
                     f"--config.file={self.workdir / f'shard-{i}.yml'}",
                     f"--storage.agent.path={self.workdir / f'shard-{i}-wal'}",
                     f"--web.listen-address=127.0.0.1:{port}",
+                    # at stop, what is still queued for the store is dropped after 1 s (1 minute by
+                    # default, while the store is stopping too)
+                    "--storage.remote.flush-deadline=1s",
                 ],
                 out,
             )
