@@ -42,7 +42,7 @@ def analyze(analyzer: Analyzer, now: float, up: Iterable[str], window_s: float) 
     cutoff = now - window_s
     gpus = {}
     for gpu in analyzer.gpus():
-        recent = [p for p in analyzer.window(gpu) if p.t > cutoff]
+        recent = analyzer.window(gpu).since(cutoff)
         gpus[gpu] = GpuStats(
             util_window=summarize([p.util for p in recent if p.util is not None]),
             power_window=summarize([p.power_w for p in recent if p.power_w is not None]),
@@ -51,7 +51,7 @@ def analyze(analyzer: Analyzer, now: float, up: Iterable[str], window_s: float) 
             ledger=dict(analyzer.ledger(gpu).totals),
             held_back_s=analyzer.ledger(gpu).held_back_s,
         )
-    host_recent = [p for p in analyzer.host_window if p.t > cutoff]
+    host_recent = analyzer.host_window.since(cutoff)
     host = {
         name: stats
         for name in HOST_STATS
