@@ -12,7 +12,6 @@ so ``gpu_exporter_source_up`` / ``_duration_seconds`` cover every source from on
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,40 +32,8 @@ class Source(Protocol):
     def collect(self) -> Reading: ...
 
 
-class _Worker:
-    """A daemon thread that runs calls one after another. Starting a thread for every call costs about
-    60 µs of CPU, nine calls a second; an idle worker takes the next call instead. A call that hangs keeps
-    its worker and the next call gets another, so nothing ever waits behind a hung call."""
-
-    MAX_IDLE = 32  # workers kept waiting after a burst (a hung driver returning many calls at once)
-    _idle: list[_Worker] = []
-    _lock = threading.Lock()
-
-    def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[tuple[Callable[[], None], str]] = queue.SimpleQueue()
-        threading.Thread(target=self._loop, name="poller-worker", daemon=True).start()
-
-    @classmethod
-    def run(cls, job: Callable[[], None], name: str) -> None:
-        """Run ``job`` (which must not raise) on an idle worker, or on a new one."""
-        with cls._lock:
-            worker = cls._idle.pop() if cls._idle else None
-        (worker or cls())._jobs.put((job, name))
-
-    def _loop(self) -> None:
-        me = threading.current_thread()
-        while True:
-            job, me.name = self._jobs.get()  # named after its call, as a thread of its own was
-            job()
-            with self._lock:
-                if len(self._idle) >= self.MAX_IDLE:
-                    return
-                self._idle.append(self)
-
-
 class Call:
-    """A function running on a daemon thread of its own (a worker), so that a hung driver call blocks
-    nothing."""
+    """A function running on its own daemon thread, so that a hung driver call blocks nothing."""
 
     def __init__(
         self, fn: Callable[..., object], *args: object, name: str, monotonic: Callable[[], float]
@@ -78,7 +45,7 @@ class Call:
         self.error: BaseException | None = None
         self.done = threading.Event()
         self.timed_out = False
-        _Worker.run(lambda: self._run(fn, args), name)
+        threading.Thread(target=self._run, args=(fn, args), name=name, daemon=True).start()
 
     def _run(self, fn: Callable[..., object], args: tuple[object, ...]) -> None:
         try:
