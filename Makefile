@@ -9,7 +9,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 9400
 
-.PHONY: demo tools test lint format artifacts protos bench bench-quick bench-detection clean
+.PHONY: demo tools test lint format artifacts protos bench bench-quick bench-detection bench-peer clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,10 @@ bench-detection: $(VENV)/.installed
 
 bench-quick: $(VENV)/.installed
 	$(BIN)/python bench/core.py --quick
+
+bench-peer: $(VENV)/.installed  # side by side with nvitop-exporter 1.7.2 (pip installs it into .bench-venv/)
+	$(BIN)/python bench/peer_cpu.py
+	$(BIN)/python bench/exposition.py
 
 clean:
 	rm -rf $(VENV) .tools .pytest_cache .ruff_cache *.egg-info

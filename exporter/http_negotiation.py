@@ -3,7 +3,11 @@
 ``openmetrics-text;q=0`` or an OpenMetrics version this exporter does not write means the text format.
 
 Malformed elements are ignored one by one (a scraper's odd header never fails a scrape); with nothing
-acceptable the text format, uncompressed, is served, as every Prometheus exporter does."""
+acceptable the text format, uncompressed, is served, as every Prometheus exporter does.
+
+prometheus_client's ``choose_encoder`` is not used: it reads no weights, so ``openmetrics-text;q=0``,
+OpenMetrics weighed under text, and an OpenMetrics version not written here all get OpenMetrics
+(bench/exposition.py shows each case)."""
 
 from __future__ import annotations
 

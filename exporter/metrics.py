@@ -440,8 +440,10 @@ def families(
 
 
 # ---- exposition formats -----------------------------------------------------------------------
-# Written here rather than through prometheus_client's generic registry code: a node renders ~1,500
-# series and this is several times faster. The tests parse both formats with prometheus_client.
+# Written here rather than through prometheus_client (measured by bench/exposition.py, figures in
+# docs/development.md): on an 8-GPU node the library takes 5x (text) to 8x (OpenMetrics) as long to
+# write the same samples from its own metric objects, before building them, and writes integers as
+# "1.0" with labels re-sorted. The tests parse both formats with prometheus_client.
 
 
 def _escape_help(doc: str, openmetrics: bool) -> str:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import signal
 import socket
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -134,6 +137,30 @@ def server_config(
     )
 
 
+class QuietServer(uvicorn.Server):
+    """uvicorn's server, its housekeeping tick once a second instead of ten times: the tick only renews
+    the Date header (once a second either way) and looks for a shutdown request, and ten wake-ups a
+    second cost an idle exporter 0.1 s of CPU a minute. A shutdown request wakes the loop at once."""
+
+    _wake: asyncio.Event | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    async def main_loop(self) -> None:
+        self._wake, self._loop = asyncio.Event(), asyncio.get_running_loop()
+        counter = 0  # on_tick renews the Date header when counter % 10 == 0: every tick here
+        should_exit = await self.on_tick(counter)
+        while not should_exit:
+            counter = (counter + 10) % 864000
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), 1.0)
+            should_exit = await self.on_tick(counter)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        if self._loop is not None and self._wake is not None:
+            self._loop.call_soon_threadsafe(self._wake.set)
+
+
 def serve(application: Application, sock: socket.socket | None = None, web: WebState | None = None) -> None:
     """Run until SIGTERM/SIGINT; uvicorn shuts down gracefully and the lifespan stops the sampler.
 
@@ -148,4 +175,4 @@ def serve(application: Application, sock: socket.socket | None = None, web: WebS
         signal.signal(signal.SIGHUP, lambda *_: web.reload())  # re-read the web config, keep serving
     config = server_config(application, web)
     listener = GuardedListener(sock) if sock is not None else None
-    uvicorn.Server(config).run(sockets=[listener] if listener is not None else None)
+    QuietServer(config).run(sockets=[listener] if listener is not None else None)

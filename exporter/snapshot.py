@@ -28,8 +28,7 @@ class GpuView:
     identity: GpuIdentity
     status: str  # ok, pending, lost, timeout, error, nvml_down
     reading: GpuReading | None = None
-    util_window: Stats | None = None
-    power_window: Stats | None = None
+    stats: GpuStats | None = field(default=None, repr=False, compare=False)  # the window statistics' source
     idle_fraction: float | None = None
     xids: dict[int, int] = field(default_factory=dict)
     p2p: dict[tuple[int, str], bool] = field(default_factory=dict)  # (peer index, capability) -> OK
@@ -45,6 +44,18 @@ class GpuView:
     @property
     def up(self) -> bool:
         return self.status == "ok"
+
+    # a window is current only while its signal is: a failed read does not leave its window behind.
+    # Summarized on first use (GpuStats), so a snapshot no scrape reads costs no statistics.
+    @property
+    def util_window(self) -> Stats | None:
+        r = self.reading
+        return self.stats.util_window if self.stats and r is not None and r.util is not None else None
+
+    @property
+    def power_window(self) -> Stats | None:
+        r = self.reading
+        return self.stats.power_window if self.stats and r is not None and r.power_w is not None else None
 
 
 @dataclass(frozen=True)
@@ -104,16 +115,14 @@ class Sources:
 
 def gpu_view(gpu: GpuState, stats: GpuStats, src: Sources, xids: dict[int, int]) -> GpuView:
     is_up = gpu.status == "ok"
-    # a window is current only while its signal is: a failed read does not leave its window behind
+    # current only while the signal is (util_window and power_window follow the same rule in GpuView)
     has_util = is_up and gpu.reading is not None and gpu.reading.util is not None
-    has_power = is_up and gpu.reading is not None and gpu.reading.power_w is not None
     return GpuView(
         index=gpu.index,
         identity=gpu.identity,
         status=gpu.status,
         reading=gpu.reading if is_up else None,
-        util_window=stats.util_window if has_util else None,
-        power_window=stats.power_window if has_power else None,
+        stats=stats,
         idle_fraction=stats.idle_fraction if has_util else None,
         xids=xids,
         p2p={(b, cap): ok for (a, b, cap), ok in src.p2p.items() if a == gpu.index},

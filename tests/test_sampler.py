@@ -201,3 +201,18 @@ def test_a_node_without_gpu_or_kubelet_logs_one_warning(make_node, clock, caplog
     assert len(warnings) == 1 and warnings[0].startswith("NVML is not usable (LibraryNotFound"), warnings
     counted = errors.snapshot()
     assert counted[("nvml", "LibraryNotFound")] >= 1 and counted[("kubelet", "SocketNotFound")] >= 1
+
+
+def test_window_statistics_read_late_are_those_of_their_own_snapshot(make_node, make_sampler, clock):
+    """The exported window statistics are summarized when a scrape first reads them: a snapshot read
+    after the analyzer has moved on still says what its own window held."""
+    from exporter.analysis.window import summarize
+
+    sampler, _ = make_sampler(make_node("data_starvation"))
+    old = by_index(step(sampler, clock, cycles=20))[0]
+    window = sampler.analyzer.window("0").since(clock.now - sampler.settings.window_s)
+    then = summarize([p.util for p in window if p.util is not None])
+    new = by_index(step(sampler, clock, cycles=10))[0]
+    assert old.util_window == then
+    assert new.util_window is not None and new.util_window != then  # the live window did move on
+    assert old.power_window is not None and old.power_window.count == then.count

@@ -208,7 +208,7 @@ class Analyzer:
         chosen = list(self._gpus) if gpus is None else [g for g in gpus if g in self._gpus]
         cutoff = now - self.evidence_s
         self.host_window.evict(now)
-        host_points = [p for p in self.host_window if p.t > cutoff]
+        host_points = self.host_window.since(cutoff)
         host = host_features(host_points) if host_points else None
         self.host_features = host or HostFeatures()
         evidence: dict[str, dict[str, d.Evidence]] = {}
@@ -220,7 +220,7 @@ class Analyzer:
         for gpu in chosen:
             state = self._gpus[gpu]
             state.window.evict(now)
-            points = [p for p in state.window if p.t > cutoff]
+            points = state.window.since(cutoff)
             f = state.features = gpu_features(points, state.name, state.power.envelope(state.name).ceiling_w)
             self._see_power(state, f)
             idle_s = (

@@ -8,10 +8,12 @@ window): the dashboard's starvation line and the detector compare one number.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from exporter.analysis.engine import Analyzer, KindState, VerdictEvent
+from exporter.analysis.points import GpuPoint
 from exporter.analysis.window import Stats, summarize
 
 HOST_STATS = ("iowait", "core_busy_max")  # the host columns exported as window means
@@ -19,14 +21,24 @@ HOST_STATS = ("iowait", "core_busy_max")  # the host columns exported as window 
 
 @dataclass(frozen=True)
 class GpuStats:
-    """One GPU's exported statistics: utilization and power over ``--window``, the detectors' idle share."""
+    """One GPU's exported statistics: utilization and power over ``--window``, the detectors' idle share.
 
-    util_window: Stats | None = None
-    power_window: Stats | None = None
+    The window statistics are summarized from the window's points as of this evaluation on first use:
+    only a scrape reads them, and at 15 s scrapes 14 evaluations in 15 would summarize for nothing."""
+
+    window: Sequence[GpuPoint] = field(default=(), repr=False, compare=False)  # the points over --window
     idle_fraction: float | None = None
     verdicts: dict[str, KindState] = field(default_factory=dict)
     ledger: dict[str, float] = field(default_factory=dict)  # state -> seconds of this GPU's time so far
     held_back_s: float = 0.0  # seconds it kept peers of its job waiting in a collective
+
+    @cached_property
+    def util_window(self) -> Stats | None:
+        return summarize([p.util for p in self.window if p.util is not None])
+
+    @cached_property
+    def power_window(self) -> Stats | None:
+        return summarize([p.power_w for p in self.window if p.power_w is not None])
 
 
 @dataclass(frozen=True)
@@ -42,16 +54,14 @@ def analyze(analyzer: Analyzer, now: float, up: Iterable[str], window_s: float) 
     cutoff = now - window_s
     gpus = {}
     for gpu in analyzer.gpus():
-        recent = [p for p in analyzer.window(gpu) if p.t > cutoff]
         gpus[gpu] = GpuStats(
-            util_window=summarize([p.util for p in recent if p.util is not None]),
-            power_window=summarize([p.power_w for p in recent if p.power_w is not None]),
+            window=analyzer.window(gpu).since(cutoff),
             idle_fraction=analyzer.features(gpu).idle_fraction,
             verdicts=verdicts.get(gpu, {}),
             ledger=dict(analyzer.ledger(gpu).totals),
             held_back_s=analyzer.ledger(gpu).held_back_s,
         )
-    host_recent = [p for p in analyzer.host_window if p.t > cutoff]
+    host_recent = analyzer.host_window.since(cutoff)
     host = {
         name: stats
         for name in HOST_STATS

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -42,6 +44,13 @@ class Window(Generic[P]):
     def clear(self) -> None:
         self._points.clear()
 
+    def since(self, t: float) -> list[P]:
+        """The points after ``t``, oldest first: the window is in time order, so this is a suffix, found
+        by bisection instead of a test of every point (the analysis asks every GPU every second)."""
+        points = self._points
+        start = bisect.bisect_right(points, t, key=_time)  # type: ignore[call-overload]
+        return list(itertools.islice(points, start, None)) if start else list(points)
+
     def values(self, attr: str) -> list[float]:
         return [v for p in self._points if (v := getattr(p, attr)) is not None]
 
@@ -56,6 +65,10 @@ class Window(Generic[P]):
 
     def __len__(self) -> int:
         return len(self._points)
+
+
+def _time(point: object) -> float:
+    return point.t  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True, slots=True)

@@ -234,3 +234,31 @@ def test_scenarios_are_listed():
     )
     assert result.returncode == 0 and "data_starvation" in result.stdout and "tour" in result.stdout
     assert "short_tour" in result.stdout  # the demo's default tour is listed with its phases
+
+
+def test_the_quiet_server_serves_dated_answers_and_stops_at_once_when_asked():
+    """One housekeeping tick a second, not ten: the Date header still moves, and a shutdown request
+    does not wait for the next tick."""
+    from fastapi import FastAPI
+
+    from exporter.server import QuietServer
+
+    port = free_port()
+    app = FastAPI()
+    app.get("/")(lambda: {"ok": True})
+    server = QuietServer(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    first = httpx.get(url, timeout=2).headers["date"]
+    time.sleep(2.1)
+    assert httpx.get(url, timeout=2).headers["date"] != first
+    time.sleep(0.3)  # well inside a tick
+    asked = time.monotonic()
+    server.handle_exit(signal.SIGTERM, None)
+    thread.join(5)
+    assert not thread.is_alive()
+    assert time.monotonic() - asked < 0.8, "the server waited for its next tick to stop"
