@@ -428,7 +428,7 @@ PAGE_JS = """
 
 
 def asset(name: str) -> str:
-    return (REPO / "exporter" / "report_assets" / name).read_text(encoding="utf-8")
+    return (REPO / "exporter" / "offline" / "report_assets" / name).read_text(encoding="utf-8")
 
 
 def page(

@@ -69,7 +69,7 @@ def test_every_alert_has_a_runbook_for_the_night_shift():
 
 
 def test_thresholds_come_from_the_table():
-    from exporter import thresholds as th
+    from exporter.policy import thresholds as th
 
     text = RULES.read_text()
     assert f"> {th.SHM_WARNING.value:g}" in text and f"> {th.SHM_CRITICAL.value:g}" in text
@@ -84,7 +84,7 @@ def test_thresholds_come_from_the_table():
 
 
 def test_every_alert_takes_for_and_severity_from_the_threshold_table():
-    from exporter import thresholds as th
+    from exporter.policy import thresholds as th
 
     assert [a.name for a in alerts.ALERTS] == list(dict.fromkeys(a.name for a in alerts.ALERTS))
     assert {a.name for a in alerts.ALERTS} == set(th.ALERT_POLICIES), "an alert without a policy, or back"
@@ -174,7 +174,7 @@ def test_runbooks_state_the_alerts_for():
 
 
 def test_the_threshold_page_lists_every_policy_word():
-    from exporter import thresholds as th
+    from exporter.policy import thresholds as th
 
     page = (REPO / "docs" / "thresholds.md").read_text()
     for name, policy in th.ALERT_POLICIES.items():

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from string import Template
 
 from devtools.artifacts import cost_rules, recording
-from exporter import thresholds as th
 from exporter.analysis.kinds import KINDS
+from exporter.policy import thresholds as th
 
 RUNBOOK_BASE = "https://github.com/gpu-bottleneck-exporter/gpu-bottleneck-exporter/blob/main/docs/runbooks/"
 JOB = "gpu-bottleneck-exporter"
@@ -187,7 +187,7 @@ _POD_ON = "Pod {{ $labels.namespace }}/{{ $labels.pod }} on " + NODE
 
 
 def _log_errors(kinds: tuple[str, ...]) -> str:
-    from exporter.logparse import ERROR_KINDS
+    from exporter.podlogs.logparse import ERROR_KINDS
 
     unknown = set(kinds) - set(ERROR_KINDS)
     if unknown:
@@ -196,7 +196,7 @@ def _log_errors(kinds: tuple[str, ...]) -> str:
 
 
 def _pod_log_alerts() -> tuple[Alert, ...]:
-    from exporter.logparse import ERROR_FAMILIES, OFF_NVLINK
+    from exporter.podlogs.logparse import ERROR_FAMILIES, OFF_NVLINK
 
     return (
         Alert(

@@ -20,9 +20,9 @@ import yaml
 
 from devtools import release
 from devtools.artifacts import alerts, cost_rules, dashboards, recording
-from exporter import thresholds as th
-from exporter.config import DURATION_RANGES
-from exporter.detail import CATEGORIES as DETAIL_CATEGORIES
+from exporter.config.settings import DURATION_RANGES
+from exporter.policy import thresholds as th
+from exporter.policy.detail import CATEGORIES as DETAIL_CATEGORIES
 
 CHART = "helm/gpu-bottleneck-exporter"
 REPO = Path(__file__).resolve().parents[2]

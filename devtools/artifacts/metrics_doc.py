@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from devtools.artifacts.chart import REPO, _replace_block
-from exporter import catalog
+from exporter.policy import catalog
 
 DOC = "docs/metrics.md"
 _LABEL = re.compile(r'(\w+)="([^"]*)"')

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter import thresholds as th
 from exporter.analysis.kinds import KINDS
-from exporter.kube_labels import ksm_label
+from exporter.policy import thresholds as th
+from exporter.policy.kube_labels import ksm_label
 
 GROUP = "gpu-bottleneck-recording"
 JOB_LABEL = "job_name"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from exporter.thresholds import (
+from exporter.policy.thresholds import (
     ALERT_POLICIES,
     BOARD_POWER_W,
     COST_CURRENCY,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from exporter.analysis.features import GpuFeatures, HostFeatures, UtilStats
 from exporter.analysis.ledger import Shares, coverage
-from exporter.thresholds import (
+from exporter.policy.thresholds import (
     CORE_PINNED,
     HANG_POWER,
     HANG_SM,

@@ -18,7 +18,7 @@ from exporter.analysis.ledger import GpuLedger, Shares, Tick, holding_back, meas
 from exporter.analysis.points import GpuPoint, HostPoint
 from exporter.analysis.verdicts import Track, step
 from exporter.analysis.window import Window
-from exporter.thresholds import (
+from exporter.policy.thresholds import (
     EVAL_INTERVAL,
     EVIDENCE_WINDOW,
     HANG_FIRE,

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from exporter.analysis.points import GpuPoint, HostPoint
 from exporter.analysis.window import HIGH_Q, fraction_below, quantile, summarize
-from exporter.nvml_vocab import HW_SLOWDOWN, POWER_CAP_BITS, THERMAL_BITS
-from exporter.thresholds import LEDGER_BUSY_UTIL, UTIL_IDLE_LINE, board_tdp
+from exporter.policy.nvml_vocab import HW_SLOWDOWN, POWER_CAP_BITS, THERMAL_BITS
+from exporter.policy.thresholds import LEDGER_BUSY_UTIL, UTIL_IDLE_LINE, board_tdp
 
 BUSY_LINE = LEDGER_BUSY_UTIL.value
 FLAT = 1e-12  # a variance this small is no spread at all: no slope

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 
 from exporter.analysis.envelope import Envelope
 from exporter.analysis.points import GpuPoint
-from exporter.nvml_vocab import HW_SLOWDOWN, POWER_CAP_BITS, THERMAL_BITS
-from exporter.thresholds import (
+from exporter.policy.nvml_vocab import HW_SLOWDOWN, POWER_CAP_BITS, THERMAL_BITS
+from exporter.policy.thresholds import (
     COVERAGE_CLEAR,
     COVERAGE_EXIT,
     COVERAGE_FAST_EXIT,

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from exporter import thresholds as th
 from exporter.doctor.facts import GpuFacts, NodeFacts, PodFacts
 from exporter.doctor.model import Check, Result, Status
+from exporter.policy import thresholds as th
 
 MiB = 1 << 20
 

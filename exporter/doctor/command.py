@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from exporter.config import Settings
+from exporter.config.settings import Settings
 from exporter.doctor.facts import ClockFacts, NodeFacts
 
 # the serve flags the doctor reads: where the node's files are, the kubelet, the simulator
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace, environ: dict[str, str]) -> int:
     settings = settings_from(args, environ, flags())
     level = max(logging.WARNING, getattr(logging, settings.log_level.upper()))
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    errors_log = logging.getLogger("exporter.errors")
+    errors_log = logging.getLogger("exporter.sources.errors")
     saved = errors_log.level
     if level > logging.DEBUG:  # the table reports what the sources count as errors; no log line twice
         errors_log.setLevel(logging.ERROR)

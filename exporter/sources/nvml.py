@@ -26,11 +26,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import ModuleType
 
-from exporter import catalog
-from exporter.errors import ErrorCounter
-from exporter.nvml_vocab import FABRIC_STATES, FI_THROTTLE_NS, NVLINK_STATE_UP
+from exporter.policy import catalog
+from exporter.policy.nvml_vocab import FABRIC_STATES, FI_THROTTLE_NS, NVLINK_STATE_UP
+from exporter.policy.thresholds import SAMPLE_CARRY, SIGNAL_RETRY_INITIAL, SIGNAL_RETRY_MAX
+from exporter.sources.errors import ErrorCounter
 from exporter.sources.readings import GpuIdentity, GpuReading, NvLinkReading, Sample
-from exporter.thresholds import SAMPLE_CARRY, SIGNAL_RETRY_INITIAL, SIGNAL_RETRY_MAX
 
 log = logging.getLogger(__name__)
 

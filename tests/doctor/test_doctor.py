@@ -9,7 +9,7 @@ import re
 import pytest
 
 from exporter.cli import main
-from exporter.config import Settings
+from exporter.config.settings import Settings
 from exporter.doctor.checks import CHECKS, run_checks
 from exporter.doctor.command import SIM_CLOCK, diagnose
 from exporter.doctor.gather import PodSources, gather, kmsg_xids

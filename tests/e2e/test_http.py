@@ -18,8 +18,8 @@ import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.app import Application
-from exporter.config import Settings
-from exporter.server import create_app
+from exporter.config.settings import Settings
+from exporter.serve.server import create_app
 from exporter.sim import SimulatedNode
 from scripts.stack import free_port
 from tests.conftest import REPO, real_nvml_present

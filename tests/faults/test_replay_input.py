@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.replay import replay
-from exporter.thresholds import EVAL_INTERVAL, TRACE_GAP_PERIODS
-from exporter.traces import MAX_GPUS, MAX_LINE_CHARS, MAX_REASONS, TraceError, TraceReader
+from exporter.offline.replay import replay
+from exporter.offline.traces import MAX_GPUS, MAX_LINE_CHARS, MAX_REASONS, TraceError, TraceReader
+from exporter.policy.thresholds import EVAL_INTERVAL, TRACE_GAP_PERIODS
 from tests.conftest import REPO
 
 HEADER = "timestamp, index, utilization.gpu [%], clocks_event_reasons.active\n"
