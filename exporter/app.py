@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from exporter.collect.sampler import Sampler, Snapshot
+from exporter.collect.sampler import Sampler
+from exporter.collect.snapshot import Snapshot
 from exporter.config.settings import Settings
 from exporter.config.usage import CommandError, UsageError
 from exporter.doctor.live import NodeChecker
@@ -22,7 +23,7 @@ from exporter.serve.metrics import Family, Renderer
 from exporter.sources.errors import ErrorCounter
 from exporter.sources.host import HostSource
 from exporter.sources.kubelet import PodResourcesSource
-from exporter.sources.nvml import NvmlSource
+from exporter.sources.nvml import NvmlSource, real_nvml
 from exporter.sources.podlogs import PodLogSource
 from exporter.sources.progress import ProgressStore
 
@@ -32,16 +33,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 run_log = logging.getLogger("exporter")  # the commands' own lines, under the name they always had
-
-
-def real_nvml() -> ModuleType | None:
-    """The nvidia-ml-py module; None (with a warning) if the bindings are not installed."""
-    try:
-        import pynvml
-    except ImportError:
-        log.warning("nvidia-ml-py is not installed: GPU metrics are off")
-        return None
-    return pynvml
 
 
 def pod_log_source(settings: Settings, errors: ErrorCounter, sys_root: str) -> PodLogSource | None:

@@ -220,6 +220,13 @@ def settings_from(
     return settings
 
 
+def _doctor_flags() -> tuple[Flag, ...]:
+    """The serve flags of the Settings fields the doctor reads (it names them)."""
+    from exporter.doctor.command import FIELDS
+
+    return tuple(f for f in SERVE_FLAGS if f.field in FIELDS)
+
+
 def _check_patterns(path: str, origin: str) -> None:
     """The progress patterns file reads and every entry compiles."""
     from exporter.podlogs.logparse import PatternError, load_patterns
@@ -390,7 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_flags(record, RECORD_FLAGS)
     from exporter.doctor.command import add_parser as add_doctor
 
-    add_doctor(sub, _add_flags)
+    add_doctor(sub, lambda parser: _add_flags(parser, _doctor_flags()))
     nccl = sub.add_parser(
         "nccl-check",
         help="read saved NCCL_DEBUG=INFO logs and print the bring-up checklist (exit 0 pass, 1 warn, 2 fail)",
@@ -425,7 +432,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "doctor":
             from exporter.doctor.command import run as doctor
 
-            return doctor(args, dict(os.environ))
+            return doctor(args, settings_from(args, dict(os.environ), _doctor_flags()))
         if args.command == "nccl-check":
             from exporter.podlogs.nccl_check import run
 

@@ -10,7 +10,7 @@ currency per hour: the rate at which each state's time is being paid for.
 from __future__ import annotations
 
 from devtools.artifacts.recording import INFO, JOB_LABEL, Record
-from exporter.policy.cost import LOST_STATES
+from exporter.analysis.ledger import LOST_STATES
 
 GROUP = "gpu-bottleneck-cost"
 LOST = "|".join(LOST_STATES)

@@ -99,6 +99,9 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "throttle": ("throttled",),
     "idle": ("idle",),
 }
+# the states whose GPU time is lost (every verdict family's; computing is work, free is no job's): what
+# replay and the cost rules price
+LOST_STATES: tuple[str, ...] = tuple(state for states in FAMILIES.values() for state in states)
 _INDEX = {state: i for i, state in enumerate(STATES)}
 _THERMAL = len(STATES)  # one more slot: the part of `throttled` that is for heat (the rest is power)
 _SLOTS = len(STATES) + 1

@@ -17,12 +17,11 @@ from collections import Counter
 from dataclasses import dataclass
 
 from exporter.collect.poller import Call, Poller
-from exporter.collect.snapshot import GpuState
 from exporter.config.settings import Settings
 from exporter.sources.errors import ErrorCounter
 from exporter.sources.nvml import Device, GpuLost, GpuReadFailed, NvmlSource, SessionError, error_name
 from exporter.sources.nvml_events import XidWatcher
-from exporter.sources.readings import GpuReading
+from exporter.sources.readings import GpuReading, GpuState
 
 log = logging.getLogger(__name__)
 SOURCE = "nvml"

@@ -17,7 +17,7 @@ from exporter.analysis.window import Stats
 from exporter.collect.poller import Books
 from exporter.sources.kubelet import Assignment, PodRef
 from exporter.sources.podlogs import PodLogsView
-from exporter.sources.readings import GpuIdentity, GpuReading, HostReading
+from exporter.sources.readings import GpuIdentity, GpuReading, GpuState, HostReading
 
 
 @dataclass(frozen=True)
@@ -69,17 +69,6 @@ class Snapshot:
 
 
 EMPTY_SNAPSHOT = Snapshot(0, 0.0, False, False, {}, (), None, {}, {}, {}, {})
-
-
-@dataclass(frozen=True)
-class GpuState:
-    """What the NVML session knows of one GPU at publication."""
-
-    index: int
-    identity: GpuIdentity
-    status: str
-    reading: GpuReading | None
-    collected_t: float | None
 
 
 @dataclass(frozen=True)

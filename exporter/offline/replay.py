@@ -14,11 +14,11 @@ from pathlib import Path
 
 from exporter.analysis.engine import KINDS, Analyzer, VerdictEvent
 from exporter.analysis.envelope import Envelope
-from exporter.analysis.ledger import STATES
+from exporter.analysis.ledger import LOST_STATES, STATES
 from exporter.offline.traceformats import NVIDIA_SMI_CSV
 from exporter.offline.traces import ReadStats, TraceReader, TraceRow
 from exporter.policy.cost import DEFAULT as DEFAULT_PRICES
-from exporter.policy.cost import LOST_STATES, Prices
+from exporter.policy.cost import Prices
 from exporter.policy.thresholds import COVERAGE_SHARE, EVAL_INTERVAL, HOLDUP_SHARE
 
 WORK_STATES = frozenset(("computing", "throttled"))  # the rest of STATES is time lost or not held

@@ -15,7 +15,6 @@ import math
 import re
 from dataclasses import dataclass
 
-from exporter.analysis.ledger import FAMILIES
 from exporter.policy import thresholds as th
 
 CURRENCY = re.compile(r"^[A-Z]{3}$")
@@ -102,7 +101,3 @@ def parse_prices(text: str, base: Prices = DEFAULT) -> Prices | None:
     # the entries given match first (longest first), then the base's others: 'H100=3' prices every H100
     rest = tuple((model, price) for model, price in base.by_model if model not in table)
     return Prices(_ordered(table) + rest, default, base.currency)
-
-
-# the ledger states whose GPU time is lost (every verdict family's); computing is work, free is no job's
-LOST_STATES: tuple[str, ...] = tuple(state for states in FAMILIES.values() for state in states)

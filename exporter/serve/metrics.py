@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from importlib import metadata
 
 from exporter import __version__
-from exporter.collect.sampler import GpuView, Snapshot
+from exporter.collect.snapshot import GpuView, Snapshot
 from exporter.policy import catalog
 from exporter.policy.cost import DEFAULT as DEFAULT_PRICES
 from exporter.policy.cost import Prices

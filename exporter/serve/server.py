@@ -14,8 +14,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 
 from exporter import __version__
-from exporter.app import Application
 from exporter.policy.thresholds import HTTP_KEEPALIVE
+from exporter.serve.application import Application
 from exporter.serve.http_negotiation import wants_gzip, wants_openmetrics
 from exporter.serve.httpguard import (
     ConnectionGuard,

@@ -15,7 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event
 
-from exporter.collect.sampler import Sampler, Snapshot
+from exporter.collect.sampler import Sampler
+from exporter.collect.snapshot import Snapshot
 from exporter.config.settings import Settings
 from exporter.policy.kube_labels import ksm_label  # the recording rules' spelling of the label
 from exporter.serve.metrics import TEXT_TYPE, Renderer

@@ -34,6 +34,17 @@ from exporter.sources.readings import GpuIdentity, GpuReading, NvLinkReading, Sa
 
 log = logging.getLogger(__name__)
 
+
+def real_nvml() -> ModuleType | None:
+    """The nvidia-ml-py module; None (with a warning) if the bindings are not installed."""
+    try:
+        import pynvml
+    except ImportError:
+        log.warning("nvidia-ml-py is not installed: GPU metrics are off")
+        return None
+    return pynvml
+
+
 SOURCE = "nvml"
 
 SESSION_ERRORS = frozenset(
