@@ -1,4 +1,4 @@
-"""replay reads the GPU logs people have, each format chosen from the content (exporter/traceformats):
+"""replay reads the GPU logs people have, each format chosen from the content (exporter/offline/traceformats):
 every reader on samples in its tool's own layout (tests/data/trace_formats), and the same files through
 the real command."""
 

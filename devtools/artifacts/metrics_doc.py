@@ -1,5 +1,5 @@
-"""docs/metrics.md's "Readings" table, generated from the signal catalog (exporter/catalog.py). The rest
-of the page is written by hand around the ``@generated-begin readings`` / ``@generated-end`` markers."""
+"""docs/metrics.md's "Readings" table, generated from the signal catalog (exporter/policy/catalog.py). The
+rest of the page is written by hand around the ``@generated-begin readings`` / ``@generated-end`` markers."""
 
 from __future__ import annotations
 

@@ -74,8 +74,8 @@ class Settings:
     log_patterns: str = ""  # a JSON file of extra progress patterns
     progress_api: bool = False  # accept POST /v1/progress
     web_config_file: str = ""  # TLS and basic auth (the exporter toolkit's web config); empty: plain HTTP
-    detail: frozenset[str] = frozenset()  # --detail categories (exporter/detail.py)
-    price: str = ""  # --price MODEL=PRICE,... over the example table (exporter/cost.py); off: no prices
+    detail: frozenset[str] = frozenset()  # --detail categories (exporter/policy/detail.py)
+    price: str = ""  # --price MODEL=PRICE,... over the example prices (exporter/policy/cost.py)
     currency: str = COST_CURRENCY.value  # the prices' currency
 
     def __post_init__(self) -> None:

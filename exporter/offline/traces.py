@@ -8,7 +8,7 @@ column or rows in index order (``--gpus N``), any subset of columns, repeated he
 was restarted into the same file. A gzip-compressed trace (``.csv.gz``) reads the same as its ``.csv``; one
 cut short (a copy or an upload that stopped) reads up to its last complete line, and says where it ends.
 
-Other GPU logs are read by the modules of exporter/traceformats, one per format; ``TraceReader`` picks
+Other GPU logs are read by the modules of exporter/offline/traceformats, one per format; ``TraceReader`` picks
 the reader from the first few KiB of the file (never from its name) and turns what any of them yields
 into the same rows, with the same bounds and accounting.
 """
@@ -46,7 +46,7 @@ UNIT_SCALE = {"%": 0.01, "mib": MIB, "mib/s": MIB, "w": 1.0, "mhz": 1e6, "": 1.0
 MISSING = {"", "n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]", "[gpu is lost]", "nan"}
 
 # column name -> (point, attribute); units come from the file. The GPU's columns come from the signal
-# catalog (exporter/catalog.py), the node's are these.
+# catalog (exporter/policy/catalog.py), the node's are these.
 GPU_COLUMNS: dict[str, tuple[str, str]] = {
     **catalog.gpu_columns(),
     "host.cpu.iowait": ("host", "iowait"),
@@ -106,7 +106,7 @@ WRITE_COLUMNS: tuple[tuple[str, str, str, float, str], ...] = (
 # gzip stream). Reading stops at the bound; a line is never read whole first.
 MAX_LINE_CHARS = 64 * 1024
 MAX_FIELD_CHARS = 1024
-# MAX_GPUS (exporter/traceformats/base.py): more distinct GPUs than that is a corrupt index/uuid column.
+# MAX_GPUS (exporter/offline/traceformats/base.py): more distinct GPUs is a corrupt index/uuid column.
 # unknown column names remembered (and warned about): a header is read again at every restart
 MAX_UNKNOWN_COLUMNS = 100
 # the largest clock event reasons mask: a 64-bit word

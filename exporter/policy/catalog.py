@@ -5,10 +5,10 @@ a fixed label that tells it apart from its siblings in a shared family, the ``--
 turns it on) and how a trace carries it (the point attribute, nvidia-smi's column name and unit, the
 physical bounds of a cell). From the rows come:
 
-- the per-GPU trace columns of exporter/traces.py (``GPU_COLUMNS``, ``WRITE_COLUMNS``, ``DEFAULT_UNITS``,
-  ``BOUNDS``, ``PERCENT_FIELDS`` for GPU columns),
-- the simple per-GPU families of exporter/metrics.py (``metric_rows``),
-- the families a detail category adds (exporter/detail.py),
+- the per-GPU trace columns of exporter/offline/traces.py (``GPU_COLUMNS``, ``WRITE_COLUMNS``,
+  ``DEFAULT_UNITS``, ``BOUNDS``, ``PERCENT_FIELDS`` for GPU columns),
+- the simple per-GPU families of exporter/serve/metrics.py (``metric_rows``),
+- the families a detail category adds (exporter/policy/detail.py),
 - the "Readings" table of docs/metrics.md (devtools/artifacts/metrics_doc.py).
 
 A signal with a ``read`` (an NVML call and its arguments) needs nothing else: the NVML source reads it
@@ -387,7 +387,7 @@ SIGNALS: tuple[Signal, ...] = (
     ),
 )
 
-# categories of --detail that catalog signals introduce (exporter/detail.py adds them): name -> what for
+# categories of --detail that catalog signals introduce (exporter/policy/detail.py adds them): name -> why
 DETAIL_CATEGORIES: dict[str, str] = {
     "ecc": "ECC error counts by type and counter: which board's memory is wearing out",
 }

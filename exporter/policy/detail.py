@@ -43,7 +43,8 @@ DETAIL: dict[str, tuple[tuple[str, ...], str]] = {
 
 
 def _with_catalog(table: dict[str, tuple[tuple[str, ...], str]]) -> dict[str, tuple[tuple[str, ...], str]]:
-    """The table above, plus the categories and families the signal catalog declares (exporter/catalog.py)."""
+    """The table above, plus the categories and families the signal catalog declares
+    (exporter/policy/catalog.py)."""
     out = dict(table)
     for category, why in catalog.DETAIL_CATEGORIES.items():
         out.setdefault(category, ((), why))

@@ -209,7 +209,7 @@ def _gpu(fams: _Families, view: GpuView, snapshot: Snapshot, detail: frozenset[s
 
 
 def _readings(fams: _Families, view: GpuView, base: str, detail: frozenset[str]) -> None:
-    """The catalog's plain per-GPU signals (exporter/catalog.py): one series each where the GPU has it."""
+    """The catalog's plain per-GPU signals (exporter/policy/catalog.py): a series each where a GPU has it."""
     r = view.reading
     if r is None:
         return
@@ -502,8 +502,8 @@ class Renderer:
     """Renders snapshots, caching the body of the latest one per format and encoding."""
 
     def __init__(self, detail: frozenset[str] = frozenset(), prices: Prices | None = DEFAULT_PRICES) -> None:
-        self.detail = detail  # the --detail categories (exporter/detail.py)
-        self.prices = prices  # --price (exporter/cost.py); None: no gpu_node_price_per_hour
+        self.detail = detail  # the --detail categories (exporter/policy/detail.py)
+        self.prices = prices  # --price (exporter/policy/cost.py); None: no gpu_node_price_per_hour
         self._lock = threading.Lock()
         self._seq = -1
         self._cache: dict[tuple[bool, bool], bytes] = {}

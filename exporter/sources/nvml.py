@@ -456,8 +456,8 @@ class NvmlSource:
         )
 
     def _catalog_reads(self, dev: Device, slow: bool) -> dict[str, float]:
-        """The catalog's generic signals (exporter/catalog.py ``read``) of one cadence, by name, under the
-        module's error policy like every other call."""
+        """The catalog's generic signals (exporter/policy/catalog.py ``read``) of one cadence, by name,
+        under the module's error policy like every other call."""
         out = {}
         for signal in catalog.READS:
             read = signal.read

@@ -314,7 +314,7 @@ def test_what_a_hostile_file_makes_the_reader_remember_is_bounded(tmp_path):
     assert "299 gap(s) longer than" in result.stderr and "and 294 more" in result.stderr
 
 
-# ---- the other formats (exporter/traceformats) on hostile input ---------------------------------------
+# ---- the other formats (exporter/offline/traceformats) on hostile input -------------------------------
 
 FORMATS = REPO / "tests" / "data" / "trace_formats"
 # each sample's opening lines: enough to be detected as its format

@@ -1,6 +1,6 @@
 // The replay report's charts: one uPlot chart per group of GPUs alike (its first GPU's) with the verdict
 // episodes as bands and the ledger's state of each second as a band under it. Data: the JSON in
-// #report-data (exporter/report.py).
+// #report-data (exporter/offline/report.py).
 (function () {
   "use strict";
   const data = JSON.parse(document.getElementById("report-data").textContent);

@@ -1,11 +1,11 @@
-"""The GPU logs ``replay`` reads besides nvidia-smi's ``--query-gpu`` CSV (exporter/traces.py reads that
-one itself), each in its own module, listed in ``READERS``. ``detect`` picks one from the first few KiB of
-the file, never from its name.
+"""The GPU logs ``replay`` reads besides nvidia-smi's ``--query-gpu`` CSV (exporter/offline/traces.py reads
+that one itself), each in its own module, listed in ``READERS``. ``detect`` picks one from the first few KiB
+of the file, never from its name.
 
 A module has ``NAME`` and ``COMMAND`` (for help and messages), ``TIMED`` (every sample has its time) and
 ``DEFAULT_PERIOD`` (the tool's own interval, for logs without times), ``NAMES_GPUS`` (every sample names
 its GPU), ``sniff(head)`` and ``read(lines, ctx)``, which yields ``Sample``s and ``Skip``s
-(exporter/traceformats/base.py) and raises ``FormatError`` for a file it cannot read at all.
+(exporter/offline/traceformats/base.py) and raises ``FormatError`` for a file it cannot read at all.
 """
 
 from __future__ import annotations

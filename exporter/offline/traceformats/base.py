@@ -1,5 +1,5 @@
 """What the log readers share: the sample they yield, cell and time parsing, and the bounds every reader
-keeps (GPU indexes, timestamps). Nothing here knows a file or a path; exporter/traces.py turns samples
+keeps (GPU indexes, timestamps). Nothing here knows a file or a path; exporter/offline/traces.py turns samples
 into trace rows and names the file in its messages."""
 
 from __future__ import annotations
