@@ -1,8 +1,9 @@
-"""The sampler schedules the sources, feeds the analysis and publishes snapshots; it decides nothing else.
+"""The sampler schedules the sources, feeds the analysis and publishes snapshots (it also groups GPUs
+into jobs by pod and passes each job's last sign of life to the next cycle's points).
 
 Each cycle starts what is due (the NVML session's per-GPU calls, the host, the kubelet; each on a daemon
-thread of its own, see ``exporter.poller``), waits a bounded time, hands every new reading to the
-analysis once, and publishes the immutable ``Snapshot`` that ``exporter.snapshot.build`` makes of the
+thread of its own, see ``exporter.collect.poller``), waits a bounded time, hands every new reading to the
+analysis once, and publishes the immutable ``Snapshot`` that ``exporter.collect.snapshot.build`` makes of the
 analyzer's result. The HTTP path only ever reads ``Sampler.snapshot``: a hung driver never reaches it.
 """
 

@@ -85,7 +85,7 @@ class Sources:
     assignment_t: float | None
     owners: Mapping[int, PodRef]
     held: Mapping[int, Iterable[tuple[Assignment, str]]]
-    books: Books  # how every source fared (exporter.poller)
+    books: Books  # how every source fared (exporter.collect.poller)
     errors: dict[tuple[str, str], int]
     node_checks: tuple = ()
     pod_logs: PodLogsView | None = None

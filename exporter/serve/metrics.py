@@ -321,7 +321,7 @@ def _self(fams: _Families, snapshot: Snapshot) -> None:
 
 
 def _sources(fams: _Families, snapshot: Snapshot) -> None:
-    """Every source's last attempt, booked in one place (exporter.poller): its success, its duration."""
+    """Every source's last attempt, booked in one place (exporter.collect.poller): success, duration."""
     for source, up in sorted(snapshot.source_up.items()):
         fams.gauge("gpu_exporter_source_up", "1 if the source's last collection succeeded.").add(
             f'source="{source}"', 1 if up else 0
