@@ -64,6 +64,7 @@ from exporter.policy.thresholds import (
     TEMP_HOT,
     THERMAL_CLOCK_DROP,
     THERMAL_SLOWDOWN,
+    THERMAL_SLOWDOWN_MARGIN,
     UTIL_IDLE_LINE,
 )
 
@@ -158,7 +159,11 @@ def throttle_reason(p: GpuPoint, slowdown_c: float | None) -> str:
     if clock is None:
         return ""
     slowdown = slowdown_c or THERMAL_SLOWDOWN.value
-    if p.temp_c is not None and p.temp_c >= slowdown - 3 and clock < THERMAL_CLOCK_DROP.value:
+    if (
+        p.temp_c is not None
+        and p.temp_c >= slowdown - THERMAL_SLOWDOWN_MARGIN.value
+        and clock < THERMAL_CLOCK_DROP.value
+    ):
         return "thermal"
     at_limit = (
         p.power_w is not None

@@ -543,6 +543,13 @@ THERMAL_SLOWDOWN = _t(
     "celsius",
     "Where a log does not say, the slowdown point of an H100 SXM; NVML's own threshold is used live.",
 )
+THERMAL_SLOWDOWN_MARGIN = _t(
+    "thermal.slowdown_margin_celsius",
+    3.0,
+    "celsius",
+    "Within 3 degrees of the slowdown point a GPU counts as at it: under the same load it gets there in "
+    "seconds, and the clocks it has already lost are heat's.",
+)
 THERMAL_RISE = _t(
     "thermal.rise_celsius_per_second",
     0.05,
