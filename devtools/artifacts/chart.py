@@ -499,7 +499,8 @@ DURATION_VALUES = {
 def durations_template() -> str:
     """The exporter's accepted range of each duration value, for the gbe.seconds check (_helpers.tpl)."""
     out = [
-        "{{- /* generated from exporter/config.py's DURATION_RANGES by `make artifacts`; do not edit */ -}}",
+        "{{- /* generated from exporter/config/settings.py's DURATION_RANGES by `make artifacts`; "
+        "do not edit */ -}}",
         '{{- define "gbe.durationRanges" -}}',
     ]
     for value, field in DURATION_VALUES.items():
