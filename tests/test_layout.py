@@ -8,6 +8,7 @@ function, or under ``TYPE_CHECKING``; an import that is not needed at start-up i
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -139,6 +140,14 @@ def test_the_top_of_the_package_holds_only_the_entry_points():
     """A newcomer reads the flow from the folder names: the flat modules are the commands' entry only."""
     flat = sorted(p.name for p in (REPO / "exporter").glob("*.py"))
     assert flat == ["__init__.py", "__main__.py", "app.py", "cli.py"]
+
+
+def test_architecture_md_states_the_same_order():
+    """The table of stages in ARCHITECTURE.md names the stages above, in this order."""
+    text = (REPO / "ARCHITECTURE.md").read_text()
+    rows = re.findall(r"^\| \d+ \| `([^`]+)`", text, re.M)
+    shown = {"app": "app.py", "entry": "cli.py"}
+    assert rows == [shown.get(stage, stage) for stage, _ in STAGES]
 
 
 def _write(root: Path, files: dict[str, str]) -> None:
