@@ -44,10 +44,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     """``settings``: what the command line made of the flags and variables for FIELDS."""
     from exporter.doctor.checks import run_checks
     from exporter.doctor.render import as_json, exit_code, table, use_colour
+    from exporter.sources import errors
 
     level = max(logging.WARNING, getattr(logging, settings.log_level.upper()))
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    errors_log = logging.getLogger("exporter.sources.errors")
+    errors_log = errors.log  # the error counter's logger
     saved = errors_log.level
     if level > logging.DEBUG:  # the table reports what the sources count as errors; no log line twice
         errors_log.setLevel(logging.ERROR)
