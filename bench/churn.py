@@ -22,11 +22,11 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from exporter.config import Settings  # noqa: E402
-from exporter.errors import ErrorCounter  # noqa: E402
-from exporter.metrics import Renderer  # noqa: E402
-from exporter.sampler import Sampler  # noqa: E402
+from exporter.collect.sampler import Sampler  # noqa: E402
+from exporter.config.settings import Settings  # noqa: E402
+from exporter.serve.metrics import Renderer  # noqa: E402
 from exporter.sim import SimulatedNode  # noqa: E402
+from exporter.sources.errors import ErrorCounter  # noqa: E402
 from exporter.sources.host import HostSource  # noqa: E402
 from exporter.sources.kubelet import PodResourcesSource  # noqa: E402
 from exporter.sources.nvml import NvmlSource  # noqa: E402

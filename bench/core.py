@@ -141,10 +141,10 @@ def run_exporter(gpus: int, minutes: float, scrapes: int) -> dict[str, float]:
 
 
 def count_nvml_calls(gpus: int, cycles: int = 60) -> dict[str, float]:
-    from exporter.config import Settings
-    from exporter.errors import ErrorCounter
-    from exporter.sampler import Sampler
+    from exporter.collect.sampler import Sampler
+    from exporter.config.settings import Settings
     from exporter.sim import SimulatedNode
+    from exporter.sources.errors import ErrorCounter
     from exporter.sources.nvml import NvmlSource
 
     now = [1_790_000_000.0]

@@ -44,9 +44,9 @@ sys.path.insert(0, str(REPO))
 from exporter.analysis.kinds import KINDS, NAMES  # noqa: E402
 from exporter.analysis.ledger import STATES  # noqa: E402
 from exporter.analysis.points import GpuPoint, HostPoint  # noqa: E402
-from exporter.replay import replay  # noqa: E402
-from exporter.thresholds import board_tdp  # noqa: E402
-from exporter.traces import TraceReader  # noqa: E402
+from exporter.offline.replay import replay  # noqa: E402
+from exporter.offline.traces import TraceReader  # noqa: E402
+from exporter.policy.thresholds import board_tdp  # noqa: E402
 
 DEFAULT_DIRS = [REPO / "examples" / "traces", REPO / "examples" / "traces" / "real"]
 HELD_TARGET = 0.90  # share of a labelled episode covered by its verdicts

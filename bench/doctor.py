@@ -38,7 +38,7 @@ def _command_s() -> float:
 
 
 def _rounds(slow: bool) -> dict[str, float]:
-    from exporter.config import Settings
+    from exporter.config.settings import Settings
     from exporter.doctor.live import NodeChecker
     from exporter.sim import SimulatedNode
 

@@ -23,12 +23,12 @@ from prometheus_client.core import Metric  # noqa: E402
 from prometheus_client.exposition import choose_encoder, generate_latest  # noqa: E402
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest  # noqa: E402
 
-from exporter import metrics  # noqa: E402
-from exporter.config import Settings  # noqa: E402
-from exporter.errors import ErrorCounter  # noqa: E402
-from exporter.http_negotiation import wants_openmetrics  # noqa: E402
-from exporter.sampler import Sampler  # noqa: E402
+from exporter.collect.sampler import Sampler  # noqa: E402
+from exporter.config.settings import Settings  # noqa: E402
+from exporter.serve import metrics  # noqa: E402
+from exporter.serve.http_negotiation import wants_openmetrics  # noqa: E402
 from exporter.sim import SimulatedNode  # noqa: E402
+from exporter.sources.errors import ErrorCounter  # noqa: E402
 from exporter.sources.host import HostSource  # noqa: E402
 from exporter.sources.nvml import NvmlSource  # noqa: E402
 

@@ -80,7 +80,7 @@ def main() -> int:
     args = parser.parse_args()
     seconds = 15.0 if args.quick else 60.0
 
-    from exporter.errors import ErrorCounter
+    from exporter.sources.errors import ErrorCounter
     from exporter.sources.podlogs import PodLogSource
 
     me = psutil.Process()

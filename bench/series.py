@@ -29,10 +29,10 @@ def series_per_family(body: bytes) -> Counter[str]:
 
 
 def main() -> int:
-    from exporter.detail import CATEGORIES
-    from exporter.metrics import Renderer
+    from exporter.policy.detail import CATEGORIES
+    from exporter.policy.thresholds import SERIES_BUDGET
+    from exporter.serve.metrics import Renderer
     from exporter.sim.fleet import stepped_snapshot
-    from exporter.thresholds import SERIES_BUDGET
 
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

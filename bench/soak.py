@@ -106,8 +106,8 @@ SCENARIOS = {
 def child(port: int, gpus: int, stats_path: Path, progress_api: bool, web_config: str) -> int:
     """The exporter serving a simulated node whose pods churn; writes its collection gaps at exit."""
     from exporter.app import Application, configure_logging, listen, web_state
-    from exporter.config import Settings
-    from exporter.server import serve
+    from exporter.config.settings import Settings
+    from exporter.serve.server import serve
     from exporter.sim import SimulatedNode
 
     configure_logging("warning")

@@ -14,41 +14,32 @@ from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from exporter.config import Settings
+from exporter.collect.sampler import Sampler
+from exporter.collect.snapshot import Snapshot
+from exporter.config.settings import Settings
+from exporter.config.usage import CommandError, UsageError
 from exporter.doctor.live import NodeChecker
-from exporter.errors import ErrorCounter
-from exporter.metrics import Family, Renderer
-from exporter.sampler import Sampler, Snapshot
+from exporter.serve.metrics import Family, Renderer
+from exporter.sources.errors import ErrorCounter
 from exporter.sources.host import HostSource
 from exporter.sources.kubelet import PodResourcesSource
-from exporter.sources.nvml import NvmlSource
+from exporter.sources.nvml import NvmlSource, real_nvml
 from exporter.sources.podlogs import PodLogSource
 from exporter.sources.progress import ProgressStore
-from exporter.usage import CommandError, UsageError
 
 if TYPE_CHECKING:
+    from exporter.serve.webconfig import WebState
     from exporter.sim import SimulatedNode
-    from exporter.webconfig import WebState
 
 log = logging.getLogger(__name__)
 run_log = logging.getLogger("exporter")  # the commands' own lines, under the name they always had
-
-
-def real_nvml() -> ModuleType | None:
-    """The nvidia-ml-py module; None (with a warning) if the bindings are not installed."""
-    try:
-        import pynvml
-    except ImportError:
-        log.warning("nvidia-ml-py is not installed: GPU metrics are off")
-        return None
-    return pynvml
 
 
 def pod_log_source(settings: Settings, errors: ErrorCounter, sys_root: str) -> PodLogSource | None:
     """The pod-log source when --pod-logs names a directory, with the user's patterns first."""
     if not settings.pod_logs:
         return None
-    from exporter.logparse import PATTERNS, load_patterns
+    from exporter.podlogs.logparse import PATTERNS, load_patterns
 
     extra = ()
     if settings.log_patterns:
@@ -136,7 +127,7 @@ def configure_logging(level: str) -> None:
         level=getattr(logging, level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    from exporter.logsafety import limit_repeats
+    from exporter.serve.logsafety import limit_repeats
 
     limit_repeats(logging.getLogger())
 
@@ -180,7 +171,7 @@ def build(settings: Settings) -> Built:
 
 def web_state(settings: Settings) -> WebState:
     """TLS and basic authentication from --web.config.file (none without it); SIGHUP re-reads it."""
-    from exporter.webconfig import WebConfigError, WebState
+    from exporter.serve.webconfig import WebConfigError, WebState
 
     try:
         return WebState(settings.web_config_file or None)
@@ -207,7 +198,7 @@ def listen(address: str, port: int) -> socket.socket:
 def serve(settings: Settings) -> None:
     """``serve``: everything built from ``settings``, served until SIGTERM or SIGINT. The web config is
     read and the port bound before the sources start, so either mistake is one line and nothing else."""
-    from exporter.server import serve as serve_http
+    from exporter.serve.server import serve as serve_http
 
     web = web_state(settings)
     configure_logging(settings.log_level)

@@ -16,15 +16,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn
 
 from exporter import __version__
-from exporter.config import ENV_PREFIX, Settings, SettingsError
-from exporter.cost import DEFAULT as DEFAULT_PRICES
-from exporter.cost import Prices
-from exporter.detail import CATEGORIES as DETAIL_CATEGORIES
-from exporter.detail import parse_detail
-from exporter.usage import CommandError, UsageError
+from exporter.config.settings import ENV_PREFIX, Settings, SettingsError
+from exporter.config.usage import CommandError, UsageError
+from exporter.policy.cost import DEFAULT as DEFAULT_PRICES
+from exporter.policy.cost import Prices
+from exporter.policy.detail import CATEGORIES as DETAIL_CATEGORIES
+from exporter.policy.detail import parse_detail
 
 if TYPE_CHECKING:
-    from exporter.replay import ReplayResult
+    from exporter.offline.replay import ReplayResult
 
 PROG = "gpu-bottleneck-exporter"
 FAIL_ON_STATUS = 3  # replay --fail-on: a named verdict fired (1: the command failed; 2: bad usage or input)
@@ -220,9 +220,16 @@ def settings_from(
     return settings
 
 
+def _doctor_flags() -> tuple[Flag, ...]:
+    """The serve flags of the Settings fields the doctor reads (it names them)."""
+    from exporter.doctor.command import FIELDS
+
+    return tuple(f for f in SERVE_FLAGS if f.field in FIELDS)
+
+
 def _check_patterns(path: str, origin: str) -> None:
     """The progress patterns file reads and every entry compiles."""
-    from exporter.logparse import PatternError, load_patterns
+    from exporter.podlogs.logparse import PatternError, load_patterns
 
     try:
         with open(path, encoding="utf-8") as f:
@@ -250,7 +257,7 @@ def _check_scenario(settings: Settings, origin: str, gpus_origin: str) -> None:
 
 
 def _formats_epilog() -> str:
-    from exporter import traceformats
+    from exporter.offline import traceformats
 
     commands = [
         (traceformats.NVIDIA_SMI_CSV, traceformats.NVIDIA_SMI_CSV_COMMAND),
@@ -294,7 +301,7 @@ class _Parser(argparse.ArgumentParser):
     def _hint(self, command: argparse.ArgumentParser, extras: list[str]) -> str:
         """What the first unrecognized word was likely meant to be: a flag of this command it resembles,
         the command that has such a flag, or (the first word of all) a command."""
-        from exporter.thresholds import CLI_SUGGESTION_SIMILARITY
+        from exporter.policy.thresholds import CLI_SUGGESTION_SIMILARITY
 
         cutoff = CLI_SUGGESTION_SIMILARITY.value
         word = extras[0].split("=", 1)[0]
@@ -390,7 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_flags(record, RECORD_FLAGS)
     from exporter.doctor.command import add_parser as add_doctor
 
-    add_doctor(sub, _add_flags)
+    add_doctor(sub, lambda parser: _add_flags(parser, _doctor_flags()))
     nccl = sub.add_parser(
         "nccl-check",
         help="read saved NCCL_DEBUG=INFO logs and print the bring-up checklist (exit 0 pass, 1 warn, 2 fail)",
@@ -425,15 +432,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "doctor":
             from exporter.doctor.command import run as doctor
 
-            return doctor(args, dict(os.environ))
+            return doctor(args, settings_from(args, dict(os.environ), _doctor_flags()))
         if args.command == "nccl-check":
-            from exporter.nccl_check import run
+            from exporter.podlogs.nccl_check import run
 
             return run(args.logs, args.json)
         if args.command == "record":
             duration = _duration(args.duration)
             settings = settings_from(args, dict(os.environ), RECORD_FLAGS)
-            from exporter.record import record
+            from exporter.offline.record import record
 
             record(settings, args.output, duration)
             return 0
@@ -495,7 +502,7 @@ def _period(text: str | None) -> float | None:
 def _start(text: str | None) -> float | None:
     if text is None:
         return None
-    from exporter.traceformats.base import parse_time
+    from exporter.offline.traceformats.base import parse_time
 
     try:
         return parse_time(text)
@@ -526,7 +533,7 @@ def _fail_on(text: str | None) -> FailOn:
     if text is None:
         return FailOn()
     from exporter.analysis.kinds import KINDS
-    from exporter.thresholds import SEVERITIES
+    from exporter.policy.thresholds import SEVERITIES
 
     words = [w.strip().lower() for w in text.split(",") if w.strip()]
     if not words:
@@ -542,7 +549,7 @@ def _fail_on(text: str | None) -> FailOn:
         elif word in KINDS:
             kinds.add(word)
         else:
-            from exporter.thresholds import CLI_SUGGESTION_SIMILARITY
+            from exporter.policy.thresholds import CLI_SUGGESTION_SIMILARITY
 
             known = ["any", *SEVERITIES, *KINDS]
             close = difflib.get_close_matches(word, known, n=1, cutoff=CLI_SUGGESTION_SIMILARITY.value)
@@ -614,10 +621,10 @@ def _replay_checked(
     fail_on: FailOn,
     prices: Prices | None = DEFAULT_PRICES,
 ) -> int:
-    from exporter.replay import event_json, gap_text, human, replay, summary
-    from exporter.report import ReportData, write_report
-    from exporter.thresholds import EVAL_INTERVAL, TRACE_GAP_PERIODS
-    from exporter.traces import MAX_GPUS, TraceError, clipped_warnings
+    from exporter.offline.replay import event_json, gap_text, human, replay, summary
+    from exporter.offline.report import ReportData, write_report
+    from exporter.offline.traces import MAX_GPUS, TraceError, clipped_warnings
+    from exporter.policy.thresholds import EVAL_INTERVAL, TRACE_GAP_PERIODS
 
     if gpus is not None and not 1 <= gpus <= MAX_GPUS:
         raise UsageError(f"--gpus must be 1-{MAX_GPUS}, not {gpus}")
@@ -706,7 +713,7 @@ def _replay_checked(
 
 def _fired(result: ReplayResult, kinds: frozenset[str]) -> dict[str, str]:
     """The kinds among ``kinds`` that fired, each with its GPUs (as a person reads them)."""
-    from exporter.replay import _gpu_list
+    from exporter.offline.replay import _gpu_list
 
     gpus: dict[str, set[str]] = {}
     for episode in result.episodes:

@@ -10,9 +10,10 @@ run; instant queries at its end). Grafana's variables are substituted: ``$node``
 ``.*`` where the variable allows All (the node view takes one node, the job view the first namespace),
 ``$__rate_interval`` with 1m, ``$__range`` with the run's length and ``$__interval`` with the step.
 
-Each dashboard becomes one self-contained HTML page (uPlot inlined from exporter/report_assets) that says
-plainly it is not Grafana, and headless Chromium screenshots it into docs/img/dashboard-{fleet,node,job}.png
-(pngquant shrinks them when installed). Needs Prometheus, Alertmanager and Chromium on PATH.
+Each dashboard becomes one self-contained HTML page (uPlot inlined from exporter/offline/report_assets) that
+says plainly it is not Grafana, and headless Chromium screenshots it into
+docs/img/dashboard-{fleet,node,job}.png (pngquant shrinks them when installed). Needs Prometheus,
+Alertmanager and Chromium on PATH.
 """
 
 from __future__ import annotations
@@ -428,7 +429,7 @@ PAGE_JS = """
 
 
 def asset(name: str) -> str:
-    return (REPO / "exporter" / "report_assets" / name).read_text(encoding="utf-8")
+    return (REPO / "exporter" / "offline" / "report_assets" / name).read_text(encoding="utf-8")
 
 
 def page(

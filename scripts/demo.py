@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from devtools.artifacts import alerts
 from devtools.artifacts.dashboards import ledger_share
 from exporter.analysis.kinds import KINDS
+from exporter.policy.thresholds import ALERT_POLICIES
 from exporter.sim.scenarios import SCENARIOS, TOURS, tour_seconds
-from exporter.thresholds import ALERT_POLICIES
 from scripts.stack import (
     ALERTMANAGER,
     PROMETHEUS,

@@ -11,10 +11,10 @@ from typing import NoReturn
 
 import pytest
 
-from exporter.config import Settings
-from exporter.errors import ErrorCounter
-from exporter.sampler import Sampler
+from exporter.collect.sampler import Sampler
+from exporter.config.settings import Settings
 from exporter.sim import Capabilities, SimulatedNode
+from exporter.sources.errors import ErrorCounter
 from exporter.sources.host import HostSource
 from exporter.sources.kubelet import PodResourcesSource
 from exporter.sources.nvml import NvmlSource

@@ -85,7 +85,7 @@ def test_every_alert_has_a_runbook_for_the_night_shift():
 
 
 def test_thresholds_come_from_the_table():
-    from exporter import thresholds as th
+    from exporter.policy import thresholds as th
 
     text = RULES.read_text()
     assert f"> {th.SHM_WARNING.value:g}" in text and f"> {th.SHM_CRITICAL.value:g}" in text
@@ -100,7 +100,7 @@ def test_thresholds_come_from_the_table():
 
 
 def test_every_alert_takes_for_and_severity_from_the_threshold_table():
-    from exporter import thresholds as th
+    from exporter.policy import thresholds as th
 
     assert [a.name for a in alerts.ALERTS] == list(dict.fromkeys(a.name for a in alerts.ALERTS))
     assert {a.name for a in alerts.ALERTS} == set(th.ALERT_POLICIES), "an alert without a policy, or back"
@@ -157,7 +157,7 @@ def bare_numbers(expr: str) -> list[str]:
 
 def test_no_bare_number_in_an_alert_expression():
     found = {a.name: hits for a in alerts.ALERTS if (hits := bare_numbers(a.expr))}
-    assert found == {}, f"name these in exporter/thresholds.py and alerts.PARAMS: {found}"
+    assert found == {}, f"name these in exporter/policy/thresholds.py and alerts.PARAMS: {found}"
     for a in alerts.ALERTS:  # and every placeholder is a threshold of the table
         assert set(_PLACEHOLDER.findall(a.expr)) <= {f"${{{k}}}" for k in alerts.PARAMS} | {"${job}"}
 
@@ -193,7 +193,7 @@ def test_runbooks_state_the_alerts_for():
 
 
 def test_the_threshold_page_lists_every_policy_word():
-    from exporter import thresholds as th
+    from exporter.policy import thresholds as th
 
     page = (REPO / "docs" / "thresholds.md").read_text()
     for name, policy in th.ALERT_POLICIES.items():

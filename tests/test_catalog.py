@@ -7,8 +7,9 @@ import dataclasses
 import io
 import re
 
-from exporter import catalog, detail, traces
 from exporter.analysis.points import GpuPoint
+from exporter.offline import traces
+from exporter.policy import catalog, detail
 from exporter.sources.readings import GpuReading
 from tests.conftest import REPO, step
 
@@ -73,8 +74,8 @@ def test_ecc_counts_from_the_driver_to_the_exposition_and_the_trace(make_node, m
     """The catalog's ECC rows, read by the NVML source over the simulator, exported with --detail ecc
     only, and carried through a recorded trace."""
     from exporter.analysis.points import live_points
-    from exporter.detail import parse_detail
-    from exporter.metrics import Renderer
+    from exporter.policy.detail import parse_detail
+    from exporter.serve.metrics import Renderer
     from tests.test_series_budget import samples
 
     sampler, _ = make_sampler(make_node("ecc_pending"))

@@ -8,11 +8,12 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter import thresholds as th
+from exporter.analysis.ledger import LOST_STATES
 from exporter.cli import main
-from exporter.config import Settings, SettingsError
-from exporter.cost import DEFAULT, LOST_STATES, parse_prices
-from exporter.metrics import Renderer
+from exporter.config.settings import Settings, SettingsError
+from exporter.policy import thresholds as th
+from exporter.policy.cost import DEFAULT, parse_prices
+from exporter.serve.metrics import Renderer
 from tests.conftest import step
 
 

@@ -12,9 +12,9 @@ import pytest
 
 from devtools.artifacts import dashboards, recording
 from devtools.artifacts.dashboard_checks import panels, problems
-from exporter import thresholds as th
 from exporter.analysis.kinds import KINDS, NAMES
 from exporter.analysis.ledger import STATES
+from exporter.policy import thresholds as th
 from tests.conftest import REPO
 
 warnings.filterwarnings("ignore", category=DeprecationWarning, module="grafana_foundation_sdk")

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from exporter.policy.thresholds import ALERT_POLICIES
 from exporter.sim.scenarios import SHORT_TOUR, tour_seconds
-from exporter.thresholds import ALERT_POLICIES
 from scripts.demo import DEMO_FOR_S, PAGES, Pager, demo_rules, paged_alerts, plan
 from scripts.stack import Notification, Page, PageReceiver, Stack, free_port, wait_http
 from tests.conftest import REPO, require_tool

@@ -16,7 +16,7 @@ import yaml
 
 from exporter.analysis.kinds import KINDS
 from exporter.cli import build_parser
-from exporter.config import Settings
+from exporter.config.settings import Settings
 from tests.conftest import REPO
 
 README = (REPO / "README.md").read_text()
@@ -155,7 +155,7 @@ def test_error_names_alerts_and_kinds_exist():
 
 def test_the_nvml_log_line_is_the_exporters():
     """The quoted log line is the NVML session's format with its default backoff, the detail elided."""
-    sampler = (REPO / "exporter" / "nvml_session.py").read_text()
+    sampler = (REPO / "exporter" / "collect" / "nvml_session.py").read_text()
     parts = re.search(r'"(NVML is not usable[^"]*)"\s*"([^"]*)"', sampler)
     assert parts, "the NVML session's warning moved: update this test and the README"
     settings = Settings()

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from exporter import logparse as lp
+from exporter.podlogs import logparse as lp
 
 H = "gpu-node-1:4021:4021 [0] NCCL INFO "
 HW = "gpu-node-1:4021:4188 [0] NCCL WARN "

@@ -12,8 +12,8 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.analysis.kinds import NAMES
-from exporter.detail import CATEGORIES
-from exporter.metrics import Renderer
+from exporter.policy.detail import CATEGORIES
+from exporter.serve.metrics import Renderer
 from exporter.sim import Capabilities
 from tests.conftest import REPO, step
 
@@ -228,7 +228,7 @@ def test_docs_describe_every_exported_metric(make_node, make_sampler, clock):
 
 
 def test_label_values_are_escaped_and_round_trip():
-    from exporter.sampler import EMPTY_SNAPSHOT
+    from exporter.collect.sampler import EMPTY_SNAPSHOT
     from exporter.sources.readings import HostReading, ShmReading
 
     odd = '/mnt/we"ird\\path\nline'

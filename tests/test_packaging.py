@@ -156,5 +156,5 @@ def test_the_wheel_ships_the_runtime_package_only(tmp_path: Path):
         names = zf.namelist()
     tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert tops == {"exporter"}
-    assert "exporter/sampler.py" in names and "exporter/report_assets/" in "".join(names)
+    assert "exporter/collect/sampler.py" in names and "exporter/offline/report_assets/" in "".join(names)
     assert not [name for name in names if "artifacts" in name.split("/")]

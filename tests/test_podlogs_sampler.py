@@ -4,9 +4,9 @@ and the renderer exports the derived numbers. The scrape path reads no file."""
 
 from __future__ import annotations
 
-from exporter.errors import ErrorCounter
-from exporter.metrics import Renderer
-from exporter.sampler import Sampler
+from exporter.collect.sampler import Sampler
+from exporter.serve.metrics import Renderer
+from exporter.sources.errors import ErrorCounter
 from exporter.sources.kubelet import PodResourcesSource
 from exporter.sources.nvml import NvmlSource
 from exporter.sources.podlogs import PodLogSource

@@ -6,7 +6,7 @@ import time
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.metrics import Renderer
+from exporter.serve.metrics import Renderer
 from tests.conftest import step
 
 

@@ -18,8 +18,8 @@ from bench.detection import (
     score_trace,
     trace_name,
 )
-from exporter.replay import replay
-from exporter.traces import TraceWriter
+from exporter.offline.replay import replay
+from exporter.offline.traces import TraceWriter
 from tests.conftest import EXAMPLES, REPO, step
 
 TRACES = {trace_name(p): p for p in find_traces(EXAMPLES)}

@@ -15,8 +15,8 @@ import pytest
 
 from exporter.analysis.kinds import KINDS
 from exporter.analysis.ledger import STATES
-from exporter.replay import Episode, ReplayResult, TickStates, replay, summary
-from exporter.report import (
+from exporter.offline.replay import Episode, ReplayResult, TickStates, replay, summary
+from exporter.offline.report import (
     KIND_COLOURS,
     MAX_POINTS,
     STATE_COLOURS,
@@ -28,8 +28,8 @@ from exporter.report import (
     reduce_series,
     render,
 )
-from exporter.thresholds import REPORT_ALIKE_SHARE
-from exporter.traces import ReadStats
+from exporter.offline.traces import ReadStats
+from exporter.policy.thresholds import REPORT_ALIKE_SHARE
 from scripts.stack import HEADLESS_CHROMIUM
 from tests.conftest import EXAMPLES, REPO, require_tool
 
@@ -313,8 +313,8 @@ def test_replay_report_renders_offline_in_a_headless_browser(tmp_path: Path):
 
 def test_the_page_budget_holds_for_a_long_trace():
     """An hour at 10 Hz on 8 GPUs reduces to MAX_POINTS per series per GPU."""
-    from exporter.replay import ReplayResult
-    from exporter.traces import ReadStats
+    from exporter.offline.replay import ReplayResult
+    from exporter.offline.traces import ReadStats
 
     data = ReportData()
     for gpu in range(8):

@@ -7,8 +7,8 @@ import time
 import pynvml
 import pytest
 
-from exporter.metrics import Renderer
-from exporter.sampler import Sampler
+from exporter.collect.sampler import Sampler
+from exporter.serve.metrics import Renderer
 from tests.conftest import step
 
 
@@ -171,8 +171,8 @@ def test_snapshots_are_immutable_and_numbered(make_node, make_sampler, clock):
 
 
 def test_sampler_without_sources_still_publishes(clock):
-    from exporter.config import Settings
-    from exporter.errors import ErrorCounter
+    from exporter.config.settings import Settings
+    from exporter.sources.errors import ErrorCounter
 
     sampler = Sampler(Settings(), ErrorCounter(), None, None, clock=clock)
     snap = sampler.cycle(wait_s=0)
@@ -181,7 +181,7 @@ def test_sampler_without_sources_still_publishes(clock):
 
 def test_a_node_without_gpu_or_kubelet_logs_one_warning(make_node, clock, caplog, tmp_path):
     """README: a GPU-less node starts anyway and logs one warning; the rest is counted, not shouted."""
-    from exporter.errors import ErrorCounter
+    from exporter.sources.errors import ErrorCounter
     from exporter.sources.kubelet import PodResourcesSource
     from exporter.sources.nvml import NvmlSource
     from tests.conftest import FAST, RefreshingHostSource

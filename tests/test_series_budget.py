@@ -12,9 +12,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench.series import series_per_family
 from exporter.analysis.kinds import NAMES
 from exporter.analysis.ledger import STATES
-from exporter.detail import CATEGORIES, DETAIL, parse_detail
-from exporter.metrics import Renderer
-from exporter.thresholds import SERIES_BUDGET
+from exporter.policy.detail import CATEGORIES, DETAIL, parse_detail
+from exporter.policy.thresholds import SERIES_BUDGET
+from exporter.serve.metrics import Renderer
 from scripts.stack import free_port, start_exporter, wait_http
 from tests.conftest import step
 

@@ -1,4 +1,4 @@
-"""replay reads the GPU logs people have, each format chosen from the content (exporter/traceformats):
+"""replay reads the GPU logs people have, each format chosen from the content (exporter/offline/traceformats):
 every reader on samples in its tool's own layout (tests/data/trace_formats), and the same files through
 the real command."""
 
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from exporter import traceformats
-from exporter.traceformats import dcgmi, dmon, gpustat, plain_csv, smi_screen
-from exporter.traceformats.base import find_ctime, parse_time, strip_ansi
-from exporter.traces import TraceError, TraceReader, TraceRow
+from exporter.offline import traceformats
+from exporter.offline.traceformats import dcgmi, dmon, gpustat, plain_csv, smi_screen
+from exporter.offline.traceformats.base import find_ctime, parse_time, strip_ansi
+from exporter.offline.traces import TraceError, TraceReader, TraceRow
 from tests.conftest import EXAMPLES, REPO
 
 DATA = REPO / "tests" / "data" / "trace_formats"

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from exporter.analysis.points import GpuPoint, HostPoint
-from exporter.traces import (
+from exporter.offline.traces import (
     TraceError,
     TraceReader,
     TraceWriter,

@@ -1,4 +1,4 @@
-"""NVML's vocabulary is defined once (exporter/nvml_vocab.py), and the renderer depends on no source."""
+"""NVML's vocabulary is defined once (exporter/policy/nvml_vocab.py); the renderer depends on no source."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pynvml
 
-from exporter import nvml_vocab
+from exporter.policy import nvml_vocab
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,13 +24,19 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_metrics_imports_no_source_module() -> None:
-    imported = _imports(ROOT / "exporter" / "metrics.py")
+    imported = _imports(ROOT / "exporter" / "serve" / "metrics.py")
     assert not [name for name in imported if name.startswith("exporter.sources")]
 
 
 def test_vocabulary_users_import_it() -> None:
-    for rel in ("sources/nvml.py", "metrics.py", "analysis/features.py", "sim/driver.py", "sim/physics.py"):
-        assert "exporter.nvml_vocab" in _imports(ROOT / "exporter" / rel), rel
+    for rel in (
+        "sources/nvml.py",
+        "serve/metrics.py",
+        "analysis/features.py",
+        "sim/driver.py",
+        "sim/physics.py",
+    ):
+        assert "exporter.policy.nvml_vocab" in _imports(ROOT / "exporter" / rel), rel
 
 
 def test_vocabulary_matches_the_bindings() -> None:

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from string import Template
 
 from devtools.artifacts import cost_rules, recording
-from exporter import thresholds as th
 from exporter.analysis.kinds import KINDS
+from exporter.policy import thresholds as th
 
 RUNBOOK_BASE = "https://github.com/gpu-bottleneck-exporter/gpu-bottleneck-exporter/blob/main/docs/runbooks/"
 JOB = "gpu-bottleneck-exporter"
@@ -181,7 +181,7 @@ def _busy(series: str = "") -> str:
 
 _SHM_DEFAULT = f"{th.SHM_DEFAULT_BYTES.value / (1 << 20):g} MiB"
 # a failing node check, with the detail word of its latest result as a label of the page; each alert
-# selects the checks whose severity (exporter/thresholds.py DOCTOR_SEVERITY) is its own
+# selects the checks whose severity (exporter/policy/thresholds.py DOCTOR_SEVERITY) is its own
 _NODE_CHECK = (
     '(gpu_node_check_failed{{severity="{severity}"}} == 1)'
     " * ignoring (severity, status, detail) group_left (detail) gpu_node_check_info"
@@ -192,7 +192,7 @@ _POD_ON = "Pod {{ $labels.namespace }}/{{ $labels.pod }} on " + NODE
 
 
 def _log_errors(kinds: tuple[str, ...]) -> str:
-    from exporter.logparse import ERROR_KINDS
+    from exporter.podlogs.logparse import ERROR_KINDS
 
     unknown = set(kinds) - set(ERROR_KINDS)
     if unknown:
@@ -201,7 +201,7 @@ def _log_errors(kinds: tuple[str, ...]) -> str:
 
 
 def _pod_log_alerts() -> tuple[Alert, ...]:
-    from exporter.logparse import ERROR_FAMILIES, OFF_NVLINK
+    from exporter.podlogs.logparse import ERROR_FAMILIES, OFF_NVLINK
 
     return (
         Alert(
@@ -554,7 +554,7 @@ def render(
 ) -> str:
     from devtools.artifacts.yamlout import dump
 
-    header = "# generated from exporter/thresholds.py by `make artifacts`; do not edit\n"
+    header = "# generated from exporter/policy/thresholds.py by `make artifacts`; do not edit\n"
     rules = groups(for_override, job, window=window, scope=scope, shortened=shortened)
     return header + dump({"groups": rules})
 

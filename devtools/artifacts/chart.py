@@ -20,9 +20,9 @@ import yaml
 
 from devtools import release
 from devtools.artifacts import alerts, cost_rules, dashboards, recording
-from exporter import thresholds as th
-from exporter.config import DURATION_RANGES
-from exporter.detail import CATEGORIES as DETAIL_CATEGORIES
+from exporter.config.settings import DURATION_RANGES
+from exporter.policy import thresholds as th
+from exporter.policy.detail import CATEGORIES as DETAIL_CATEGORIES
 
 CHART = "helm/gpu-bottleneck-exporter"
 REPO = Path(__file__).resolve().parents[2]
@@ -526,7 +526,8 @@ DURATION_VALUES = {
 def durations_template() -> str:
     """The exporter's accepted range of each duration value, for the gbe.seconds check (_helpers.tpl)."""
     out = [
-        "{{- /* generated from exporter/config.py's DURATION_RANGES by `make artifacts`; do not edit */ -}}",
+        "{{- /* generated from exporter/config/settings.py's DURATION_RANGES by `make artifacts`; "
+        "do not edit */ -}}",
         '{{- define "gbe.durationRanges" -}}',
     ]
     for value, field in DURATION_VALUES.items():

@@ -12,7 +12,7 @@ paid for.
 from __future__ import annotations
 
 from devtools.artifacts.recording import INFO, JOB_LABEL, Record
-from exporter.cost import LOST_STATES
+from exporter.analysis.ledger import LOST_STATES
 
 GROUP = "gpu-bottleneck-cost"
 JOB_GROUP = "gpu-bottleneck-job-cost"

@@ -21,9 +21,9 @@ from typing import NamedTuple
 
 from devtools.artifacts import cost_rules
 from devtools.artifacts import recording as rec
-from exporter import thresholds as th
 from exporter.analysis.kinds import KINDS
 from exporter.analysis.ledger import STATES
+from exporter.policy import thresholds as th
 
 # the SDK marks classic dashboards deprecated in favour of v2, which Grafana's sidecar does not load yet
 warnings.filterwarnings("ignore", category=DeprecationWarning, module="grafana_foundation_sdk")

@@ -3,9 +3,9 @@ every number come from the ledger's states, the verdict registry and the thresho
 
 from __future__ import annotations
 
-from exporter import thresholds as th
 from exporter.analysis.kinds import KINDS
 from exporter.analysis.ledger import FAMILIES, STATE_MEANING, STATES
+from exporter.policy import thresholds as th
 
 
 def _pct(t: th.Threshold) -> str:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from exporter import thresholds as th
 from exporter.doctor.checks import CHECKS, NCCL_VARS
 from exporter.doctor.model import COMMON_DETAILS
+from exporter.policy import thresholds as th
 
 
 def _cell(text: str) -> str:

@@ -1,12 +1,12 @@
-"""docs/metrics.md's "Readings" table, generated from the signal catalog (exporter/catalog.py). The rest
-of the page is written by hand around the ``@generated-begin readings`` / ``@generated-end`` markers."""
+"""docs/metrics.md's "Readings" table, generated from the signal catalog (exporter/policy/catalog.py). The
+rest of the page is written by hand around the ``@generated-begin readings`` / ``@generated-end`` markers."""
 
 from __future__ import annotations
 
 import re
 
 from devtools.artifacts.chart import REPO, _replace_block
-from exporter import catalog
+from exporter.policy import catalog
 
 DOC = "docs/metrics.md"
 _LABEL = re.compile(r'(\w+)="([^"]*)"')

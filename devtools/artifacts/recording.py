@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter import thresholds as th
 from exporter.analysis.kinds import KINDS
-from exporter.kube_labels import ksm_label
+from exporter.policy import thresholds as th
+from exporter.policy.kube_labels import ksm_label
 
 # Two groups, so that a sharded setup can run them in different places: GROUP's rules read one node's
 # series (a Prometheus shard holding that node can evaluate them), JOB_GROUP's join pods across nodes to

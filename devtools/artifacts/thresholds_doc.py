@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from exporter.thresholds import (
+from exporter.policy.thresholds import (
     ALERT_POLICIES,
     BOARD_POWER_W,
     COST_CURRENCY,
@@ -48,11 +48,11 @@ def render() -> str:
     lines = [
         "# Threshold table",
         "",
-        "<!-- generated from exporter/thresholds.py by `make artifacts`; do not edit -->",
+        "<!-- generated from exporter/policy/thresholds.py by `make artifacts`; do not edit -->",
         "",
         "Every number the detectors, the alert rules, the dashboards and the Helm chart use, with the",
-        "reason it has that value. The source is `exporter/thresholds.py`; this page, the alert rules, the",
-        "dashboard thresholds and the chart's values are generated from it.",
+        "reason it has that value. The source is `exporter/policy/thresholds.py`; this page, the alert",
+        "rules, the dashboard thresholds and the chart's values are generated from it.",
         "",
     ]
     policies = {p.for_.key for p in ALERT_POLICIES.values()} | {

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from exporter.analysis.features import GpuFeatures, HostFeatures, UtilStats
+from exporter.analysis.features import MIN_POINTS, GpuFeatures, HostFeatures, UtilStats
 from exporter.analysis.ledger import Shares, coverage
-from exporter.thresholds import (
+from exporter.policy.thresholds import (
     CORE_PINNED,
     HANG_POWER,
     HANG_SM,
@@ -49,6 +49,7 @@ from exporter.thresholds import (
     THERMAL_REASON_SHARE,
     THERMAL_RISE,
     THERMAL_SLOWDOWN,
+    THERMAL_SLOWDOWN_MARGIN,
 )
 
 # Shape constants: where a detector's ramps start and end, and how strong a fact is. Policy numbers (what
@@ -72,7 +73,6 @@ COPY_UTIL = (0.05, 0.15)  # memory-controller utilization in the gaps: copies wh
 UNDER_LOAD = 0.3  # a GPU busy in under 30 % of its samples is not under load: nothing to throttle
 PINNED = 0.9  # a rank waiting in a collective keeps utilization at 90 %+ with no idle sample
 CLOCK_MARGIN = 0.02  # clock evidence starts 2 points above the throttled-clock line
-SLOWDOWN_NEAR_C = 3  # within 3 degrees of the slowdown point counts as at it
 CAP_DEPTH = 0.3  # a cap 30 points further below the default limit is as deep as it gets
 STALLED_SHARE = 0.5  # half of the evidence window in the ledger's stalled state: hang evidence
 FLOWING = 0.2  # the job's log still moves: under the exit score, so a hang verdict never holds on
@@ -129,7 +129,7 @@ def starvation(f: GpuFeatures, h: HostFeatures | None, waiting: float | None = N
     so that start-up (idle in the ledger) and framework gaps of a busy job are not mistaken for it."""
     if f.util_mean is None:
         return Evidence(missing="needs utilization.gpu")
-    if f.n < 5 or (f.busy_fraction or 0.0) < STARVATION_BUSY_FRACTION.value:
+    if f.n < MIN_POINTS or (f.busy_fraction or 0.0) < STARVATION_BUSY_FRACTION.value:
         return Evidence()
     if f.mem_used_bytes is not None and f.mem_used_bytes < IDLE_MEMORY.value:
         return Evidence()  # no job holds the GPU: nothing can starve
@@ -254,7 +254,11 @@ def thermal(f: GpuFeatures, slowdown_c: float | None = None) -> Evidence:
     if f.temp_last is not None and f.temp_mean is not None:
         slowdown = slowdown_c or THERMAL_SLOWDOWN.value
         capped = (f.cap_share or 0.0) >= POWER_CAP_SHARE.value
-        if f.busy_clock_ratio is not None and not capped and f.temp_mean >= slowdown - SLOWDOWN_NEAR_C:
+        if (
+            f.busy_clock_ratio is not None
+            and not capped
+            and f.temp_mean >= slowdown - THERMAL_SLOWDOWN_MARGIN.value
+        ):
             drop = THERMAL_CLOCK_DROP.value
             parts.append(STRONG * ramp(f.busy_clock_ratio, drop + CLOCK_MARGIN, drop))
         rise = f.temp_slope or 0.0

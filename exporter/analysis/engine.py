@@ -11,14 +11,14 @@ from dataclasses import dataclass, field
 
 from exporter.analysis import detectors as d
 from exporter.analysis.envelope import Envelope, EnvelopeLearner
-from exporter.analysis.features import GpuFeatures, HostFeatures, gpu_features, host_features
+from exporter.analysis.features import MIN_POINTS, GpuFeatures, HostFeatures, gpu_features, host_features
 from exporter.analysis.kinds import KINDS as REGISTRY
 from exporter.analysis.kinds import NAMES as KINDS
 from exporter.analysis.ledger import GpuLedger, Shares, Tick, holding_back, measure
 from exporter.analysis.points import GpuPoint, HostPoint
 from exporter.analysis.verdicts import Track, step
 from exporter.analysis.window import Window
-from exporter.thresholds import (
+from exporter.policy.thresholds import (
     EVAL_INTERVAL,
     EVIDENCE_WINDOW,
     HANG_FIRE,
@@ -33,6 +33,8 @@ from exporter.thresholds import (
     UTIL_IDLE_LINE,
     WINDOW_POINTS_PER_SECOND,
 )
+
+SCORE_DIGITS = 3  # a verdict event carries its score to three decimals: a log line, not a measurement
 
 
 @dataclass(frozen=True)
@@ -126,7 +128,7 @@ class Analyzer:
 
     @staticmethod
     def _see_power(state: _Gpu, f: GpuFeatures) -> None:
-        if (f.util_mean or 0.0) >= LEDGER_BUSY_UTIL.value and f.n >= 5 and f.power_p95 is not None:
+        if (f.util_mean or 0.0) >= LEDGER_BUSY_UTIL.value and f.n >= MIN_POINTS and f.power_p95 is not None:
             state.power.see_busy(f.power_p95)
 
     def envelope(self, gpu: str) -> Envelope:
@@ -313,7 +315,9 @@ class Analyzer:
                     change = step(track, ev.score, cause, now, REGISTRY[kind].timing, hold)
                     if change:
                         events.append(
-                            VerdictEvent(now, gpu, kind, change, round(ev.score, 3), track.cause, related)
+                            VerdictEvent(
+                                now, gpu, kind, change, round(ev.score, SCORE_DIGITS), track.cause, related
+                            )
                         )
                     out[gpu][kind] = KindState(ev.score, track.firing, track.cause if track.firing else "")
         return out, events

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from exporter.analysis.points import GpuPoint
-from exporter.thresholds import POWER_FLOOR_TO_CEILING, UTIL_IDLE_LINE, board_idle, board_tdp
+from exporter.policy.thresholds import POWER_FLOOR_TO_CEILING, UTIL_IDLE_LINE, board_idle, board_tdp
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,16 @@ from dataclasses import dataclass
 
 from exporter.analysis.points import GpuPoint, HostPoint
 from exporter.analysis.window import HIGH_Q, fraction_below, quantile, summarize
-from exporter.nvml_vocab import HW_SLOWDOWN, POWER_CAP_BITS, THERMAL_BITS
-from exporter.thresholds import LEDGER_BUSY_UTIL, UTIL_IDLE_LINE, board_tdp
+from exporter.policy.nvml_vocab import HW_SLOWDOWN, POWER_CAP_BITS, THERMAL_BITS
+from exporter.policy.thresholds import LEDGER_BUSY_UTIL, TEMP_HOT, UTIL_IDLE_LINE, board_tdp
 
 BUSY_LINE = LEDGER_BUSY_UTIL.value
 FLAT = 1e-12  # a variance this small is no spread at all: no slope
 PER_MINUTE = 60.0
 RECENT_S = 10.0  # thermal reasons are judged on the last 10 s: they switch fast
+MIN_POINTS = 5  # fewer points in the evidence window show no rhythm and no busy power level
+SLOPE_POINTS = 32  # a slope is fitted to at most this many evenly spaced points...
+SLOPE_MIN_POINTS = 3  # ...and to no fewer than this: two points are a line whatever the noise
 
 
 @dataclass(frozen=True)
@@ -117,14 +120,14 @@ def _last(points: Sequence[object], attr: str) -> float | None:
     return None
 
 
-def slope(pairs: Sequence[tuple[float, float]], most: int = 32) -> float | None:
+def slope(pairs: Sequence[tuple[float, float]], most: int = SLOPE_POINTS) -> float | None:
     """Least-squares slope of (t, value) pairs, over at most ``most`` evenly spaced ones (the signals
     it is used for change once per collection, not per sample)."""
     if len(pairs) > most:
         step = len(pairs) / most
         pairs = [pairs[int(i * step)] for i in range(most)] + [pairs[-1]]
     n = len(pairs)
-    if n < 3:
+    if n < SLOPE_MIN_POINTS:
         return None
     st = sv = stt = stv = 0.0
     for t, v in pairs:
@@ -256,7 +259,7 @@ def count_gaps(utils: Sequence[float]) -> int:
 
 def _hw_slowdown_hot(p: GpuPoint) -> bool:
     """HW slowdown (0x8) is thermal or a power brake; count it as thermal only when the GPU is hot."""
-    return bool(p.reasons and p.reasons & HW_SLOWDOWN and p.temp_c is not None and p.temp_c >= 80)
+    return bool(p.reasons and p.reasons & HW_SLOWDOWN and p.temp_c is not None and p.temp_c >= TEMP_HOT.value)
 
 
 def host_features(points: Sequence[HostPoint]) -> HostFeatures:

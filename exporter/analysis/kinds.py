@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from exporter.analysis import detectors as d
 from exporter.analysis.verdicts import Timing
-from exporter.thresholds import (
+from exporter.policy.thresholds import (
     ALERT_POLICIES,
     COMM_BOUND_FIRE,
     COMM_BOUND_RESOLVE,

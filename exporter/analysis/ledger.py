@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 
 from exporter.analysis.envelope import Envelope
 from exporter.analysis.points import GpuPoint
-from exporter.nvml_vocab import HW_SLOWDOWN, POWER_CAP_BITS, THERMAL_BITS
-from exporter.thresholds import (
+from exporter.policy.nvml_vocab import HW_SLOWDOWN, POWER_CAP_BITS, THERMAL_BITS
+from exporter.policy.thresholds import (
     COVERAGE_CLEAR,
     COVERAGE_EXIT,
     COVERAGE_FAST_EXIT,
@@ -64,6 +64,7 @@ from exporter.thresholds import (
     TEMP_HOT,
     THERMAL_CLOCK_DROP,
     THERMAL_SLOWDOWN,
+    THERMAL_SLOWDOWN_MARGIN,
     UTIL_IDLE_LINE,
 )
 
@@ -99,6 +100,9 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "throttle": ("throttled",),
     "idle": ("idle",),
 }
+# the states whose GPU time is lost (every verdict family's; computing is work, free is no job's): what
+# replay and the cost rules price
+LOST_STATES: tuple[str, ...] = tuple(state for states in FAMILIES.values() for state in states)
 _INDEX = {state: i for i, state in enumerate(STATES)}
 _THERMAL = len(STATES)  # one more slot: the part of `throttled` that is for heat (the rest is power)
 _SLOTS = len(STATES) + 1
@@ -155,7 +159,11 @@ def throttle_reason(p: GpuPoint, slowdown_c: float | None) -> str:
     if clock is None:
         return ""
     slowdown = slowdown_c or THERMAL_SLOWDOWN.value
-    if p.temp_c is not None and p.temp_c >= slowdown - 3 and clock < THERMAL_CLOCK_DROP.value:
+    if (
+        p.temp_c is not None
+        and p.temp_c >= slowdown - THERMAL_SLOWDOWN_MARGIN.value
+        and clock < THERMAL_CLOCK_DROP.value
+    ):
         return "thermal"
     at_limit = (
         p.power_w is not None

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from exporter.policy.thresholds import SHM_DEFAULT_BYTES
 from exporter.sources.kubelet import Assignment, PodRef
 from exporter.sources.readings import ShmReading
-from exporter.thresholds import SHM_DEFAULT_BYTES
 
 
 def gpu_owners(

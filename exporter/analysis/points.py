@@ -45,7 +45,7 @@ class GpuPoint:
     p2p_failed: float | None = None  # peers this GPU cannot reach peer-to-peer
     fabric_ready: bool | None = None  # NVSwitch fabric registration completed
     log_silent_s: float | None = None  # seconds since the job's last log line or progress report
-    # catalog signals read generically (exporter/catalog.py), by name; shared with the reading, never copied
+    # catalog signals read generically (exporter/policy/catalog.py), by name; the reading's, never copied
     extra: Mapping[str, float] = field(default_factory=lambda: NO_EXTRA, hash=False)
 
 

@@ -2,16 +2,16 @@
 
 They turn the NCCL bring-up checklist and the usual NVSwitch-node faults (no fabric manager on an A100
 NVSwitch node, P2P writes blocked by the hypervisor, NCCL on ``P2P/CUMEM/read``, a pod on the 64 MiB /dev/shm)
-into pass / warn / fail with the evidence and the fix. Every number is in exporter/thresholds.py.
+into pass / warn / fail with the evidence and the fix. Every number is in exporter/policy/thresholds.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from exporter import thresholds as th
 from exporter.doctor.facts import GpuFacts, NodeFacts, PodFacts
 from exporter.doctor.model import Check, Result, Status
+from exporter.policy import thresholds as th
 
 MiB = 1 << 20
 

@@ -10,8 +10,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from exporter.config import Settings
-from exporter.doctor.facts import ClockFacts, NodeFacts
+from exporter.config.settings import Settings
+from exporter.doctor.facts import SIM_CLOCK, NodeFacts
 
 # the serve flags the doctor reads: where the node's files are, the kubelet, the simulator
 FIELDS = (
@@ -24,16 +24,10 @@ FIELDS = (
     "expected_gpus",
     "log_level",
 )
-SIM_CLOCK = ClockFacts(synced=True, max_error_s=0.004)  # the simulated node's chrony is fine
 
 
-def flags() -> tuple:
-    from exporter.cli import SERVE_FLAGS
-
-    return tuple(f for f in SERVE_FLAGS if f.field in FIELDS)
-
-
-def add_parser(sub: argparse._SubParsersAction, add_flags: Callable[..., None]) -> None:
+def add_parser(sub: argparse._SubParsersAction, add_flags: Callable[[argparse.ArgumentParser], None]) -> None:
+    """The ``doctor`` subcommand; ``add_flags`` adds the command line's flags for FIELDS."""
     parser = sub.add_parser(
         "doctor",
         help="check the node's GPU bring-up (driver, NVLink, fabric manager, P2P, EFA, pods' shm and NCCL "
@@ -43,18 +37,18 @@ def add_parser(sub: argparse._SubParsersAction, add_flags: Callable[..., None]) 
         "(or a bad flag).",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    add_flags(parser, flags())
+    add_flags(parser)
 
 
-def run(args: argparse.Namespace, environ: dict[str, str]) -> int:
-    from exporter.cli import settings_from
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    """``settings``: what the command line made of the flags and variables for FIELDS."""
     from exporter.doctor.checks import run_checks
     from exporter.doctor.render import as_json, exit_code, table, use_colour
+    from exporter.sources import errors
 
-    settings = settings_from(args, environ, flags())
     level = max(logging.WARNING, getattr(logging, settings.log_level.upper()))
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    errors_log = logging.getLogger("exporter.errors")
+    errors_log = errors.log  # the error counter's logger
     saved = errors_log.level
     if level > logging.DEBUG:  # the table reports what the sources count as errors; no log line twice
         errors_log.setLevel(logging.ERROR)
@@ -97,7 +91,7 @@ def diagnose(settings: Settings) -> NodeFacts:
             )
         finally:
             node.close()
-    from exporter.app import real_nvml
+    from exporter.sources.nvml import real_nvml
 
     pods = PodSources(settings.pod_resources_socket, settings.host_root)
     return gather(

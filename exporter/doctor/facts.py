@@ -69,6 +69,9 @@ class ClockFacts:
     max_error_s: float | None = None
 
 
+SIM_CLOCK = ClockFacts(synced=True, max_error_s=0.004)  # the simulated node's chrony is fine
+
+
 @dataclass(frozen=True)
 class HostFacts:
     pci_gpus: tuple[PciGpu, ...] | None = None  # None: /sys/bus/pci not readable

@@ -33,8 +33,8 @@ from exporter.doctor.facts import (
     PciGpu,
     PodFacts,
 )
-from exporter.errors import ErrorCounter
 from exporter.sources import runtime
+from exporter.sources.errors import ErrorCounter
 from exporter.sources.kubelet import GPU_RESOURCE, MIG_RESOURCE
 from exporter.sources.nvml import (
     LOST_ERRORS,

@@ -15,13 +15,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from types import ModuleType
 
-from exporter import thresholds as th
-from exporter.config import Settings
+from exporter.config.settings import Settings
 from exporter.doctor.checks import CHECKS, run_checks
-from exporter.doctor.command import SIM_CLOCK
-from exporter.doctor.facts import ClockFacts
+from exporter.doctor.facts import SIM_CLOCK, ClockFacts
 from exporter.doctor.gather import PodSources, gather, kernel_clock
 from exporter.doctor.model import Result
+from exporter.policy import thresholds as th
 
 log = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ import shutil
 import textwrap
 from collections import Counter
 
-from exporter import thresholds as th
 from exporter.doctor.checks import CHECKS, NCCL_VARS
 from exporter.doctor.model import EXIT_CODES, Result, Status, worst
+from exporter.policy import thresholds as th
 
 COLOURS = {Status.PASS: "32", Status.WARN: "33", Status.FAIL: "31;1", Status.SKIPPED: "2"}
 LABELS = {Status.PASS: "pass", Status.WARN: "WARN", Status.FAIL: "FAIL", Status.SKIPPED: "skipped"}

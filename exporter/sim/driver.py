@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import pynvml as N
 
-from exporter.nvml_vocab import FI_THROTTLE_NS, THROTTLE_COUNTER_BITS
+from exporter.policy.nvml_vocab import FI_THROTTLE_NS, THROTTLE_COUNTER_BITS
 from exporter.sim.conditions import PCIE_GEN, PCIE_WIDTH, NodeConditions, conditions_for
 from exporter.sim.faults import FaultPlan
 from exporter.sim.physics import NodeModel

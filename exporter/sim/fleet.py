@@ -15,12 +15,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event
 
-from exporter.config import Settings
-from exporter.errors import ErrorCounter
-from exporter.kube_labels import ksm_label  # the recording rules' spelling of the label
-from exporter.metrics import TEXT_TYPE, Renderer
-from exporter.sampler import Sampler, Snapshot
+from exporter.collect.sampler import Sampler
+from exporter.collect.snapshot import Snapshot
+from exporter.config.settings import Settings
+from exporter.policy.kube_labels import ksm_label  # the recording rules' spelling of the label
+from exporter.serve.metrics import TEXT_TYPE, Renderer
 from exporter.sim import SimulatedNode
+from exporter.sources.errors import ErrorCounter
 from exporter.sources.host import HostSource
 from exporter.sources.kubelet import PodRef, PodResourcesSource
 from exporter.sources.nvml import NvmlSource

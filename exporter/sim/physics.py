@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import NamedTuple
 
-from exporter.nvml_vocab import GPU_IDLE, HW_THERMAL, SW_POWER_CAP, SW_THERMAL, THROTTLE_COUNTER_BITS
+from exporter.policy.nvml_vocab import GPU_IDLE, HW_THERMAL, SW_POWER_CAP, SW_THERMAL, THROTTLE_COUNTER_BITS
 from exporter.sim.scenarios import TOURS, Scenario, tour_seconds, tour_timeline
 
 MiB = 1 << 20

@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from exporter.errors import ErrorCounter
 from exporter.sources import runtime
+from exporter.sources.errors import ErrorCounter
 from exporter.sources.readings import DiskReading, HostReading, ShmReading
 
 log = logging.getLogger(__name__)

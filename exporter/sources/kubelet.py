@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from exporter.errors import ErrorCounter
+from exporter.sources.errors import ErrorCounter
 from exporter.sources.podresources.v1 import api_pb2, api_pb2_grpc
 
 SOURCE = "kubelet"

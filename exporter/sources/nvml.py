@@ -26,13 +26,24 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import ModuleType
 
-from exporter import catalog
-from exporter.errors import ErrorCounter
-from exporter.nvml_vocab import FABRIC_STATES, FI_THROTTLE_NS, NVLINK_STATE_UP
+from exporter.policy import catalog
+from exporter.policy.nvml_vocab import FABRIC_STATES, FI_THROTTLE_NS, NVLINK_STATE_UP
+from exporter.policy.thresholds import SAMPLE_CARRY, SIGNAL_RETRY_INITIAL, SIGNAL_RETRY_MAX
+from exporter.sources.errors import ErrorCounter
 from exporter.sources.readings import GpuIdentity, GpuReading, NvLinkReading, Sample
-from exporter.thresholds import SAMPLE_CARRY, SIGNAL_RETRY_INITIAL, SIGNAL_RETRY_MAX
 
 log = logging.getLogger(__name__)
+
+
+def real_nvml() -> ModuleType | None:
+    """The nvidia-ml-py module; None (with a warning) if the bindings are not installed."""
+    try:
+        import pynvml
+    except ImportError:
+        log.warning("nvidia-ml-py is not installed: GPU metrics are off")
+        return None
+    return pynvml
+
 
 SOURCE = "nvml"
 
@@ -445,8 +456,8 @@ class NvmlSource:
         )
 
     def _catalog_reads(self, dev: Device, slow: bool) -> dict[str, float]:
-        """The catalog's generic signals (exporter/catalog.py ``read``) of one cadence, by name, under the
-        module's error policy like every other call."""
+        """The catalog's generic signals (exporter/policy/catalog.py ``read``) of one cadence, by name,
+        under the module's error policy like every other call."""
         out = {}
         for signal in catalog.READS:
             read = signal.read

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from types import ModuleType
 
-from exporter.errors import ErrorCounter
+from exporter.sources.errors import ErrorCounter
 from exporter.sources.nvml import SOURCE, Device, error_name
 
 log = logging.getLogger(__name__)

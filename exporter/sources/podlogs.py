@@ -33,9 +33,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import BinaryIO
 
-from exporter.errors import ErrorCounter
-from exporter.logparse import PATTERNS, LogState, Pattern, match_progress, parse_timestamp
-from exporter.thresholds import (
+from exporter.podlogs.logparse import PATTERNS, LogState, Pattern, match_progress, parse_timestamp
+from exporter.policy.thresholds import (
     PODLOG_LINE_BYTES,
     PODLOG_LINES_PER_SECOND,
     PODLOG_MAX_CONTAINERS,
@@ -43,6 +42,7 @@ from exporter.thresholds import (
     PODLOG_READ_BYTES,
     PODLOG_TAIL_BYTES,
 )
+from exporter.sources.errors import ErrorCounter
 
 log = logging.getLogger(__name__)
 SOURCE = "podlogs"

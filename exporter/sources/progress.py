@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from exporter.policy.thresholds import PROGRESS_BODY_BYTES, PROGRESS_MAX_PODS
 from exporter.sources.podlogs import ContainerLog, PodLogsView
-from exporter.thresholds import PROGRESS_BODY_BYTES, PROGRESS_MAX_PODS
 
 # Kubernetes names: a namespace is a DNS label, a pod name a DNS subdomain. Matched whole (fullmatch):
 # with match and "$", a name ending in a newline passed.

@@ -110,3 +110,15 @@ class HostReading:
     disks: tuple[DiskReading, ...] = ()
     pressure: dict[str, float] = field(default_factory=dict)  # resource -> "some" avg10 ratio
     pod_dev_shm: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)  # (ns, pod) -> sources
+
+
+@dataclass(frozen=True)
+class GpuState:
+    """What the NVML session knows of one GPU at publication (ok, pending, lost,
+    timeout, error, nvml_down), with its latest reading."""
+
+    index: int
+    identity: GpuIdentity
+    status: str
+    reading: GpuReading | None
+    collected_t: float | None

@@ -8,7 +8,7 @@ import pytest
 
 from exporter.analysis import detectors as d
 from exporter.analysis.features import GpuFeatures, HostFeatures, count_gaps
-from exporter.thresholds import HANG_FIRE
+from exporter.policy.thresholds import HANG_FIRE
 from tests.analysis.synth import GIB, HOST_OK, IDLE, NCCL_SPIN, WORKING, alternating, run, steady, switch
 
 STARVED = alternating(busy_s=1.0, idle_s=0.9)

@@ -7,9 +7,9 @@ from __future__ import annotations
 import io
 from dataclasses import replace
 
-from exporter.replay import replay
-from exporter.thresholds import HANG_FIRE, HANG_NO_PROGRESS_FIRE, PROGRESS_SILENCE
-from exporter.traces import TraceWriter
+from exporter.offline.replay import replay
+from exporter.offline.traces import TraceWriter
+from exporter.policy.thresholds import HANG_FIRE, HANG_NO_PROGRESS_FIRE, PROGRESS_SILENCE
 from tests.analysis.synth import IDLE, NCCL_SPIN, WORKING, Shape, run, steady, switch
 
 ONSET = 60.0

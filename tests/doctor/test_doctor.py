@@ -9,9 +9,10 @@ import re
 import pytest
 
 from exporter.cli import main
-from exporter.config import Settings
+from exporter.config.settings import Settings
 from exporter.doctor.checks import CHECKS, run_checks
-from exporter.doctor.command import SIM_CLOCK, diagnose
+from exporter.doctor.command import diagnose
+from exporter.doctor.facts import SIM_CLOCK
 from exporter.doctor.gather import PodSources, gather, kmsg_xids
 from exporter.doctor.model import Status
 from exporter.doctor.render import table

@@ -7,11 +7,11 @@ import threading
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.config import Settings
+from exporter.config.settings import Settings
 from exporter.doctor.checks import CHECKS
 from exporter.doctor.live import NodeChecker
 from exporter.doctor.model import Status
-from exporter.metrics import Renderer
+from exporter.serve.metrics import Renderer
 from exporter.sim import BoardSpec, Capabilities
 from tests.conftest import step
 

@@ -9,7 +9,7 @@ import pytest
 
 from devtools.artifacts import alerts
 from exporter.analysis.kinds import KINDS
-from exporter.thresholds import ALERT_POLICIES
+from exporter.policy.thresholds import ALERT_POLICIES
 from scripts.stack import simulated_fleet
 from tests.conftest import require_tool
 

@@ -18,8 +18,8 @@ import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.app import Application
-from exporter.config import Settings
-from exporter.server import create_app
+from exporter.config.settings import Settings
+from exporter.serve.server import create_app
 from exporter.sim import SimulatedNode
 from scripts.stack import free_port
 from tests.conftest import REPO, real_nvml_present
@@ -241,7 +241,7 @@ def test_the_quiet_server_serves_dated_answers_and_stops_at_once_when_asked():
     does not wait for the next tick."""
     from fastapi import FastAPI
 
-    from exporter.server import QuietServer
+    from exporter.serve.server import QuietServer
 
     port = free_port()
     app = FastAPI()

@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from exporter.app import Application
-from exporter.config import Settings
+from exporter.config.settings import Settings
+from exporter.policy.thresholds import PROGRESS_BODY_BYTES
 from exporter.sim import SimulatedNode
-from exporter.thresholds import PROGRESS_BODY_BYTES
 from scripts.stack import free_port
 from tests.e2e.test_http import Served, families, wait_ready
 

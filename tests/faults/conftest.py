@@ -9,10 +9,10 @@ from dataclasses import replace
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.errors import ErrorCounter
-from exporter.metrics import Renderer
-from exporter.sampler import Sampler, Snapshot
+from exporter.collect.sampler import Sampler, Snapshot
+from exporter.serve.metrics import Renderer
 from exporter.sim import SimulatedNode
+from exporter.sources.errors import ErrorCounter
 from exporter.sources.kubelet import PodResourcesSource
 from exporter.sources.nvml import NvmlSource
 from tests.conftest import FAST, ManualClock, RefreshingHostSource

@@ -19,16 +19,16 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter import replay as replay_module
 from exporter.analysis.engine import Analyzer
 from exporter.analysis.points import GpuPoint
-from exporter.errors import ErrorCounter
-from exporter.metrics import Renderer
-from exporter.replay import replay
-from exporter.sampler import EMPTY_SNAPSHOT
+from exporter.collect.sampler import EMPTY_SNAPSHOT
+from exporter.offline import replay as replay_module
+from exporter.offline.replay import replay
+from exporter.offline.traces import TraceReader, clipped_warnings
+from exporter.policy.thresholds import EVIDENCE_WINDOW, WINDOW_POINTS_PER_SECOND
+from exporter.serve.metrics import Renderer
+from exporter.sources.errors import ErrorCounter
 from exporter.sources.podlogs import PodLogSource, PodLogsView, open_below
-from exporter.thresholds import EVIDENCE_WINDOW, WINDOW_POINTS_PER_SECOND
-from exporter.traces import TraceReader, clipped_warnings
 from tests.conftest import REPO
 from tests.sources.test_podlogs import rec
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 import httpx
 
 from exporter.app import Application
-from exporter.config import Settings
+from exporter.config.settings import Settings
 from exporter.sim import SimulatedNode
 from scripts.stack import free_port
 from tests.e2e.test_http import Served, families, wait_ready

@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from exporter.httpguard import FD_RESERVE, IN_FLIGHT
-from exporter.thresholds import HTTP_HEADER_TIMEOUT, LOG_REPEAT_BURST
+from exporter.policy.thresholds import HTTP_HEADER_TIMEOUT, LOG_REPEAT_BURST
+from exporter.serve.httpguard import FD_RESERVE, IN_FLIGHT
 from tests.faults.http_command import Command
 
 NOFILE = 256  # the command's descriptor limit: 300 connections would exhaust it without a bound

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.http_negotiation import parse_accept, parse_accept_encoding, wants_gzip, wants_openmetrics
-from exporter.logsafety import RepeatLimit
+from exporter.serve.http_negotiation import parse_accept, parse_accept_encoding, wants_gzip, wants_openmetrics
+from exporter.serve.logsafety import RepeatLimit
 
 PROMETHEUS_3 = (
     "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,"

@@ -17,12 +17,12 @@ import httpx
 import psutil
 import pytest
 
-from exporter.httpguard import FD_RESERVE, IN_FLIGHT, ConnectionGuard, Tracked
-from exporter.sources.progress import ProgressError, parse_report
-from exporter.thresholds import (
+from exporter.policy.thresholds import (
     HTTP_BODY_TIMEOUT,
     HTTP_MAX_BODY_CONNECTIONS,
 )
+from exporter.serve.httpguard import FD_RESERVE, IN_FLIGHT, ConnectionGuard, Tracked
+from exporter.sources.progress import ProgressError, parse_report
 from tests.faults.certs import Authority
 from tests.faults.http_command import Command
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import grpc
 
+from exporter.policy.thresholds import KUBELET_SOCKET_RECOUNT, POD_LABEL_GRACE
 from exporter.sim.kubelet import SimKubelet
-from exporter.thresholds import KUBELET_SOCKET_RECOUNT, POD_LABEL_GRACE
 from tests.faults.conftest import cycle, scrape
 
 

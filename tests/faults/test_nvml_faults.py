@@ -8,7 +8,7 @@ import itertools
 import pynvml
 import pytest
 
-from exporter.thresholds import SAMPLE_CARRY, SIGNAL_RETRY_INITIAL, SIGNAL_RETRY_MAX
+from exporter.policy.thresholds import SAMPLE_CARRY, SIGNAL_RETRY_INITIAL, SIGNAL_RETRY_MAX
 from tests.faults.conftest import cycle, of_gpu, scrape
 
 VALUES = (  # per-GPU series that carry a reading; none may outlive a failed read

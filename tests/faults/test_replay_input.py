@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.replay import replay
-from exporter.thresholds import EVAL_INTERVAL, TRACE_GAP_PERIODS
-from exporter.traces import MAX_GPUS, MAX_LINE_CHARS, MAX_REASONS, TraceError, TraceReader
+from exporter.offline.replay import replay
+from exporter.offline.traces import MAX_GPUS, MAX_LINE_CHARS, MAX_REASONS, TraceError, TraceReader
+from exporter.policy.thresholds import EVAL_INTERVAL, TRACE_GAP_PERIODS
 from tests.conftest import REPO
 
 HEADER = "timestamp, index, utilization.gpu [%], clocks_event_reasons.active\n"
@@ -314,7 +314,7 @@ def test_what_a_hostile_file_makes_the_reader_remember_is_bounded(tmp_path):
     assert "299 gap(s) longer than" in result.stderr and "and 294 more" in result.stderr
 
 
-# ---- the other formats (exporter/traceformats) on hostile input ---------------------------------------
+# ---- the other formats (exporter/offline/traceformats) on hostile input -------------------------------
 
 FORMATS = REPO / "tests" / "data" / "trace_formats"
 # each sample's opening lines: enough to be detected as its format

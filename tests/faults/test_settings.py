@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from exporter.config import DURATION_RANGES, Settings, SettingsError
+from exporter.config.settings import DURATION_RANGES, Settings, SettingsError
 from tests.conftest import REPO
 
 FLAGS = ("--interval", "--window", "--collect-timeout", "--slow-interval", "--p2p-interval")

@@ -18,8 +18,8 @@ import bcrypt
 import httpx
 import pytest
 
-from exporter import webconfig
-from exporter.webconfig import Authenticator, WebConfigError, load, parse
+from exporter.serve import webconfig
+from exporter.serve.webconfig import Authenticator, WebConfigError, load, parse
 from tests.conftest import REPO, require_tool
 from tests.faults.certs import Authority, Issued
 from tests.faults.http_command import Command

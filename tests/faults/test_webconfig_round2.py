@@ -23,8 +23,8 @@ import h11
 import httpx
 import pytest
 
-from exporter.thresholds import table
-from exporter.webconfig import Authenticator, TlsSettings, WebConfigError, parse, ssl_context
+from exporter.policy.thresholds import table
+from exporter.serve.webconfig import Authenticator, TlsSettings, WebConfigError, parse, ssl_context
 from tests.conftest import REPO
 from tests.faults.certs import Authority
 from tests.faults.http_command import Command
@@ -329,7 +329,7 @@ def test_the_parser_names_lines(tmp_path, text, said):
 
 def test_a_check_that_cannot_start_in_time_is_503_unchecked(tmp_path, monkeypatch):
     """Behind web.auth_wait_seconds of queued checks the asker has given up: it is not checked."""
-    from exporter import webconfig
+    from exporter.serve import webconfig
 
     path = tmp_path / "web.yml"
     path.write_text(f"basic_auth_users:\n  prometheus: '{_hash(PASSWORD, 4)}'\n")

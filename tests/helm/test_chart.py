@@ -10,7 +10,7 @@ import yaml
 
 from devtools.artifacts import alerts, chart, dashboards
 from exporter import __version__
-from exporter.config import DURATION_RANGES
+from exporter.config.settings import DURATION_RANGES
 from tests.helm.chart import (
     CHART,
     VALUES_FILES,

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from devtools.artifacts import cost_rules
-from exporter.config import Settings
-from exporter.cost import DEFAULT
+from exporter.config.settings import Settings
+from exporter.policy.cost import DEFAULT
 from tests.helm.chart import _template_args, env, helm, one, render, render_error
 
 

@@ -44,7 +44,7 @@ def test_on_mounts_the_pod_logs_read_only_and_passes_the_patterns(tmp_path):
     config = next(
         d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-log-patterns")
     )
-    from exporter.logparse import load_patterns
+    from exporter.podlogs.logparse import load_patterns
 
     # the exporter reads what the chart wrote
     assert load_patterns(config["data"][patterns_file.rsplit("/", 1)[1]])[0].name == "myloop"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.metrics import Renderer
+from exporter.serve.metrics import Renderer
 from exporter.sim.fleet import FleetSpec, for_node, scrape_configs, stepped_snapshot
 
 SPEC = FleetSpec(nodes=40, gpus=2, straggler=17)
@@ -50,7 +50,7 @@ def test_scrape_jobs_name_every_node_and_kube_state_metrics():
 
 def test_kube_state_metrics_names_each_pod_of_the_job_as_the_rules_read_it():
     from devtools.artifacts.recording import JOB_LABELS
-    from exporter.kube_labels import ksm_label
+    from exporter.policy.kube_labels import ksm_label
     from exporter.sim.fleet import kube_state_metrics
 
     families = {f.name: f for f in text_string_to_metric_families(kube_state_metrics(SPEC).decode())}

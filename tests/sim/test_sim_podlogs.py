@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.errors import ErrorCounter
 from exporter.sim import SimulatedNode
 from exporter.sim.conditions import EFA_DEVICES
 from exporter.sim.podlogs import WATCHDOG_S
+from exporter.sources.errors import ErrorCounter
 from exporter.sources.podlogs import PodLogSource
 
 

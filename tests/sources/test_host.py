@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.errors import ErrorCounter
+from exporter.sources.errors import ErrorCounter
 from exporter.sources.host import HostSource
 
 STAT_1 = """cpu  1000 0 500 8000 100 0 0 0 0 0

@@ -8,8 +8,8 @@ import grpc
 import pytest
 
 from exporter.analysis.pods import gpu_owners
-from exporter.errors import ErrorCounter
 from exporter.sim.kubelet import SimKubelet, SimPod
+from exporter.sources.errors import ErrorCounter
 from exporter.sources.kubelet import Assignment, PodRef, PodResourcesSource
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from exporter.errors import ErrorCounter
 from exporter.sim import Capabilities
+from exporter.sources.errors import ErrorCounter
 from exporter.sources.nvml import GpuLost, NvmlSource, SessionError
 
 MIB = 1 << 20

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from exporter.errors import ErrorCounter
-from exporter.sources.podlogs import PodLogSource
-from exporter.thresholds import (
+from exporter.policy.thresholds import (
     PODLOG_LINE_BYTES,
     PODLOG_LINES_PER_SECOND,
     PODLOG_READ_BYTES,
 )
+from exporter.sources.errors import ErrorCounter
+from exporter.sources.podlogs import PodLogSource
 
 POD = ("ml", "llm-train-0")
 T0 = 1714557600.0
@@ -272,8 +272,8 @@ def test_a_pod_on_sockets_across_nodes_shows_in_the_metrics_the_alerts_read(node
     (GpuPodCudaOom), a closed peer connection and the remote allocator a peer_lost (GpuNcclNetworkError)."""
     from dataclasses import replace
 
-    from exporter.metrics import expose, families
-    from exporter.snapshot import EMPTY_SNAPSHOT
+    from exporter.collect.snapshot import EMPTY_SNAPSHOT
+    from exporter.serve.metrics import expose, families
 
     (node.root / "sys" / "class" / "infiniband" / "rdmap0s6").mkdir(parents=True)  # the node has EFA
     log = node.dir() / "0.log"

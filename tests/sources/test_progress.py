@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from exporter.policy.thresholds import PROGRESS_MAX_PODS
 from exporter.sources.progress import ProgressError, ProgressStore
-from exporter.thresholds import PROGRESS_MAX_PODS
 
 
 def body(pod: str, step: int, namespace: str = "ml") -> bytes:

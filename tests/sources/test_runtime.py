@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from exporter.analysis.pods import default_shm
-from exporter.errors import ErrorCounter
 from exporter.sources import runtime
+from exporter.sources.errors import ErrorCounter
 from exporter.sources.host import HostSource
 
 UID_A, UID_B = "11111111-2222-4333-8444-555555555555", "66666666-7777-4888-9999-aaaaaaaaaaaa"

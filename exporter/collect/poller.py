@@ -1,0 +1,221 @@
+"""One contract for sources and one place that runs them: deadlines, durations, errors, success.
+
+A source is anything with a ``name``, an ``interval_s``, a ``timeout_s`` and a ``collect()`` that returns
+its reading (node_exporter's collector model). The ``Poller`` starts each due source on a daemon thread of
+its own, so that a hung call blocks nothing and is never started twice; takes back what finished; counts
+an exception as ``InternalError`` and an overdue call (once) as ``CollectTimeout``; and keeps, per source,
+whether its last attempt succeeded and how long its last success took. Sources whose calls are not plain
+(NVML's per-GPU calls, threads of their own such as pod logs) report into the same books via ``observe``,
+so ``gpu_exporter_source_up`` / ``_duration_seconds`` cover every source from one place.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from exporter.sources.errors import ErrorCounter
+
+log = logging.getLogger(__name__)
+
+Reading = object  # what a source's collect() returns; None means "failed, and the source said why"
+
+
+class Source(Protocol):
+    name: str
+    interval_s: float
+    timeout_s: float
+
+    def collect(self) -> Reading: ...
+
+
+class Call:
+    """A function running on its own daemon thread, so that a hung driver call blocks nothing."""
+
+    def __init__(
+        self, fn: Callable[..., object], *args: object, name: str, monotonic: Callable[[], float]
+    ) -> None:
+        self._mono = monotonic
+        self.started = monotonic()
+        self.finished: float | None = None
+        self.result: object = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        self.timed_out = False
+        threading.Thread(target=self._run, args=(fn, args), name=name, daemon=True).start()
+
+    def _run(self, fn: Callable[..., object], args: tuple[object, ...]) -> None:
+        try:
+            self.result = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the sampler thread
+            self.error = exc
+        finally:
+            self.finished = self._mono()
+            self.done.set()
+
+    @property
+    def elapsed(self) -> float:
+        return (self.finished if self.finished is not None else self._mono()) - self.started
+
+    def overdue(self, limit_s: float) -> bool:
+        """True once, the first time the call has run past its limit."""
+        if self.timed_out or self.done.is_set() or self.elapsed <= limit_s:
+            return False
+        self.timed_out = True
+        return True
+
+
+@dataclass(frozen=True)
+class Every:
+    """A plain function as a source: ``collect`` every ``interval_s`` (0: every cycle)."""
+
+    name: str
+    interval_s: float
+    timeout_s: float
+    collect: Callable[[], Reading]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A finished call of one source: its reading (None when it failed) and how long it took."""
+
+    source: str
+    reading: Reading
+    elapsed: float
+    error: BaseException | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.reading is not None
+
+
+@dataclass
+class _Slot:
+    source: Source
+    call: Call | None = None
+    next_due: float = 0.0
+
+
+@dataclass
+class Books:
+    """What the poller knows of every source, by name."""
+
+    up: dict[str, bool] = field(default_factory=dict)  # did the source's last attempt succeed
+    durations: dict[str, float] = field(default_factory=dict)  # seconds its last success took
+    last_success: dict[str, float] = field(default_factory=dict)  # wall time of its last success
+    attempts: dict[str, float] = field(default_factory=dict)  # seconds its last attempt took, failed or not
+
+    def copy(self) -> Books:
+        return Books(dict(self.up), dict(self.durations), dict(self.last_success), dict(self.attempts))
+
+
+@dataclass
+class Poller:
+    errors: ErrorCounter
+    clock: Callable[[], float]
+    monotonic: Callable[[], float]
+    books: Books = field(default_factory=Books)
+    _slots: dict[str, _Slot] = field(default_factory=dict)
+
+    def add(self, source: Source) -> None:
+        self._slots[source.name] = _Slot(source)
+
+    def remove(self, name: str) -> None:
+        self._slots.pop(name, None)
+
+    def call(self, fn: Callable[..., object], *args: object, name: str) -> Call:
+        return Call(fn, *args, name=name, monotonic=self.monotonic)
+
+    def start_due(self, mono: float) -> None:
+        for name, slot in self._slots.items():
+            if slot.call is None and mono >= slot.next_due:
+                slot.call = self.call(slot.source.collect, name=f"{name}-collect")
+                slot.next_due = mono + slot.source.interval_s
+
+    def delay(self, name: str, until: float) -> None:
+        """Do not start ``name`` again before ``until`` (monotonic), or start it at once if earlier."""
+        if name in self._slots:
+            self._slots[name].next_due = until
+
+    def in_flight(self, name: str) -> bool:
+        slot = self._slots.get(name)
+        return slot is not None and slot.call is not None
+
+    def pending(self) -> list[Call]:
+        return [s.call for s in self._slots.values() if s.call is not None and not s.call.done.is_set()]
+
+    def harvest(self) -> list[Outcome]:
+        """The calls that finished since the last harvest; each one's success is booked."""
+        out = []
+        for name, slot in self._slots.items():
+            call = slot.call
+            if call is None or not call.done.is_set():
+                continue
+            slot.call = None
+            if call.error is not None:
+                self.errors.inc(name, "InternalError", repr(call.error))
+                log.error("%s collection failed", name, exc_info=call.error)
+            outcome = Outcome(name, call.result if call.error is None else None, call.elapsed, call.error)
+            self.observe(name, outcome.ok, call.elapsed)
+            out.append(outcome)
+        return out
+
+    def overdue(self) -> list[str]:
+        """Sources whose call has just run past its timeout: counted once each and reported down."""
+        late = []
+        for name, slot in self._slots.items():
+            if slot.call is not None and slot.call.overdue(slot.source.timeout_s):
+                self.timed_out(name, "a call has not returned")
+                late.append(name)
+        return late
+
+    def timed_out(self, name: str, detail: str) -> None:
+        self.errors.inc(name, "CollectTimeout", detail)
+        self.books.up[name] = False
+
+    def observe_thread(self, name: str, worker: object) -> None:
+        """Book a source that runs on a thread of its own and says how its last round went
+        (``ok``, ``collected_t`` wall time, ``duration_s``); nothing until its first round."""
+        # Only its success and the length of its last round: such a source keeps a schedule of its own
+        # (minutes for the node checks), so its last success is not a collection that the stale-collection
+        # alert (gpu_exporter_last_collect_timestamp_seconds) may judge by the sampler's cadence.
+        if getattr(worker, "collected_t", None) is not None:
+            self.books.up[name] = getattr(worker, "ok", True)
+            elapsed = getattr(worker, "duration_s", None)
+            if elapsed is not None:
+                self.books.attempts[name] = elapsed
+
+    def observe(self, name: str, ok: bool, elapsed: float | None = None, t: float | None = None) -> None:
+        """Book one attempt of ``name``: its success, and on success its duration and time."""
+        self.books.up[name] = ok
+        if elapsed is not None:
+            self.books.attempts[name] = elapsed
+        if ok:
+            if elapsed is not None:
+                self.books.durations[name] = elapsed
+            self.books.last_success[name] = self.clock() if t is None else t
+
+
+def run_every(
+    interval_s: float,
+    step: Callable[[], object],
+    stop: threading.Event,
+    monotonic: Callable[[], float],
+    errors: ErrorCounter,
+) -> None:
+    """Call ``step`` every ``interval_s`` until ``stop``; a step that overruns skips the missed ones."""
+    next_t = monotonic()
+    while not stop.is_set():
+        try:
+            step()
+        except Exception:
+            log.exception("sampler cycle failed")
+            errors.inc("sampler", "InternalError")
+        next_t += interval_s
+        delay = next_t - monotonic()
+        if delay < 0:  # fell behind: skip the missed cycles instead of bursting
+            next_t, delay = monotonic(), 0.0
+        stop.wait(delay)

@@ -1,0 +1,157 @@
+"""The immutable snapshot /metrics renders, and the pure function that builds it from one cycle's parts.
+
+Nothing here reads a clock, a file or a driver: the sampler hands over what its sources and the
+analyzer's result say, and ``build`` decides what is current (a GPU that is not up exports no values,
+a signal that failed its last read exports no window) and applies the pod-shm policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from exporter.analysis.engine import KindState
+from exporter.analysis.pods import default_shm
+from exporter.analysis.result import GpuStats, Result
+from exporter.analysis.window import Stats
+from exporter.collect.poller import Books
+from exporter.sources.kubelet import Assignment, PodRef
+from exporter.sources.podlogs import PodLogsView
+from exporter.sources.readings import GpuIdentity, GpuReading, GpuState, HostReading
+
+
+@dataclass(frozen=True)
+class GpuView:
+    """One GPU in a snapshot. ``reading`` and the window fields are None unless the GPU is up."""
+
+    index: int
+    identity: GpuIdentity
+    status: str  # ok, pending, lost, timeout, error, nvml_down
+    reading: GpuReading | None = None
+    stats: GpuStats | None = field(default=None, repr=False, compare=False)  # the window statistics' source
+    idle_fraction: float | None = None
+    xids: dict[int, int] = field(default_factory=dict)
+    p2p: dict[tuple[int, str], bool] = field(default_factory=dict)  # (peer index, capability) -> OK
+    verdicts: dict[str, KindState] = field(default_factory=dict)  # kind -> score, firing, cause
+    ledger: dict[str, float] = field(default_factory=dict)  # state -> seconds of this GPU's time so far
+    held_back_s: float = 0.0  # seconds it kept peers of its job waiting in a collective
+    pod: PodRef | None = None  # the container holding the whole GPU, when exactly one does
+    assignments: tuple[
+        tuple[Assignment, str], ...
+    ] = ()  # every device of it the kubelet gave out (, MIG UUID)
+    collected_t: float | None = None  # wall time of its last successful collection (kept while down)
+
+    @property
+    def up(self) -> bool:
+        return self.status == "ok"
+
+    # a window is current only while its signal is: a failed read does not leave its window behind.
+    # Summarized on first use (GpuStats), so a snapshot no scrape reads costs no statistics.
+    @property
+    def util_window(self) -> Stats | None:
+        r = self.reading
+        return self.stats.util_window if self.stats and r is not None and r.util is not None else None
+
+    @property
+    def power_window(self) -> Stats | None:
+        r = self.reading
+        return self.stats.power_window if self.stats and r is not None and r.power_w is not None else None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    seq: int
+    t: float
+    ready: bool
+    nvml_up: bool
+    driver: dict[str, str]
+    gpus: tuple[GpuView, ...]
+    host: HostReading | None
+    host_window: dict[str, Stats]
+    durations: dict[str, float]
+    last_success: dict[str, float]
+    errors: dict[tuple[str, str], int]
+    pod_shm_default: dict[tuple[str, str], bool] = field(default_factory=dict)  # (ns, pod) of GPU pods
+    pod_assignment_t: float | None = None  # wall time of the kubelet answer the pod labels come from
+    node_checks: tuple = ()  # the node doctor's latest results (exporter.doctor.model.Result)
+    pod_logs: PodLogsView | None = None  # what the GPU pods' logs (and progress reports) say; None: off
+    source_up: dict[str, bool] = field(default_factory=dict)  # did each source's last attempt succeed
+    source_durations: dict[str, float] = field(default_factory=dict)  # seconds of each one's last attempt
+
+
+EMPTY_SNAPSHOT = Snapshot(0, 0.0, False, False, {}, (), None, {}, {}, {}, {})
+
+
+@dataclass(frozen=True)
+class Sources:
+    """The sources' side of a cycle: what they read and how they fared."""
+
+    nvml_up: bool
+    driver: dict[str, str]
+    gpus: list[GpuState]
+    xids: dict[int, dict[int, int]]
+    p2p: dict[tuple[int, int, str], bool]
+    host: HostReading | None
+    assignments: tuple[Assignment, ...]
+    assignment_t: float | None
+    owners: Mapping[int, PodRef]
+    held: Mapping[int, Iterable[tuple[Assignment, str]]]
+    books: Books  # how every source fared (exporter.collect.poller)
+    errors: dict[tuple[str, str], int]
+    node_checks: tuple = ()
+    pod_logs: PodLogsView | None = None
+
+
+def gpu_view(gpu: GpuState, stats: GpuStats, src: Sources, xids: dict[int, int]) -> GpuView:
+    is_up = gpu.status == "ok"
+    # current only while the signal is (util_window and power_window follow the same rule in GpuView)
+    has_util = is_up and gpu.reading is not None and gpu.reading.util is not None
+    return GpuView(
+        index=gpu.index,
+        identity=gpu.identity,
+        status=gpu.status,
+        reading=gpu.reading if is_up else None,
+        stats=stats,
+        idle_fraction=stats.idle_fraction if has_util else None,
+        xids=xids,
+        p2p={(b, cap): ok for (a, b, cap), ok in src.p2p.items() if a == gpu.index},
+        verdicts=stats.verdicts,
+        ledger=stats.ledger,
+        held_back_s=stats.held_back_s,
+        pod=src.owners.get(gpu.index),
+        assignments=tuple(src.held.get(gpu.index, ())),
+        collected_t=gpu.collected_t,
+    )
+
+
+def build(seq: int, t: float, ready: bool, src: Sources, result: Result) -> Snapshot:
+    """The snapshot of one cycle. Pure."""
+    none = GpuStats()
+    views = tuple(
+        gpu_view(g, result.gpus.get(str(g.index), none), src, src.xids.get(g.index, {}))
+        for g in sorted(src.gpus, key=lambda g: g.index)
+    )
+    gpu_pods = {(a.ref.namespace, a.ref.pod) for a in src.assignments}
+    host = src.host
+    if host is not None:  # a pod's own /dev/shm is worth a series only when the pod holds GPUs
+        shm = tuple(s for s in host.shm if s.volume != "dev-shm" or (s.namespace, s.pod) in gpu_pods)
+        host = replace(host, shm=shm)
+    return Snapshot(
+        seq=seq,
+        t=t,
+        ready=ready,
+        nvml_up=src.nvml_up,
+        driver=dict(src.driver),
+        gpus=views,
+        host=host,
+        host_window=result.host_window,
+        durations=dict(src.books.durations),
+        last_success=dict(src.books.last_success),
+        errors=src.errors,
+        pod_shm_default=default_shm(gpu_pods, host.shm, host.pod_dev_shm) if host is not None else {},
+        pod_assignment_t=src.assignment_t,
+        node_checks=src.node_checks,
+        pod_logs=src.pod_logs,
+        source_up=dict(src.books.up),
+        source_durations=dict(src.books.attempts),
+    )

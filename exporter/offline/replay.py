@@ -1,0 +1,538 @@
+"""``replay``: the live analysis over a recorded trace, on a virtual clock.
+
+Rows are fed in file order; every second of trace time the analyzer is evaluated exactly as the
+sampler evaluates it live. Output: verdict events as they happen, then a summary.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from exporter.analysis.engine import KINDS, Analyzer, VerdictEvent
+from exporter.analysis.envelope import Envelope
+from exporter.analysis.ledger import LOST_STATES, STATES
+from exporter.offline.traceformats import NVIDIA_SMI_CSV
+from exporter.offline.traces import ReadStats, TraceReader, TraceRow
+from exporter.policy.cost import DEFAULT as DEFAULT_PRICES
+from exporter.policy.cost import Prices
+from exporter.policy.thresholds import COVERAGE_SHARE, EVAL_INTERVAL, HOLDUP_SHARE
+
+WORK_STATES = frozenset(("computing", "throttled"))  # the rest of STATES is time lost or not held
+
+
+@dataclass
+class Episode:
+    gpu: str
+    kind: str
+    start: float
+    end: float | None = None  # None: still firing when the trace ended
+    cause: str = ""
+    peak: float = 0.0
+    related: tuple[str, ...] = ()
+
+
+@dataclass
+class ReplayResult:
+    path: Path
+    stats: ReadStats
+    seconds: float
+    sampled_seconds: float = 0.0  # the segments' spans added: ``seconds`` less the gaps
+    events: list[VerdictEvent] = field(default_factory=list)
+    episodes: list[Episode] = field(default_factory=list)
+    jobs: list[dict[str, object]] = field(default_factory=list)
+    silent: dict[str, str] = field(default_factory=dict)
+    ledger: dict[str, dict[str, float]] = field(default_factory=dict)  # gpu -> state -> seconds
+    held_back: dict[str, float] = field(default_factory=dict)  # gpu -> seconds its job's peers waited for it
+    envelopes: dict[str, Envelope] = field(default_factory=dict)  # gpu -> its power envelope, as learned
+    job_ledger: dict[str, dict[str, float]] = field(default_factory=dict)  # job (group) -> state -> seconds
+    prices: Prices | None = None  # what a GPU-hour costs (--price); None: no cost
+    models: dict[str, str] = field(default_factory=dict)  # gpu -> its board name, as the log gives it
+    cost: dict[str, dict[str, float]] = field(default_factory=dict)  # gpu -> state -> what its time cost
+    job_cost: dict[str, dict[str, float]] = field(default_factory=dict)  # job (group) -> state -> cost
+
+
+def replay(
+    path: str | Path,
+    gpus: int | None = None,
+    on_event: Callable[[VerdictEvent], None] | None = None,
+    on_job: Callable[[dict[str, object]], None] | None = None,
+    on_row: Callable[[TraceRow], None] | None = None,
+    on_tick: Callable[[float, str, str], None] | None = None,
+    period: float | None = None,
+    start: float | None = None,
+    prices: Prices | None = DEFAULT_PRICES,
+) -> ReplayResult:
+    """Replay a trace. ``on_row`` sees every row read; ``on_tick(t, gpu, state)`` the ledger state that
+    took most of each GPU's evaluated second (see ``TickStates``). Both only observe. ``period`` and
+    ``start`` place the samples of a log without times (see ``TraceReader``).
+
+    A gap in the trace (see TRACE_GAP_PERIODS) ends a segment: its verdicts end where its samples end,
+    and the rows after the gap are analysed afresh, so the silence is never evaluated second by second."""
+    reader = TraceReader(path, gpus, period=period, start=start)
+    result = ReplayResult(path=Path(path), stats=reader.stats, seconds=0.0, prices=prices)
+    segment: _Segment | None = None
+    had_inputs: set[str] = set()
+    last_t = 0.0
+    for row in reader:
+        if segment is None or row.segment != segment.number:
+            if segment is not None:
+                segment.finish(last_t, had_inputs)
+            segment = _Segment(row.segment, row.t, result, on_event, on_job, on_tick)
+        segment.add(row, on_row)
+        last_t = max(last_t, row.t)
+    result.seconds = last_t
+    if segment is not None:
+        segment.finish(last_t, had_inputs)
+        missing = segment.analyzer.missing
+        result.silent = {kind: why for kind, why in missing.items() if kind not in had_inputs}
+    return result
+
+
+class _Segment:
+    """The analysis of one stretch of a trace without a gap: its own analyzer on the trace's clock."""
+
+    def __init__(
+        self,
+        number: int,
+        start: float,
+        result: ReplayResult,
+        on_event: Callable[[VerdictEvent], None] | None,
+        on_job: Callable[[dict[str, object]], None] | None,
+        on_tick: Callable[[float, str, str], None] | None,
+    ) -> None:
+        self.number, self.result, self.on_event, self.on_job = number, result, on_event, on_job
+        self.analyzer = Analyzer()
+        self.start = start
+        self.step = EVAL_INTERVAL.value
+        self.next_eval = start + self.step
+        self.open_episodes: dict[tuple[str, str], Episode] = {}
+        self.in_job: set[tuple[str, str]] = set()
+        self.named: set[str] = set()
+        self.ticks = TickStates(self.analyzer, self.step, on_tick) if on_tick else None
+
+    def add(self, row: TraceRow, on_row: Callable[[TraceRow], None] | None) -> None:
+        while row.t > self.next_eval:
+            self.evaluate(self.next_eval)
+            self.next_eval += self.step
+        if row.gpu not in self.named and row.name:
+            self.analyzer.set_identity(row.gpu, name=row.name)
+            self.named.add(row.gpu)
+            self.result.models.setdefault(row.gpu, row.name)
+        if on_row:
+            on_row(row)
+        self.analyzer.add_gpu_points(row.gpu, (row.point,))
+        if row.host is not None:
+            self.analyzer.add_host_point(row.host)
+
+    def finish(self, last_t: float, had_inputs: set[str]) -> None:
+        """Evaluate up to the segment's last sample, then add its ledgers to the result. Episodes still
+        firing end there when a gap follows (``end`` stays None only at the end of the trace)."""
+        result, analyzer = self.result, self.analyzer
+        while self.next_eval <= last_t:
+            self.evaluate(self.next_eval)
+            self.next_eval += self.step
+        analyzer.flush_ledgers()
+        result.sampled_seconds += last_t - self.start
+        if self.ticks:
+            self.ticks.after(None)
+        if self.number < result.stats.gap_count:
+            for episode in self.open_episodes.values():
+                episode.end = last_t
+        for gpu in sorted(analyzer.gpus(), key=_gpu_order):
+            totals = result.ledger.setdefault(gpu, dict.fromkeys(STATES, 0.0))
+            job = result.job_ledger.setdefault(analyzer.group_of(gpu), dict.fromkeys(STATES, 0.0))
+            for state, seconds in analyzer.ledger(gpu).totals.items():
+                totals[state] = totals.get(state, 0.0) + seconds
+                job[state] += seconds
+            if result.prices is not None:  # each GPU's hours at its model's price
+                per_hour = result.prices.of(result.models.get(gpu, "")) / 3600
+                cost = result.cost.setdefault(gpu, dict.fromkeys(STATES, 0.0))
+                job_cost = result.job_cost.setdefault(analyzer.group_of(gpu), dict.fromkeys(STATES, 0.0))
+                for state, seconds in analyzer.ledger(gpu).totals.items():
+                    cost[state] = cost.get(state, 0.0) + seconds * per_hour
+                    job_cost[state] = job_cost.get(state, 0.0) + seconds * per_hour
+            result.held_back[gpu] = result.held_back.get(gpu, 0.0) + analyzer.ledger(gpu).held_back_s
+            result.envelopes[gpu] = analyzer.envelope(gpu)
+        had_inputs.update(analyzer.had_inputs)
+
+    def evaluate(self, t: float) -> None:
+        result = self.result
+        states, events = self.analyzer.evaluate(t)
+        if self.ticks:
+            self.ticks.after(t)
+        for event in events:
+            result.events.append(event)
+            key = (event.gpu, event.kind)
+            if event.state == "firing":
+                episode = Episode(
+                    event.gpu, event.kind, event.t, None, event.cause, event.score, event.related
+                )
+                self.open_episodes[key] = episode
+                result.episodes.append(episode)
+                if event.kind == "comm_hang" and event.related and key not in self.in_job:
+                    job = {
+                        "event": "job",
+                        "t": round(event.t, 1),
+                        "kind": event.kind,
+                        "gpus": sorted((event.gpu, *event.related), key=_gpu_order),
+                        "cause": event.cause,
+                    }
+                    result.jobs.append(job)
+                    self.in_job.update((g, event.kind) for g in job["gpus"])  # type: ignore[union-attr]
+                    if self.on_job:
+                        self.on_job(job)
+            else:
+                episode = self.open_episodes.pop(key, None)
+                if episode is not None:
+                    episode.end = event.t
+                self.in_job.discard(key)
+            if self.on_event:
+                self.on_event(event)
+        for (gpu, kind), episode in self.open_episodes.items():  # peak score and latest cause while firing
+            state = states.get(gpu, {}).get(kind)
+            if state is not None:
+                episode.peak = max(episode.peak, state.score)
+                episode.cause = state.cause or episode.cause
+
+
+class TickStates:
+    """The state of each GPU's evaluated second, read from its ledger's counters after each tick: the
+    state that took most of what the tick committed. The ledger holds back the seconds of a stopped run
+    until it can judge the run (up to the pause allowance), then commits them together: the ticks that
+    committed nothing are given, newest first, the lost-time state of the seconds committed in excess of
+    one, when that happens. Ticks never committed (no sample) get no state. Observes only."""
+
+    def __init__(self, analyzer: Analyzer, step: float, emit: Callable[[float, str, str], None]) -> None:
+        self.analyzer, self.step, self.emit = analyzer, step, emit
+        self.before: dict[str, dict[str, float]] = {}
+        self.held: dict[str, list[float]] = {}  # per GPU: ticks that committed nothing yet
+
+    def after(self, t: float | None) -> None:
+        """After the evaluation at ``t``; ``None`` after the final flush (no tick of its own)."""
+        for gpu in self.analyzer.gpus():
+            totals = self.analyzer.ledger(gpu).totals
+            before = self.before.get(gpu) or dict.fromkeys(STATES, 0.0)
+            delta = {s: totals[s] - before.get(s, 0.0) for s in STATES}
+            self.before[gpu] = dict(totals)
+            held = self.held.setdefault(gpu, [])
+            committed = sum(delta.values())
+            if committed < 0.05 * self.step:
+                if t is not None:
+                    held.append(t)
+                continue
+            own = 0 if t is None else 1
+            back = min(len(held), max(0, round(committed / self.step) - own))
+            if back:
+                lost = {s: v for s, v in delta.items() if s not in WORK_STATES and v > 0}
+                state = max(lost or delta, key=lambda s: (lost or delta)[s])
+                for held_t in held[len(held) - back :]:
+                    self.emit(held_t, gpu, state)
+                delta[state] -= back * self.step
+            held.clear()
+            if t is not None:
+                self.emit(t, gpu, max(delta, key=lambda s: delta[s]))
+
+
+def _gpu_order(gpu: str) -> tuple[int, str]:
+    return (int(gpu), gpu) if gpu.isdigit() else (1 << 30, gpu)
+
+
+def event_json(event: VerdictEvent) -> str:
+    record: dict[str, object] = {
+        "event": "verdict",
+        "t": round(event.t, 1),
+        "gpu": event.gpu,
+        "kind": event.kind,
+        "state": event.state,
+        "score": round(event.score, 2),
+    }
+    if event.cause:
+        record["cause"] = event.cause
+    return json.dumps(record)
+
+
+def summary(result: ReplayResult) -> dict[str, object]:
+    return {
+        "event": "summary",
+        "trace": str(result.path),
+        "format": result.stats.format,
+        "period": result.stats.period,  # seconds between samples placed by --period; None: the log's times
+        "gpus": len(result.stats.gpus),
+        "seconds": round(result.seconds, 1),
+        "rows": result.stats.rows,
+        "skipped_rows": result.stats.skipped,
+        "unknown_columns": result.stats.unknown_columns,
+        "clipped_values": dict(result.stats.clipped),
+        "backward_rows": result.stats.backwards,
+        "gap_count": result.stats.gap_count,
+        "gaps": [{"line": line, "seconds": round(seconds, 1)} for line, seconds in result.stats.gaps],
+        "cut_after_line": result.stats.cut_after_line,  # a gzip file cut short: its last line read
+        "verdicts": [
+            {
+                "gpu": e.gpu,
+                "kind": e.kind,
+                "start": round(e.start, 1),
+                "end": round(e.end, 1) if e.end is not None else None,
+                "cause": e.cause or None,
+                "peak_score": round(e.peak, 2),
+            }
+            for e in result.episodes
+        ],
+        "jobs": result.jobs,
+        "silent": result.silent,
+        "ledger": {gpu: _rounded(states) for gpu, states in result.ledger.items()},
+        "job_ledger": {job: _rounded(states) for job, states in result.job_ledger.items()},
+        "cost": cost_summary(result),
+        "holding_back": [
+            {"gpu": gpu, "seconds": round(seconds, 1), "share": round(share, 3)}
+            for gpu, seconds, share in holdups(result)
+        ],
+        "power_envelopes": {
+            gpu: {
+                "idle_w": None if e.floor_w is None else round(e.floor_w, 1),
+                "idle_from": e.floor_from or None,
+                "ceiling_w": None if e.ceiling_w is None else round(e.ceiling_w, 1),
+                "ceiling_from": e.ceiling_from or None,
+            }
+            for gpu, e in result.envelopes.items()
+        },
+    }
+
+
+def cost_summary(result: ReplayResult) -> dict[str, object] | None:
+    """What each GPU's and each job's time cost, per ledger state, and the lost states' total (None:
+    --price off)."""
+    if result.prices is None:
+        return None
+
+    def money(states: dict[str, float]) -> dict[str, float]:
+        return {state: round(amount, 4) for state, amount in states.items()}
+
+    return {
+        "currency": result.prices.currency,
+        "price_per_gpu_hour": {gpu: result.prices.of(result.models.get(gpu, "")) for gpu in result.cost},
+        "gpus": {gpu: money(states) for gpu, states in result.cost.items()},
+        "jobs": {job: money(states) for job, states in result.job_cost.items()},
+        "total": round(sum(sum(states.values()) for states in result.cost.values()), 4),
+        "lost": round(sum(_lost(states) for states in result.cost.values()), 4),
+    }
+
+
+def _lost(states: dict[str, float]) -> float:
+    return sum(amount for state, amount in states.items() if state in LOST_STATES)
+
+
+def _money(amount: float) -> str:
+    return f"{amount:.2f}" if amount >= 0.1 or amount == 0 else f"{amount:.4f}"
+
+
+def cost_lines(result: ReplayResult) -> list[str]:
+    """What each GPU's and each job's time cost, and what of it was lost, by state, largest first."""
+    prices = result.prices
+    if prices is None or not result.cost:
+        return []
+
+    def line(name: str, states: dict[str, float]) -> str:
+        lost = sorted(((s, a) for s, a in states.items() if s in LOST_STATES and a > 0), key=lambda x: -x[1])
+        text = f"  {name}: {_money(sum(states.values()))}, lost {_money(_lost(states))}"
+        return text + (": " + ", ".join(f"{s} {_money(a)}" for s, a in lost) if lost else "")
+
+    lines = [
+        f"what the time cost ({prices.currency}; prices per GPU-hour are examples unless --price sets them):"
+    ]
+    for gpu, states in result.cost.items():
+        model = result.models.get(gpu) or "model unknown"
+        lines.append(line(f"GPU {gpu} ({model}, {prices.of(result.models.get(gpu, '')):g}/h)", states))
+    lines += [
+        line(f"job {job}" if job != "node" else "all GPUs", states) for job, states in result.job_cost.items()
+    ]
+    return lines
+
+
+def holdups(result: ReplayResult) -> list[tuple[str, float, float]]:
+    """The GPUs that held their job back (off-kernel while peers waited for them in a collective) for at
+    least the hold-up share of their held time: (gpu, seconds, share), most first."""
+    out = []
+    for gpu, seconds in result.held_back.items():
+        held = sum(s for state, s in result.ledger.get(gpu, {}).items() if state != "free")
+        if held > 0 and seconds / held >= HOLDUP_SHARE.value:
+            out.append((gpu, seconds, seconds / held))
+    return sorted(out, key=lambda x: -x[1])
+
+
+def _rounded(states: dict[str, float]) -> dict[str, float]:
+    return {state: round(seconds, 1) for state, seconds in states.items()}
+
+
+def gap_text(stats: ReadStats) -> str:
+    """The gaps, for a person: where each starts and how long it is (the first few)."""
+    shown = [
+        f"{seconds:.0f} s before line {line}"
+        if seconds >= 0
+        else f"a restart {-seconds:.0f} s back at line {line}"
+        for line, seconds in stats.gaps[:5]
+    ]
+    more = stats.gap_count - len(shown)
+    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
+
+
+def ledger_lines(result: ReplayResult) -> list[str]:
+    """Where each GPU's time went, and each job's: the share of every state that took any."""
+
+    def line(name: str, states: dict[str, float]) -> str:
+        total = sum(states.values())
+        if total <= 0:
+            return f"  {name}: no utilization samples"
+        parts = [
+            f"{state} {seconds / total:.0%}" for state, seconds in states.items() if seconds / total >= 0.005
+        ]
+        return f"  {name} ({total:.0f} s): " + ", ".join(parts)
+
+    lines = ["where the time went:"]
+    lines += [line(f"GPU {gpu}", states) for gpu, states in result.ledger.items()]
+    lines += [
+        line(f"job {job}" if job != "node" else "all GPUs", states)
+        for job, states in result.job_ledger.items()
+    ]
+    return lines
+
+
+def _clock(result: ReplayResult, t: float) -> str:
+    first = result.stats.first_timestamp
+    if first is None:
+        return ""
+    return datetime.fromtimestamp(first + t, tz=UTC).strftime("%H:%M:%S")
+
+
+def _gpu_list(gpus: list[str]) -> str:
+    ordered = sorted(gpus, key=_gpu_order)
+    if (
+        all(g.isdigit() for g in ordered)
+        and ordered
+        and [int(g) for g in ordered] == list(range(int(ordered[0]), int(ordered[-1]) + 1))
+        and len(ordered) > 2
+    ):
+        return f"{ordered[0]}-{ordered[-1]}"
+    return ", ".join(ordered)
+
+
+def human(result: ReplayResult) -> str:
+    """The summary an engineer reads: per GPU, what, when, how long, why."""
+    s = result.stats
+    span = f"{result.seconds:.1f} s of samples"
+    if s.gap_count:
+        span = f"{result.sampled_seconds:.1f} s of samples over {result.seconds:.0f} s"
+    lines = [f"{result.path}: {len(s.gpus)} GPU(s), {span}, {s.rows} rows"]
+    if s.format and s.format != NVIDIA_SMI_CSV:
+        lines[0] += f" read as {s.format}"
+    if s.period is not None:
+        lines[0] += f" (no times in the log: samples {s.period:g} s apart, --period)"
+    if s.first_timestamp is not None and not (s.period is not None and s.first_timestamp == 0):
+        start = datetime.fromtimestamp(s.first_timestamp, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+        lines[0] += f", from {start}"
+    by_gpu: dict[str, list[Episode]] = {}
+    for episode in result.episodes:
+        by_gpu.setdefault(episode.gpu, []).append(episode)
+    quiet = [g for g in s.gpus if g not in by_gpu]
+    for gpu in sorted(by_gpu, key=_gpu_order):
+        for e in by_gpu[gpu]:
+            end = e.end if e.end is not None else result.seconds
+            until = f"{e.end:.0f} s ({_clock(result, e.end)})" if e.end is not None else "the end"
+            text = (
+                f"  GPU {gpu}: {e.kind} from {e.start:.0f} s ({_clock(result, e.start)}) to {until}, "
+                f"{end - e.start:.0f} s, peak score {e.peak:.2f}"
+            )
+            if e.cause:
+                text += f", cause {e.cause}"
+            if e.kind == "data_starvation" and e.related:
+                text += f"; GPUs {_gpu_list(list(e.related))} wait for it in NCCL"
+            lines.append(text)
+    if quiet:
+        lines.append(f"  GPU {_gpu_list(quiet)}: no verdict")
+    lines += unpaged_losses(result, quiet)
+    for job in result.jobs:
+        lines.append(
+            f"  job event: {job['kind']} on GPUs {_gpu_list(job['gpus'])} from {job['t']} s ({job['cause']})"
+        )  # type: ignore[arg-type]
+    if result.silent:
+        lines.append(
+            "  silent (inputs missing from this trace): "
+            + "; ".join(
+                f"{kind} {why}"
+                for kind, why in sorted(result.silent.items(), key=lambda kv: KINDS.index(kv[0]))
+            )
+        )
+    if s.skipped:
+        lines.append(f"  {s.skipped} unreadable row(s) skipped")
+    if s.gap_count:
+        lines.append(f"  {s.gap_count} gap(s) in the samples, each analysed apart: " + gap_text(s))
+    if s.clipped:
+        lines.append(
+            f"  {sum(s.clipped.values())} impossible value(s) read as missing: "
+            + ", ".join(f"{column} {count}" for column, count in s.clipped.items())
+        )
+    if result.ledger:
+        lines += ledger_lines(result)
+    for gpu, seconds, share in holdups(result):
+        waiting = [g for g in result.ledger if g != gpu and result.ledger[g].get("comm_wait", 0.0) > 0]
+        lines.append(
+            f"  GPU {gpu} held its job back for {seconds:.0f} s ({share:.0%} of its held time): off-kernel "
+            f"while GPUs {_gpu_list(waiting) or 'of its job'} waited for it in collectives"
+        )
+    lines += cost_lines(result)
+    lines += envelope_lines(result)
+    return "\n".join(lines)
+
+
+def unpaged_losses(result: ReplayResult, gpus: list[str]) -> list[str]:
+    """GPUs without a verdict that still lost the coverage share of their held time to one state (a trace
+    too short for a verdict to fire and hold, or a loss spread too thin): say what was seen."""
+    lines = []
+    for gpu in sorted(gpus, key=_gpu_order):
+        states = result.ledger.get(gpu, {})
+        held = sum(s for state, s in states.items() if state != "free")
+        lost = {s: v for s, v in states.items() if s not in WORK_STATES and s != "free"}
+        if held <= 0 or not lost:
+            continue
+        state, seconds = max(lost.items(), key=lambda kv: kv[1])
+        if seconds / held >= COVERAGE_SHARE.value:
+            lines.append(
+                f"  GPU {gpu}: no verdict over {held:.0f} s held, yet {seconds / held:.0%} of it went to "
+                f"{state} (a verdict needs its evidence to build and hold; see where the time went)"
+            )
+    return lines
+
+
+def envelope_lines(result: ReplayResult) -> list[str]:
+    """Which evidence set each GPU's power envelope (and so how its power reads), GPUs alike grouped."""
+    groups: dict[tuple[str, str], list[Envelope]] = {}
+    names: dict[tuple[str, str], list[str]] = {}
+    for gpu, e in result.envelopes.items():
+        key = (e.floor_from, e.ceiling_from)
+        groups.setdefault(key, []).append(e)
+        names.setdefault(key, []).append(gpu)
+    if not groups:
+        return []
+    lines = ["power envelope (idle floor to ceiling: where power reads as compute or as waiting):"]
+    for (floor_from, ceiling_from), envelopes in groups.items():
+        ceilings = [e.ceiling_w for e in envelopes if e.ceiling_w]
+        if not ceilings:
+            gpus = _gpu_list(names[(floor_from, ceiling_from)])
+            lines.append(f"  GPU {gpus}: none (no power limit, board name, idle floor or busy draw seen)")
+            continue
+        floors = [e.floor_w for e in envelopes if e.floor_w is not None]
+        floor = f"idle {_watts(floors)} ({floor_from})" if floors else "idle unknown"
+        lines.append(
+            f"  GPU {_gpu_list(names[(floor_from, ceiling_from)])}: {floor}, "
+            f"ceiling {_watts(ceilings)} ({ceiling_from})"
+        )
+    return lines
+
+
+def _watts(values: list[float]) -> str:
+    low, high = min(values), max(values)
+    return f"{low:.0f} W" if round(low) == round(high) else f"{low:.0f}-{high:.0f} W"

@@ -1,0 +1,660 @@
+"""Trace CSV in and out: what ``nvidia-smi --query-gpu=... --format=csv[,nounits] -lms N`` prints, plus
+our extension columns. ``TraceReader`` turns any such file into points; ``TraceWriter`` writes the
+points the live exporter samples in the same format, so anything seen live can be replayed.
+
+Real logs parse as they are: units in the header or in the cells or nowhere, ``, `` or ``,``,
+``[N/A]``/``[Not Supported]`` for missing values, nvidia-smi/ISO 8601/Unix timestamps, an ``index``
+column or rows in index order (``--gpus N``), any subset of columns, repeated headers where nvidia-smi
+was restarted into the same file. A gzip-compressed trace (``.csv.gz``) reads the same as its ``.csv``; one
+cut short (a copy or an upload that stopped) reads up to its last complete line, and says where it ends.
+
+Other GPU logs are read by the modules of exporter/offline/traceformats, one per format; ``TraceReader`` picks
+the reader from the first few KiB of the file (never from its name) and turns what any of them yields
+into the same rows, with the same bounds and accounting.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import math
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import IO
+
+from exporter.analysis.points import NO_EXTRA, GpuPoint, HostPoint
+from exporter.offline import traceformats
+from exporter.offline.traceformats.base import (
+    MAX_GPUS,
+    Context,
+    FormatError,
+    Sample,
+    Skip,
+    parse_timestamp,
+    strip_ansi,
+)
+from exporter.policy import catalog
+from exporter.policy.thresholds import EVAL_INTERVAL, TRACE_GAP_PERIODS
+
+MIB = catalog.MIB
+UNIT_SCALE = {"%": 0.01, "mib": MIB, "mib/s": MIB, "w": 1.0, "mhz": 1e6, "": 1.0, "c": 1.0, "s": 1.0}
+MISSING = {"", "n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]", "[gpu is lost]", "nan"}
+
+# column name -> (point, attribute); units come from the file. The GPU's columns come from the signal
+# catalog (exporter/policy/catalog.py), the node's are these.
+GPU_COLUMNS: dict[str, tuple[str, str]] = {
+    **catalog.gpu_columns(),
+    "host.cpu.iowait": ("host", "iowait"),
+    "host.cpu.max_core": ("host", "core_busy_max"),
+    "host.shm.used": ("host", "shm_used_bytes"),
+    "host.shm.total": ("host", "shm_size_bytes"),
+    "host.disk.read": ("host", "disk_read_bps"),
+    "host.psi.io": ("host", "psi_io"),
+    "host.psi.cpu": ("host", "psi_cpu"),
+    "host.psi.memory": ("host", "psi_memory"),
+}
+META_COLUMNS = {"timestamp", "index", "name", "uuid", "pci.bus_id", "driver_version", "pstate", "serial"}
+# the columns that are shares of time or capacity, written in percent
+PERCENT_FIELDS = (
+    *catalog.percent_fields(),
+    "iowait",
+    "core_busy_max",
+    "psi_io",
+    "psi_cpu",
+    "psi_memory",
+)
+
+# the unit a column has when neither its header nor its cells say (nvidia-smi's own units)
+DEFAULT_UNITS: dict[str, str] = {
+    **catalog.default_units(),
+    **dict.fromkeys(PERCENT_FIELDS, "%"),
+    **dict.fromkeys(("shm_used_bytes", "shm_size_bytes"), "MiB"),
+    "disk_read_bps": "MiB/s",
+}
+
+# Physically possible values, in the base units points hold: (low, high, as shown, why). A cell outside is a
+# corrupt or mis-scaled value (9999 C, -40 W, 250 %); it is read as missing, never fed to the detectors,
+# and counted per column (a warning each, ``clipped_values`` in the replay summary).
+BOUNDS: dict[str, tuple[float, float, str, str]] = {
+    **catalog.bounds(),
+    **dict.fromkeys(PERCENT_FIELDS, catalog.SHARE),
+    **dict.fromkeys(("shm_used_bytes", "shm_size_bytes"), catalog.HOST_MEMORY),
+    "disk_read_bps": catalog.DISK_RATE,
+}
+
+# what record writes: (header, point, attribute, scale from base units to the header's unit, format);
+# "extra": a catalog signal carried in GpuPoint.extra
+WRITE_COLUMNS: tuple[tuple[str, str, str, float, str], ...] = (
+    *catalog.write_columns(),
+    ("host.cpu.iowait [%]", "host", "iowait", 100.0, "{:.1f}"),
+    ("host.cpu.max_core [%]", "host", "core_busy_max", 100.0, "{:.1f}"),
+    ("host.shm.used [MiB]", "host", "shm_used_bytes", 1 / MIB, "{:.0f}"),
+    ("host.shm.total [MiB]", "host", "shm_size_bytes", 1 / MIB, "{:.0f}"),
+    ("host.disk.read [MiB/s]", "host", "disk_read_bps", 1 / MIB, "{:.0f}"),
+    ("host.psi.io [%]", "host", "psi_io", 100.0, "{:.1f}"),
+    ("host.psi.cpu [%]", "host", "psi_cpu", 100.0, "{:.1f}"),
+    ("host.psi.memory [%]", "host", "psi_memory", 100.0, "{:.1f}"),
+)
+
+# Input bounds, checked before anything is parsed: a real nvidia-smi line is a few hundred characters and a
+# cell a few dozen, so a line or a field far longer is not a trace (``/dev/zero``, a binary, a corrupt
+# gzip stream). Reading stops at the bound; a line is never read whole first.
+MAX_LINE_CHARS = 64 * 1024
+MAX_FIELD_CHARS = 1024
+# MAX_GPUS (exporter/offline/traceformats/base.py): more distinct GPUs is a corrupt index/uuid column.
+# unknown column names remembered (and warned about): a header is read again at every restart
+MAX_UNKNOWN_COLUMNS = 100
+# the largest clock event reasons mask: a 64-bit word
+MAX_REASONS = float(1 << 64)
+
+_NUMBER = re.compile(r"^([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z%/]*)$")
+_HEADER = re.compile(r"^(.*?)\s*(?:\[(.*)\])?$")
+
+
+class TraceError(Exception):
+    """A trace that cannot be read; the message names the file and, where it applies, the line."""
+
+
+@dataclass(frozen=True)
+class Column:
+    index: int
+    name: str
+    unit: str
+    target: tuple[str, str] | None
+
+
+@dataclass
+class TraceRow:
+    line: int
+    t: float  # seconds since the first row
+    gpu: str
+    point: GpuPoint
+    host: HostPoint | None
+    name: str = ""
+    segment: int = 0  # counts the gaps before this row (see TRACE_GAP_PERIODS)
+
+
+@dataclass
+class ReadStats:
+    rows: int = 0
+    skipped: int = 0
+    unknown_columns: list[str] = field(default_factory=list)
+    backwards: int = 0  # rows skipped because their timestamp is earlier than the previous row's
+    gap_count: int = 0  # gaps in the samples, each starting a new segment
+    gaps: list[tuple[int, float]] = field(default_factory=list)  # (line, seconds) of the first few
+    first_timestamp: float | None = None
+    last_timestamp: float | None = None
+    gpus: list[str] = field(default_factory=list)
+    names: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    clipped: dict[str, int] = field(default_factory=dict)  # column -> impossible values read as missing
+    clipped_attrs: dict[str, str] = field(default_factory=dict)  # such a column -> its point attribute
+    format: str = ""  # what the file was read as (traceformats.names())
+    period: float | None = None  # seconds between samples placed by --period (a log without times)
+    cut_after_line: int | None = None  # a gzip file cut short: its last complete line (None: whole)
+
+
+def parse_cell(text: str, unit: str) -> float | None:
+    """A cell's value in the header's unit system, scaled to base units. None when missing."""
+    cell = text.strip()
+    if cell.lower() in MISSING:
+        return None
+    if cell[:2].lower() == "0x":
+        try:
+            return float(int(cell, 16))
+        except OverflowError:
+            raise ValueError(f"not a finite number: {cell[:20]!r}...") from None
+    match = _NUMBER.match(cell)
+    if not match:
+        raise ValueError(f"not a number: {cell!r}")
+    value = float(match.group(1))
+    scale_unit = match.group(2).lower() or unit.lower()  # a unit in the cell says what it is
+    if scale_unit not in UNIT_SCALE:
+        raise ValueError(f"unknown unit {match.group(2)!r}")
+    value *= UNIT_SCALE[scale_unit]
+    if not math.isfinite(value):  # 1e999: a number too large for any reading
+        raise ValueError(f"not a finite number: {cell!r}")
+    return value
+
+
+def clipped_warnings(stats: ReadStats) -> list[str]:
+    """One line per column that had impossible values."""
+    lines = []
+    for name, count in stats.clipped.items():
+        _, _, shown, why = BOUNDS[stats.clipped_attrs.get(name) or GPU_COLUMNS[name][1]]
+        lines.append(f"{name}: {count} value(s) outside {shown} ({why}) read as missing")
+    return lines
+
+
+class _CutGzip(io.RawIOBase):
+    """A gzip file's decompressed bytes, ending quietly where the compressed file ends early (``cut`` is
+    then True): what was decompressed before the cut is kept, where ``gzip.open`` would raise and lose the
+    text it had buffered."""
+
+    def __init__(self, path: Path) -> None:
+        self._gz = gzip.GzipFile(path, "rb")
+        self.cut = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        if self.cut:
+            return 0
+        try:
+            data = self._gz.read1(len(buffer))
+        except EOFError:
+            self.cut = True
+            return 0
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._gz.close()
+        super().close()
+
+
+class TraceReader:
+    """Iterates a trace's rows as points. Bad rows are skipped with a warning naming their line.
+
+    The format comes from the file's first few KiB (``traceformats.detect``). ``period`` and ``start``
+    place the samples of a log without times: ``start`` (Unix seconds, default 0) plus the sample's number
+    times ``period`` (default: the tool's own interval). Logs with times ignore both."""
+
+    MAX_WARNINGS = 20
+
+    def __init__(
+        self,
+        path: str | Path,
+        gpus: int | None = None,
+        period: float | None = None,
+        start: float | None = None,
+    ) -> None:
+        if period is not None and not (math.isfinite(period) and period > 0):
+            raise ValueError(f"period must be a positive number of seconds, not {period!r}")
+        if start is not None and not (math.isfinite(start) and 0 <= start <= traceformats.base.MAX_TIMESTAMP):
+            raise ValueError(f"start must be Unix seconds between 1970 and 9999, not {start!r}")
+        self.path = Path(path)
+        self.gpus = gpus
+        self.period, self.start = period, start
+        self.format: ModuleType | None = None  # the reader of a log other than nvidia-smi's CSV
+        self._gpus_given = gpus is not None
+        self.stats = ReadStats()
+        self._columns: list[Column] = []
+        self._by_name: dict[str, int] = {}
+        self._header_text = ""
+        self._first_ts: float | None = None
+        self._next_rr = 0
+        self._uuids: dict[str, str] = {}
+        self._last_host_t: float | None = None
+        self._last_ts: dict[str, float] = {}  # each GPU's latest timestamp (Unix seconds)
+        self._max_ts: float | None = None  # the latest of all
+        self._restarted = False  # a header came again since the last row (nvidia-smi restarted)
+        self._checked = False  # --gpus was compared with the log's own GPU column
+        self._gz: _CutGzip | None = None  # the open gzip file, when the trace is one
+
+    # ---- plumbing ------------------------------------------------------------------------------
+
+    def _warn(self, message: str) -> None:
+        self.stats.skipped += 1
+        if len(self.stats.warnings) < self.MAX_WARNINGS:
+            self.stats.warnings.append(message)
+
+    def _open(self) -> IO[str]:
+        """The file as text; a ``.gz`` file is decompressed on the fly (and may end early: see _bounded)."""
+        try:
+            if self.path.suffix.lower() == ".gz":
+                self._gz = _CutGzip(self.path)
+                return io.TextIOWrapper(io.BufferedReader(self._gz), encoding="utf-8-sig", newline="")
+            return self.path.open(newline="", encoding="utf-8-sig")  # a leading BOM is not data
+        except OSError as exc:
+            raise TraceError(f"{self.path}: cannot read ({exc.strerror or exc})") from None
+
+    def _bounded(self, handle: IO[str]) -> Iterator[str]:
+        """The file's lines, each read up to MAX_LINE_CHARS: a longer one ends the read with an error. In a
+        gzip file cut short, the lines end with the last complete one (the cut one is partial: a value in it
+        may have lost digits), and ``stats.cut_after_line`` says which that is."""
+        number = 0
+        while line := handle.readline(MAX_LINE_CHARS + 2):
+            partial = not line.endswith(("\n", "\r")) and len(line) <= MAX_LINE_CHARS
+            if partial and self._gz is not None and self._gz.cut:
+                break
+            number += 1
+            if len(line.rstrip("\r\n")) > MAX_LINE_CHARS:
+                raise TraceError(
+                    f"{self.path}:{number}: a line longer than {MAX_LINE_CHARS} characters: not a trace "
+                    "(nvidia-smi writes a few hundred per line)"
+                )
+            yield line
+        if self._gz is not None and self._gz.cut:
+            self.stats.cut_after_line = number
+
+    def _guarded(self, lines: Iterator[str]) -> Iterator[str]:
+        """Reading errors as TraceErrors that name the file."""
+        try:
+            yield from lines
+        except UnicodeDecodeError as exc:
+            raise TraceError(f"{self.path}: not a UTF-8 text file ({exc.reason})") from None
+        except (gzip.BadGzipFile, EOFError) as exc:
+            raise TraceError(f"{self.path}: not a readable gzip file ({exc or 'truncated'})") from None
+
+    def _head(self) -> list[str]:
+        """The complete lines within the first SNIFF_CHARS characters: what decides the format. A first
+        line longer than that gives none (the CSV reader then reports the line's length)."""
+        with self._open() as handle:
+
+            def first() -> Iterator[str]:
+                yield handle.read(traceformats.SNIFF_CHARS)
+
+            text = "".join(self._guarded(first()))
+        lines = text.splitlines()
+        if len(text) == traceformats.SNIFF_CHARS and lines and not text.endswith(("\n", "\r")):
+            lines.pop()  # cut short
+        return lines
+
+    def _text_lines(self) -> Iterator[tuple[int, str]]:
+        """The file's lines for the other formats' readers: bounded, line ends and terminal escapes
+        removed."""
+        with self._open() as handle:
+            for number, line in enumerate(self._guarded(self._bounded(handle)), 1):
+                yield number, strip_ansi(line.rstrip("\r\n"))
+
+    def _lines(self) -> Iterator[tuple[int, list[str]]]:
+        with self._open() as handle:
+            reader = csv.reader(self._bounded(handle), skipinitialspace=True)
+            try:
+                for fields in reader:
+                    if fields and any(f.strip() for f in fields):
+                        yield reader.line_num, fields
+            except UnicodeDecodeError as exc:
+                raise TraceError(f"{self.path}: not a UTF-8 text file ({exc.reason})") from None
+            except csv.Error as exc:
+                raise TraceError(f"{self.path}:{reader.line_num}: {exc}") from None
+            except (gzip.BadGzipFile, EOFError) as exc:
+                raise TraceError(f"{self.path}: not a readable gzip file ({exc or 'truncated'})") from None
+
+    def _gpus_named(self) -> None:
+        """--gpus given for a log whose every sample names its GPU: they must agree (one pass first)."""
+        assert self.format is not None
+        ids: set[str] = set()
+        ctx = Context(start=self.start or 0.0, period=self.period or 1.0)
+        for item in self.format.read(self._text_lines, ctx):
+            if isinstance(item, Sample):
+                ids.add(item.gpu)
+        if len(ids) != self.gpus:
+            raise TraceError(
+                f"{self.path}: the log has {len(ids)} GPUs (its {self.format.NAME} rows say so), not the "
+                f"{self.gpus} of --gpus; --gpus is only for logs without an index or uuid column"
+            )
+
+    def _is_header(self, fields: list[str]) -> bool:
+        return fields[0].strip().lower().startswith("timestamp") or not self._columns
+
+    def _parse_header(self, fields: list[str], line: int) -> None:
+        columns, unknown = [], []
+        for i, raw in enumerate(fields):
+            match = _HEADER.match(raw.strip())
+            name = (match.group(1) if match else raw).strip().lower()
+            unit = ((match.group(2) if match else "") or "").strip()
+            target = GPU_COLUMNS.get(name)
+            if target is None and name not in META_COLUMNS:
+                unknown.append(raw.strip())
+            columns.append(
+                Column(i, name, unit or DEFAULT_UNITS.get(target[1], "") if target else unit, target)
+            )
+        by_name = {c.name: c.index for c in columns}
+        if "timestamp" not in by_name:
+            raise TraceError(
+                f"{self.path}:{line}: not a log replay reads: the first line is not a header with a "
+                f"timestamp column ({traceformats.NVIDIA_SMI_CSV}), and the file is none of "
+                f"{', '.join(traceformats.names()[1:])}"
+            )
+        if not any(c.target for c in columns):
+            raise TraceError(f"{self.path}:{line}: the header names no column this tool understands")
+        known = self.stats.unknown_columns
+        known += [c for c in unknown if c not in known][: max(0, MAX_UNKNOWN_COLUMNS - len(known))]
+        self._columns, self._by_name = columns, by_name
+
+    def _infer_gpu_count(self) -> int:
+        """Without index or uuid: rows sharing the first timestamp are one sample of every GPU."""
+        first, count = None, 0
+        for _, fields in self._lines():
+            if fields[0].strip().lower().startswith("timestamp"):
+                if first is not None:
+                    break
+                continue
+            if first is None:
+                first = fields[0].strip()
+            if fields[0].strip() != first:
+                break
+            count += 1
+            if count >= MAX_GPUS:
+                break
+        return max(count, 1)
+
+    def _check_gpu_count(self) -> None:
+        """--gpus given for a log that names its GPUs: they must agree."""
+        key = "index" if "index" in self._by_name else "uuid"
+        ids: set[str] = set()
+        for _, fields in self._lines():
+            if not fields[0].strip().lower().startswith("timestamp") and len(fields) > self._by_name[key]:
+                ids.add(fields[self._by_name[key]].strip())
+                if len(ids) > MAX_GPUS:
+                    break
+        if len(ids) != self.gpus:
+            raise TraceError(
+                f"{self.path}: the log has {len(ids)} GPUs (its {key} column says so), not the {self.gpus} "
+                "of --gpus; --gpus is only for logs without an index or uuid column"
+            )
+
+    # ---- rows ----------------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[TraceRow]:
+        self.format = traceformats.detect(self._head(), set(GPU_COLUMNS))
+        self.stats.format = self.format.NAME if self.format else traceformats.NVIDIA_SMI_CSV
+        if self.format is None:
+            yield from self._csv_rows()
+        else:
+            yield from self._format_rows(self.format)
+
+    def _format_rows(self, reader: ModuleType) -> Iterator[TraceRow]:
+        """The rows of a log another module reads: its samples, bounded and accounted like CSV rows."""
+        unknown = self.stats.unknown_columns
+
+        def note(name: str) -> None:
+            if name not in unknown and len(unknown) < MAX_UNKNOWN_COLUMNS:
+                unknown.append(name)
+
+        period = self.period or reader.DEFAULT_PERIOD
+        ctx = Context(start=self.start or 0.0, period=period, gpus=self.gpus, unknown=note)
+        try:
+            if self._gpus_given and reader.NAMES_GPUS:
+                self._gpus_named()
+            for item in reader.read(self._text_lines, ctx):
+                if isinstance(item, Skip):
+                    self._warn(f"{self.path}:{item.line}: {item.message}")
+                    continue
+                try:
+                    row = self._sample_row(item, ctx)
+                except ValueError as exc:
+                    self._warn(f"{self.path}:{item.line}: {exc}")
+                    continue
+                self.stats.rows += 1
+                yield row
+        except FormatError as exc:
+            where = f"{self.path}:{exc.line}" if exc.line else str(self.path)
+            raise TraceError(f"{where}: {reader.NAME}: {exc}") from None
+
+    def _sample_row(self, sample: Sample, ctx: Context) -> TraceRow:
+        ts = sample.ts
+        if ts is None:
+            ts = ctx.start + sample.tick * ctx.period
+            self.stats.period = ctx.period
+        if not 0.0 <= ts <= traceformats.base.MAX_TIMESTAMP:  # also nan and inf
+            raise ValueError(f"time {ts!r} is not a time between 1970 and 9999")
+        values: dict[str, float | None] = {}
+        clipped: list[tuple[str, str]] = []
+        for attr, value in sample.values.items():
+            if value is not None and attr in BOUNDS and not BOUNDS[attr][0] <= value <= BOUNDS[attr][1]:
+                value = None
+                clipped.append((sample.labels.get(attr, attr), attr))
+            values[attr] = value
+        return self._finish(sample.line, ts, sample.gpu, sample.name, values, {}, {}, clipped)
+
+    def _csv_rows(self) -> Iterator[TraceRow]:
+        needs_count = self.gpus is None
+        for line, fields in self._lines():
+            if self._is_header(fields):
+                self._restarted = self._max_ts is not None
+                self._parse_header(fields, line)
+                identified = "index" in self._by_name or "uuid" in self._by_name
+                if needs_count and not identified:
+                    self.gpus = self._infer_gpu_count()
+                elif identified and self._gpus_given and not self._checked:
+                    self._check_gpu_count()
+                    self._checked = True  # once: the whole file was read for it
+                needs_count = False
+                continue
+            if len(fields) != len(self._columns):
+                self._warn(
+                    f"{self.path}:{line}: {len(fields)} fields where the header has {len(self._columns)}"
+                )
+                continue
+            if any(len(f) > MAX_FIELD_CHARS for f in fields):
+                self._warn(f"{self.path}:{line}: a field longer than {MAX_FIELD_CHARS} characters")
+                continue
+            try:
+                row = self._row(fields, line)
+            except ValueError as exc:
+                self._warn(f"{self.path}:{line}: {exc}")
+                continue
+            self.stats.rows += 1
+            yield row
+
+    def _gpu_id(self, fields: list[str]) -> str:
+        if "index" in self._by_name:
+            raw = fields[self._by_name["index"]].strip()
+            try:
+                index = float(raw)
+            except ValueError:
+                raise ValueError(f"index {raw!r} is not a number") from None
+            if not (0 <= index < MAX_GPUS and index == int(index)):  # also nan and inf
+                raise ValueError(f"index {raw!r} is not a GPU index (a whole number 0-{MAX_GPUS - 1})")
+            return str(int(index))
+        if "uuid" in self._by_name:
+            uuid = fields[self._by_name["uuid"]].strip()
+            if uuid not in self._uuids and len(self._uuids) >= MAX_GPUS:
+                raise TraceError(f"{self.path}: more than {MAX_GPUS} GPU uuids: not one node's trace")
+            return self._uuids.setdefault(uuid, str(len(self._uuids)))
+        gpu = str(self._next_rr % (self.gpus or 1))
+        self._next_rr += 1
+        return gpu
+
+    def _row(self, fields: list[str], line: int) -> TraceRow:
+        ts = parse_timestamp(fields[self._by_name["timestamp"]])
+        gpu_values: dict[str, float | None] = {}
+        host_values: dict[str, float | None] = {}
+        extra: dict[str, float] = {}  # catalog signals read generically (GpuPoint.extra)
+        clipped: list[tuple[str, str]] = []  # (column, attribute)
+        for col in self._columns:
+            if col.target is None:
+                continue
+            kind, attr = col.target
+            try:
+                value = parse_cell(fields[col.index], col.unit)
+            except ValueError as exc:
+                raise ValueError(f"column {col.name!r}: {exc}") from None
+            if value is not None and attr in BOUNDS and not BOUNDS[attr][0] <= value <= BOUNDS[attr][1]:
+                value = None
+                clipped.append((col.name, attr))
+            if kind == "extra":
+                if value is not None:
+                    extra[attr] = value
+                continue
+            (gpu_values if kind == "gpu" else host_values)[attr] = value
+        gpu = self._gpu_id(fields)
+        name = fields[self._by_name["name"]].strip() if "name" in self._by_name else ""
+        return self._finish(line, ts, gpu, name, gpu_values, host_values, extra, clipped)
+
+    def _finish(
+        self,
+        line: int,
+        ts: float,
+        gpu: str,
+        name: str,
+        gpu_values: dict[str, float | None],
+        host_values: dict[str, float | None],
+        extra: dict[str, float],
+        clipped: list[tuple[str, str]],
+    ) -> TraceRow:
+        """A row from its values, whatever the format: time order and gaps checked, counted."""
+        last = self._last_ts.get(gpu)
+        if last is not None and ts < last and not self._restarted:
+            self.stats.backwards += 1
+            raise ValueError(f"timestamp {ts - last:+g} s before GPU {gpu}'s previous row's (time goes back)")
+        if "reasons" in gpu_values and gpu_values["reasons"] is not None:
+            reasons = gpu_values["reasons"]
+            if not (0 <= reasons < MAX_REASONS and reasons == int(reasons)):
+                raise ValueError(f"column 'clocks_event_reasons.active': {reasons!r} is not a reasons mask")
+            gpu_values["reasons"] = int(reasons)  # type: ignore[assignment]
+        self._see_step(ts, gpu, line)
+        for column, attr in clipped:  # counted once the row is known to be read
+            self.stats.clipped[column] = self.stats.clipped.get(column, 0) + 1
+            self.stats.clipped_attrs[column] = attr
+        if self._first_ts is None:
+            self._first_ts = ts
+            self.stats.first_timestamp = ts
+        self.stats.last_timestamp = ts
+        t = ts - self._first_ts
+        if gpu not in self.stats.gpus:
+            self.stats.gpus.append(gpu)
+        if name and gpu not in self.stats.names:
+            self.stats.names[gpu] = name
+        if "fabric_ready" in gpu_values and gpu_values["fabric_ready"] is not None:
+            gpu_values["fabric_ready"] = bool(gpu_values["fabric_ready"])  # type: ignore[assignment]
+        host = None
+        if host_values and any(v is not None for v in host_values.values()) and t != self._last_host_t:
+            host = HostPoint(t=t, **host_values)  # type: ignore[arg-type]
+            self._last_host_t = t
+        return TraceRow(
+            line=line,
+            t=t,
+            gpu=gpu,
+            point=GpuPoint(t=t, extra=extra or NO_EXTRA, **gpu_values),  # type: ignore[arg-type]
+            host=host,
+            name=name,
+            segment=self.stats.gap_count,
+        )
+
+    def _see_step(self, ts: float, gpu: str, line: int) -> None:
+        """A step past the latest timestamp longer than TRACE_GAP_PERIODS evaluation periods is a gap: the
+        next segment starts. So does a restart of nvidia-smi into the same file (a repeated header) whose
+        clock went back. (GPUs' rows may interleave in time; each GPU's own go forward.)"""
+        if self._max_ts is not None:
+            step = ts - self._max_ts
+            if step > TRACE_GAP_PERIODS.value * EVAL_INTERVAL.value or (self._restarted and step < 0):
+                self.stats.gap_count += 1
+                if len(self.stats.gaps) < self.MAX_WARNINGS:
+                    self.stats.gaps.append((line, step))
+                self._max_ts = ts
+                self._last_ts.clear()
+        self._max_ts = ts if self._max_ts is None else max(self._max_ts, ts)
+        self._last_ts[gpu] = ts
+        self._restarted = False
+
+
+class TraceWriter:
+    """Writes points in the trace format: one row per GPU point, with the node's latest host values."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+        self._host: HostPoint | None = None
+        self._header_written = False
+        self.rows = 0
+
+    def host(self, point: HostPoint) -> None:
+        self._host = point
+
+    def gpu(self, gpu: str, name: str, point: GpuPoint) -> None:
+        if not self._header_written:
+            header = ["timestamp", "index", "name", *(c[0] for c in WRITE_COLUMNS)]
+            self.stream.write(", ".join(header) + "\n")
+            self._header_written = True
+        cells = [format_timestamp(point.t), gpu, name]
+        for _, kind, attr, scale, fmt in WRITE_COLUMNS:
+            if kind == "extra":
+                value = point.extra.get(attr)
+            else:
+                source = point if kind == "gpu" else self._host
+                value = getattr(source, attr) if source is not None else None
+            if value is None or (isinstance(value, float) and math.isnan(value)):
+                cells.append("[N/A]")
+            elif fmt == "hex":
+                cells.append(f"0x{int(value):016X}")
+            else:
+                cells.append(fmt.format(float(value) * scale))
+        self.stream.write(", ".join(cells) + "\n")
+        self.rows += 1
+
+
+def format_timestamp(t: float) -> str:
+    """nvidia-smi's own format, in UTC (replay only uses differences)."""
+    ms = round(t * 1000)
+    return time.strftime("%Y/%m/%d %H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}"
+
+
+def read_text(text: str, gpus: int | None = None) -> list[TraceRow]:
+    """Parse a trace given as text (tests, small fixtures)."""
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as handle:
+        handle.write(text)
+    try:
+        return list(TraceReader(handle.name, gpus))
+    finally:
+        Path(handle.name).unlink(missing_ok=True)

@@ -1,0 +1,440 @@
+"""What a client may hold of the HTTP server: a bounded number of open connections, and a deadline for
+each request header, request body and TLS handshake. uvicorn keeps a connection that never sends a
+request open forever, so 300 half-open ones used to exhaust the file descriptors and block every scrape.
+
+Past the bound, the oldest connection that has not sent a request yet is closed for the new one (a
+scraper sends its request at once, so it is never the oldest waiting), then the oldest idle kept-alive
+one; when every connection is busy serving, the new one is refused. A request still sending its body
+(a progress report; scrapes have none) holds one of a few body slots: past them the oldest such
+connection is closed, so stalled bodies never take the slots scrapes need. TLS connections have a
+bound of their own, from what each costs in memory (OpenSSL's state and a read buffer).
+
+The protocol factory here also wraps connections in TLS with the context current at accept time, so a
+reloaded certificate is used from the next connection on without restarting the listener; a plain HTTP
+request sent to the TLS port is answered 400 in plain HTTP, as Go's servers do."""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import logging
+import resource
+import socket
+import ssl
+import string
+from asyncio import sslproto
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import h11
+from uvicorn.config import Config
+from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.server import ServerState
+
+from exporter.policy.thresholds import (
+    HTTP_BODY_TIMEOUT,
+    HTTP_HEADER_TIMEOUT,
+    HTTP_KEEPALIVE,
+    HTTP_MAX_BODY_CONNECTIONS,
+    HTTP_MAX_CONNECTIONS,
+    HTTP_TLS_HANDSHAKE_TIMEOUT,
+    HTTP_TLS_MAX_CONNECTIONS,
+)
+from exporter.serve.metrics import Family, labels
+
+log = logging.getLogger(__name__)
+
+FD_RESERVE = 64  # descriptors kept for the process itself: NVML, /proc reads, the kubelet socket, logs
+# Connections accepted per turn of the event loop. asyncio accepts a whole batch before any of them reaches
+# the guard, and a closed one frees its descriptor a few turns later: the bound leaves room for four.
+ACCEPT_BATCH = 16
+IN_FLIGHT = 4 * ACCEPT_BATCH
+# a closing TLS connection waits this long for the client's close_notify: an idle scraper never sends it
+TLS_SHUTDOWN_S = 2.0
+MAX_HEADER_BYTES = 16 * 1024  # a scrape's request is a few hundred bytes; h11 alone bounds only partial ones
+TOO_LARGE = b"HTTP/1.1 431 Request Header Fields Too Large\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
+# What a TLS connection reads at once. asyncio's default is 256 KiB, allocated and zeroed for every
+# connection as it opens: 1,100 idle TLS connections took 400 MiB. A TLS record is at most 16 KiB of
+# data; a larger one is read in two turns.
+TLS_READ_BUFFER = 16 * 1024
+_NOT_TLS_MESSAGE = b"Client sent an HTTP request to an HTTPS server.\n"
+NOT_TLS = (
+    b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
+    + f"content-length: {len(_NOT_TLS_MESSAGE)}\r\n\r\n".encode()
+    + _NOT_TLS_MESSAGE
+)
+# A request body is read whole before the application sees the request, up to this much; past it the
+# application reads the rest itself (the progress API refuses a body over 1 KiB, the only one accepted).
+BODY_HOLD_BYTES = 64 * 1024
+# After a flood, freed connection buffers stay in the C allocator's heap (RSS stayed 40 MiB up after
+# 1,100 TLS connections closed): once the open connections fall to a quarter of a peak of at least this
+# many, the heap's free memory is returned to the system (glibc's malloc_trim; elsewhere nothing).
+TRIM_AFTER = 256
+# A TLS client's first byte is 22 (a handshake record); an HTTP request's is a method's capital letter.
+_HTTP_FIRST_BYTES = frozenset(string.ascii_uppercase.encode())
+
+
+@dataclass
+class GuardStats:
+    admitted: int = 0
+    evicted: int = 0  # closed for a newer connection
+    timed_out: int = 0  # no complete request header in time
+    refused: int = 0  # every open connection was busy
+    too_large: int = 0  # a request header over MAX_HEADER_BYTES
+    body_timeout: int = 0  # a request body not all there in time
+
+
+@dataclass(eq=False)
+class Tracked:
+    """One accepted connection, as the guard sees it: waiting (no request yet), body (its request's
+    body still arriving), busy (being served) or idle (kept alive after a response)."""
+
+    transport: asyncio.BaseTransport | None = None
+    state: str = "waiting"
+    tls: bool = False
+    timer: asyncio.TimerHandle | None = None
+    served: int = 0
+
+
+@dataclass
+class ConnectionGuard:
+    max_connections: int
+    header_timeout_s: float = HTTP_HEADER_TIMEOUT.value
+    keepalive_s: float = HTTP_KEEPALIVE.value
+    body_timeout_s: float = HTTP_BODY_TIMEOUT.value
+    max_bodies: int = int(HTTP_MAX_BODY_CONNECTIONS.value)
+    max_tls: int = int(HTTP_TLS_MAX_CONNECTIONS.value)
+    stats: GuardStats = field(default_factory=GuardStats)
+    _open: dict[Tracked, None] = field(default_factory=dict)  # insertion order: oldest first
+    _bodies: dict[Tracked, None] = field(default_factory=dict)  # those in state "body", oldest first
+    _tls: int = 0
+    _peak: int = 0  # the most connections open at once since memory was last returned
+
+    @property
+    def open(self) -> int:
+        return len(self._open)
+
+    def admit(self, tracked: Tracked, transport: asyncio.BaseTransport, tls: bool = False) -> bool:
+        """A new connection: make room if needed; False when it is refused (and closed)."""
+        tracked.transport, tracked.tls = transport, tls
+        while len(self._open) >= self.max_connections or (tls and self._tls >= self.max_tls):
+            full = len(self._open) >= self.max_connections
+            victim = self._oldest("waiting", tls=not full) or self._oldest("idle", tls=not full)
+            if victim is None:
+                self.stats.refused += 1
+                log.warning("refusing a connection: all %d are serving requests", len(self._open))
+                transport.abort()
+                return False
+            self.stats.evicted += 1
+            log.warning("closing the oldest connection without a request: %d are open", len(self._open))
+            self._close(victim)
+        self._open[tracked] = None
+        self._tls += tls
+        self._peak = max(self._peak, len(self._open))
+        self.stats.admitted += 1
+        self._arm(tracked, self.header_timeout_s)
+        return True
+
+    def receiving(self, tracked: Tracked) -> None:
+        """A request header came with a body still to arrive: one of the few body slots, for a while."""
+        while len(self._bodies) >= self.max_bodies:
+            victim = next(iter(self._bodies))
+            self.stats.evicted += 1
+            log.warning(
+                "closing the oldest connection still sending a request body: %d are", len(self._bodies)
+            )
+            self._close(victim)
+        self._bodies[tracked] = None
+        tracked.state = "body"
+        self._arm(tracked, self.body_timeout_s)
+
+    def busy(self, tracked: Tracked) -> None:
+        self._bodies.pop(tracked, None)
+        tracked.state = "busy"
+        self._disarm(tracked)
+
+    def idle(self, tracked: Tracked) -> None:
+        """A response was sent: the connection may wait for the next request, within limits."""
+        self._bodies.pop(tracked, None)
+        tracked.state, tracked.served = "idle", tracked.served + 1
+        self._arm(tracked, self.keepalive_s + self.header_timeout_s)
+
+    def forget(self, tracked: Tracked) -> None:
+        self._disarm(tracked)
+        self._bodies.pop(tracked, None)
+        if tracked in self._open:
+            del self._open[tracked]
+            self._tls -= tracked.tls
+            if self._peak >= TRIM_AFTER and len(self._open) <= self._peak // 4:
+                self._peak = len(self._open)
+                if MALLOC_TRIM is not None:
+                    asyncio.get_running_loop().call_soon(MALLOC_TRIM, 0)
+
+    def _oldest(self, state: str, tls: bool = False) -> Tracked | None:
+        return next((t for t in self._open if t.state == state and (t.tls or not tls)), None)
+
+    def _arm(self, tracked: Tracked, seconds: float) -> None:
+        self._disarm(tracked)
+        tracked.timer = asyncio.get_running_loop().call_later(seconds, self._expire, tracked)
+
+    @staticmethod
+    def _disarm(tracked: Tracked) -> None:
+        if tracked.timer is not None:
+            tracked.timer.cancel()
+            tracked.timer = None
+
+    def _expire(self, tracked: Tracked) -> None:
+        tracked.timer = None
+        if tracked not in self._open or tracked.state == "busy":
+            return
+        if tracked.state == "body":
+            self.stats.body_timeout += 1
+            log.info("closing a connection whose request body did not arrive in %.0f s", self.body_timeout_s)
+        else:
+            self.stats.timed_out += 1
+            log.info("closing a connection that sent no complete request in %.0f s", self.header_timeout_s)
+        self._close(tracked)
+
+    def _close(self, tracked: Tracked) -> None:
+        self.forget(tracked)
+        if tracked.transport is not None and not tracked.transport.is_closing():
+            tracked.transport.abort()  # a reset frees the descriptor now, without a lingering close
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim  # type: ignore[no-any-return]
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
+MALLOC_TRIM = _malloc_trim()
+Message = MutableMapping[str, Any]
+ASGIApp = Callable[
+    [Message, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]
+]
+
+
+class WholeBodies:
+    """ASGI: a request with a body reaches the application once its body has arrived (or past
+    BODY_HOLD_BYTES). A stalled body then costs a waiting coroutine, not a run of the framework, and a
+    client that leaves (or is cut at the body deadline) before its body arrives is answered nothing."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(
+        self,
+        scope: Message,
+        receive: Callable[[], Awaitable[Message]],
+        send: Callable[[Message], Awaitable[None]],
+    ) -> None:
+        if scope["type"] != "http" or not any(
+            name in (b"content-length", b"transfer-encoding") for name, _ in scope["headers"]
+        ):
+            await self.app(scope, receive, send)
+            return
+        held: list[Message] = []
+        size = 0
+        while size <= BODY_HOLD_BYTES:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            held.append(message)
+            size += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        replay = iter(held)
+
+        async def again() -> Message:
+            return next(replay, None) or await receive()
+
+        await self.app(scope, again, send)
+
+
+def connection_bound(limit: float = HTTP_MAX_CONNECTIONS.value) -> int:
+    """The table's bound, lowered to fit the open-file limit this process was given."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return int(limit)
+    return max(1, min(int(limit), soft - FD_RESERVE - IN_FLIGHT))
+
+
+class GuardedListener(socket.socket):
+    """The listening socket, accepting at most ACCEPT_BATCH connections per turn of the event loop:
+    asyncio's accept loop takes as many as the listen backlog at once, each a descriptor, before the
+    guard can close any. The rest wait in the kernel's queue, costing nothing, until the next turn."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__(sock.family, sock.type, sock.proto, fileno=sock.detach())
+        self._taken = 0
+
+    def accept(self) -> tuple[socket.socket, Any]:
+        if self._taken >= ACCEPT_BATCH:
+            raise BlockingIOError  # asyncio stops this turn's accepts and tries again on the next
+        if self._taken == 0:
+            asyncio.get_running_loop().call_soon(self._next_turn)
+        self._taken += 1
+        return super().accept()
+
+    def _next_turn(self) -> None:
+        self._taken = 0
+
+
+class GuardedH11(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol, reporting its connection's state to the guard."""
+
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+        *,
+        guard: ConnectionGuard,
+        tracked: Tracked,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self.guard, self.tracked = guard, tracked
+        self.header_bytes = 0  # received since the last request began: its header, before it is parsed
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        if self.tracked.transport is None and not self.guard.admit(self.tracked, transport):
+            return
+        super().connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self.tracked.state in ("waiting", "idle"):
+            self.header_bytes += len(data)
+            if self.header_bytes > MAX_HEADER_BYTES:
+                self.guard.stats.too_large += 1
+                self.transport.write(TOO_LARGE)
+                self.transport.close()
+                return
+        before = self.cycle
+        super().data_received(data)
+        if self.cycle is not before:  # a complete request header was parsed
+            self.header_bytes = 0
+            self._follow()
+        elif self.tracked.state == "body":
+            self._follow()
+
+    def on_response_complete(self) -> None:
+        before = self.cycle
+        super().on_response_complete()
+        if self.transport.is_closing():
+            return
+        if self.cycle is not before:  # a pipelined request, parsed as the response ended
+            self._follow()
+        elif self.tracked.state == "busy":
+            self.guard.idle(self.tracked)
+
+    def _follow(self) -> None:
+        """Tell the guard where the current request stands: its body arriving, served, or done."""
+        if self.cycle is None or self.transport.is_closing():
+            return
+        if self.conn.their_state is h11.SEND_BODY:
+            if self.tracked.state != "body":
+                self.guard.receiving(self.tracked)
+        elif not self.cycle.response_complete:
+            self.guard.busy(self.tracked)
+        elif self.tracked.state != "idle":
+            self.guard.idle(self.tracked)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.guard.forget(self.tracked)
+        if self.transport is not None:
+            super().connection_lost(exc)
+
+
+class GuardedTLS(sslproto.SSLProtocol):
+    """TLS in front of GuardedH11: admitted at accept, so a handshake that never ends is bounded too."""
+
+    max_size = TLS_READ_BUFFER  # asyncio's read size, and the buffer each connection allocates
+
+    def __init__(self, *args: Any, guard: ConnectionGuard, tracked: Tracked, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.guard, self.tracked = guard, tracked
+        self.first = True
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self.guard.admit(self.tracked, transport, tls=True):
+            super().connection_made(transport)  # type: ignore[arg-type]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self.first and nbytes > 0:
+            self.first = False
+            if self._ssl_buffer[0] in _HTTP_FIRST_BYTES:  # plain HTTP: say so in plain HTTP, and close
+                log.info("answering 400 to a plain HTTP request on the TLS port")
+                self._transport.write(NOT_TLS)
+                self._transport.close()
+                return
+        super().buffer_updated(nbytes)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.guard.forget(self.tracked)
+        super().connection_lost(exc)
+
+
+def protocol_factory(
+    guard: ConnectionGuard, tls: Callable[[], ssl.SSLContext | None]
+) -> Callable[..., asyncio.BaseProtocol]:
+    """What uvicorn's ``Config(http=...)`` calls for each accepted connection."""
+
+    def make(
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> asyncio.BaseProtocol:
+        tracked = Tracked()
+        http = GuardedH11(config, server_state, app_state, _loop, guard=guard, tracked=tracked)
+        context = tls()
+        if context is None:
+            return http
+        return GuardedTLS(
+            _loop or asyncio.get_running_loop(),
+            http,
+            context,
+            None,
+            server_side=True,
+            ssl_handshake_timeout=HTTP_TLS_HANDSHAKE_TIMEOUT.value,
+            ssl_shutdown_timeout=TLS_SHUTDOWN_S,
+            guard=guard,
+            tracked=tracked,
+        )
+
+    return make
+
+
+def http_families(
+    guard: ConnectionGuard,
+    auth_failures: Callable[[], int],
+    reloads: Callable[[], tuple[int, int]],
+    web_config: bool = True,
+) -> list[Family]:
+    """The server's own metrics: what the guard closed, failed logins, web config re-reads."""
+    open_now = Family("gpu_exporter_http_connections_open", "gauge", "Open HTTP connections.")
+    open_now.add("", guard.open)
+    closed = Family(
+        "gpu_exporter_http_connections_closed", "counter", "Connections the server closed to protect itself."
+    )
+    stats = guard.stats
+    for reason, count in (
+        ("evicted", stats.evicted),
+        ("header_timeout", stats.timed_out),
+        ("header_too_large", stats.too_large),
+        ("body_timeout", stats.body_timeout),
+        ("refused", stats.refused),
+    ):
+        closed.add(labels(reason=reason), count)
+    if not web_config:  # no credentials to refuse and no file to re-read: no series (the series budget)
+        return [open_now, closed]
+    denied = Family("gpu_exporter_http_auth_failures", "counter", "Requests refused for bad credentials.")
+    denied.add("", auth_failures())
+    done, failed = reloads()
+    reread = Family("gpu_exporter_web_config_reloads", "counter", "Re-reads of --web.config.file (SIGHUP).")
+    reread.add(labels(result="success"), done)
+    reread.add(labels(result="failure"), failed)
+    return [open_now, closed, denied, reread]

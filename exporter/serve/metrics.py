@@ -1,0 +1,533 @@
+"""Snapshot -> Prometheus exposition. Never touches hardware: it only reads the immutable snapshot.
+
+Rendering happens at most once per snapshot and format; every further scrape of the same snapshot is
+a dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import math
+import platform
+import re
+import threading
+from collections.abc import Callable, Iterator
+from importlib import metadata
+
+from exporter import __version__
+from exporter.collect.snapshot import GpuView, Snapshot
+from exporter.policy import catalog
+from exporter.policy.cost import DEFAULT as DEFAULT_PRICES
+from exporter.policy.cost import Prices
+from exporter.policy.nvml_vocab import CLOCK_REASONS, FABRIC_STATES
+from exporter.policy.thresholds import CRITICAL_XIDS, DOCTOR_SEVERITY
+
+# the classic text format: what every Prometheus 2.x understands (the names here are all legacy-valid)
+TEXT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+OPENMETRICS_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+POWER_STATS = ("mean", "min", "max")
+
+
+def _bindings_version() -> str:
+    try:
+        return metadata.version("nvidia-ml-py")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+BINDINGS = _bindings_version()
+log = logging.getLogger(__name__)
+# a lone surrogate: how Python holds a byte of a file name, an environment variable or /proc text that is
+# not UTF-8 (os.listdir and friends decode with surrogateescape); it cannot be encoded as UTF-8
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def esc(value: str) -> str:
+    """A label value, escaped for the exposition formats."""
+    if "\\" in value or '"' in value or "\n" in value:
+        return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    return value
+
+
+def labels(**pairs: str) -> str:
+    return ",".join(f'{k}="{esc(v)}"' for k, v in pairs.items())
+
+
+class Family:
+    """One metric family of one render. Samples carry their label string already formatted, so a
+    GPU's ``gpu``/``uuid`` pair is escaped once per render, not once per series."""
+
+    __slots__ = ("doc", "kind", "name", "samples")
+
+    def __init__(self, name: str, kind: str, doc: str) -> None:
+        self.name, self.kind, self.doc = name, kind, doc
+        self.samples: list[tuple[str, float]] = []
+
+    def add(self, label_text: str, value: float) -> None:
+        self.samples.append((label_text, value))
+
+
+class _Families:
+    """Metric families of one render, created on first use, in a stable order."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, Family] = {}
+
+    def _family(self, name: str, kind: str, doc: str) -> Family:
+        fam = self._by_name.get(name)
+        if fam is None:
+            fam = self._by_name[name] = Family(name, kind, doc)
+        return fam
+
+    def gauge(self, name: str, doc: str) -> Family:
+        return self._family(name, "gauge", doc)
+
+    def counter(self, name: str, doc: str) -> Family:
+        return self._family(name, "counter", doc)
+
+    def __iter__(self) -> Iterator[Family]:
+        return iter(self._by_name.values())
+
+
+def _set(fams: _Families, name: str, doc: str, base: str, value: float | None) -> None:
+    if value is not None:
+        fams.gauge(name, doc).add(base, value)
+
+
+def _gpu(fams: _Families, view: GpuView, snapshot: Snapshot, detail: frozenset[str] = frozenset()) -> None:
+    ident = view.identity
+    base = f'gpu="{view.index}",uuid="{esc(ident.uuid)}"'
+    for assignment, mig in view.assignments:
+        ref = assignment.ref
+        fams.gauge("gpu_pod_info", "A GPU (or a MIG slice of it) the kubelet assigned to a container.").add(
+            f"{base},{labels(resource=assignment.resource, device=assignment.device_id, mig_uuid=mig)}"
+            f",{labels(namespace=ref.namespace, pod=ref.pod, container=ref.container)}",
+            1,
+        )
+    if view.pod is not None:  # a GPU held whole by one container: its series name the pod
+        base += "," + labels(namespace=view.pod.namespace, pod=view.pod.pod, container=view.pod.container)
+    info = ident.labels() | {
+        "driver_version": snapshot.driver.get("driver_version", ""),
+        "cuda_version": snapshot.driver.get("cuda_version", ""),
+    }
+    fams.gauge("gpu_info", "GPU identity; join on uuid.").add(f"{base},{labels(**info)}", 1)
+    fams.gauge(
+        "gpu_up", "1 when the GPU answered its last collection; 0 when lost, timed out or erroring."
+    ).add(base, 1 if view.up else 0)
+    if view.collected_t is not None:  # kept while the GPU is down: how old its last data is
+        fams.gauge(
+            "gpu_last_collect_timestamp_seconds",
+            "Unix time of the GPU's last successful collection; stays at it while the GPU is down.",
+        ).add(base, view.collected_t)
+    _xids(fams, view, base, detail)
+    r = view.reading
+    if r is None:
+        return
+    time_fam = fams.counter(
+        "gpu_time_seconds",
+        "Where the GPU's time went: seconds in each ledger state (computing, input_wait, comm_wait, stalled, "
+        "checkpoint, throttled, idle, free); the states sum to the time observed.",
+    )
+    for state, seconds in view.ledger.items():
+        # a state the GPU has never been in has no series (most GPUs never see half of them: the series
+        # budget); it appears with its first second, and the recording rules read a missing state as 0
+        if seconds > 0:
+            time_fam.add(f'{base},state="{state}"', round(seconds, 3))
+    if view.held_back_s > 0:  # a series only for a GPU that has held its job back (the series budget)
+        fams.counter(
+            "gpu_job_holdup_seconds",
+            "Seconds the GPU spent off-kernel (its rank on the host) while other GPUs of its job waited "
+            "for it in a collective: the rank holding the job back.",
+        ).add(base, round(view.held_back_s, 3))
+    for kind, state in view.verdicts.items():
+        fams.gauge("gpu_bottleneck", "1 while the verdict of this kind holds, with its probable cause.").add(
+            f'{base},kind="{kind}",cause="{esc(state.cause)}"', 1 if state.firing else 0
+        )
+    for kind, state in view.verdicts.items() if "scores" in detail else ():
+        fams.gauge("gpu_bottleneck_score", "Strength of the evidence for a verdict of this kind, 0-1.").add(
+            f'{base},kind="{kind}"', round(state.score, 4)
+        )
+    _readings(fams, view, base, detail)
+    if view.util_window is not None:
+        fam = fams.gauge(
+            "gpu_utilization_window_ratio", "GPU utilization over the analysis window of driver samples."
+        )
+        for stat, value in view.util_window.as_dict().items():
+            if stat == "mean" or "window" in detail:
+                fam.add(f'{base},stat="{stat}"', value)
+    _set(
+        fams,
+        "gpu_utilization_idle_fraction",
+        "Share of window samples with utilization below the idle line.",
+        base,
+        view.idle_fraction,
+    )
+    if view.power_window is not None:
+        fam = fams.gauge("gpu_power_window_watts", "Power draw over the analysis window.")
+        for stat in POWER_STATS if "window" in detail else ("mean",):
+            fam.add(f'{base},stat="{stat}"', getattr(view.power_window, stat))
+    if r.clock_reasons is not None and "clocks" in detail:
+        fam = fams.gauge("gpu_clock_event_active", "1 while a clock-event (throttle) reason is active.")
+        for bit, reason in CLOCK_REASONS.items():
+            fam.add(f'{base},reason="{reason}"', 1 if r.clock_reasons & bit else 0)
+    for reason, seconds in sorted(r.clock_reason_seconds.items()) if "clocks" in detail else ():
+        fams.counter("gpu_clock_event_seconds", "Time the clocks were held down, by reason.").add(
+            f'{base},reason="{reason}"', seconds
+        )
+    _nvlink_totals(fams, view, base)
+    for link in r.nvlinks if "nvlink" in detail else ():
+        lbase = f'{base},link="{link.link}"'
+        if link.up is not None:
+            fams.gauge("gpu_nvlink_up", "1 while the NVLink is active.").add(lbase, 1 if link.up else 0)
+        for direction, value in (("tx", link.tx_bytes), ("rx", link.rx_bytes)):
+            if value is not None:
+                fams.counter("gpu_nvlink_bytes", "NVLink data bytes.").add(
+                    f'{lbase},direction="{direction}"', value
+                )
+        for kind, value in sorted(link.errors.items()):
+            fams.counter("gpu_nvlink_errors", "NVLink error counters.").add(f'{lbase},type="{kind}"', value)
+    for direction, value in (("tx", r.pcie_tx_bytes), ("rx", r.pcie_rx_bytes)):
+        if value is not None:
+            fams.counter("gpu_pcie_bytes", "PCIe bytes.").add(f'{base},direction="{direction}"', value)
+    if view.p2p:
+        fams.gauge(
+            "gpu_p2p_failing_pairs", "Peer GPU and capability pairs whose peer-to-peer status is not OK."
+        ).add(base, sum(1 for ok in view.p2p.values() if not ok))
+    for (peer, capability), ok in sorted(view.p2p.items()) if "p2p" in detail else ():
+        fams.gauge("gpu_p2p_status", "1 when peer-to-peer access to peer_gpu is OK for the capability.").add(
+            f'{base},peer_gpu="{peer}",capability="{capability}"', 1 if ok else 0
+        )
+    if r.fabric_state is not None:
+        fams.gauge("gpu_fabric_registered", "1 when NVSwitch fabric registration has completed.").add(
+            base, 1 if r.fabric_state == "completed" else 0
+        )
+    if r.fabric_state is not None and "fabric" in detail:
+        fam = fams.gauge("gpu_fabric_state", "NVSwitch fabric registration; 1 for the current state.")
+        for state in FABRIC_STATES.values():
+            fam.add(f'{base},state="{state}"', 1 if state == r.fabric_state else 0)
+
+
+def _readings(fams: _Families, view: GpuView, base: str, detail: frozenset[str]) -> None:
+    """The catalog's plain per-GPU signals (exporter/policy/catalog.py): a series each where a GPU has it."""
+    r = view.reading
+    if r is None:
+        return
+    extra = r.extra
+    for attr, name, kind, doc, label, generic in catalog.metric_rows(detail):
+        value = extra.get(attr) if generic else getattr(r, attr)
+        if value is not None:
+            fams._family(name, kind, doc).add(base + label, value)
+
+
+def _xids(fams: _Families, view: GpuView, base: str, detail: frozenset[str]) -> None:
+    """XIDs by criticality (the critical class from zero, so increase() sees the first event); one
+    counter per code with ``--detail xid``."""
+    fam = fams.counter("gpu_xid_errors_by_criticality", "XID events reported by the driver, by criticality.")
+    critical = sum(n for xid, n in view.xids.items() if xid in CRITICAL_XIDS)
+    other = sum(n for xid, n in view.xids.items() if xid not in CRITICAL_XIDS)
+    fam.add(f'{base},criticality="critical"', critical)
+    if other:
+        fam.add(f'{base},criticality="other"', other)
+    if "xid" in detail:
+        xid_fam = fams.counter("gpu_xid_errors", "XID events reported by the driver, by XID code.")
+        for xid in sorted(set(CRITICAL_XIDS) | set(view.xids)):
+            xid_fam.add(f'{base},xid="{xid}"', view.xids.get(xid, 0))
+
+
+def _nvlink_totals(fams: _Families, view: GpuView, base: str) -> None:
+    """Per-GPU NVLink aggregates: links up of those the GPU has, traffic by direction, errors of all
+    links and types. A traffic sum is left out unless every link reported its part (a partial sum would
+    look like a counter reset)."""
+    r = view.reading
+    if r is None or not r.nvlinks:
+        return
+    states = [link.up for link in r.nvlinks if link.up is not None]
+    if states:
+        fams.gauge("gpu_nvlink_links_up", "NVLinks active.").add(base, sum(1 for up in states if up))
+        fams.gauge("gpu_nvlink_links_expected", "NVLinks the GPU has (up or not).").add(base, len(states))
+    for direction in ("tx", "rx"):
+        values = [getattr(link, f"{direction}_bytes") for link in r.nvlinks]
+        if None not in values:
+            fams.counter("gpu_nvlink_traffic_bytes", "NVLink data bytes over all links.").add(
+                f'{base},direction="{direction}"', sum(values)
+            )
+    counts = [n for link in r.nvlinks for n in link.errors.values()]
+    if counts:
+        fams.counter("gpu_nvlink_link_errors", "NVLink errors over all links and error types.").add(
+            base, sum(counts)
+        )
+
+
+def _host(fams: _Families, snapshot: Snapshot) -> None:
+    h = snapshot.host
+    if h is None:
+        return
+    for shm in h.shm:
+        text = labels(mountpoint=shm.mountpoint, namespace=shm.namespace, pod=shm.pod, volume=shm.volume)
+        fams.gauge("gpu_node_shm_used_bytes", "Used bytes of /dev/shm and memory-backed volumes.").add(
+            text, shm.used_bytes
+        )
+        fams.gauge("gpu_node_shm_size_bytes", "Size of /dev/shm and memory-backed volumes.").add(
+            text, shm.size_bytes
+        )
+    if "iowait" in snapshot.host_window:
+        fams.gauge("gpu_node_cpu_iowait_ratio", "Share of CPU time in I/O wait over the window.").add(
+            "", snapshot.host_window["iowait"].mean
+        )
+    if "core_busy_max" in snapshot.host_window:
+        fams.gauge("gpu_node_cpu_core_busy_max_ratio", "Busy share of the busiest core over the window.").add(
+            "", snapshot.host_window["core_busy_max"].mean
+        )
+    for disk in h.disks:
+        fams.counter("gpu_node_disk_read_bytes", "Bytes read from the block device.").add(
+            labels(device=disk.device), disk.read_bytes
+        )
+    for (namespace, pod), default in sorted(snapshot.pod_shm_default.items()):
+        fams.gauge(
+            "gpu_pod_shm_default_size", "1 when a pod holding GPUs runs on the 64 MiB default /dev/shm."
+        ).add(labels(namespace=namespace, pod=pod), 1 if default else 0)
+    for resource, value in sorted(h.pressure.items()):
+        fams.gauge("gpu_node_pressure_ratio", 'Pressure stall information, "some" avg10.').add(
+            f'resource="{resource}"', value
+        )
+
+
+def _self(fams: _Families, snapshot: Snapshot) -> None:
+    fams.gauge("gpu_exporter_build_info", "Exporter build.").add(
+        labels(version=__version__, python_version=platform.python_version(), nvml_bindings_version=BINDINGS),
+        1,
+    )
+    fams.gauge("gpu_exporter_nvml_up", "1 while an NVML session is open.").add(
+        "", 1 if snapshot.nvml_up else 0
+    )
+    for source, seconds in sorted(snapshot.durations.items()):
+        fams.gauge("gpu_exporter_collect_duration_seconds", "Duration of the last collection.").add(
+            f'source="{source}"', seconds
+        )
+    for source, ts in sorted(snapshot.last_success.items()):
+        fams.gauge(
+            "gpu_exporter_last_collect_timestamp_seconds", "Time of the last successful collection."
+        ).add(f'source="{source}"', ts)
+    if snapshot.pod_assignment_t is not None:
+        fams.gauge(
+            "gpu_exporter_pod_assignment_timestamp_seconds",
+            "Unix time of the kubelet answer the pod labels come from; older than the poll interval while "
+            "the kubelet does not answer and the last assignment is held for its grace period.",
+        ).add("", snapshot.pod_assignment_t)
+    errors = fams.counter("gpu_exporter_collect_errors", "Collection errors by source and error name.")
+    for (source, error), count in sorted(snapshot.errors.items()):
+        errors.add(labels(source=source, error=error), count)
+
+
+def _sources(fams: _Families, snapshot: Snapshot) -> None:
+    """Every source's last attempt, booked in one place (exporter.collect.poller): success, duration."""
+    for source, up in sorted(snapshot.source_up.items()):
+        fams.gauge("gpu_exporter_source_up", "1 if the source's last collection succeeded.").add(
+            f'source="{source}"', 1 if up else 0
+        )
+    for source, seconds in sorted(snapshot.source_durations.items()):
+        fams.gauge(
+            "gpu_exporter_source_duration_seconds", "Duration of the source's last collection, failed or not."
+        ).add(f'source="{source}"', seconds)
+
+
+def _node_checks(fams: _Families, snapshot: Snapshot) -> None:
+    """The node doctor's latest results: one series per check in each family (12 checks; bounded)."""
+    for r in snapshot.node_checks:
+        status = r.status.value
+        fams.gauge(
+            "gpu_node_check_info",
+            "The node check's latest result (status pass, warn, fail, skipped) and its detail word.",
+        ).add(labels(check=r.check, status=status, detail=r.detail), 1)
+        if status == "skipped":
+            continue  # nothing was judged: no value rather than a false "0 = passing"
+        # a failing check carries its own severity; a warning from any check is a warning
+        severity = DOCTOR_SEVERITY[r.check].value if status != "warn" else "warning"
+        fams.gauge(
+            "gpu_node_check_failed", "1 while the node check fails (or warns); severity says how bad."
+        ).add(labels(check=r.check, severity=severity), 1 if status in ("fail", "warn") else 0)
+
+
+def _pod_logs(fams: _Families, snapshot: Snapshot) -> None:
+    """What the GPU pods' logs say: derived numbers only, label values from closed vocabularies."""
+    from exporter.podlogs.logparse import ERROR_KINDS
+
+    v = snapshot.pod_logs
+    if v is None:
+        return
+    for c in v.containers:
+        text = labels(namespace=c.namespace, pod=c.pod, container=c.container)
+        _set(
+            fams,
+            "gpu_pod_log_last_line_seconds",
+            "Time of the container's newest log line (or progress report), Unix seconds.",
+            text,
+            c.last_line_t,
+        )
+        _set(
+            fams,
+            "gpu_pod_training_step",
+            "The newest training step the container's log (or a progress report) shows.",
+            text,
+            c.step,
+        )
+        _set(
+            fams,
+            "gpu_pod_step_seconds",
+            "Seconds per training step, as the log says or from successive steps.",
+            text,
+            c.step_seconds,
+        )
+    for p in v.pods:
+        pod = labels(namespace=p.namespace, pod=p.pod)
+        if p.version or p.network:
+            fams.gauge(
+                "gpu_pod_nccl_info", "NCCL's version and network plugin, from NCCL_DEBUG=INFO lines."
+            ).add(f"{pod},{labels(version=p.version, network=p.network)}", 1)
+        for scope, name in p.transports:
+            fams.gauge(
+                "gpu_pod_nccl_transport", "A transport NCCL set up channels on (scope intra or inter node)."
+            ).add(f"{pod},{labels(scope=scope, transport=name)}", 1)
+        fams.counter(
+            "gpu_pod_nccl_warnings", "NCCL WARN lines in the pod's logs since the exporter started."
+        ).add(pod, p.warnings)
+        errors = dict(p.errors)
+        fam = fams.counter("gpu_pod_log_errors", "Job-ending errors in the pod's logs, by kind.")
+        for kind in ERROR_KINDS:  # from zero, so that increase() sees the first
+            fam.add(f'{pod},kind="{kind}"', errors.get(kind, 0))
+    _set(
+        fams,
+        "gpu_node_rdma_devices",
+        "RDMA devices of the node (/sys/class/infiniband: IB HCAs, EFA).",
+        "",
+        v.rdma_devices,
+    )
+    lines = fams.counter("gpu_exporter_pod_log_lines", "Pod log records read, by what became of them.")
+    lines.add('result="parsed"', v.lines - v.skipped_lines - v.junk)
+    lines.add('result="skipped"', v.skipped_lines)
+    lines.add('result="junk"', v.junk)
+    fams.counter(
+        "gpu_exporter_pod_log_skipped_bytes",
+        "Pod log bytes jumped over (backlog beyond a read's bound, over-long lines).",
+    ).add("", v.skipped_bytes)
+
+
+def _prices(fams: _Families, snapshot: Snapshot, prices: Prices | None) -> None:
+    """One price series per GPU model on the node: the cost rules join it to gpu_info by model."""
+    if prices is None or not snapshot.gpus:
+        return
+    fam = fams.gauge(
+        "gpu_node_price_per_hour",
+        "What a GPU-hour of this model costs, from --price (examples unless set); joins gpu_info on model.",
+    )
+    for model in dict.fromkeys(view.identity.name for view in snapshot.gpus):
+        fam.add(labels(model=model, currency=prices.currency), prices.of(model))
+
+
+def families(
+    snapshot: Snapshot, detail: frozenset[str] = frozenset(), prices: Prices | None = DEFAULT_PRICES
+) -> list[Family]:
+    fams = _Families()
+    for view in snapshot.gpus:
+        _gpu(fams, view, snapshot, detail)
+    _prices(fams, snapshot, prices)
+    _host(fams, snapshot)
+    _node_checks(fams, snapshot)
+    _pod_logs(fams, snapshot)
+    _self(fams, snapshot)
+    _sources(fams, snapshot)
+    return list(fams)
+
+
+# ---- exposition formats -----------------------------------------------------------------------
+# Written here rather than through prometheus_client (measured by bench/exposition.py, figures in
+# docs/development.md): on an 8-GPU node the library takes 5x (text) to 8x (OpenMetrics) as long to
+# write the same samples from its own metric objects, before building them, and writes integers as
+# "1.0" with labels re-sorted. The tests parse both formats with prometheus_client.
+
+
+def _escape_help(doc: str, openmetrics: bool) -> str:
+    doc = doc.replace("\\", "\\\\").replace("\n", "\\n")
+    return doc.replace('"', '\\"') if openmetrics else doc
+
+
+def _number(value: float) -> str:
+    if isinstance(value, int):
+        return str(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(float(value))
+
+
+def expose(fams: list[Family], openmetrics: bool) -> bytes:
+    out: list[str] = []
+    for fam in fams:
+        sample_name = fam.name + "_total" if fam.kind == "counter" else fam.name
+        header_name = fam.name if openmetrics else sample_name
+        out.append(
+            f"# HELP {header_name} {_escape_help(fam.doc, openmetrics)}\n# TYPE {header_name} {fam.kind}\n"
+        )
+        out.extend(
+            f"{sample_name}{{{text}}} {_number(value)}\n" if text else f"{sample_name} {_number(value)}\n"
+            for text, value in fam.samples
+        )
+    if openmetrics:
+        out.append("# EOF\n")
+    text = "".join(out)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return _replace_surrogates(text)
+
+
+_warned_surrogates = False
+
+
+def _replace_surrogates(text: str) -> bytes:
+    """The exposition with every byte that was not UTF-8 as U+FFFD: a name a source let through (a file
+    or mount that is not UTF-8) must not turn every scrape into an error. Said once in the log."""
+    global _warned_surrogates
+    if not _warned_surrogates:
+        _warned_surrogates = True
+        line = next((line for line in text.splitlines() if _SURROGATE.search(line)), "")
+        log.warning(
+            "a label value is not UTF-8; exported with U+FFFD in its place: %s",
+            _SURROGATE.sub("\ufffd", line)[:200],
+        )
+    return _SURROGATE.sub("\ufffd", text).encode()
+
+
+class Renderer:
+    """Renders snapshots, caching the body of the latest one per format and encoding."""
+
+    def __init__(self, detail: frozenset[str] = frozenset(), prices: Prices | None = DEFAULT_PRICES) -> None:
+        self.detail = detail  # the --detail categories (exporter/policy/detail.py)
+        self.prices = prices  # --price (exporter/policy/cost.py); None: no gpu_node_price_per_hour
+        self._lock = threading.Lock()
+        self._seq = -1
+        self._cache: dict[tuple[bool, bool], bytes] = {}
+
+    def render(
+        self,
+        snapshot: Snapshot,
+        openmetrics: bool = False,
+        gzipped: bool = False,
+        extra: Callable[[], list[Family]] | None = None,  # the server's own families, as of this render
+    ) -> tuple[bytes, str]:
+        key = (openmetrics, gzipped)
+        content_type = OPENMETRICS_TYPE if openmetrics else TEXT_TYPE
+        with self._lock:
+            if self._seq != snapshot.seq:
+                self._seq, self._cache = snapshot.seq, {}
+            body = self._cache.get(key)
+            if body is None:
+                plain = self._cache.get((openmetrics, False))
+                if plain is None:
+                    fams = families(snapshot, self.detail, self.prices) + (extra() if extra else [])
+                    plain = self._cache[(openmetrics, False)] = expose(fams, openmetrics)
+                body = gzip.compress(plain, compresslevel=1) if gzipped else plain
+                self._cache[key] = body
+        return body, content_type

@@ -1,0 +1,178 @@
+"""HTTP: /metrics, /healthz, /readyz. Handlers only read the latest snapshot; none calls a source."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from types import FrameType
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, PlainTextResponse, Response
+
+from exporter import __version__
+from exporter.policy.thresholds import HTTP_KEEPALIVE
+from exporter.serve.application import Application
+from exporter.serve.http_negotiation import wants_gzip, wants_openmetrics
+from exporter.serve.httpguard import (
+    ConnectionGuard,
+    GuardedListener,
+    WholeBodies,
+    connection_bound,
+    http_families,
+    protocol_factory,
+)
+from exporter.serve.webconfig import WebMiddleware, WebState
+
+log = logging.getLogger(__name__)
+
+INDEX = """<!doctype html><html><head><title>gpu-bottleneck-exporter</title></head><body>
+<h1>gpu-bottleneck-exporter {version}</h1>
+<p><a href="metrics">/metrics</a> &middot; <a href="healthz">/healthz</a> &middot;
+<a href="readyz">/readyz</a></p>
+</body></html>
+"""
+
+
+def create_app(application: Application) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        application.start()
+        try:
+            yield
+        finally:
+            application.stop()
+
+    app = FastAPI(
+        title="gpu-bottleneck-exporter",
+        version=__version__,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        # no redirect from /metrics/ to /metrics: Starlette builds its Location from the client's Host
+        # header, so the answer would point wherever the client said; an unknown path is a plain 404
+        redirect_slashes=False,
+    )
+
+    # HEAD answers as GET does, without the body (uvicorn leaves it out; the length stays)
+    @app.api_route("/metrics", methods=["GET", "HEAD"])
+    async def metrics(request: Request) -> Response:
+        openmetrics = wants_openmetrics(request.headers.get("accept"))
+        gzipped = wants_gzip(request.headers.get("accept-encoding"))
+        body, content_type = application.metrics(openmetrics=openmetrics, gzipped=gzipped)
+        headers = {"Vary": "Accept, Accept-Encoding"} | ({"Content-Encoding": "gzip"} if gzipped else {})
+        return Response(content=body, headers=headers, media_type=content_type)
+
+    @app.api_route("/healthz", methods=["GET", "HEAD"])
+    async def healthz() -> PlainTextResponse:
+        return PlainTextResponse("ok\n")
+
+    @app.api_route("/readyz", methods=["GET", "HEAD"])
+    async def readyz() -> PlainTextResponse:
+        if application.snapshot.ready:
+            return PlainTextResponse("ready\n")
+        return PlainTextResponse("not ready: the first collection has not finished\n", status_code=503)
+
+    if application.progress is not None:  # --progress-api on
+        from exporter.serve import progress_api
+
+        progress_api.route(app, application.progress)
+
+    @app.api_route("/", methods=["GET", "HEAD"], response_class=HTMLResponse)
+    async def index() -> HTMLResponse:
+        return HTMLResponse(INDEX.format(version=__version__))
+
+    return app
+
+
+def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
+# uvicorn's loggers keep no handlers of their own and propagate to the root logger, so their lines carry
+# the exporter's format; dictConfig must not disable the loggers that already exist (the exporter's).
+UVICORN_LOG_CONFIG: dict[str, object] = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "loggers": {
+        name: {"handlers": [], "propagate": True} for name in ("uvicorn", "uvicorn.error", "uvicorn.access")
+    },
+}
+
+
+def server_config(
+    application: Application, web: WebState | None = None, guard: ConnectionGuard | None = None
+) -> uvicorn.Config:
+    """uvicorn's configuration: the app behind the web config (auth, headers), every connection under
+    the guard (bounded count, header deadline) and in TLS when the web config says so."""
+    s = application.settings
+    web = web or WebState()
+    guard = guard or ConnectionGuard(connection_bound())
+    application.server_families = lambda: http_families(
+        guard,
+        lambda: web.auth_failures,
+        lambda: (web.reloads, web.reload_errors),
+        web_config=bool(s.web_config_file),
+    )
+    return uvicorn.Config(
+        WebMiddleware(WholeBodies(create_app(application)), web),  # type: ignore[arg-type]
+        host=s.listen_address,
+        port=s.port,
+        log_level=s.log_level if s.log_level != "debug" else "info",
+        access_log=False,
+        lifespan="on",
+        server_header=False,
+        log_config=UVICORN_LOG_CONFIG,
+        http=protocol_factory(guard, web.ssl_context),  # type: ignore[arg-type]
+        timeout_keep_alive=int(HTTP_KEEPALIVE.value),
+        h11_max_incomplete_event_size=16 * 1024,  # a request header larger than 16 KiB is refused
+        backlog=2048,  # the kernel's queue of connections not accepted yet (no descriptor each)
+    )
+
+
+class QuietServer(uvicorn.Server):
+    """uvicorn's server, its housekeeping tick once a second instead of ten times: the tick only renews
+    the Date header (once a second either way) and looks for a shutdown request, and ten wake-ups a
+    second cost an idle exporter 0.1 s of CPU a minute. A shutdown request wakes the loop at once."""
+
+    _wake: asyncio.Event | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    async def main_loop(self) -> None:
+        self._wake, self._loop = asyncio.Event(), asyncio.get_running_loop()
+        counter = 0  # on_tick renews the Date header when counter % 10 == 0: every tick here
+        should_exit = await self.on_tick(counter)
+        while not should_exit:
+            counter = (counter + 10) % 864000
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), 1.0)
+            should_exit = await self.on_tick(counter)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        if self._loop is not None and self._wake is not None:
+            self._loop.call_soon_threadsafe(self._wake.set)
+
+
+def serve(application: Application, sock: socket.socket | None = None, web: WebState | None = None) -> None:
+    """Run until SIGTERM/SIGINT; uvicorn shuts down gracefully and the lifespan stops the sampler.
+
+    ``sock``: a socket already bound to the listen address (the command binds first, so a taken port is
+    an error before anything starts); without it uvicorn binds itself. uvicorn re-raises the signal
+    after its graceful shutdown; the handler installed here turns that (and a signal that arrives before
+    uvicorn listens) into a normal exit with status 0."""
+    web = web or WebState()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, _exit_cleanly)
+        signal.signal(signal.SIGHUP, lambda *_: web.reload())  # re-read the web config, keep serving
+    config = server_config(application, web)
+    listener = GuardedListener(sock) if sock is not None else None
+    QuietServer(config).run(sockets=[listener] if listener is not None else None)
