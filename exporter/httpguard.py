@@ -354,13 +354,15 @@ class GuardedH11(H11Protocol):
 class HandshakePacer:
     """At most ``per_turn`` TLS handshake steps per turn of the event loop. A step is the server's work on
     a handshake message that arrived; past the budget the connection's step waits for a later turn, its
-    reads paused (the rest of its handshake stays in the kernel), and waiting steps go oldest first."""
+    reads paused (the rest of its handshake stays in the kernel). Waiting steps go newest first: under a
+    flood the client that just connected (a scraper among a thousand flooding) is answered at once, and
+    the oldest waiting run into the handshake deadline, which they would under any order."""
 
     def __init__(self, per_turn: int) -> None:
         self.per_turn = per_turn
         self.used = 0
         self.deferred = 0  # steps that waited for a later turn, ever
-        self._waiting: dict[GuardedTLS, None] = {}  # insertion order: oldest first
+        self._waiting: dict[GuardedTLS, None] = {}  # insertion order: newest last
         self._turn_pending = False
 
     @property
@@ -392,7 +394,7 @@ class HandshakePacer:
         """First of a turn's callbacks: the waiting steps take the new budget before any new one."""
         self._turn_pending, self.used = False, 0
         while self._waiting and self.used < self.per_turn:
-            connection = next(iter(self._waiting))
+            connection = next(reversed(self._waiting))
             del self._waiting[connection]
             self.used += 1
             connection.step()

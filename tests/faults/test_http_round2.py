@@ -261,19 +261,22 @@ class _Handshake:
         self.steps.append(self.n)
 
 
-def test_handshake_steps_past_the_turns_budget_wait_for_later_turns_oldest_first():
+def test_handshake_steps_past_the_turns_budget_wait_for_later_turns_newest_first():
     async def run() -> None:
         pacer, steps = HandshakePacer(per_turn=2), []
-        waiting = [_Handshake(steps, n) for n in range(5)]
+        waiting = [_Handshake(steps, n) for n in range(6)]
         assert pacer.take() and pacer.take()
         assert not pacer.take()  # the third step of this turn
-        for handshake in waiting:
+        for handshake in waiting[:5]:
             pacer.wait(handshake)  # type: ignore[arg-type]
         pacer.forget(waiting[3])  # closed while it waited
         await asyncio.sleep(0)
-        assert steps == [0, 1] and not pacer.take()  # the waiting go first, and fill the turn
+        assert steps == [4, 2] and not pacer.take()  # the waiting go first, and fill the turn
+        pacer.wait(waiting[5])  # type: ignore[arg-type]  # a client that just connected
         await asyncio.sleep(0)
-        assert steps == [0, 1, 2, 4] and pacer.waiting == 0 and pacer.deferred == 5
+        assert steps == [4, 2, 5, 1]
+        await asyncio.sleep(0)
+        assert steps == [4, 2, 5, 1, 0] and pacer.waiting == 0 and pacer.deferred == 6
         await asyncio.sleep(0)
         assert pacer.take() and pacer.take() and not pacer.take()  # a new turn, a new budget
 
