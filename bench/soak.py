@@ -7,8 +7,10 @@ flood of hostile clients, for N minutes per scenario.
 
 The exporter runs as its own process (the real server: connection guard, header and body deadlines)
 with a new pod taking all GPUs every 10 s through the simulated kubelet. The scrapers run in this
-process: 50 on kept-alive connections scraping every second with Prometheus' headers. The flood runs in
-a process of its own, each client reconnecting a second after the server cuts it:
+process: 50 on kept-alive connections scraping every second with Prometheus' headers, connected before
+the flood begins (as Prometheus is), and one more opening a new connection for each scrape, every
+second, reported apart. The flood runs in a process of its own, each client reconnecting a second after
+the server cuts it:
 
 - slow: plain HTTP; 250 slowloris clients (a request header trickled, one line every 2 s) and 250
   half-open ones (connect, send nothing).
@@ -17,8 +19,9 @@ a process of its own, each client reconnecting a second after the server cuts it
 - tls: TLS (a web config with a test certificate, the scrapers in TLS too); 1,100 clients that finish
   the handshake and send nothing.
 
-Printed per scenario: failed scrapes, scrape latency, the largest gap between two collections, RSS
-(after warm-up, its growth, its peak throughout), series per scrape, against the scenario's targets.
+Printed per scenario: failed scrapes, scrape latency (kept-alive; and connect + scrape on a new
+connection, which must fit Prometheus' 10 s scrape timeout), the largest gap between two collections,
+RSS (after warm-up, its growth, its peak throughout), series per scrape, against the scenario's targets.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -50,6 +54,7 @@ from bench.core import PROMETHEUS_HEADERS, free_port, percentile  # noqa: E402
 CHURN_S = 10.0  # a new pod takes the GPUs this often
 SCRAPERS, SLOWLORIS, HALF_OPEN, FLOOD = 50, 250, 250, 1100
 CHART_MEMORY_LIMIT_MIB = 256.0  # the Helm chart's resources.limits.memory
+SCRAPE_TIMEOUT_MS = 10_000.0  # Prometheus' default scrape timeout: a new connection's scrape must fit
 # a progress report whose header announces 1,000 bytes of body, of which one byte ever comes
 STALLED_PUSH = (
     b"POST /v1/progress HTTP/1.1\r\nHost: soak\r\nContent-Type: application/json\r\n"
@@ -78,6 +83,7 @@ SCENARIOS = {
             "scrape_p99_ms": 100.0,
             "max_collection_gap_s": 1.5,
             "rss_growth_mib": 5.0,
+            "new_connection_max_ms": SCRAPE_TIMEOUT_MS,
         },
         says=f"{SLOWLORIS} slowloris and {HALF_OPEN} half-open clients",
     ),
@@ -86,7 +92,12 @@ SCENARIOS = {
         "push",
         tls=False,
         progress_api=True,
-        targets={"failed_scrapes": 1, "scrape_p99_ms": 50.0, "rss_peak_mib": CHART_MEMORY_LIMIT_MIB},
+        targets={
+            "failed_scrapes": 1,
+            "scrape_p99_ms": 50.0,
+            "rss_peak_mib": CHART_MEMORY_LIMIT_MIB,
+            "new_connection_max_ms": SCRAPE_TIMEOUT_MS,
+        },
         says=f"{FLOOD} clients pushing progress with a stalled body (--progress-api on)",
     ),
     "tls": Scenario(
@@ -94,7 +105,12 @@ SCENARIOS = {
         "tls",
         tls=True,
         progress_api=False,
-        targets={"failed_scrapes": 1, "scrape_p99_ms": 50.0, "rss_peak_mib": CHART_MEMORY_LIMIT_MIB},
+        targets={
+            "failed_scrapes": 1,
+            "scrape_p99_ms": 50.0,
+            "rss_peak_mib": CHART_MEMORY_LIMIT_MIB,
+            "new_connection_max_ms": SCRAPE_TIMEOUT_MS,
+        },
         says=f"{FLOOD} idle TLS connections (TLS web config)",
     ),
 }
@@ -167,32 +183,26 @@ class Load:
         self.tls = tls
         self.latencies: list[float] = []
         self.failures: list[str] = []
+        self.fresh: list[float] = []  # connect (and handshake) + scrape, on a new connection each time
         self.last_body = ""
         self.max_series = 0
         self.slow_cut = 0
         self.timeline: list[tuple[float, float]] = []
 
-    async def scraper(self, offset: float) -> None:
+    async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return await asyncio.open_connection("127.0.0.1", self.port, ssl=self.tls)
+
+    async def scraper(self, offset: float, stream: Streams | None) -> None:
         """One scraper on a kept-alive connection, every second. A minimal HTTP/1.1 client: the load
         generator's own work must not be what is measured (httpx costs milliseconds per scrape)."""
-        request = (
-            "GET /metrics HTTP/1.1\r\nHost: soak\r\n"
-            + "".join(f"{k}: {v}\r\n" for k, v in PROMETHEUS_HEADERS.items())
-            + "\r\n"
-        ).encode()
         await asyncio.sleep(offset)
-        tick, stream, n = time.monotonic(), None, 0
+        tick, n = time.monotonic(), 0
         while time.monotonic() < self.deadline:
             t0 = time.perf_counter()
             try:
                 if stream is None:
-                    stream = await asyncio.open_connection("127.0.0.1", self.port, ssl=self.tls)
-                reader, writer = stream
-                writer.write(request)
-                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-                status = int(head.split(b" ", 2)[1])
-                length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
-                body = await asyncio.wait_for(reader.readexactly(length), 10)
+                    stream = await self.connect()
+                status, head, body = await get_metrics(*stream)
                 elapsed = (time.perf_counter() - t0) * 1000
                 if status != 200:
                     self.failures.append(f"status {status}")
@@ -213,6 +223,28 @@ class Load:
             await asyncio.sleep(max(0.0, tick - time.monotonic()))
         if stream is not None:
             stream[1].close()
+
+    async def newcomer(self) -> None:
+        """A scraper that opens a new connection for every scrape, every second: what a flood costs a
+        client that is not connected yet (reported apart from the kept-alive scrapers)."""
+        tick = time.monotonic()
+        while time.monotonic() < self.deadline:
+            t0 = time.perf_counter()
+            writer = None
+            try:
+                reader, writer = await asyncio.wait_for(self.connect(), 10)
+                status, _, _ = await get_metrics(reader, writer)
+                if status != 200:
+                    self.failures.append(f"new connection: status {status}")
+                else:
+                    self.fresh.append((time.perf_counter() - t0) * 1000)
+            except (OSError, ValueError, IndexError, asyncio.IncompleteReadError, TimeoutError) as exc:
+                self.failures.append(f"new connection: {type(exc).__name__}: {exc}")
+            finally:
+                if writer is not None:
+                    writer.close()
+            tick += 1.0
+            await asyncio.sleep(max(0.0, tick - time.monotonic()))
 
     def count_series(self, body: bytes) -> None:
         self.last_body = body.decode()
@@ -252,8 +284,14 @@ class Load:
                 writer.close()
             await asyncio.sleep(1.0)  # a slow client comes back after a second
 
-    async def scrape(self) -> None:
-        await asyncio.gather(*(self.scraper(i / SCRAPERS) for i in range(SCRAPERS)))
+    async def scrape(self, flood: Callable[[], object]) -> None:
+        """The scrapers connect first, as Prometheus is connected when a flood begins; then the flood."""
+        streams = await asyncio.gather(*(self.connect() for _ in range(SCRAPERS)))
+        # one scrape each first: a connection that has sent no request yet is the first the server
+        # closes for a flood's new one, a kept-alive one only after every such
+        await asyncio.gather(*(get_metrics(*stream) for stream in streams))
+        flood()
+        await asyncio.gather(self.newcomer(), *(self.scraper(i / SCRAPERS, s) for i, s in enumerate(streams)))
 
     async def crawl(self, flood: str) -> None:
         if flood == "slow":
@@ -263,6 +301,23 @@ class Load:
         else:  # tls: the handshake, then nothing
             clients = [self.slow(False) for _ in range(FLOOD)]
         await asyncio.gather(*clients)
+
+
+Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+REQUEST = (
+    "GET /metrics HTTP/1.1\r\nHost: soak\r\n"
+    + "".join(f"{k}: {v}\r\n" for k, v in PROMETHEUS_HEADERS.items())
+    + "\r\n"
+).encode()
+
+
+async def get_metrics(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> tuple[int, bytes, bytes]:
+    """One GET /metrics: (status, header, body)."""
+    writer.write(REQUEST)
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    status = int(head.split(b" ", 2)[1])
+    length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+    return status, head, await asyncio.wait_for(reader.readexactly(length), 10)
 
 
 def client_context(cafile: str) -> ssl.SSLContext | None:
@@ -326,21 +381,32 @@ def soak(scenario: Scenario, minutes: float, gpus: int) -> dict[str, float]:
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     flood_args = ["--minutes", str(minutes), "--cafile", str(cafile)]
-    crawler = subprocess.Popen(
-        [*(sys.executable, __file__, "--flood", scenario.flood, "--slow-clients", str(port)), *flood_args],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
+    crawlers: list[subprocess.Popen[str]] = []
+
+    def flood() -> None:
+        crawlers.append(
+            subprocess.Popen(
+                [
+                    *(sys.executable, __file__, "--flood", scenario.flood, "--slow-clients", str(port)),
+                    *flood_args,
+                ],
+                cwd=REPO,
+                stdout=subprocess.PIPE,
+                text=True,
+                env={**os.environ, "PYTHONPATH": str(REPO)},
+            )
+        )
+
     try:
-        asyncio.run(load.scrape())
+        asyncio.run(load.scrape(flood))
+        crawler = crawlers[0]
         watcher.join(5)
         cpu = sum(ps.cpu_times()[:2]) - cpu0
         flood = json.loads(crawler.communicate(timeout=60)[0].splitlines()[-1])
         load.slow_cut = flood["cut"]
     finally:
-        crawler.kill()
+        for crawler in crawlers:
+            crawler.kill()
         proc.terminate()
         proc.wait(30)
     log.seek(0)
@@ -356,6 +422,9 @@ def soak(scenario: Scenario, minutes: float, gpus: int) -> dict[str, float]:
         "scrape_p50_ms": percentile(load.latencies, 0.5),
         "scrape_p99_ms": percentile(load.latencies, 0.99),
         "scrape_max_ms": max(load.latencies),
+        "new_connection_scrapes": len(load.fresh),
+        "new_connection_p99_ms": percentile(load.fresh, 0.99) if load.fresh else float("nan"),
+        "new_connection_max_ms": max(load.fresh, default=float("nan")),
         "max_collection_gap_s": stats["max_gap_s"],
         "collections": stats.get("collections", 0),
         "rss_warm_mib": after[0],
@@ -390,6 +459,9 @@ def report(scenario: Scenario, figures: dict[str, float]) -> list[str]:
         ("scrape latency p50 (ms)", "scrape_p50_ms", ""),
         ("scrape latency p99 (ms)", "scrape_p99_ms", target("scrape_p99_ms")),
         ("scrape latency max (ms)", "scrape_max_ms", ""),
+        ("scrapes on a new connection each", "new_connection_scrapes", ""),
+        ("  connect + scrape p99 (ms)", "new_connection_p99_ms", ""),
+        ("  connect + scrape max (ms)", "new_connection_max_ms", target("new_connection_max_ms")),
         ("largest gap between collections (s)", "max_collection_gap_s", target("max_collection_gap_s")),
         ("collections", "collections", ""),
         ("RSS after warm-up (MiB)", "rss_warm_mib", ""),

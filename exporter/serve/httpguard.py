@@ -7,7 +7,9 @@ scraper sends its request at once, so it is never the oldest waiting), then the 
 one; when every connection is busy serving, the new one is refused. A request still sending its body
 (a progress report; scrapes have none) holds one of a few body slots: past them the oldest such
 connection is closed, so stalled bodies never take the slots scrapes need. TLS connections have a
-bound of their own, from what each costs in memory (OpenSSL's state and a read buffer).
+bound of their own, from what each costs in memory (OpenSSL's state and a read buffer), and their
+handshakes a pace: a few steps per turn of the event loop, so a flood's key exchanges never hold the
+turn in which a scrape is answered.
 
 The protocol factory here also wraps connections in TLS with the context current at accept time, so a
 reloaded certificate is used from the next connection on without restarting the listener; a plain HTTP
@@ -39,6 +41,7 @@ from exporter.policy.thresholds import (
     HTTP_MAX_BODY_CONNECTIONS,
     HTTP_MAX_CONNECTIONS,
     HTTP_TLS_HANDSHAKE_TIMEOUT,
+    HTTP_TLS_HANDSHAKES_PER_TURN,
     HTTP_TLS_MAX_CONNECTIONS,
 )
 from exporter.serve.metrics import Family, labels
@@ -348,14 +351,68 @@ class GuardedH11(H11Protocol):
             super().connection_lost(exc)
 
 
+class HandshakePacer:
+    """At most ``per_turn`` TLS handshake steps per turn of the event loop. A step is the server's work on
+    a handshake message that arrived; past the budget the connection's step waits for a later turn, its
+    reads paused (the rest of its handshake stays in the kernel). Waiting steps go newest first: under a
+    flood the client that just connected (a scraper among a thousand flooding) is answered at once, and
+    the oldest waiting run into the handshake deadline, which they would under any order."""
+
+    def __init__(self, per_turn: int) -> None:
+        self.per_turn = per_turn
+        self.used = 0
+        self.deferred = 0  # steps that waited for a later turn, ever
+        self._waiting: dict[GuardedTLS, None] = {}  # insertion order: newest last
+        self._turn_pending = False
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def take(self) -> bool:
+        """Whether a step may run now; False: hand it to ``wait``."""
+        if self.used >= self.per_turn or self._waiting:
+            return False
+        self.used += 1
+        self._next_turn_resets()
+        return True
+
+    def wait(self, connection: GuardedTLS) -> None:
+        self._waiting[connection] = None
+        self.deferred += 1
+        self._next_turn_resets()
+
+    def forget(self, connection: GuardedTLS) -> None:
+        self._waiting.pop(connection, None)
+
+    def _next_turn_resets(self) -> None:
+        if not self._turn_pending:
+            self._turn_pending = True
+            asyncio.get_running_loop().call_soon(self._turn)
+
+    def _turn(self) -> None:
+        """First of a turn's callbacks: the waiting steps take the new budget before any new one."""
+        self._turn_pending, self.used = False, 0
+        while self._waiting and self.used < self.per_turn:
+            connection = next(reversed(self._waiting))
+            del self._waiting[connection]
+            self.used += 1
+            connection.step()
+        if self.used:
+            self._next_turn_resets()
+
+
 class GuardedTLS(sslproto.SSLProtocol):
-    """TLS in front of GuardedH11: admitted at accept, so a handshake that never ends is bounded too."""
+    """TLS in front of GuardedH11: admitted at accept, so a handshake that never ends is bounded too, and
+    its steps paced."""
 
     max_size = TLS_READ_BUFFER  # asyncio's read size, and the buffer each connection allocates
 
-    def __init__(self, *args: Any, guard: ConnectionGuard, tracked: Tracked, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, guard: ConnectionGuard, tracked: Tracked, pacer: HandshakePacer, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
-        self.guard, self.tracked = guard, tracked
+        self.guard, self.tracked, self.pacer = guard, tracked, pacer
         self.first = True
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -370,10 +427,24 @@ class GuardedTLS(sslproto.SSLProtocol):
                 self._transport.write(NOT_TLS)
                 self._transport.close()
                 return
+        if self._state is sslproto.SSLProtocolState.DO_HANDSHAKE and not self.pacer.take():
+            self._incoming.write(self._ssl_buffer_view[:nbytes])  # what super() does first
+            self._transport.pause_reading()
+            self.pacer.wait(self)
+            return
         super().buffer_updated(nbytes)
+
+    def step(self) -> None:
+        """The handshake step that waited for this turn, on what was read; then read on."""
+        if self._transport is None or self._transport.is_closing():
+            return
+        self._transport.resume_reading()
+        if self._state is sslproto.SSLProtocolState.DO_HANDSHAKE:
+            self._do_handshake()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.guard.forget(self.tracked)
+        self.pacer.forget(self)
         super().connection_lost(exc)
 
 
@@ -381,6 +452,7 @@ def protocol_factory(
     guard: ConnectionGuard, tls: Callable[[], ssl.SSLContext | None]
 ) -> Callable[..., asyncio.BaseProtocol]:
     """What uvicorn's ``Config(http=...)`` calls for each accepted connection."""
+    pacer = HandshakePacer(int(HTTP_TLS_HANDSHAKES_PER_TURN.value))
 
     def make(
         config: Config,
@@ -403,6 +475,7 @@ def protocol_factory(
             ssl_shutdown_timeout=TLS_SHUTDOWN_S,
             guard=guard,
             tracked=tracked,
+            pacer=pacer,
         )
 
     return make

@@ -1,6 +1,10 @@
 """Host source: /dev/shm and other memory-backed mounts, CPU I/O wait and the busiest core, disk reads,
 and pressure stall information, read from /proc, /sys and statvfs.
 
+CPU times and disk counters come through psutil, pointed at the configured /proc; the mount table is
+read directly, as PID 1 sees it (psutil reads this process's own, which in a container lists none of the
+pods' volumes), and so are PSI (psutil has none) and statvfs.
+
 The roots are configurable because a DaemonSet sees the node's /proc and / under other paths. A file
 that cannot be read costs its signal for that collection and is counted; it never raises. A kernel
 without PSI, or a mount table we may not read, is simply not reported.
@@ -11,9 +15,13 @@ from __future__ import annotations
 import logging
 import os
 import re
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import psutil
 
 from exporter.sources import runtime
 from exporter.sources.errors import ErrorCounter
@@ -30,8 +38,21 @@ DEFAULT_MOUNT_EXCLUDE = (
 )
 VIRTUAL_DISKS = re.compile(r"^(loop|ram|zram|fd|sr|nbd)\d*$")
 PARTITION = re.compile(r"^((sd|vd|xvd|hd)[a-z]+\d+|(nvme\d+n\d+|mmcblk\d+)p\d+)$")
-SECTOR_BYTES = 512  # /proc/diskstats always counts 512-byte sectors
 PSI_RESOURCES = ("io", "cpu", "memory")
+
+
+# psutil reads /proc at the module-wide psutil.PROCFS_PATH: one reader at a time points it at its root
+_PROCFS = threading.Lock()
+
+
+@contextmanager
+def _procfs(root: Path) -> Iterator[None]:
+    with _PROCFS:
+        before, psutil.PROCFS_PATH = psutil.PROCFS_PATH, str(root)
+        try:
+            yield
+        finally:
+            psutil.PROCFS_PATH = before
 
 
 def _octal_unescape(path: str) -> str:
@@ -93,33 +114,24 @@ class HostSource:
             self._pod_index_at = now
         return self._pod_index
 
-    def _read(self, path: Path) -> str | None:
-        try:
-            return path.read_text()
-        except OSError as exc:
-            self.errors.inc(SOURCE, type(exc).__name__, str(path))
-            return None
-
     # ---- CPU ---------------------------------------------------------------------------------
 
     def _cpu(self) -> tuple[float | None, float | None, int | None]:
         """I/O-wait share of all CPU time, and the busiest core's busy share, since the last call."""
-        text = self._read(self.proc / "stat")
-        if text is None:
+        path = self.proc / "stat"
+        try:
+            with _procfs(self.proc):
+                times = [psutil.cpu_times(), *psutil.cpu_times(percpu=True)]
+        except OSError as exc:
+            self.errors.inc(SOURCE, type(exc).__name__, str(path))
+            return None, None, None
+        except (ValueError, TypeError, IndexError):  # a line psutil cannot parse, or short of fields
+            self.errors.inc(SOURCE, "ParseError", str(path))
             return None, None, None
         now: dict[str, tuple[float, float, float]] = {}
-        for line in text.splitlines():
-            if not line.startswith("cpu"):
-                continue
-            parts = line.split()
-            try:
-                v = [float(x) for x in parts[1:9]]
-            except ValueError:
-                self.errors.inc(SOURCE, "ParseError", f"{self.proc / 'stat'}: {line[:40]}")
-                continue
-            v += [0.0] * (8 - len(v))
-            user, nice, system, _idle, iowait, irq, softirq, steal = v
-            now[parts[0]] = (user + nice + system + irq + softirq + steal, iowait, sum(v))
+        for name, t in zip(["cpu", *(f"cpu{n}" for n in range(len(times) - 1))], times, strict=True):
+            busy = t.user + t.nice + t.system + t.irq + t.softirq + getattr(t, "steal", 0.0)
+            now[name] = (busy, t.iowait, busy + t.idle + t.iowait)  # guest time is inside user and nice
         cores = [name for name in now if name != "cpu"]
         prev, self._prev_cpu = self._prev_cpu, now
         if prev is None or "cpu" not in now or "cpu" not in prev:
@@ -127,7 +139,7 @@ class HostSource:
         d_total = now["cpu"][2] - prev["cpu"][2]
         iowait = (now["cpu"][1] - prev["cpu"][1]) / d_total if d_total > 0 else None
         shares = []
-        for name in cores:
+        for name in cores if len(now) == len(prev) else ():  # a core went on or offline: no pairs
             if name in prev:
                 total = now[name][2] - prev[name][2]
                 if total > 0:
@@ -148,25 +160,26 @@ class HostSource:
             return None
 
     def _disks(self) -> tuple[DiskReading, ...]:
-        text = self._read(self.proc / "diskstats")
-        if text is None:
+        path = self.proc / "diskstats"
+        if not path.exists():  # psutil would read this container's own /sys/block instead
+            self.errors.inc(SOURCE, "FileNotFoundError", str(path))
+            return ()
+        try:
+            with _procfs(self.proc):
+                counters = psutil.disk_io_counters(perdisk=True, nowrap=False)
+        except OSError as exc:
+            self.errors.inc(SOURCE, type(exc).__name__, str(path))
+            return ()
+        except ValueError:  # a line psutil cannot parse
+            self.errors.inc(SOURCE, "ParseError", str(path))
             return ()
         whole = self._whole_disks()
-        out = []
-        for line in text.splitlines():
-            parts = line.split()
-            if len(parts) < 10:
-                continue
-            name = parts[2]
-            if VIRTUAL_DISKS.match(name) or (
-                name not in whole if whole is not None else PARTITION.match(name)
-            ):
-                continue
-            try:
-                out.append(DiskReading(name, int(parts[5]) * SECTOR_BYTES, int(parts[9]) * SECTOR_BYTES))
-            except ValueError:
-                self.errors.inc(SOURCE, "ParseError", f"{self.proc / 'diskstats'}: {name}")
-        return tuple(out)
+        return tuple(
+            DiskReading(name, c.read_bytes, c.write_bytes)
+            for name, c in counters.items()
+            if not VIRTUAL_DISKS.match(name)
+            and (name in whole if whole is not None else not PARTITION.match(name))
+        )
 
     # ---- pressure ----------------------------------------------------------------------------
 

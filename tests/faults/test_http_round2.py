@@ -1,7 +1,8 @@
 """The HTTP server against a second round of hostile clients, through the real command: stalled progress
 bodies neither outlive their deadline nor starve scrapes, a flood of idle TLS connections stays under
-the chart's memory limit, a trailing slash does not redirect to the client's Host, plain HTTP to the
-TLS port is answered in plain HTTP, and a pod name with a newline is refused without being echoed."""
+the chart's memory limit, a burst of TLS handshakes is paced while scrapes are answered, a trailing
+slash does not redirect to the client's Host, plain HTTP to the TLS port is answered in plain HTTP, and a
+pod name with a newline is refused without being echoed."""
 
 from __future__ import annotations
 
@@ -20,8 +21,9 @@ import pytest
 from exporter.policy.thresholds import (
     HTTP_BODY_TIMEOUT,
     HTTP_MAX_BODY_CONNECTIONS,
+    HTTP_TLS_HANDSHAKE_TIMEOUT,
 )
-from exporter.serve.httpguard import FD_RESERVE, IN_FLIGHT, ConnectionGuard, Tracked
+from exporter.serve.httpguard import FD_RESERVE, IN_FLIGHT, ConnectionGuard, HandshakePacer, Tracked
 from exporter.sources.progress import ProgressError, parse_report
 from tests.faults.certs import Authority
 from tests.faults.http_command import Command
@@ -216,6 +218,69 @@ def test_a_flood_of_idle_tls_connections_stays_under_the_charts_memory_limit(tls
             time.sleep(0.2)
         assert after <= peak - (peak - base) / 4, (base / 2**20, peak / 2**20, after / 2**20)
     assert cmd.proc.poll() is None
+
+
+def _client_hello(context: ssl.SSLContext) -> bytes:
+    """A TLS client's first flight, made in memory so hundreds can be sent at once."""
+    tls = context.wrap_bio(ssl.MemoryBIO(), out := ssl.MemoryBIO(), server_hostname="127.0.0.1")
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return out.read()
+
+
+def test_a_burst_of_handshakes_is_paced_while_scrapes_are_answered(tls):
+    """Hundreds of client hellos land at once, and some clients stall inside theirs: a scrape on a
+    kept-alive connection and one on a new connection are answered within Prometheus' 10 s scrape
+    timeout, and every complete hello is still answered before the handshake deadline."""
+    cmd, context = tls
+    hello = _client_hello(context)
+    with httpx.Client(verify=context, timeout=10) as kept:
+        assert kept.get(cmd.url + "/metrics").status_code == 200  # the connection is established
+        socks = [socket.create_connection(("127.0.0.1", cmd.port), timeout=5) for _ in range(400)]
+        try:
+            for n, sock in enumerate(socks):
+                sock.sendall(hello if n % 4 else hello[:20])  # every fourth stalls inside its hello
+            assert kept.get(cmd.url + "/metrics").status_code == 200
+            assert httpx.get(cmd.url + "/metrics", verify=context, timeout=10).status_code == 200
+            answered = 0
+            for sock in socks[1::4] + socks[2::4] + socks[3::4]:
+                sock.settimeout(HTTP_TLS_HANDSHAKE_TIMEOUT.value)
+                answered += len(sock.recv(1)) == 1  # the server's hello: its step ran
+            assert answered == 300
+        finally:
+            for sock in socks:
+                sock.close()
+    assert cmd.proc.poll() is None
+
+
+class _Handshake:
+    def __init__(self, steps: list[int], n: int) -> None:
+        self.steps, self.n = steps, n
+
+    def step(self) -> None:
+        self.steps.append(self.n)
+
+
+def test_handshake_steps_past_the_turns_budget_wait_for_later_turns_newest_first():
+    async def run() -> None:
+        pacer, steps = HandshakePacer(per_turn=2), []
+        waiting = [_Handshake(steps, n) for n in range(6)]
+        assert pacer.take() and pacer.take()
+        assert not pacer.take()  # the third step of this turn
+        for handshake in waiting[:5]:
+            pacer.wait(handshake)  # type: ignore[arg-type]
+        pacer.forget(waiting[3])  # closed while it waited
+        await asyncio.sleep(0)
+        assert steps == [4, 2] and not pacer.take()  # the waiting go first, and fill the turn
+        pacer.wait(waiting[5])  # type: ignore[arg-type]  # a client that just connected
+        await asyncio.sleep(0)
+        assert steps == [4, 2, 5, 1]
+        await asyncio.sleep(0)
+        assert steps == [4, 2, 5, 1, 0] and pacer.waiting == 0 and pacer.deferred == 6
+        await asyncio.sleep(0)
+        assert pacer.take() and pacer.take() and not pacer.take()  # a new turn, a new budget
+
+    asyncio.run(run())
 
 
 # ---- the guard's bounds, directly ----------------------------------------------------------------------

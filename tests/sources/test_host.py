@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
+import psutil
 import pytest
 
 from exporter.sources.errors import ErrorCounter
@@ -137,6 +139,45 @@ def test_garbage_in_proc_stat_is_a_parse_error_not_a_crash(tmp_path):
     errors = ErrorCounter()
     HostSource(errors, proc_root=proc, sys_root=sys, statvfs=fake_statvfs({})).collect()
     assert errors.snapshot()[("host", "ParseError")] == 1
+
+
+def test_a_missing_diskstats_is_counted_and_no_other_disks_are_read(tmp_path):
+    """Without the configured diskstats, no disk is reported (this machine's own /sys/block is not read
+    in its place) and the rest of the reading stands."""
+    proc, sys = tree(tmp_path)
+    os.remove(Path(proc, "diskstats"))
+    errors = ErrorCounter()
+    statvfs = fake_statvfs({"/dev/shm": (1 << 30, 0)})
+    r = HostSource(errors, proc_root=proc, sys_root=sys, statvfs=statvfs).collect()
+    assert r.disks == () and r.cpu_count == 2 and r.pressure
+    assert errors.snapshot() == {("host", "FileNotFoundError"): 1}
+
+
+def test_sources_on_different_roots_read_their_own_proc_at_once(tmp_path):
+    """Two nodes' sources in one process (the simulated fleet) collecting on two threads: each reads its
+    own /proc every time, and psutil's /proc is this machine's again afterwards."""
+    proc_a, sys_a = tree(tmp_path / "a")
+    proc_b, sys_b = tree(tmp_path / "b")
+    Path(proc_b, "stat").write_text(STAT_1.replace("intr", "cpu2 1 0 0 1 0 0 0 0 0 0\nintr"))
+    Path(proc_b, "diskstats").write_text(DISKSTATS.replace(" 100 0 2048 ", " 100 0 4096 "))
+    seen: dict[str, set[tuple[int | None, int]]] = {"a": set(), "b": set()}
+
+    def collect(name: str, proc: str, sys: str) -> None:
+        source = HostSource(ErrorCounter(), proc_root=proc, sys_root=sys, statvfs=fake_statvfs({}))
+        for _ in range(200):
+            r = source.collect()
+            seen[name].add((r.cpu_count, {d.device: d.read_bytes for d in r.disks}["nvme0n1"]))
+
+    threads = [
+        threading.Thread(target=collect, args=("a", proc_a, sys_a)),
+        threading.Thread(target=collect, args=("b", proc_b, sys_b)),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert seen == {"a": {(2, 2048 * 512)}, "b": {(3, 4096 * 512)}}
+    assert psutil.PROCFS_PATH == "/proc"
 
 
 def test_this_machines_real_proc():
