@@ -59,7 +59,9 @@ def run(minutes: float) -> dict[str, object]:
     nvml = NvmlSource(node.install(), errors, clock=clock, slow_interval_s=settings.slow_interval_s)
     host = HostSource(errors, clock=clock, **node.host_options())  # type: ignore[arg-type]
     kubelet = PodResourcesSource(errors, node.kubelet_socket)
-    sampler = Sampler(settings, errors, host, nvml, clock=clock, monotonic=clock, kubelet=kubelet)
+    sampler = Sampler(
+        settings, errors, {"host": host, "nvml": nvml, "kubelet": kubelet}, clock=clock, monotonic=clock
+    )
     renderer = Renderer()
     process = psutil.Process()
     series: list[int] = []

@@ -157,7 +157,7 @@ def count_nvml_calls(gpus: int, cycles: int = 60) -> dict[str, float]:
         settings = Settings()
         errors = ErrorCounter()
         nvml = NvmlSource(node.install(), errors, clock=clock, slow_interval_s=settings.slow_interval_s)
-        sampler = Sampler(settings, errors, None, nvml, clock=clock)
+        sampler = Sampler(settings, errors, {"nvml": nvml}, clock=clock)
         now[0] += 1
         sampler.cycle(wait_s=5)  # the session opens: discovery is not a collection
         now[0] += 1

@@ -50,7 +50,9 @@ def snapshot(gpus: int = 8, seconds: int = 70) -> object:
     settings, errors = Settings(), ErrorCounter()
     nvml = NvmlSource(node.install(), errors, clock=lambda: now[0], slow_interval_s=settings.slow_interval_s)
     host = HostSource(errors, clock=lambda: now[0], **node.host_options())  # type: ignore[arg-type]
-    sampler = Sampler(settings, errors, host, nvml, clock=lambda: now[0], monotonic=lambda: mono[0])
+    sampler = Sampler(
+        settings, errors, {"host": host, "nvml": nvml}, clock=lambda: now[0], monotonic=lambda: mono[0]
+    )
     try:
         for _ in range(seconds):
             now[0] += 1

@@ -18,34 +18,23 @@ from exporter.collect.sampler import Sampler
 from exporter.collect.snapshot import Snapshot
 from exporter.config.settings import Settings
 from exporter.config.usage import CommandError, UsageError
-from exporter.doctor.live import NodeChecker
+from exporter.doctor import live
 from exporter.serve.metrics import Family, Renderer
+from exporter.sources import host, kubelet, nvml, podlogs, progress
 from exporter.sources.errors import ErrorCounter
-from exporter.sources.host import HostSource
-from exporter.sources.kubelet import PodResourcesSource
-from exporter.sources.nvml import NvmlSource, real_nvml
-from exporter.sources.podlogs import PodLogSource
+from exporter.sources.nvml import real_nvml
 from exporter.sources.progress import ProgressStore
+from exporter.sources.registry import Inputs, build_sources
 
 if TYPE_CHECKING:
     from exporter.serve.webconfig import WebState
     from exporter.sim import SimulatedNode
 
+# the modules whose sources a running exporter has: each registers its own at import
+# (exporter.sources.registry); a new source's module joins them here
+SOURCE_MODULES = (nvml, host, kubelet, podlogs, progress, live)
 log = logging.getLogger(__name__)
 run_log = logging.getLogger("exporter")  # the commands' own lines, under the name they always had
-
-
-def pod_log_source(settings: Settings, errors: ErrorCounter, sys_root: str) -> PodLogSource | None:
-    """The pod-log source when --pod-logs names a directory, with the user's patterns first."""
-    if not settings.pod_logs:
-        return None
-    from exporter.podlogs.logparse import PATTERNS, load_patterns
-
-    extra = ()
-    if settings.log_patterns:
-        with open(settings.log_patterns, encoding="utf-8") as f:
-            extra = load_patterns(f.read())
-    return PodLogSource(settings.pod_logs, errors, extra + PATTERNS, sys_root=sys_root)
 
 
 class Application:
@@ -58,37 +47,13 @@ class Application:
     ) -> None:
         self.settings = settings
         self.errors = ErrorCounter()
-        options: dict[str, object] = {
-            "proc_root": settings.proc_root,
-            "sys_root": settings.sys_root,
-            "host_root": settings.host_root,
-            "shm_paths": settings.shm_paths,
-        } | (host_options or {})
-        host = HostSource(self.errors, clock=clock, **options)  # type: ignore[arg-type]
-        nvml = (
-            NvmlSource(nvml_module, self.errors, clock=clock, slow_interval_s=settings.slow_interval_s)
-            if nvml_module is not None
-            else None
-        )
-        kubelet = (
-            PodResourcesSource(self.errors, settings.pod_resources_socket)
-            if settings.pod_resources_socket
-            else None
-        )
-        self.progress = ProgressStore(clock) if settings.progress_api else None
-        self.sampler = Sampler(
-            settings,
-            self.errors,
-            host,
-            nvml,
-            clock=clock,
-            kubelet=kubelet,
-            podlogs=pod_log_source(settings, self.errors, str(options["sys_root"])),
-            progress=self.progress,
-        )
-        # the node doctor's checks, on their own thread; the sampler publishes their latest results
-        self.checker = NodeChecker.for_settings(settings, nvml_module, options, xids=self._xids)
-        self.sampler.checker = self.checker
+        # every registered source that these settings turn on, by name; the sampler wires each by its
+        # schedule (and starts the node checks' and the pod logs' threads with its own)
+        inputs = Inputs(settings, self.errors, nvml_module, host_options or {}, clock, xids=self._xids)
+        sources = build_sources(inputs)
+        store = sources.get("progress")
+        self.progress = store if isinstance(store, ProgressStore) else None  # POST /v1/progress
+        self.sampler = Sampler(settings, self.errors, sources, clock=clock)
         self.renderer = Renderer(settings.detail, settings.prices)
         self.server_families: Callable[[], list[Family]] | None = None  # set by the HTTP server
         self._started = False
@@ -97,12 +62,10 @@ class Application:
         if not self._started:
             self._started = True
             self.sampler.start()
-            self.checker.start()
 
     def stop(self) -> None:
         if self._started:
             self._started = False
-            self.checker.stop()
             self.sampler.stop()
 
     def _xids(self) -> dict[int, dict[int, int]] | None:

@@ -31,9 +31,10 @@ CONTRACT = frozenset(
         "gpu_dram_active_ratio",
         "gpu_energy_joules_total",
         "gpu_exporter_build_info",
-        "gpu_exporter_collect_duration_seconds",
         "gpu_exporter_collect_errors_total",
         "gpu_exporter_last_collect_timestamp_seconds",
+        "gpu_exporter_source_duration_seconds",  # node_exporter's pair; it replaced collect_duration
+        "gpu_exporter_source_up",
         "gpu_fabric_state",
         "gpu_info",
         "gpu_memory_total_bytes",

@@ -26,11 +26,13 @@ def test_points_carry_the_silence_of_their_pods_log(make_node, clock, tmp_path):
     sampler = Sampler(
         FAST,
         errors,
-        RefreshingHostSource(node, errors, clock=clock, **node.host_options()),  # type: ignore[arg-type]
-        NvmlSource(node.install(), errors, clock=clock, slow_interval_s=FAST.slow_interval_s),
+        {
+            "host": RefreshingHostSource(node, errors, clock=clock, **node.host_options()),  # type: ignore[arg-type]
+            "nvml": NvmlSource(node.install(), errors, clock=clock, slow_interval_s=FAST.slow_interval_s),
+            "kubelet": PodResourcesSource(errors, node.kubelet_socket, timeout_s=0.5),
+            "podlogs": source,
+        },
         clock=clock,
-        kubelet=PodResourcesSource(errors, node.kubelet_socket, timeout_s=0.5),
-        podlogs=source,
     )
     try:
         step(sampler, clock, cycles=2)  # the sampler learns which pods hold GPUs and names them

@@ -23,7 +23,7 @@ def test_first_cycle_opens_nvml_and_becomes_ready(make_node, make_sampler, clock
     assert snap.ready and snap.nvml_up and len(snap.gpus) == 8
     assert all(g.up for g in snap.gpus)
     assert snap.host is not None and snap.driver["driver_version"] == "550.90.07"
-    assert snap.last_success["nvml"] == clock.now and "host" in snap.durations
+    assert snap.last_success["nvml"] == clock.now and "host" in snap.source_durations
 
 
 def test_window_statistics_show_the_starved_rank(make_node, make_sampler, clock):
@@ -174,7 +174,7 @@ def test_sampler_without_sources_still_publishes(clock):
     from exporter.config.settings import Settings
     from exporter.sources.errors import ErrorCounter
 
-    sampler = Sampler(Settings(), ErrorCounter(), None, None, clock=clock)
+    sampler = Sampler(Settings(), ErrorCounter(), {}, clock=clock)
     snap = sampler.cycle(wait_s=0)
     assert snap.ready and snap.gpus == () and snap.host is None
 
@@ -191,7 +191,7 @@ def test_a_node_without_gpu_or_kubelet_logs_one_warning(make_node, clock, caplog
     host = RefreshingHostSource(node, errors, clock=clock, **node.host_options())
     nvml = NvmlSource(node.install(), errors, clock=clock)
     kubelet = PodResourcesSource(errors, str(tmp_path / "no-kubelet.sock"), timeout_s=0.5)
-    sampler = Sampler(FAST, errors, host, nvml, clock=clock, kubelet=kubelet)
+    sampler = Sampler(FAST, errors, {"host": host, "nvml": nvml, "kubelet": kubelet}, clock=clock)
     try:
         with caplog.at_level("INFO"):
             step(sampler, clock, cycles=3)

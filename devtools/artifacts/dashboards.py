@@ -1046,8 +1046,8 @@ def node_panels(s: Scope) -> list[Item]:
         Spec(
             "series",
             "Collection duration",
-            "How long the last collection of each source took.",
-            target(f"gpu_exporter_collect_duration_seconds{{{here}}}", "{{source}}"),
+            "How long the last collection of each source took, failed or not.",
+            target(f"gpu_exporter_source_duration_seconds{{{here}}}", "{{source}}"),
             (8, 7),
             unit="s",
             min_=0,

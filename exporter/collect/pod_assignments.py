@@ -13,7 +13,7 @@ import logging
 import os
 from collections.abc import Callable
 
-from exporter.collect.poller import Call, Every, Outcome, Poller
+from exporter.collect.poller import Call, Outcome, Poller
 from exporter.policy.thresholds import KUBELET_SOCKET_RECOUNT, KUBELET_SOCKET_WATCH, POD_LABEL_GRACE
 from exporter.sources.kubelet import Assignment, PodResourcesSource
 
@@ -27,9 +27,9 @@ class PodAssignments:
         kubelet: PodResourcesSource,
         poller: Poller,
         interval_s: float,
-        timeout_s: float,
         clock: Callable[[], float],
     ) -> None:
+        """The kubelet's answers, polled as the registered ``kubelet`` source by ``poller``."""
         self.kubelet, self.poller, self.interval_s, self.clock = kubelet, poller, interval_s, clock
         self.current: tuple[Assignment, ...] = ()
         self.t: float | None = None  # wall time of the answer the labels come from
@@ -37,7 +37,6 @@ class PodAssignments:
         self._ok = False  # did the last List answer
         self._watch: Call | None = None
         self._next_watch = 0.0
-        poller.add(Every(SOURCE, interval_s, timeout_s, kubelet.collect))
 
     def schedule(self, mono: float) -> None:
         """While the socket is missing, look for it so that labels return within seconds."""

@@ -1,12 +1,14 @@
-"""One contract for sources and one place that runs them: deadlines, durations, errors, success.
+"""One place that runs the polled sources and books every source: deadlines, durations, errors, success.
 
-A source is anything with a ``name``, an ``interval_s``, a ``timeout_s`` and a ``collect()`` that returns
-its reading (node_exporter's collector model). The ``Poller`` starts each due source on a daemon thread of
-its own, so that a hung call blocks nothing and is never started twice; takes back what finished; counts
-an exception as ``InternalError`` and an overdue call (once) as ``CollectTimeout``; and keeps, per source,
-whether its last attempt succeeded and how long its last success took. Sources whose calls are not plain
-(NVML's per-GPU calls, threads of their own such as pod logs) report into the same books via ``observe``,
-so ``gpu_exporter_source_up`` / ``_duration_seconds`` cover every source from one place.
+A polled source (``exporter.sources.registry.Source``: a ``name``, an ``interval_s``, a ``timeout_s`` and a
+``collect()`` that returns its reading, node_exporter's collector model) is started by the ``Poller`` on a
+daemon thread of its own, so that a hung call blocks nothing and is never started twice; the poller takes
+back what finished, counts an exception as ``InternalError`` and an overdue call (once) as
+``CollectTimeout``. The books hold, per source, whether its last attempt succeeded and how long it took
+(``gpu_exporter_source_up``, ``gpu_exporter_source_duration_seconds``), whatever its schedule: NVML's
+per-GPU calls book through ``observe``, a source with a thread of its own or a pushed one through
+``observe_round``. The sources the sampler starts on its own cadence are also stamped at their last
+success, for the stale-collection alert.
 """
 
 from __future__ import annotations
@@ -15,21 +17,12 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Generic
 
 from exporter.sources.errors import ErrorCounter
+from exporter.sources.registry import ReadingT, Round, Source
 
 log = logging.getLogger(__name__)
-
-Reading = object  # what a source's collect() returns; None means "failed, and the source said why"
-
-
-class Source(Protocol):
-    name: str
-    interval_s: float
-    timeout_s: float
-
-    def collect(self) -> Reading: ...
 
 
 class Call:
@@ -69,13 +62,13 @@ class Call:
 
 
 @dataclass(frozen=True)
-class Every:
+class Every(Generic[ReadingT]):
     """A plain function as a source: ``collect`` every ``interval_s`` (0: every cycle)."""
 
     name: str
     interval_s: float
     timeout_s: float
-    collect: Callable[[], Reading]
+    collect: Callable[[], ReadingT | None]
 
 
 @dataclass(frozen=True)
@@ -83,7 +76,7 @@ class Outcome:
     """A finished call of one source: its reading (None when it failed) and how long it took."""
 
     source: str
-    reading: Reading
+    reading: object
     elapsed: float
     error: BaseException | None = None
 
@@ -94,7 +87,7 @@ class Outcome:
 
 @dataclass
 class _Slot:
-    source: Source
+    source: Source[object]
     call: Call | None = None
     next_due: float = 0.0
 
@@ -104,12 +97,12 @@ class Books:
     """What the poller knows of every source, by name."""
 
     up: dict[str, bool] = field(default_factory=dict)  # did the source's last attempt succeed
-    durations: dict[str, float] = field(default_factory=dict)  # seconds its last success took
-    last_success: dict[str, float] = field(default_factory=dict)  # wall time of its last success
-    attempts: dict[str, float] = field(default_factory=dict)  # seconds its last attempt took, failed or not
+    durations: dict[str, float] = field(default_factory=dict)  # seconds its last attempt took, failed or not
+    # wall time of its last success; only sources on the sampler's cadence (the stale-collection alert)
+    last_success: dict[str, float] = field(default_factory=dict)
 
     def copy(self) -> Books:
-        return Books(dict(self.up), dict(self.durations), dict(self.last_success), dict(self.attempts))
+        return Books(dict(self.up), dict(self.durations), dict(self.last_success))
 
 
 @dataclass
@@ -120,7 +113,7 @@ class Poller:
     books: Books = field(default_factory=Books)
     _slots: dict[str, _Slot] = field(default_factory=dict)
 
-    def add(self, source: Source) -> None:
+    def add(self, source: Source[object]) -> None:
         self._slots[source.name] = _Slot(source)
 
     def remove(self, name: str) -> None:
@@ -176,26 +169,24 @@ class Poller:
         self.errors.inc(name, "CollectTimeout", detail)
         self.books.up[name] = False
 
-    def observe_thread(self, name: str, worker: object) -> None:
-        """Book a source that runs on a thread of its own and says how its last round went
-        (``ok``, ``collected_t`` wall time, ``duration_s``); nothing until its first round."""
-        # Only its success and the length of its last round: such a source keeps a schedule of its own
-        # (minutes for the node checks), so its last success is not a collection that the stale-collection
-        # alert (gpu_exporter_last_collect_timestamp_seconds) may judge by the sampler's cadence.
-        if getattr(worker, "collected_t", None) is not None:
-            self.books.up[name] = getattr(worker, "ok", True)
-            elapsed = getattr(worker, "duration_s", None)
-            if elapsed is not None:
-                self.books.attempts[name] = elapsed
+    def observe_round(self, name: str, last: Round | None) -> None:
+        """Book a source with a schedule of its own (a thread, or pushed): its last round's success and
+        length; nothing before its first round."""
+        # Not stamped as a success: such a source keeps a schedule of its own (minutes for the node
+        # checks, whenever a job pushes for progress), so the stale-collection alert
+        # (gpu_exporter_last_collect_timestamp_seconds) must not judge it by the sampler's cadence.
+        if last is not None:
+            self.books.up[name] = last.ok
+            if last.duration_s is not None:
+                self.books.durations[name] = last.duration_s
 
     def observe(self, name: str, ok: bool, elapsed: float | None = None, t: float | None = None) -> None:
-        """Book one attempt of ``name``: its success, and on success its duration and time."""
+        """Book one attempt of a source the sampler starts: its success and duration, and on success
+        its time."""
         self.books.up[name] = ok
         if elapsed is not None:
-            self.books.attempts[name] = elapsed
+            self.books.durations[name] = elapsed
         if ok:
-            if elapsed is not None:
-                self.books.durations[name] = elapsed
             self.books.last_success[name] = self.clock() if t is None else t
 
 

@@ -1,9 +1,12 @@
 """The sampler schedules the sources, feeds the analysis and publishes snapshots (it also groups GPUs
 into jobs by pod and passes each job's last sign of life to the next cycle's points).
 
-Each cycle starts what is due (the NVML session's per-GPU calls, the host, the kubelet; each on a daemon
-thread of its own, see ``exporter.collect.poller``), waits a bounded time, hands every new reading to the
-analysis once, and publishes the immutable ``Snapshot`` that ``exporter.collect.snapshot.build`` makes of the
+The sources come built, by their registered names (``exporter.sources.registry``); each is wired by its
+schedule: a polled one is handed to the poller, NVML's to the session, a threaded one is started and
+stopped with the sampler, and every one that is not polled is booked from its ``last_round()``. Each
+cycle starts what is due (the NVML session's per-GPU calls, the host, the kubelet; each on a daemon thread
+of its own, see ``exporter.collect.poller``), waits a bounded time, hands every new reading to the analysis
+once, and publishes the immutable ``Snapshot`` that ``exporter.collect.snapshot.build`` makes of the
 analyzer's result. The HTTP path only ever reads ``Sampler.snapshot``: a hung driver never reaches it.
 """
 
@@ -12,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from exporter.analysis.engine import Analyzer, VerdictEvent
 from exporter.analysis.pods import gpu_owners
@@ -25,12 +28,9 @@ from exporter.collect.poller import Every, Outcome, Poller, run_every
 from exporter.collect.snapshot import EMPTY_SNAPSHOT, GpuView, Snapshot, Sources, build
 from exporter.config.settings import Settings
 from exporter.sources.errors import ErrorCounter
-from exporter.sources.host import HostSource
 from exporter.sources.kubelet import PodResourcesSource
-from exporter.sources.nvml import NvmlSource
-from exporter.sources.podlogs import PodLogSource
-from exporter.sources.progress import ProgressStore
 from exporter.sources.readings import GpuIdentity, GpuReading, HostReading
+from exporter.sources.registry import Reports, Schedule, Threaded, registration
 
 __all__ = ["EMPTY_SNAPSHOT", "GpuView", "Sampler", "Snapshot"]
 log = logging.getLogger(__name__)
@@ -41,33 +41,54 @@ class Sampler:
         self,
         settings: Settings,
         errors: ErrorCounter,
-        host: HostSource | None,
-        nvml: NvmlSource | None,
+        sources: Mapping[str, object | None],
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
-        kubelet: PodResourcesSource | None = None,
-        podlogs: PodLogSource | None = None,
-        progress: ProgressStore | None = None,
     ) -> None:
         self.settings, self.errors, self.clock, self.monotonic = settings, errors, clock, monotonic
         self.poller = Poller(errors, clock, monotonic)
-        self.session = NvmlSession(nvml, settings, errors, self.poller) if nvml is not None else None
-        self.host = host
-        if host is not None:  # every cycle, never two at once
-            self.poller.add(Every("host", 0.0, settings.collect_timeout_s, host.collect))
+        self.sources: dict[str, object] = {}  # by registered name, as wired
+        self.session: NvmlSession | None = None
+        self.pods: PodAssignments | None = None
+        self._own: dict[str, Reports] = {}  # threads of their own and pushed sources: booked each cycle
         self._host_reading: HostReading | None = None
         self._host_done = False
-        self.pods: PodAssignments | None = None
-        self.kubelet = kubelet
-        self.job = JobSignals(podlogs, progress, self.poller)  # the job's own word about its progress
+        self.job = JobSignals()  # the job's own word about its progress
         self.analyzer = Analyzer(window_s=settings.window_s)  # owns the windows of points
-        self.checker: object | None = None  # the node doctor's NodeChecker (own thread); read, never run here
         self.events: list[VerdictEvent] = []  # verdict changes of the last cycle
         self.gpu_listeners: list[Callable[[GpuIdentity, list[GpuPoint]], None]] = []  # the trace recorder
         self.host_listeners: list[Callable[[HostPoint], None]] = []
         self._snapshot, self._seq, self._ready = EMPTY_SNAPSHOT, 0, False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        for name, source in sources.items():
+            self.attach(name, source)
+
+    def attach(self, name: str, source: object | None) -> None:
+        """Wire a registered source by its schedule, in place of any of that name (None: take it away)."""
+        entry, s = registration(name), self.settings
+        self.poller.remove(name)
+        self._own.pop(name, None)
+        self.sources.pop(name, None)
+        if name == "kubelet":
+            self.pods = None
+        if name == "nvml":
+            self.session = None
+        if source is None:
+            return
+        self.sources[name] = source
+        if entry.schedule is Schedule.POLLED:  # never two calls of one source at once
+            self.poller.add(Every(name, entry.interval(s), entry.timeout(s), source.collect))  # type: ignore[attr-defined]
+        elif entry.schedule is Schedule.PER_GPU:
+            self.session = NvmlSession(source, s, self.errors, self.poller)  # type: ignore[arg-type]
+        else:
+            self._own[name] = source  # type: ignore[assignment]
+        if name == "kubelet":  # its answer is held for the pod labels' grace period
+            self.pods = PodAssignments(source, self.poller, entry.interval(s), self.clock)  # type: ignore[arg-type]
+
+    @property
+    def host(self) -> object | None:
+        return self.sources.get("host")
 
     @property
     def kubelet(self) -> PodResourcesSource | None:
@@ -75,13 +96,22 @@ class Sampler:
 
     @kubelet.setter
     def kubelet(self, source: PodResourcesSource | None) -> None:
-        self.poller.remove("kubelet")
-        self.pods = None
-        if source is not None:
-            s = self.settings
-            self.pods = PodAssignments(
-                source, self.poller, s.pod_resources_interval_s, s.collect_timeout_s, self.clock
-            )
+        self.attach("kubelet", source)
+
+    @property
+    def checker(self) -> object | None:
+        return self.sources.get("node_checks")
+
+    @checker.setter
+    def checker(self, checker: object | None) -> None:
+        self.attach("node_checks", checker)
+
+    def _threads(self) -> list[Threaded]:
+        return [
+            s  # type: ignore[misc]
+            for name, s in self._own.items()
+            if registration(name).schedule is Schedule.OWN_THREAD and isinstance(s, Threaded)
+        ]
 
     @property
     def snapshot(self) -> Snapshot:
@@ -91,7 +121,8 @@ class Sampler:
         args = (self.settings.interval_s, self.cycle, self._stop, self.monotonic, self.errors)
         self._thread = threading.Thread(target=run_every, args=args, name="sampler", daemon=True)
         self._thread.start()
-        self.job.start()
+        for source in self._threads():
+            source.start()
 
     def stop(self) -> None:
         self._stop.set()
@@ -101,7 +132,8 @@ class Sampler:
             self.session.close(wait_s=1.0)
         if self.pods is not None:
             self.pods.close()
-        self.job.stop()
+        for source in self._threads():
+            source.stop()
 
     def cycle(self, wait_s: float | None = None) -> Snapshot:
         """One collection round: start what is due, wait a bounded time, take what came, publish."""
@@ -176,8 +208,14 @@ class Sampler:
         if not self._ready:
             nvml_settled = session is None or session.settled
             self._ready = nvml_settled and (self.host is None or self._host_done)
-        pod_logs = self.job.update(frozenset((a.ref.namespace, a.ref.pod) for a in assignments), owners)
-        self.poller.observe_thread("node_checks", self.checker)
+        pod_logs = self.job.update(
+            self.sources.get("podlogs"),  # type: ignore[arg-type]
+            self.sources.get("progress"),  # type: ignore[arg-type]
+            frozenset((a.ref.namespace, a.ref.pod) for a in assignments),
+            owners,
+        )
+        for name, source in self._own.items():  # the sources the poller does not start
+            self.poller.observe_round(name, source.last_round())
         src = Sources(
             nvml_up=session is not None and session.up,
             driver=dict(session.nvml.driver) if session is not None else {},

@@ -68,8 +68,7 @@ class Snapshot:
     gpus: tuple[GpuView, ...]
     host: HostReading | None
     host_window: dict[str, Stats]
-    durations: dict[str, float]
-    last_success: dict[str, float]
+    last_success: dict[str, float]  # wall time of each polled source's last success (the stale alert)
     errors: dict[tuple[str, str], int]
     pod_shm_default: dict[tuple[str, str], bool] = field(default_factory=dict)  # (ns, pod) of GPU pods
     pod_assignment_t: float | None = None  # wall time of the kubelet answer the pod labels come from
@@ -79,7 +78,7 @@ class Snapshot:
     source_durations: dict[str, float] = field(default_factory=dict)  # seconds of each one's last attempt
 
 
-EMPTY_SNAPSHOT = Snapshot(0, 0.0, False, False, {}, (), None, {}, {}, {}, {})
+EMPTY_SNAPSHOT = Snapshot(0, 0.0, False, False, {}, (), None, {}, {}, {})
 
 
 @dataclass(frozen=True)
@@ -145,7 +144,6 @@ def build(seq: int, t: float, ready: bool, src: Sources, result: Result) -> Snap
         gpus=views,
         host=host,
         host_window=result.host_window,
-        durations=dict(src.books.durations),
         last_success=dict(src.books.last_success),
         errors=src.errors,
         pod_shm_default=default_shm(gpu_pods, host.shm, host.pod_dev_shm) if host is not None else {},
@@ -153,5 +151,5 @@ def build(seq: int, t: float, ready: bool, src: Sources, result: Result) -> Snap
         node_checks=src.node_checks,
         pod_logs=src.pod_logs,
         source_up=dict(src.books.up),
-        source_durations=dict(src.books.attempts),
+        source_durations=dict(src.books.durations),
     )

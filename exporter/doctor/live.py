@@ -21,6 +21,7 @@ from exporter.doctor.facts import SIM_CLOCK, ClockFacts
 from exporter.doctor.gather import PodSources, gather, kernel_clock
 from exporter.doctor.model import Result
 from exporter.policy import thresholds as th
+from exporter.sources.registry import Inputs, Registration, Round, Schedule, register
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ class NodeChecker:
         self.monotonic, self.fast_s, self.slow_s = monotonic, fast_s, slow_s
         self.latest: tuple[Result, ...] = ()  # replaced whole by each round: readers need no lock
         self.last_run: dict[str, float] = {}  # check -> wall time of its last result
-        # how the last round went: the sampler books it as gpu_exporter_source_up{source="node_checks"}
+        # how the last round went (last_round): booked as gpu_exporter_source_up{source="node_checks"}
         self.ok, self.duration_s = True, 0.0
         self.collected_t: float | None = None  # wall time of the last finished round
         self._results: dict[str, Result] = {}
@@ -111,6 +112,12 @@ class NodeChecker:
         self.ok, self.collected_t, self.duration_s = True, stamp, self.monotonic() - now
         return self.latest
 
+    def last_round(self) -> Round | None:
+        """How the last round went (None before the first): booked as the ``node_checks`` source."""
+        if self.collected_t is None:
+            return None
+        return Round(self.ok, self.collected_t, self.duration_s)
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="node-checks", daemon=True)
         self._thread.start()
@@ -128,3 +135,13 @@ class NodeChecker:
                 log.exception("node checks failed")
                 self.ok = False
             self._stop.wait(self.fast_s)
+
+
+def _build(inputs: Inputs) -> NodeChecker:
+    return NodeChecker.for_settings(inputs.settings, inputs.nvml, inputs.host(), xids=inputs.xids)
+
+
+# its own thread: the cheap checks every doctor.fast_interval_seconds, the costly ones less often
+REGISTRATION = register(
+    Registration[tuple[Result, ...]]("node_checks", Schedule.OWN_THREAD, tuple[Result, ...], _build)
+)

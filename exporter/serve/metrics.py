@@ -301,14 +301,6 @@ def _self(fams: _Families, snapshot: Snapshot) -> None:
     fams.gauge("gpu_exporter_nvml_up", "1 while an NVML session is open.").add(
         "", 1 if snapshot.nvml_up else 0
     )
-    for source, seconds in sorted(snapshot.durations.items()):
-        fams.gauge("gpu_exporter_collect_duration_seconds", "Duration of the last collection.").add(
-            f'source="{source}"', seconds
-        )
-    for source, ts in sorted(snapshot.last_success.items()):
-        fams.gauge(
-            "gpu_exporter_last_collect_timestamp_seconds", "Time of the last successful collection."
-        ).add(f'source="{source}"', ts)
     if snapshot.pod_assignment_t is not None:
         fams.gauge(
             "gpu_exporter_pod_assignment_timestamp_seconds",
@@ -321,7 +313,9 @@ def _self(fams: _Families, snapshot: Snapshot) -> None:
 
 
 def _sources(fams: _Families, snapshot: Snapshot) -> None:
-    """Every source's last attempt, booked in one place (exporter.collect.poller): success, duration."""
+    """Every registered source's last attempt, booked in one place (exporter.collect.poller): success and
+    duration; and, for the sources on the sampler's cadence, the time of the last success, which the
+    stale-collection alert needs (a hung call leaves no new attempt to book)."""
     for source, up in sorted(snapshot.source_up.items()):
         fams.gauge("gpu_exporter_source_up", "1 if the source's last collection succeeded.").add(
             f'source="{source}"', 1 if up else 0
@@ -330,6 +324,10 @@ def _sources(fams: _Families, snapshot: Snapshot) -> None:
         fams.gauge(
             "gpu_exporter_source_duration_seconds", "Duration of the source's last collection, failed or not."
         ).add(f'source="{source}"', seconds)
+    for source, ts in sorted(snapshot.last_success.items()):
+        fams.gauge(
+            "gpu_exporter_last_collect_timestamp_seconds", "Time of the last successful collection."
+        ).add(f'source="{source}"', ts)
 
 
 def _node_checks(fams: _Families, snapshot: Snapshot) -> None:

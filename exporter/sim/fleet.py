@@ -47,7 +47,7 @@ def stepped_snapshot(scenario: str = "healthy", n_gpus: int = 8, seconds: int = 
         host = HostSource(errors, clock=clock, **node.host_options())  # type: ignore[arg-type]
         nvml = NvmlSource(node.install(), errors, clock=clock, slow_interval_s=settings.slow_interval_s)
         kubelet = PodResourcesSource(errors, node.kubelet_socket, timeout_s=0.5)
-        sampler = Sampler(settings, errors, host, nvml, clock=clock, kubelet=kubelet)
+        sampler = Sampler(settings, errors, {"host": host, "nvml": nvml, "kubelet": kubelet}, clock=clock)
         snapshot = None
         for _ in range(seconds):
             clock.t += 1.0
@@ -116,7 +116,7 @@ def _role_worker(scenario: str, gpus: int, warm_s: int, conn: Connection, stop: 
     host = HostSource(errors, clock=clock, **node.host_options())  # type: ignore[arg-type]
     nvml = NvmlSource(node.install(), errors, clock=clock, slow_interval_s=settings.slow_interval_s)
     kubelet = PodResourcesSource(errors, node.kubelet_socket, timeout_s=0.5)
-    sampler = Sampler(settings, errors, host, nvml, clock=clock, kubelet=kubelet)
+    sampler = Sampler(settings, errors, {"host": host, "nvml": nvml, "kubelet": kubelet}, clock=clock)
     try:
         while not stop.is_set():
             now = time.time()

@@ -26,6 +26,7 @@ import psutil
 from exporter.sources import runtime
 from exporter.sources.errors import ErrorCounter
 from exporter.sources.readings import DiskReading, HostReading, ShmReading
+from exporter.sources.registry import Inputs, Registration, Schedule, register
 
 log = logging.getLogger(__name__)
 
@@ -259,3 +260,11 @@ class HostSource:
                 )
             )
         return tuple(out)
+
+
+def _build(inputs: Inputs) -> HostSource:
+    return HostSource(inputs.errors, clock=inputs.clock, **inputs.host())  # type: ignore[arg-type]
+
+
+# every cycle, never two at once
+REGISTRATION = register(Registration[HostReading](SOURCE, Schedule.POLLED, HostReading, _build))

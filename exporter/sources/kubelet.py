@@ -15,6 +15,7 @@ import grpc
 
 from exporter.sources.errors import ErrorCounter
 from exporter.sources.podresources.v1 import api_pb2, api_pb2_grpc
+from exporter.sources.registry import Inputs, Registration, Schedule, register
 
 SOURCE = "kubelet"
 # gRPC's own reconnect backoff grows to minutes; a kubelet that restarts is back within seconds, and a
@@ -101,3 +102,19 @@ class PodResourcesSource:
                     ref = PodRef(pod.namespace, pod.name, container.name)
                     out += [Assignment(name, device_id, ref) for device_id in devices.device_ids]
         return tuple(out)
+
+
+def _build(inputs: Inputs) -> PodResourcesSource | None:
+    socket_path = inputs.settings.pod_resources_socket
+    return PodResourcesSource(inputs.errors, socket_path) if socket_path else None  # "": off
+
+
+REGISTRATION = register(
+    Registration[tuple[Assignment, ...]](
+        SOURCE,
+        Schedule.POLLED,
+        tuple[Assignment, ...],
+        _build,
+        interval=lambda settings: settings.pod_resources_interval_s,
+    )
+)

@@ -31,6 +31,7 @@ from exporter.policy.nvml_vocab import FABRIC_STATES, FI_THROTTLE_NS, NVLINK_STA
 from exporter.policy.thresholds import SAMPLE_CARRY, SIGNAL_RETRY_INITIAL, SIGNAL_RETRY_MAX
 from exporter.sources.errors import ErrorCounter
 from exporter.sources.readings import GpuIdentity, GpuReading, NvLinkReading, Sample
+from exporter.sources.registry import Inputs, Registration, Schedule, register
 
 log = logging.getLogger(__name__)
 
@@ -734,3 +735,15 @@ class NvmlSource:
 
 def _as_int(value: float | None) -> int | None:
     return int(value) if value is not None else None
+
+
+def _build(inputs: Inputs) -> NvmlSource | None:
+    if inputs.nvml is None:
+        return None
+    return NvmlSource(
+        inputs.nvml, inputs.errors, clock=inputs.clock, slow_interval_s=inputs.settings.slow_interval_s
+    )
+
+
+# the session (collect/nvml_session.py) runs one call per GPU every cycle, each bounded by the timeout
+REGISTRATION = register(Registration[GpuReading](SOURCE, Schedule.PER_GPU, GpuReading, _build))

@@ -43,6 +43,7 @@ from exporter.policy.thresholds import (
     PODLOG_TAIL_BYTES,
 )
 from exporter.sources.errors import ErrorCounter
+from exporter.sources.registry import Inputs, Registration, Round, Schedule, register
 
 log = logging.getLogger(__name__)
 SOURCE = "podlogs"
@@ -379,6 +380,7 @@ class PodLogSource:
         self._followers: dict[tuple[str, str, str], Follower] = {}
         self._counts = Counts()
         self._view = PodLogsView()
+        self._round: Round | None = None  # how the thread's last pass went
         self._since = clock()  # lines older than this are the past: read for state, never counted
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -388,6 +390,9 @@ class PodLogSource:
     @property
     def view(self) -> PodLogsView:
         return self._view
+
+    def last_round(self) -> Round | None:
+        return self._round
 
     def set_pods(self, pods: frozenset[tuple[str, str]]) -> None:
         """The (namespace, pod) pairs that hold GPUs on this node; only their logs are read."""
@@ -412,6 +417,7 @@ class PodLogSource:
             except Exception:
                 log.exception("reading pod logs failed")
                 self.errors.inc(SOURCE, "InternalError")
+                self._round = Round(False, self.clock(), self.monotonic() - started)
             self._stop.wait(max(0.0, PODLOG_POLL.value - (self.monotonic() - started)))
 
     def _skip(self, why: str, path: str) -> None:
@@ -499,8 +505,9 @@ class PodLogSource:
             if follower.error and not follower.counted_error:
                 follower.counted_error = True
                 self.errors.inc(SOURCE, follower.error, shown(follower.directory))
-        self._view = replace(self._publish(), duration_s=self.monotonic() - now, collected_t=self.clock())
-        return self._view
+        view = replace(self._publish(), duration_s=self.monotonic() - now, collected_t=self.clock())
+        self._view, self._round = view, Round(True, view.collected_t or 0.0, view.duration_s)
+        return view
 
     def _rdma_devices(self) -> int | None:
         try:
@@ -553,3 +560,22 @@ class PodLogSource:
             c.junk,
             self._rdma_devices(),
         )
+
+
+def _build(inputs: Inputs) -> PodLogSource | None:
+    """Follows the pod logs when --pod-logs names a directory, with the user's patterns first."""
+    settings = inputs.settings
+    if not settings.pod_logs:
+        return None
+    extra: tuple[Pattern, ...] = ()
+    if settings.log_patterns:
+        from exporter.podlogs.logparse import load_patterns
+
+        with open(settings.log_patterns, encoding="utf-8") as f:
+            extra = load_patterns(f.read())
+    sys_root = str(inputs.host()["sys_root"])
+    return PodLogSource(settings.pod_logs, inputs.errors, extra + PATTERNS, sys_root=sys_root)
+
+
+# its own thread, every podlogs.poll_seconds
+REGISTRATION = register(Registration[PodLogsView](SOURCE, Schedule.OWN_THREAD, PodLogsView, _build))

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 from exporter.policy.thresholds import PROGRESS_BODY_BYTES, PROGRESS_MAX_PODS
 from exporter.sources.podlogs import ContainerLog, PodLogsView
+from exporter.sources.registry import Inputs, Registration, Round, Schedule, register
 
 # Kubernetes names: a namespace is a DNS label, a pod name a DNS subdomain. Matched whole (fullmatch):
 # with match and "$", a name ending in a newline passed.
@@ -65,8 +66,22 @@ class ProgressStore:
         self._steps: dict[tuple[str, str], Reported] = {}
         self.allowed: frozenset[tuple[str, str]] | None = None
         self.refused = 0
+        self._round: Round | None = None  # the last report: accepted or not, and how long it took
+
+    def last_round(self) -> Round | None:
+        return self._round
 
     def report(self, body: bytes) -> None:
+        """Validate and keep one report (``ProgressError`` when refused); booked as the source's round."""
+        started = time.monotonic()
+        try:
+            self._keep(body)
+        except ProgressError:
+            self._round = Round(False, self.clock(), time.monotonic() - started)
+            raise
+        self._round = Round(True, self.clock(), time.monotonic() - started)
+
+    def _keep(self, body: bytes) -> None:
         try:
             namespace, pod, step = parse_report(body)
         except ProgressError:
@@ -107,3 +122,15 @@ def merged(view: PodLogsView | None, pushed: dict[tuple[str, str], Reported]) ->
     )
     base = view or PodLogsView()
     return replace(base, containers=base.containers + extra)
+
+
+def _build(inputs: Inputs) -> ProgressStore | None:
+    return ProgressStore(inputs.clock) if inputs.settings.progress_api else None
+
+
+# pushed: POST /v1/progress; up is whether the last report was accepted
+REGISTRATION = register(
+    Registration[dict[tuple[str, str], Reported]](
+        "progress", Schedule.PUSHED, dict[tuple[str, str], Reported], _build
+    )
+)

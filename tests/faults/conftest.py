@@ -29,7 +29,9 @@ def faulty(clock: ManualClock, make_node) -> Iterator:
         host = RefreshingHostSource(node, errors, clock=clock, **node.host_options())  # type: ignore[arg-type]
         nvml = NvmlSource(node.install(), errors, clock=clock, slow_interval_s=settings.slow_interval_s)
         kubelet = PodResourcesSource(errors, node.kubelet_socket, timeout_s=0.5) if pods else None
-        sampler = Sampler(settings, errors, host, nvml, clock=clock, monotonic=clock, kubelet=kubelet)
+        sampler = Sampler(
+            settings, errors, {"host": host, "nvml": nvml, "kubelet": kubelet}, clock=clock, monotonic=clock
+        )
         samplers.append(sampler)
         return sampler, errors
 
