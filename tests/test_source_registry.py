@@ -4,6 +4,7 @@ same two families whatever its schedule (polled, per GPU, its own thread, pushed
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import replace
 
 import pytest
@@ -113,3 +114,51 @@ def test_a_failed_pass_of_the_pod_logs_books_them_down(tmp_path):
     source._loop()
     last = source.last_round()
     assert last is not None and not last.ok and errors.snapshot()[("podlogs", "InternalError")] == 1
+
+
+@pytest.fixture
+def infiniband():
+    """A source registered the way a new one would be (removed again after the test)."""
+    entry = register(
+        Registration[dict](
+            "infiniband", Schedule.POLLED, dict, lambda inputs: None, interval=lambda settings: 0.0
+        )
+    )
+    try:
+        yield entry
+    finally:
+        del REGISTRY[entry.name]
+
+
+class Ports:
+    def __init__(self) -> None:
+        self.calls, self.fail, self.hang = 0, False, threading.Event()  # hang: set lets a call return
+
+    def collect(self) -> dict:
+        self.calls += 1
+        if self.fail:
+            raise OSError("no /sys/class/infiniband")
+        if not self.hang.is_set():
+            self.hang.wait(5.0)  # held until the test lets it go
+        return {"mlx5_0/1": 12345}
+
+
+def test_a_new_polled_source_is_wired_booked_and_published_from_its_registration(infiniband, clock):
+    ports, errors = Ports(), ErrorCounter()
+    ports.hang.set()
+    sampler = Sampler(replace(Settings(), collect_timeout_s=0.2), errors, {"infiniband": ports}, clock=clock)
+    snap = sampler.cycle(wait_s=1.0)
+    assert snap.readings == {"infiniband": {"mlx5_0/1": 12345}}
+    assert snap.source_up == {"infiniband": True} and snap.last_success == {"infiniband": clock()}
+    ports.fail = True
+    snap = sampler.cycle(wait_s=1.0)
+    assert snap.source_up == {"infiniband": False} and errors.snapshot()[("infiniband", "InternalError")] == 1
+    assert snap.readings == {}  # a failed attempt leaves no value behind
+    ports.fail = False
+    assert sampler.cycle(wait_s=1.0).readings == {"infiniband": {"mlx5_0/1": 12345}}
+    ports.hang.clear()  # the next call hangs: counted once, never started twice, its reading dropped
+    for _ in range(3):
+        snap = sampler.cycle(wait_s=0.3)
+    assert ports.calls == 4 and errors.snapshot()[("infiniband", "CollectTimeout")] == 1
+    assert snap.source_up == {"infiniband": False} and snap.readings == {}
+    ports.hang.set()

@@ -52,6 +52,7 @@ class Sampler:
         self.pods: PodAssignments | None = None
         self._own: dict[str, Reports] = {}  # threads of their own and pushed sources: booked each cycle
         self._host_reading: HostReading | None = None
+        self._readings: dict[str, object] = {}  # every polled source's latest reading, published as is
         self._host_done = False
         self.job = JobSignals()  # the job's own word about its progress
         self.analyzer = Analyzer(window_s=settings.window_s)  # owns the windows of points
@@ -165,6 +166,11 @@ class Sampler:
             for reading, prev in harvest.readings:
                 self._feed(reading, prev, harvest.p2p)
         outcomes: dict[str, Outcome] = {o.source: o for o in self.poller.harvest()}
+        for name, outcome in outcomes.items():  # current only while its last attempt succeeded
+            if outcome.ok:
+                self._readings[name] = outcome.reading
+            else:
+                self._readings.pop(name, None)
         if "host" in outcomes:
             self._host_done = True
             if outcomes["host"].ok:
@@ -177,8 +183,10 @@ class Sampler:
             self.pods.take(outcomes.get("kubelet"), mono)
         if self.session is not None:
             self.session.check_timeouts()
-        if "host" in self.poller.overdue():
-            self._host_reading = None  # stale host data is not reported
+        for name in self.poller.overdue():  # stale data is not reported
+            self._readings.pop(name, None)
+            if name == "host":
+                self._host_reading = None
 
     def _feed(self, reading: GpuReading, prev: GpuReading | None, p2p: dict) -> None:
         gpu, last = str(reading.identity.index), self.job.last_sign.get(reading.identity.index)
@@ -223,6 +231,7 @@ class Sampler:
             xids=session.xids() if session is not None else {},
             p2p=session.p2p if session is not None else {},
             host=self._host_reading,
+            readings=dict(self._readings),
             assignments=assignments,
             assignment_t=self.pods.t if self.pods is not None else None,
             owners=owners,

@@ -76,6 +76,9 @@ class Snapshot:
     pod_logs: PodLogsView | None = None  # what the GPU pods' logs (and progress reports) say; None: off
     source_up: dict[str, bool] = field(default_factory=dict)  # did each source's last attempt succeed
     source_durations: dict[str, float] = field(default_factory=dict)  # seconds of each one's last attempt
+    # every polled source's reading by registered name, while its last attempt succeeded and no call is
+    # overdue: a source that is only exported is rendered from here, with no field of its own
+    readings: dict[str, object] = field(default_factory=dict)
 
 
 EMPTY_SNAPSHOT = Snapshot(0, 0.0, False, False, {}, (), None, {}, {}, {})
@@ -91,6 +94,7 @@ class Sources:
     xids: dict[int, dict[int, int]]
     p2p: dict[tuple[int, int, str], bool]
     host: HostReading | None
+    readings: dict[str, object]  # every polled source's latest reading, by registered name
     assignments: tuple[Assignment, ...]
     assignment_t: float | None
     owners: Mapping[int, PodRef]
@@ -152,4 +156,5 @@ def build(seq: int, t: float, ready: bool, src: Sources, result: Result) -> Snap
         pod_logs=src.pod_logs,
         source_up=dict(src.books.up),
         source_durations=dict(src.books.durations),
+        readings=src.readings,
     )
