@@ -162,3 +162,12 @@ def test_a_new_polled_source_is_wired_booked_and_published_from_its_registration
     assert ports.calls == 4 and errors.snapshot()[("infiniband", "CollectTimeout")] == 1
     assert snap.source_up == {"infiniband": False} and snap.readings == {}
     ports.hang.set()
+
+
+def test_the_metric_docs_list_every_registered_source():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "metrics.md").read_text()
+    table = doc.split("### Source health", 1)[1].split("\n\n")[2]
+    rows = {line.split("|")[1].strip().strip("`") for line in table.splitlines()[2:]}
+    assert rows == set(REGISTRY)
