@@ -71,6 +71,7 @@ class Sampler:
         self.poller.remove(name)
         self._own.pop(name, None)
         self.sources.pop(name, None)
+        self._readings.pop(name, None)
         if name == "kubelet":
             self.pods = None
         if name == "nvml":
@@ -126,6 +127,8 @@ class Sampler:
             source.start()
 
     def stop(self) -> None:
+        for source in self._threads():  # first: the node checks call NVML, which the session closes
+            source.stop()
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.settings.interval_s * 2 + 1)
@@ -133,8 +136,6 @@ class Sampler:
             self.session.close(wait_s=1.0)
         if self.pods is not None:
             self.pods.close()
-        for source in self._threads():
-            source.stop()
 
     def cycle(self, wait_s: float | None = None) -> Snapshot:
         """One collection round: start what is due, wait a bounded time, take what came, publish."""
