@@ -465,11 +465,31 @@ class LogState:
                 break
 
     def _nccl(self, text: str, count: bool) -> None:
+        """One NCCL line: what it says of the job (version, hosts, nodes), its network and transports, a
+        known bad sign. Each reader keeps the first line that decided its item as evidence."""
         self.nccl_lines += 1
         if "NCCL WARN" in text:
             if count:
                 self.warnings += 1
             self.evidence.setdefault("warning", _cut(text))
+        self._nccl_version_host(text)
+        self._nccl_network(text)
+        if "nNodes" in text and (m := _NODES.search(text)) and int(m.group(1)) > self.nodes:
+            self.nodes = int(m.group(1))
+            self.evidence["nodes"] = _cut(text)
+        self._nccl_transports(text)
+        if "NET/Plugin" in text and _PLUGIN_FAIL.search(text):
+            self.plugin_failed = True
+            self.evidence.setdefault("plugin", _cut(text))
+        for name, (regex, _, _) in KNOWN_BAD.items():
+            if regex.search(text):
+                self.bad[name] += 1
+                self.evidence.setdefault(f"bad:{name}", _cut(text))
+        self._socket_between_nodes()
+
+    def _nccl_version_host(self, text: str) -> None:
+        """NCCL's version (its first statement), and the hosts its lines come from (a second one: the job
+        spans nodes)."""
         if not self.version and (m := _VERSION.search(text)):
             self.version = m.group(1)
             self.evidence["version"] = _cut(text)
@@ -477,6 +497,10 @@ class LogState:
             self.hosts.add(m.group(1))
             if len(self.hosts) == 2:
                 self.evidence["hosts"] = _cut(text)
+
+    def _nccl_network(self, text: str) -> None:
+        """The network NCCL uses between nodes ("Using network", else the socket network coming up), and
+        whether it found no InfiniBand device."""
         if m := _NETWORK.search(text):
             word = network_word(m.group(1))
             if word != self.network or "Using network" not in self.evidence["network"]:
@@ -488,9 +512,9 @@ class LogState:
         if "NET/IB" in text and _NO_IB.search(text):
             self.no_ib = True
             self.evidence.setdefault("no_ib", _cut(text))
-        if "nNodes" in text and (m := _NODES.search(text)) and int(m.group(1)) > self.nodes:
-            self.nodes = int(m.group(1))
-            self.evidence["nodes"] = _cut(text)
+
+    def _nccl_transports(self, text: str) -> None:
+        """A channel's transport ("via ..."), NVLink SHARP (NVLS), GPUDirect RDMA."""
         if " via " in text and (m := _VIA.search(text)):
             found = transport(m.group(1))
             if found is not None:
@@ -504,14 +528,6 @@ class LogState:
         if ("GDR" in text or "RDMA" in text) and _GDR.search(text):
             self.gdrdma = True
             self.evidence.setdefault("gdrdma", _cut(text))
-        if "NET/Plugin" in text and _PLUGIN_FAIL.search(text):
-            self.plugin_failed = True
-            self.evidence.setdefault("plugin", _cut(text))
-        for name, (regex, _, _) in KNOWN_BAD.items():
-            if regex.search(text):
-                self.bad[name] += 1
-                self.evidence.setdefault(f"bad:{name}", _cut(text))
-        self._socket_between_nodes()
 
     def _socket_between_nodes(self) -> None:
         """With the socket network, whatever NCCL sends between nodes goes via NET/Socket: a job known
