@@ -202,21 +202,26 @@ def _header(line: str) -> _Header | None:
         if key in NAME_COLUMNS and name is None:
             name = i
             continue
-        for attr, (names, default, allowed) in VALUES.items():
-            if key in names and attr not in taken:
-                if unit and unit not in allowed:
-                    unknown.append(cell.strip())  # a unit this column cannot have (util in W)
-                    break
-                taken.add(attr)
-                values.append((i, attr, unit or default))
-                labels[attr] = cell.strip()
-                break
-        else:
-            if cell.strip():
-                unknown.append(cell.strip())
+        column = _value_column(key, unit, taken)
+        if column is not None:
+            attr, attr_unit = column
+            taken.add(attr)
+            values.append((i, attr, attr_unit))
+            labels[attr] = cell.strip()
+        elif cell.strip():
+            unknown.append(cell.strip())
     if "util" not in taken or (time is None and gpu is None):
         return None
     return _Header(delimiter, len(raw), raw, time, time_unit, gpu, name, values, labels, unknown)
+
+
+def _value_column(key: str, unit: str, taken: set[str]) -> tuple[str, str] | None:
+    """The value a header cell names and its unit (the column's default when it says none); None for a
+    name no value column still free has, or a unit that column cannot have (util in W)."""
+    for attr, (names, default, allowed) in VALUES.items():
+        if key in names and attr not in taken:
+            return None if unit and unit not in allowed else (attr, unit or default)
+    return None
 
 
 def sniff(head: list[str]) -> bool:
