@@ -576,20 +576,7 @@ class Check:
 def checks(s: LogState) -> list[Check]:
     """The checklist of an NCCL_DEBUG=INFO log: each item pass, warn or fail with the line that says so."""
     ev = s.evidence
-    out: list[Check] = []
-    if not s.nccl_lines:
-        out.append(
-            Check(
-                "nccl_debug",
-                "fail",
-                "no NCCL line in the log",
-                "run with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,NET) so NCCL says what it uses",
-            )
-        )
-    elif s.version:
-        out.append(Check("version", "pass", ev["version"]))
-    else:
-        out.append(Check("version", "warn", "no 'NCCL version' line", "the log starts after NCCL's init"))
+    out: list[Check] = [_version_check(s)]
     inter = s.transports["inter"]
     if s.network:
         out.append(_network_check(s))
@@ -603,22 +590,8 @@ def checks(s: LogState) -> list[Check]:
                 "is on LD_LIBRARY_PATH in the image",
             )
         )
-    intra = s.transports["intra"]
-    if intra:
-        off = sorted(t for t in intra if t in OFF_NVLINK)
-        out.append(
-            Check(
-                "intra_node_transport",
-                "warn" if off else "pass",
-                ev[f"transport:{off[0]}"] if off else ev[f"transport:{sorted(intra)[0]}"],
-                "GPUs inside the node do not write over NVLink ("
-                + ", ".join(off)
-                + "): on NVSwitch systems start nvidia-fabricmanager; check NCCL_P2P_DISABLE/NCCL_P2P_LEVEL "
-                "and that the hypervisor allows P2P"
-                if off
-                else "",
-            )
-        )
+    if s.transports["intra"]:
+        out.append(_intra_check(s))
     if inter - {"NET/Socket"}:
         out.append(
             Check(
@@ -642,6 +615,37 @@ def checks(s: LogState) -> list[Check]:
         if s.signs[sign.item]:
             out.append(Check(f"error_{sign.item}", "fail", ev[f"error:{sign.item}"], sign.fix))
     return out
+
+
+def _version_check(s: LogState) -> Check:
+    """NCCL's version line; a log without any NCCL line fails: NCCL_DEBUG is off."""
+    if not s.nccl_lines:
+        return Check(
+            "nccl_debug",
+            "fail",
+            "no NCCL line in the log",
+            "run with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,NET) so NCCL says what it uses",
+        )
+    if s.version:
+        return Check("version", "pass", s.evidence["version"])
+    return Check("version", "warn", "no 'NCCL version' line", "the log starts after NCCL's init")
+
+
+def _intra_check(s: LogState) -> Check:
+    """The transports inside the node: a warning for any that does not write over NVLink."""
+    intra = s.transports["intra"]
+    off = sorted(t for t in intra if t in OFF_NVLINK)
+    return Check(
+        "intra_node_transport",
+        "warn" if off else "pass",
+        s.evidence[f"transport:{off[0]}"] if off else s.evidence[f"transport:{sorted(intra)[0]}"],
+        "GPUs inside the node do not write over NVLink ("
+        + ", ".join(off)
+        + "): on NVSwitch systems start nvidia-fabricmanager; check NCCL_P2P_DISABLE/NCCL_P2P_LEVEL "
+        "and that the hypervisor allows P2P"
+        if off
+        else "",
+    )
 
 
 NET_PLUGIN_FIX = (
