@@ -24,13 +24,19 @@ import re
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.request import urlopen
 
 import psutil
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+if TYPE_CHECKING:
+    from scripts.sharded import ShardedStack
+    from scripts.stack import PrometheusApi
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 
@@ -52,12 +58,21 @@ def scrape(port: int) -> str:
 
 
 def main() -> int:
-    from bench.fleet import RATE_INTERVAL, dashboard_queries, substitute, time_query
-    from devtools.artifacts import alerts
-    from exporter.sim.fleet import Fleet, FleetServer, FleetSpec
-    from scripts.sharded import NodeTarget, ShardedStack, shard_of
-    from scripts.stack import PageReceiver, wait_http
+    args = _arguments()
+    if args.nodes < 1 or args.shards < 1 or not 1 <= args.gpus <= 64 or args.minutes <= 0:
+        print(
+            "shardedfleet: --nodes and --shards must be at least 1, --gpus 1-64, --minutes > 0",
+            file=sys.stderr,
+        )
+        return 2
+    figures = run(args)
+    report(figures)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2, default=list))
+    return 0
 
+
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -67,13 +82,17 @@ def main() -> int:
     # long enough for the straggler's page from both rulers: `for` 5 minutes after its evidence
     parser.add_argument("--minutes", type=float, default=8.0)
     parser.add_argument("--json", type=Path, help="also write the figures here")
-    args = parser.parse_args()
-    if args.nodes < 1 or args.shards < 1 or not 1 <= args.gpus <= 64 or args.minutes <= 0:
-        print(
-            "shardedfleet: --nodes and --shards must be at least 1, --gpus 1-64, --minutes > 0",
-            file=sys.stderr,
-        )
-        return 2
+    return parser.parse_args()
+
+
+def run(args: argparse.Namespace) -> dict[str, object]:
+    """Start the fleet and the stack, watch them for ``--minutes``, then read every figure; everything
+    started is stopped, whatever happens."""
+    from devtools.artifacts import alerts
+    from exporter.sim.fleet import Fleet, FleetServer, FleetSpec
+    from scripts.sharded import NodeTarget, ShardedStack, shard_of
+    from scripts.stack import PageReceiver, wait_http
+
     spec = FleetSpec(nodes=args.nodes, gpus=args.gpus, straggler=min(17, args.nodes))
     workdir = Path(tempfile.mkdtemp(prefix="bench-sharded-"))
     rules = workdir / "rules.yml"
@@ -114,117 +133,154 @@ def main() -> int:
             f"every 15 s for {args.minutes:g} min ...",
             flush=True,
         )
-        peak = dict.fromkeys(procs, 0.0)
-        straggler = 'ALERTS{alertname="GpuJobStraggler", alertstate="firing"}'
-        paged: dict[str, float] = {}  # ruler -> seconds from the start to its first straggler page
-        mark: tuple[float, float, float] | None = None  # (t, VM rows, Prometheus samples) 2 minutes in
-        while time.monotonic() - started < args.minutes * 60:
-            for name, proc in procs.items():
-                peak[name] = max(peak[name], proc.memory_info().rss / 2**20)
-            if mark is None and time.monotonic() - started > min(120, args.minutes * 30):
-                mark = (
-                    time.monotonic(),
-                    sum(counters(scrape(stack.vm_port), "vm_rows_inserted_total").values()),
-                    sum(
-                        counters(
-                            scrape(stack.prometheus_port), "prometheus_tsdb_head_samples_appended_total"
-                        ).values()
-                    ),
-                )
-            for where, api in (("vm", stack.api), ("prometheus", stack.prometheus)):
-                if where not in paged and api.query(straggler):
-                    paged[where] = time.monotonic() - started
-            problems = stack.alive()
-            if problems:
-                raise RuntimeError(f"exited: {problems}; see {stack.workdir / 'stack.log'}")
-            time.sleep(5)
+        watch = _watch(stack, procs, args.minutes, started)
         elapsed = time.monotonic() - started
         figures["minutes"] = elapsed / 60
-        assert mark is not None
-        seconds = time.monotonic() - mark[0]
+        assert watch.mark is not None
+        seconds = time.monotonic() - watch.mark[0]
         vm_text, prom_text = scrape(stack.vm_port), scrape(stack.prometheus_port)
-        figures["vm_rows_per_s"] = (
-            sum(counters(vm_text, "vm_rows_inserted_total").values()) - mark[1]
-        ) / seconds
-        figures["prometheus_samples_per_s"] = (
-            sum(counters(prom_text, "prometheus_tsdb_head_samples_appended_total").values()) - mark[2]
-        ) / seconds
-        figures["shard_samples_sent"] = [
-            sum(counters(stack.metrics(f"shard-{i}"), "prometheus_remote_storage_samples_total").values())
-            / max(1, len(counters(stack.metrics(f"shard-{i}"), "prometheus_remote_storage_samples_total")))
-            for i in range(args.shards)
-        ]
-        figures["vm_series"] = sum(
-            counters(vm_text, "vm_cache_entries", 'type="storage/hour_metric_ids"').values()
-        )
-        figures["prometheus_head_series"] = sum(counters(prom_text, "prometheus_tsdb_head_series").values())
-        vmalert_text = stack.metrics("vmalert")
-        sums = counters(vmalert_text, "vmalert_iteration_duration_seconds_sum")
-        counts = counters(vmalert_text, "vmalert_iteration_duration_seconds_count")
-        group = re.compile(r'group="([^"]+)"')
-        figures["vmalert_group_mean_s"] = {
-            group.search(k).group(1): sums[k] / counts[k]
-            for k in sums
-            if counts.get(k)  # type: ignore[union-attr]
-        }
-        figures["vmalert_group_p99_s"] = {
-            group.search(k).group(1): v  # type: ignore[union-attr]
-            for k, v in counters(
-                vmalert_text, "vmalert_iteration_duration_seconds", 'quantile="0.99"'
-            ).items()
-        }
-        figures["prometheus_group_last_s"] = {
-            re.sub(r"^.*;", "", group.search(k.replace("rule_group", "group")).group(1)): v  # type: ignore[union-attr]
-            for k, v in counters(prom_text, "prometheus_rule_group_last_duration_seconds").items()
-        }
-        figures["straggler_paged_s"] = paged
+        figures.update(_ingestion(stack, watch.mark, seconds, vm_text, prom_text, args.shards))
+        figures.update(_rule_groups(stack.metrics("vmalert"), prom_text))
+        figures["straggler_paged_s"] = watch.paged
         # the slowest scrape of any node in the last minute, as the shards saw it
         figures["scrape_max_s"] = max(
             (float(r["value"][1]) for r in stack.api.query("max_over_time(scrape_duration_seconds[1m])")),
             default=float("nan"),
         )
         figures["rss_mib"] = {name: proc.memory_info().rss / 2**20 for name, proc in procs.items()}
-        figures["peak_rss_mib"] = peak
-        values = {
-            "node": ".*",
-            "namespace": spec.namespace,
-            "pod": ".*",
-            "gpu": ".*",
-            "datasource": "",
-            "__rate_interval": "60s",
-            "__range": f"{int(elapsed)}s",
-        }
-        assert values["__rate_interval"] == RATE_INTERVAL
-        queries: dict[str, dict[str, float]] = {}
-        for path in ("dashboards/gpu-bottleneck-fleet.json", "dashboards/gpu-bottleneck-job.json"):
-            board = Path(path).stem.removeprefix("gpu-bottleneck-")
-            for title, expr, instant in dashboard_queries(path):
-                row: dict[str, float] = {}
-                for where, api in (("vm", stack.api), ("prometheus", stack.prometheus)):
-                    try:
-                        ms, count = time_query(api, substitute(expr, values), instant, min(elapsed, 3600))
-                        row[f"{where}_ms"], row[f"{where}_series"] = ms * 1000, count
-                    except RuntimeError as e:
-                        row[f"{where}_ms"], row[f"{where}_series"] = float("nan"), -1
-                        print(f"{where}: {title}: {str(e)[:200]}", file=sys.stderr)
-                queries[f"{board}: {title}"] = row
-        figures["queries"] = queries
-        firing = 'ALERTS{alertstate="firing"}'
-        figures["firing_vm"] = sorted(
-            {(a["metric"]["alertname"], a["metric"].get("node", "")) for a in stack.api.query(firing)}
-        )
-        figures["firing_prometheus"] = sorted(
-            {(a["metric"]["alertname"], a["metric"].get("node", "")) for a in stack.prometheus.query(firing)}
-        )
+        figures["peak_rss_mib"] = watch.peak
+        figures["queries"] = _dashboard_queries(stack, spec.namespace, elapsed)
+        figures["firing_vm"] = _firing(stack.api)
+        figures["firing_prometheus"] = _firing(stack.prometheus)
     finally:
         stack.stop()
         server.close()
         fleet.close()
         receiver.close()
-    report(figures)
-    if args.json:
-        args.json.write_text(json.dumps(figures, indent=2, default=list))
-    return 0
+    return figures
+
+
+@dataclass
+class _Watch:
+    """What watching the run gathered."""
+
+    peak: dict[str, float]  # process -> its peak RSS, MiB
+    paged: dict[str, float] = field(default_factory=dict)  # ruler -> seconds to its first straggler page
+    mark: tuple[float, float, float] | None = None  # (t, VM rows, Prometheus samples) 2 minutes in
+
+
+def _watch(stack: ShardedStack, procs: dict[str, psutil.Process], minutes: float, started: float) -> _Watch:
+    """Every 5 s until ``minutes`` are over: peak RSS, the ingestion counters once 2 minutes in, each
+    ruler's first straggler page; fails as soon as a process of the stack has exited."""
+    watch = _Watch(dict.fromkeys(procs, 0.0))
+    straggler = 'ALERTS{alertname="GpuJobStraggler", alertstate="firing"}'
+    while time.monotonic() - started < minutes * 60:
+        for name, proc in procs.items():
+            watch.peak[name] = max(watch.peak[name], proc.memory_info().rss / 2**20)
+        if watch.mark is None and time.monotonic() - started > min(120, minutes * 30):
+            watch.mark = (
+                time.monotonic(),
+                sum(counters(scrape(stack.vm_port), "vm_rows_inserted_total").values()),
+                sum(
+                    counters(
+                        scrape(stack.prometheus_port), "prometheus_tsdb_head_samples_appended_total"
+                    ).values()
+                ),
+            )
+        for where, api in (("vm", stack.api), ("prometheus", stack.prometheus)):
+            if where not in watch.paged and api.query(straggler):
+                watch.paged[where] = time.monotonic() - started
+        problems = stack.alive()
+        if problems:
+            raise RuntimeError(f"exited: {problems}; see {stack.workdir / 'stack.log'}")
+        time.sleep(5)
+    return watch
+
+
+def _ingestion(
+    stack: ShardedStack,
+    mark: tuple[float, float, float],
+    seconds: float,
+    vm_text: str,
+    prom_text: str,
+    shards: int,
+) -> dict[str, object]:
+    """Samples ingested per second since the mark, samples each shard sent, series held."""
+    figures: dict[str, object] = {}
+    figures["vm_rows_per_s"] = (sum(counters(vm_text, "vm_rows_inserted_total").values()) - mark[1]) / seconds
+    figures["prometheus_samples_per_s"] = (
+        sum(counters(prom_text, "prometheus_tsdb_head_samples_appended_total").values()) - mark[2]
+    ) / seconds
+    figures["shard_samples_sent"] = [
+        sum(counters(stack.metrics(f"shard-{i}"), "prometheus_remote_storage_samples_total").values())
+        / max(1, len(counters(stack.metrics(f"shard-{i}"), "prometheus_remote_storage_samples_total")))
+        for i in range(shards)
+    ]
+    figures["vm_series"] = sum(
+        counters(vm_text, "vm_cache_entries", 'type="storage/hour_metric_ids"').values()
+    )
+    figures["prometheus_head_series"] = sum(counters(prom_text, "prometheus_tsdb_head_series").values())
+    return figures
+
+
+def _rule_groups(vmalert_text: str, prom_text: str) -> dict[str, object]:
+    """Each rule group's evaluation time: vmalert's mean and p99, the single Prometheus' last."""
+    sums = counters(vmalert_text, "vmalert_iteration_duration_seconds_sum")
+    counts = counters(vmalert_text, "vmalert_iteration_duration_seconds_count")
+    group = re.compile(r'group="([^"]+)"')
+    return {
+        "vmalert_group_mean_s": {
+            group.search(k).group(1): sums[k] / counts[k]  # type: ignore[union-attr]
+            for k in sums
+            if counts.get(k)
+        },
+        "vmalert_group_p99_s": {
+            group.search(k).group(1): v  # type: ignore[union-attr]
+            for k, v in counters(
+                vmalert_text, "vmalert_iteration_duration_seconds", 'quantile="0.99"'
+            ).items()
+        },
+        "prometheus_group_last_s": {
+            re.sub(r"^.*;", "", group.search(k.replace("rule_group", "group")).group(1)): v  # type: ignore[union-attr]
+            for k, v in counters(prom_text, "prometheus_rule_group_last_duration_seconds").items()
+        },
+    }
+
+
+def _dashboard_queries(stack: ShardedStack, namespace: str, elapsed: float) -> dict[str, dict[str, float]]:
+    """Every fleet and job dashboard query's time and series against both stores, as Grafana asks it."""
+    from bench.fleet import RATE_INTERVAL, dashboard_queries, substitute, time_query
+
+    values = {
+        "node": ".*",
+        "namespace": namespace,
+        "pod": ".*",
+        "gpu": ".*",
+        "datasource": "",
+        "__rate_interval": "60s",
+        "__range": f"{int(elapsed)}s",
+    }
+    assert values["__rate_interval"] == RATE_INTERVAL
+    queries: dict[str, dict[str, float]] = {}
+    for path in ("dashboards/gpu-bottleneck-fleet.json", "dashboards/gpu-bottleneck-job.json"):
+        board = Path(path).stem.removeprefix("gpu-bottleneck-")
+        for title, expr, instant in dashboard_queries(path):
+            row: dict[str, float] = {}
+            for where, api in (("vm", stack.api), ("prometheus", stack.prometheus)):
+                try:
+                    ms, count = time_query(api, substitute(expr, values), instant, min(elapsed, 3600))
+                    row[f"{where}_ms"], row[f"{where}_series"] = ms * 1000, count
+                except RuntimeError as e:
+                    row[f"{where}_ms"], row[f"{where}_series"] = float("nan"), -1
+                    print(f"{where}: {title}: {str(e)[:200]}", file=sys.stderr)
+            queries[f"{board}: {title}"] = row
+    return queries
+
+
+def _firing(api: PrometheusApi) -> list[tuple[str, str]]:
+    """The alerts firing now, by name and node."""
+    firing = 'ALERTS{alertstate="firing"}'
+    return sorted({(a["metric"]["alertname"], a["metric"].get("node", "")) for a in api.query(firing)})
 
 
 def report(f: dict) -> None:

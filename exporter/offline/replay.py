@@ -422,42 +422,67 @@ def _gpu_list(gpus: list[str]) -> str:
 
 def human(result: ReplayResult) -> str:
     """The summary an engineer reads: per GPU, what, when, how long, why."""
+    with_episodes = {episode.gpu for episode in result.episodes}
+    quiet = [g for g in result.stats.gpus if g not in with_episodes]
+    lines = [_headline(result), *_episode_lines(result)]
+    if quiet:
+        lines.append(f"  GPU {_gpu_list(quiet)}: no verdict")
+    lines += unpaged_losses(result, quiet)
+    lines += _job_lines(result)
+    lines += _reading_lines(result.stats)
+    if result.ledger:
+        lines += ledger_lines(result)
+    lines += _holdup_lines(result)
+    lines += cost_lines(result)
+    lines += envelope_lines(result)
+    return "\n".join(lines)
+
+
+def _headline(result: ReplayResult) -> str:
+    """The trace, its GPUs, its span and rows, and how it was read."""
     s = result.stats
     span = f"{result.seconds:.1f} s of samples"
     if s.gap_count:
         span = f"{result.sampled_seconds:.1f} s of samples over {result.seconds:.0f} s"
-    lines = [f"{result.path}: {len(s.gpus)} GPU(s), {span}, {s.rows} rows"]
+    line = f"{result.path}: {len(s.gpus)} GPU(s), {span}, {s.rows} rows"
     if s.format and s.format != NVIDIA_SMI_CSV:
-        lines[0] += f" read as {s.format}"
+        line += f" read as {s.format}"
     if s.period is not None:
-        lines[0] += f" (no times in the log: samples {s.period:g} s apart, --period)"
+        line += f" (no times in the log: samples {s.period:g} s apart, --period)"
     if s.first_timestamp is not None and not (s.period is not None and s.first_timestamp == 0):
         start = datetime.fromtimestamp(s.first_timestamp, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
-        lines[0] += f", from {start}"
+        line += f", from {start}"
+    return line
+
+
+def _episode_lines(result: ReplayResult) -> list[str]:
+    """Every verdict episode, GPU by GPU in GPU order, each GPU's in the order they began."""
     by_gpu: dict[str, list[Episode]] = {}
     for episode in result.episodes:
         by_gpu.setdefault(episode.gpu, []).append(episode)
-    quiet = [g for g in s.gpus if g not in by_gpu]
-    for gpu in sorted(by_gpu, key=_gpu_order):
-        for e in by_gpu[gpu]:
-            end = e.end if e.end is not None else result.seconds
-            until = f"{e.end:.0f} s ({_clock(result, e.end)})" if e.end is not None else "the end"
-            text = (
-                f"  GPU {gpu}: {e.kind} from {e.start:.0f} s ({_clock(result, e.start)}) to {until}, "
-                f"{end - e.start:.0f} s, peak score {e.peak:.2f}"
-            )
-            if e.cause:
-                text += f", cause {e.cause}"
-            if e.kind == "data_starvation" and e.related:
-                text += f"; GPUs {_gpu_list(list(e.related))} wait for it in NCCL"
-            lines.append(text)
-    if quiet:
-        lines.append(f"  GPU {_gpu_list(quiet)}: no verdict")
-    lines += unpaged_losses(result, quiet)
+    return [_episode_line(result, gpu, e) for gpu in sorted(by_gpu, key=_gpu_order) for e in by_gpu[gpu]]
+
+
+def _episode_line(result: ReplayResult, gpu: str, e: Episode) -> str:
+    end = e.end if e.end is not None else result.seconds
+    until = f"{e.end:.0f} s ({_clock(result, e.end)})" if e.end is not None else "the end"
+    text = (
+        f"  GPU {gpu}: {e.kind} from {e.start:.0f} s ({_clock(result, e.start)}) to {until}, "
+        f"{end - e.start:.0f} s, peak score {e.peak:.2f}"
+    )
+    if e.cause:
+        text += f", cause {e.cause}"
+    if e.kind == "data_starvation" and e.related:
+        text += f"; GPUs {_gpu_list(list(e.related))} wait for it in NCCL"
+    return text
+
+
+def _job_lines(result: ReplayResult) -> list[str]:
+    """The job events, and the verdicts this trace cannot give (an input it lacks)."""
+    lines = []
     for job in result.jobs:
-        lines.append(
-            f"  job event: {job['kind']} on GPUs {_gpu_list(job['gpus'])} from {job['t']} s ({job['cause']})"
-        )  # type: ignore[arg-type]
+        gpus = _gpu_list(job["gpus"])  # type: ignore[arg-type]
+        lines.append(f"  job event: {job['kind']} on GPUs {gpus} from {job['t']} s ({job['cause']})")
     if result.silent:
         lines.append(
             "  silent (inputs missing from this trace): "
@@ -466,6 +491,12 @@ def human(result: ReplayResult) -> str:
                 for kind, why in sorted(result.silent.items(), key=lambda kv: KINDS.index(kv[0]))
             )
         )
+    return lines
+
+
+def _reading_lines(s: ReadStats) -> list[str]:
+    """What reading the trace left out: unreadable rows, gaps, impossible values."""
+    lines = []
     if s.skipped:
         lines.append(f"  {s.skipped} unreadable row(s) skipped")
     if s.gap_count:
@@ -475,17 +506,19 @@ def human(result: ReplayResult) -> str:
             f"  {sum(s.clipped.values())} impossible value(s) read as missing: "
             + ", ".join(f"{column} {count}" for column, count in s.clipped.items())
         )
-    if result.ledger:
-        lines += ledger_lines(result)
+    return lines
+
+
+def _holdup_lines(result: ReplayResult) -> list[str]:
+    """The GPUs that held their job back, and the GPUs that waited for them."""
+    lines = []
     for gpu, seconds, share in holdups(result):
         waiting = [g for g in result.ledger if g != gpu and result.ledger[g].get("comm_wait", 0.0) > 0]
         lines.append(
             f"  GPU {gpu} held its job back for {seconds:.0f} s ({share:.0%} of its held time): off-kernel "
             f"while GPUs {_gpu_list(waiting) or 'of its job'} waited for it in collectives"
         )
-    lines += cost_lines(result)
-    lines += envelope_lines(result)
-    return "\n".join(lines)
+    return lines
 
 
 def unpaged_losses(result: ReplayResult, gpus: list[str]) -> list[str]:

@@ -465,11 +465,31 @@ class LogState:
                 break
 
     def _nccl(self, text: str, count: bool) -> None:
+        """One NCCL line: what it says of the job (version, hosts, nodes), its network and transports, a
+        known bad sign. Each reader keeps the first line that decided its item as evidence."""
         self.nccl_lines += 1
         if "NCCL WARN" in text:
             if count:
                 self.warnings += 1
             self.evidence.setdefault("warning", _cut(text))
+        self._nccl_version_host(text)
+        self._nccl_network(text)
+        if "nNodes" in text and (m := _NODES.search(text)) and int(m.group(1)) > self.nodes:
+            self.nodes = int(m.group(1))
+            self.evidence["nodes"] = _cut(text)
+        self._nccl_transports(text)
+        if "NET/Plugin" in text and _PLUGIN_FAIL.search(text):
+            self.plugin_failed = True
+            self.evidence.setdefault("plugin", _cut(text))
+        for name, (regex, _, _) in KNOWN_BAD.items():
+            if regex.search(text):
+                self.bad[name] += 1
+                self.evidence.setdefault(f"bad:{name}", _cut(text))
+        self._socket_between_nodes()
+
+    def _nccl_version_host(self, text: str) -> None:
+        """NCCL's version (its first statement), and the hosts its lines come from (a second one: the job
+        spans nodes)."""
         if not self.version and (m := _VERSION.search(text)):
             self.version = m.group(1)
             self.evidence["version"] = _cut(text)
@@ -477,6 +497,10 @@ class LogState:
             self.hosts.add(m.group(1))
             if len(self.hosts) == 2:
                 self.evidence["hosts"] = _cut(text)
+
+    def _nccl_network(self, text: str) -> None:
+        """The network NCCL uses between nodes ("Using network", else the socket network coming up), and
+        whether it found no InfiniBand device."""
         if m := _NETWORK.search(text):
             word = network_word(m.group(1))
             if word != self.network or "Using network" not in self.evidence["network"]:
@@ -488,9 +512,9 @@ class LogState:
         if "NET/IB" in text and _NO_IB.search(text):
             self.no_ib = True
             self.evidence.setdefault("no_ib", _cut(text))
-        if "nNodes" in text and (m := _NODES.search(text)) and int(m.group(1)) > self.nodes:
-            self.nodes = int(m.group(1))
-            self.evidence["nodes"] = _cut(text)
+
+    def _nccl_transports(self, text: str) -> None:
+        """A channel's transport ("via ..."), NVLink SHARP (NVLS), GPUDirect RDMA."""
         if " via " in text and (m := _VIA.search(text)):
             found = transport(m.group(1))
             if found is not None:
@@ -504,14 +528,6 @@ class LogState:
         if ("GDR" in text or "RDMA" in text) and _GDR.search(text):
             self.gdrdma = True
             self.evidence.setdefault("gdrdma", _cut(text))
-        if "NET/Plugin" in text and _PLUGIN_FAIL.search(text):
-            self.plugin_failed = True
-            self.evidence.setdefault("plugin", _cut(text))
-        for name, (regex, _, _) in KNOWN_BAD.items():
-            if regex.search(text):
-                self.bad[name] += 1
-                self.evidence.setdefault(f"bad:{name}", _cut(text))
-        self._socket_between_nodes()
 
     def _socket_between_nodes(self) -> None:
         """With the socket network, whatever NCCL sends between nodes goes via NET/Socket: a job known
@@ -560,20 +576,7 @@ class Check:
 def checks(s: LogState) -> list[Check]:
     """The checklist of an NCCL_DEBUG=INFO log: each item pass, warn or fail with the line that says so."""
     ev = s.evidence
-    out: list[Check] = []
-    if not s.nccl_lines:
-        out.append(
-            Check(
-                "nccl_debug",
-                "fail",
-                "no NCCL line in the log",
-                "run with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,NET) so NCCL says what it uses",
-            )
-        )
-    elif s.version:
-        out.append(Check("version", "pass", ev["version"]))
-    else:
-        out.append(Check("version", "warn", "no 'NCCL version' line", "the log starts after NCCL's init"))
+    out: list[Check] = [_version_check(s)]
     inter = s.transports["inter"]
     if s.network:
         out.append(_network_check(s))
@@ -587,22 +590,8 @@ def checks(s: LogState) -> list[Check]:
                 "is on LD_LIBRARY_PATH in the image",
             )
         )
-    intra = s.transports["intra"]
-    if intra:
-        off = sorted(t for t in intra if t in OFF_NVLINK)
-        out.append(
-            Check(
-                "intra_node_transport",
-                "warn" if off else "pass",
-                ev[f"transport:{off[0]}"] if off else ev[f"transport:{sorted(intra)[0]}"],
-                "GPUs inside the node do not write over NVLink ("
-                + ", ".join(off)
-                + "): on NVSwitch systems start nvidia-fabricmanager; check NCCL_P2P_DISABLE/NCCL_P2P_LEVEL "
-                "and that the hypervisor allows P2P"
-                if off
-                else "",
-            )
-        )
+    if s.transports["intra"]:
+        out.append(_intra_check(s))
     if inter - {"NET/Socket"}:
         out.append(
             Check(
@@ -626,6 +615,37 @@ def checks(s: LogState) -> list[Check]:
         if s.signs[sign.item]:
             out.append(Check(f"error_{sign.item}", "fail", ev[f"error:{sign.item}"], sign.fix))
     return out
+
+
+def _version_check(s: LogState) -> Check:
+    """NCCL's version line; a log without any NCCL line fails: NCCL_DEBUG is off."""
+    if not s.nccl_lines:
+        return Check(
+            "nccl_debug",
+            "fail",
+            "no NCCL line in the log",
+            "run with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,NET) so NCCL says what it uses",
+        )
+    if s.version:
+        return Check("version", "pass", s.evidence["version"])
+    return Check("version", "warn", "no 'NCCL version' line", "the log starts after NCCL's init")
+
+
+def _intra_check(s: LogState) -> Check:
+    """The transports inside the node: a warning for any that does not write over NVLink."""
+    intra = s.transports["intra"]
+    off = sorted(t for t in intra if t in OFF_NVLINK)
+    return Check(
+        "intra_node_transport",
+        "warn" if off else "pass",
+        s.evidence[f"transport:{off[0]}"] if off else s.evidence[f"transport:{sorted(intra)[0]}"],
+        "GPUs inside the node do not write over NVLink ("
+        + ", ".join(off)
+        + "): on NVSwitch systems start nvidia-fabricmanager; check NCCL_P2P_DISABLE/NCCL_P2P_LEVEL "
+        "and that the hypervisor allows P2P"
+        if off
+        else "",
+    )
 
 
 NET_PLUGIN_FIX = (

@@ -96,6 +96,29 @@ def _set(fams: _Families, name: str, doc: str, base: str, value: float | None) -
 
 
 def _gpu(fams: _Families, view: GpuView, snapshot: Snapshot, detail: frozenset[str] = frozenset()) -> None:
+    """Every family of one GPU: identity and liveness always, the rest while it has a reading. The order
+    of the renderers is the order the families first appear in the exposition."""
+    base = _gpu_identity(fams, view, snapshot)
+    _xids(fams, view, base, detail)
+    if view.reading is None:
+        return
+    for render in (
+        _gpu_time,
+        _gpu_verdicts,
+        _readings,
+        _gpu_windows,
+        _gpu_clock_events,
+        _gpu_nvlinks,
+        _gpu_pcie,
+        _gpu_p2p,
+        _gpu_fabric,
+    ):
+        render(fams, view, base, detail)
+
+
+def _gpu_identity(fams: _Families, view: GpuView, snapshot: Snapshot) -> str:
+    """The pod assignments, identity, liveness and last collection of a GPU, up or not; returns the label
+    text of its series (gpu and uuid, and the pod holding it whole)."""
     ident = view.identity
     base = f'gpu="{view.index}",uuid="{esc(ident.uuid)}"'
     for assignment, mig in view.assignments:
@@ -120,10 +143,11 @@ def _gpu(fams: _Families, view: GpuView, snapshot: Snapshot, detail: frozenset[s
             "gpu_last_collect_timestamp_seconds",
             "Unix time of the GPU's last successful collection; stays at it while the GPU is down.",
         ).add(base, view.collected_t)
-    _xids(fams, view, base, detail)
-    r = view.reading
-    if r is None:
-        return
+    return base
+
+
+def _gpu_time(fams: _Families, view: GpuView, base: str, detail: frozenset[str]) -> None:
+    """The ledger's seconds by state, and the seconds the GPU held its job back."""
     time_fam = fams.counter(
         "gpu_time_seconds",
         "Where the GPU's time went: seconds in each ledger state (computing, input_wait, comm_wait, stalled, "
@@ -140,6 +164,10 @@ def _gpu(fams: _Families, view: GpuView, snapshot: Snapshot, detail: frozenset[s
             "Seconds the GPU spent off-kernel (its rank on the host) while other GPUs of its job waited "
             "for it in a collective: the rank holding the job back.",
         ).add(base, round(view.held_back_s, 3))
+
+
+def _gpu_verdicts(fams: _Families, view: GpuView, base: str, detail: frozenset[str]) -> None:
+    """One series per verdict kind, with its cause; their scores with ``--detail scores``."""
     for kind, state in view.verdicts.items():
         fams.gauge("gpu_bottleneck", "1 while the verdict of this kind holds, with its probable cause.").add(
             f'{base},kind="{kind}",cause="{esc(state.cause)}"', 1 if state.firing else 0
@@ -148,7 +176,10 @@ def _gpu(fams: _Families, view: GpuView, snapshot: Snapshot, detail: frozenset[s
         fams.gauge("gpu_bottleneck_score", "Strength of the evidence for a verdict of this kind, 0-1.").add(
             f'{base},kind="{kind}"', round(state.score, 4)
         )
-    _readings(fams, view, base, detail)
+
+
+def _gpu_windows(fams: _Families, view: GpuView, base: str, detail: frozenset[str]) -> None:
+    """Utilization and power over the analysis window: the mean, every statistic with ``--detail window``."""
     if view.util_window is not None:
         fam = fams.gauge(
             "gpu_utilization_window_ratio", "GPU utilization over the analysis window of driver samples."
@@ -167,16 +198,28 @@ def _gpu(fams: _Families, view: GpuView, snapshot: Snapshot, detail: frozenset[s
         fam = fams.gauge("gpu_power_window_watts", "Power draw over the analysis window.")
         for stat in POWER_STATS if "window" in detail else ("mean",):
             fam.add(f'{base},stat="{stat}"', getattr(view.power_window, stat))
-    if r.clock_reasons is not None and "clocks" in detail:
+
+
+def _gpu_clock_events(fams: _Families, view: GpuView, base: str, detail: frozenset[str]) -> None:
+    """Clock-event (throttle) reasons active now and their counted time: ``--detail clocks`` only."""
+    r = view.reading
+    if r is None or "clocks" not in detail:
+        return
+    if r.clock_reasons is not None:
         fam = fams.gauge("gpu_clock_event_active", "1 while a clock-event (throttle) reason is active.")
         for bit, reason in CLOCK_REASONS.items():
             fam.add(f'{base},reason="{reason}"', 1 if r.clock_reasons & bit else 0)
-    for reason, seconds in sorted(r.clock_reason_seconds.items()) if "clocks" in detail else ():
+    for reason, seconds in sorted(r.clock_reason_seconds.items()):
         fams.counter("gpu_clock_event_seconds", "Time the clocks were held down, by reason.").add(
             f'{base},reason="{reason}"', seconds
         )
+
+
+def _gpu_nvlinks(fams: _Families, view: GpuView, base: str, detail: frozenset[str]) -> None:
+    """The NVLink aggregates; every link's state, traffic and errors with ``--detail nvlink``."""
     _nvlink_totals(fams, view, base)
-    for link in r.nvlinks if "nvlink" in detail else ():
+    r = view.reading
+    for link in r.nvlinks if r is not None and "nvlink" in detail else ():
         lbase = f'{base},link="{link.link}"'
         if link.up is not None:
             fams.gauge("gpu_nvlink_up", "1 while the NVLink is active.").add(lbase, 1 if link.up else 0)
@@ -187,9 +230,17 @@ def _gpu(fams: _Families, view: GpuView, snapshot: Snapshot, detail: frozenset[s
                 )
         for kind, value in sorted(link.errors.items()):
             fams.counter("gpu_nvlink_errors", "NVLink error counters.").add(f'{lbase},type="{kind}"', value)
-    for direction, value in (("tx", r.pcie_tx_bytes), ("rx", r.pcie_rx_bytes)):
+
+
+def _gpu_pcie(fams: _Families, view: GpuView, base: str, detail: frozenset[str]) -> None:
+    r = view.reading
+    for direction, value in (("tx", r.pcie_tx_bytes), ("rx", r.pcie_rx_bytes)) if r is not None else ():
         if value is not None:
             fams.counter("gpu_pcie_bytes", "PCIe bytes.").add(f'{base},direction="{direction}"', value)
+
+
+def _gpu_p2p(fams: _Families, view: GpuView, base: str, detail: frozenset[str]) -> None:
+    """Failing peer-to-peer pairs; every pair's status with ``--detail p2p``."""
     if view.p2p:
         fams.gauge(
             "gpu_p2p_failing_pairs", "Peer GPU and capability pairs whose peer-to-peer status is not OK."
@@ -198,11 +249,17 @@ def _gpu(fams: _Families, view: GpuView, snapshot: Snapshot, detail: frozenset[s
         fams.gauge("gpu_p2p_status", "1 when peer-to-peer access to peer_gpu is OK for the capability.").add(
             f'{base},peer_gpu="{peer}",capability="{capability}"', 1 if ok else 0
         )
-    if r.fabric_state is not None:
-        fams.gauge("gpu_fabric_registered", "1 when NVSwitch fabric registration has completed.").add(
-            base, 1 if r.fabric_state == "completed" else 0
-        )
-    if r.fabric_state is not None and "fabric" in detail:
+
+
+def _gpu_fabric(fams: _Families, view: GpuView, base: str, detail: frozenset[str]) -> None:
+    """NVSwitch fabric registration; every state with ``--detail fabric``."""
+    r = view.reading
+    if r is None or r.fabric_state is None:
+        return
+    fams.gauge("gpu_fabric_registered", "1 when NVSwitch fabric registration has completed.").add(
+        base, 1 if r.fabric_state == "completed" else 0
+    )
+    if "fabric" in detail:
         fam = fams.gauge("gpu_fabric_state", "NVSwitch fabric registration; 1 for the current state.")
         for state in FABRIC_STATES.values():
             fam.add(f'{base},state="{state}"', 1 if state == r.fabric_state else 0)

@@ -369,42 +369,11 @@ class NodeModel:
             return Phase.IDLE
         if plan.off or (name == "gpu_lost" and g in plan.affected):
             return Phase.OFF
-        if name == "offload_starvation":  # every rank in lockstep: the FSDP collectives keep them together
-            cycle, at = divmod(t - plan.onset, OFFLOAD_CYCLE_S)
-            k = int(cycle)
-            burst = OFFLOAD_BURST_S + 0.09 * noise(0x0FF1, k)
-            begin = (OFFLOAD_CYCLE_S - burst) * (0.5 + 0.5 * noise(0x0FF2, k))
-            return Phase.OFFLOAD_BURST if begin <= at < begin + burst else Phase.OFFLOAD_WAIT
-        if name == "checkpoint_stall":
-            cycle, at = divmod(t - plan.onset, CHECKPOINT_CYCLE_S)
-            save = CHECKPOINT_SAVE_S + 2.5 * (1.0 + noise(0xC4E, int(cycle)))
-            if at >= CHECKPOINT_CYCLE_S - save:
-                return Phase.CHECKPOINT
-        step, pos = divmod(t - plan.start, plan.period)
-        if pos < GAP_S:
-            return Phase.DATA_WAIT
-        pos -= GAP_S
-        if name == "comm_bound":
-            compute = SOCKET_COMPUTE_S + 0.1 * noise(0x50C, int(step))
-            return Phase.TP_COMPUTE if pos < compute else Phase.SOCKET_COMM
-        wait = plan.wait
-        if g in plan.starving:
-            if pos < wait:
-                return Phase.DATA_WAIT
-            return Phase.COMPUTE if pos < wait + COMPUTE_S else Phase.COMM
-        if g in plan.hot:  # a throttled GPU computes the whole time its peers wait for it
-            return Phase.COMPUTE if pos < wait + COMPUTE_S else Phase.COMM
-        if g not in plan.waiting:  # another job on the node: its own healthy step
-            wait = 0.0
-            pos = (t - plan.start) % (GAP_S + COMPUTE_S + plan.comm)
-            if pos < GAP_S:
-                return Phase.DATA_WAIT
-            pos -= GAP_S
-        if pos < COMPUTE_S:
-            return Phase.COMPUTE
-        if pos < COMPUTE_S + wait:
-            return Phase.NCCL_WAIT
-        return Phase.COMM
+        if name == "offload_starvation":
+            return _offload_phase(plan, t)
+        if name == "checkpoint_stall" and _checkpointing(plan, t):
+            return Phase.CHECKPOINT
+        return _step_phase(plan, g, t)
 
     def _mix(self, plan: _Plan, g: int, t: float, dt: float = 0.0) -> tuple[list[Phase], Factors]:
         """The phases in the tick ending at t and their mean factors (4 sub-samples)."""
@@ -437,20 +406,36 @@ class NodeModel:
         affected: bool,
         record: bool,
     ) -> None:
-        b = self.board
+        """One tick of one GPU. Each effect reads what the ones before it left (power before energy,
+        utilization before the host-transfer bump of memory utilization): keep their order."""
         name = plan.name
         g.lost = name == "gpu_lost" and affected
         g.unresponsive = name == "gpu_unresponsive" and affected
         if g.lost:
-            key = (plan.start + sc.onset_s, g.index)
-            if key not in self._xid_sent:
-                self._xid_sent.add(key)
-                self.xid_events.append((t, g.index, 79))
+            self._report_lost(g, plan, sc, t)
             return
         phases, f = self._mix(plan, g.index, t, dt)
         nz = noise(g.index, self.tick)
-        g.power_limit_w = sc.cap_w if name == "power_cap" else b.tdp_w
+        g.power_limit_w = sc.cap_w if name == "power_cap" else self.board.tdp_w
+        reasons = self._power_and_heat(g, f, nz, dt, hot=name == "thermal_throttle" and affected)
+        self._activity(g, f, phases, nz, reasons)
+        self._counters(g, f, nz, dt, reasons)
+        self._nvlink_traffic(g, f, nz, dt, name == "nvlink_down", affected)
+        self._pcie_traffic(g, f, phases, nz, dt, sc, name, affected)
+        if record:
+            g.samples.append(DriverSample(int(t * 1e6), g.util, g.mem_util, int(g.power_w * 1000)))
 
+    def _report_lost(self, g: GpuState, plan: _Plan, sc: Scenario, t: float) -> None:
+        """A GPU off the bus reports XID 79 once per fault."""
+        key = (plan.start + sc.onset_s, g.index)
+        if key not in self._xid_sent:
+            self._xid_sent.add(key)
+            self.xid_events.append((t, g.index, 79))
+
+    def _power_and_heat(self, g: GpuState, f: Factors, nz: float, dt: float, hot: bool) -> int:
+        """Power (held under the enforced limit), temperature and the clock factor; returns the clock-event
+        reasons they raise. ``hot``: the GPU sheds its heat badly (thermal_throttle)."""
+        b = self.board
         # thermal clock reduction, from the temperature reached so far
         thermal_f = 1.0
         if g.temp_c > b.throttle_start_c:
@@ -465,13 +450,18 @@ class NodeModel:
         g.clock_factor = thermal_f * cap_f
         if dt > 0:
             g.power_w += (demand - g.power_w) * (1.0 - math.exp(-dt / POWER_TAU_S))
-            k = HOT_HEAT_K if (name == "thermal_throttle" and affected) else HEAT_K
+            k = HOT_HEAT_K if hot else HEAT_K
             target = AMBIENT_C + k * g.power_w
             g.temp_c += (target - g.temp_c) * (1.0 - math.exp(-dt / THERMAL_TAU_S))
         if thermal_f < 1.0:
             reasons |= SW_THERMAL
         if g.temp_c >= b.slowdown_c:
             reasons |= HW_THERMAL
+        return reasons
+
+    def _activity(self, g: GpuState, f: Factors, phases: list[Phase], nz: float, reasons: int) -> None:
+        """Clock-event reasons, utilization, clocks, memory in use and processes of the tick."""
+        b = self.board
         idle = f.busy < 0.05
         if idle:
             reasons |= GPU_IDLE
@@ -491,7 +481,9 @@ class NodeModel:
         )
         g.processes = 1 if job else 0
 
-        # cumulative counters
+    @staticmethod
+    def _counters(g: GpuState, f: Factors, nz: float, dt: float, reasons: int) -> None:
+        """The cumulative counters: energy, time under each throttle reason, GPM integrals."""
         g.energy_mj += g.power_w * dt * 1000.0
         for reason, bit in THROTTLE_COUNTER_BITS.items():
             if reasons & bit:
@@ -503,7 +495,11 @@ class NodeModel:
         integ[3] += f.tensor * dt
         integ[4] += f.dram * dt
 
-        nvlink_down = name == "nvlink_down"
+    def _nvlink_traffic(
+        self, g: GpuState, f: Factors, nz: float, dt: float, nvlink_down: bool, affected: bool
+    ) -> None:
+        """Links dropped (and their errors) while nvlink_down holds this GPU, restored after; the
+        collective traffic spread over the links that are up."""
         if nvlink_down and affected and any(g.link_up):
             g.link_up = [False] * len(g.link_up)
             g.fabric_state = 1  # NOT_STARTED: the fabric manager dropped this GPU
@@ -517,15 +513,29 @@ class NodeModel:
         up = sum(g.link_up)
         nv_share = f.nvlink * (0.3 if nvlink_down else 1.0)
         if up:
-            per_link = b.nvlink_peak_bytes_s * nv_share / up * dt * (1.0 + 0.05 * nz)
+            per_link = self.board.nvlink_peak_bytes_s * nv_share / up * dt * (1.0 + 0.05 * nz)
             for link in range(len(g.link_up)):
                 if g.link_up[link]:
                     g.link_tx[link] += per_link
                     g.link_rx[link] += per_link * 0.98
+
+    @staticmethod
+    def _pcie_traffic(
+        g: GpuState,
+        f: Factors,
+        phases: list[Phase],
+        nz: float,
+        dt: float,
+        sc: Scenario,
+        name: str,
+        affected: bool,
+    ) -> None:
+        """PCIe bytes: the input pipeline, collectives falling back from NVLink, host-to-device copies of a
+        starving rank (which also raise its memory utilization)."""
         active = any(p in FED for p in phases)
         pcie_rx = (1.0e9 if active else 2e6) + f.pcie_rx * 1e9 * (1.0 + 0.05 * nz)
         pcie_tx = (0.1e9 if active else 1e6) + f.pcie_tx * 1e9 * (1.0 + 0.05 * nz)
-        if nvlink_down and f.nvlink > 0:
+        if name == "nvlink_down" and f.nvlink > 0:
             pcie_rx += (12e9 if affected else 4e9) * f.nvlink
             pcie_tx += (12e9 if affected else 4e9) * f.nvlink
         if name in ("data_starvation", "data_starvation_all") and sc.effective_cause() == "host_transfer":
@@ -535,17 +545,22 @@ class NodeModel:
                 g.mem_util = max(g.mem_util, 30)
         g.pcie_rx += pcie_rx * dt
         g.pcie_tx += pcie_tx * dt
-        if record:
-            g.samples.append(DriverSample(int(t * 1e6), g.util, g.mem_util, int(g.power_w * 1000)))
 
     def _step_host(self, t: float, dt: float, sc: Scenario, faulty: bool, x: float, plan: _Plan) -> None:
-        h = self.host
         name = plan.name
         cause = sc.effective_cause() if name in ("data_starvation", "data_starvation_all") else ""
         phase = self._phase(plan, 0, t)
         job = phase not in (Phase.OFF, Phase.IDLE)
         saving = phase == Phase.CHECKPOINT  # the ranks' writers stream the checkpoint to disk
         offload = name == "offload_starvation"  # the optimizer steps on the host: cores busy, none pinned
+        self._host_cpu(dt, cause, job, saving, offload)
+        self._host_io(dt, cause, job, saving, offload)
+        self._host_shm(sc, name, x)
+
+    def _host_cpu(self, dt: float, cause: str, job: bool, saving: bool, offload: bool) -> None:
+        """Every core's jiffies: the data loaders' cores busy while a job runs, all of them waiting on the
+        disk when the input is slow (cause io)."""
+        h = self.host
         for core in range(h.cores):
             nz = noise(1000 + core, self.tick)
             busy, iow = 0.04 + 0.02 * nz, 0.02 + 0.01 * nz
@@ -554,11 +569,7 @@ class NodeModel:
             if saving:
                 busy, iow = 0.10 + 0.03 * nz, 0.08 + 0.03 * nz
             if core < LOADER_CORES and job and not saving:
-                busy = 0.55 + 0.15 * nz
-                if cause == "cpu":
-                    busy = 0.995
-                elif cause == "io":
-                    busy, iow = 0.25 + 0.05 * nz, 0.40 + 0.05 * nz
+                busy, iow = _loader_core(cause, nz, iow)
             if cause == "io" and core >= LOADER_CORES:
                 iow = 0.38 + 0.05 * nz
             busy, iow = max(0.0, min(busy, 1.0)), max(0.0, min(iow, 1.0 - busy))
@@ -568,6 +579,10 @@ class NodeModel:
             j[2] += busy * 0.15 * ticks
             j[4] += iow * ticks
             j[3] += (1.0 - busy - iow) * ticks
+
+    def _host_io(self, dt: float, cause: str, job: bool, saving: bool, offload: bool) -> None:
+        """Disk reads (the input pipeline) and writes (checkpoints), and pressure stall information."""
+        h = self.host
         rate = 900 * MiB * (1.0 + 0.2 * noise(77, self.tick)) if job else 2 * MiB
         if cause == "io":
             rate = 140 * MiB * (1.0 + 0.3 * noise(78, self.tick))
@@ -582,6 +597,10 @@ class NodeModel:
         }
         for res, avg in h.psi_avg10.items():
             h.psi_total_us[res] += avg * dt * 1e6
+
+    def _host_shm(self, sc: Scenario, name: str, x: float) -> None:
+        """/dev/shm: filling from the onset of shm_exhaustion, small before it, the default otherwise."""
+        h = self.host
         if name == "shm_exhaustion":
             h.shm_size = sc.shm_size_bytes
             fill = min(max((x - sc.onset_s) / sc.fill_s, 0.0), 1.0) if sc.fill_s > 0 else 1.0
@@ -590,3 +609,60 @@ class NodeModel:
             h.shm_size, h.shm_used = sc.shm_size_bytes, BASE_SHM_USED
         else:
             h.shm_size, h.shm_used = DEFAULT_SHM_BYTES, BASE_SHM_USED
+
+
+def _loader_core(cause: str, nz: float, iow: float) -> tuple[float, float]:
+    """A data loader's core while its job runs: (busy, iowait) shares of the tick."""
+    busy = 0.55 + 0.15 * nz
+    if cause == "cpu":
+        busy = 0.995
+    elif cause == "io":
+        busy, iow = 0.25 + 0.05 * nz, 0.40 + 0.05 * nz
+    return busy, iow
+
+
+def _offload_phase(plan: _Plan, t: float) -> Phase:
+    """Host-bound offload: every rank in lockstep (the FSDP collectives keep them together), a short burst
+    of kernels at a varying point of each cycle."""
+    cycle, at = divmod(t - plan.onset, OFFLOAD_CYCLE_S)
+    k = int(cycle)
+    burst = OFFLOAD_BURST_S + 0.09 * noise(0x0FF1, k)
+    begin = (OFFLOAD_CYCLE_S - burst) * (0.5 + 0.5 * noise(0x0FF2, k))
+    return Phase.OFFLOAD_BURST if begin <= at < begin + burst else Phase.OFFLOAD_WAIT
+
+
+def _checkpointing(plan: _Plan, t: float) -> bool:
+    """Whether the ranks are writing the checkpoint: the end of each cycle, for a varying time."""
+    cycle, at = divmod(t - plan.onset, CHECKPOINT_CYCLE_S)
+    save = CHECKPOINT_SAVE_S + 2.5 * (1.0 + noise(0xC4E, int(cycle)))
+    return at >= CHECKPOINT_CYCLE_S - save
+
+
+def _step_phase(plan: _Plan, g: int, t: float) -> Phase:
+    """Where GPU g is in its training step: waiting for data, computing, waiting for a slower peer in a
+    collective, or moving data in it."""
+    step, pos = divmod(t - plan.start, plan.period)
+    if pos < GAP_S:
+        return Phase.DATA_WAIT
+    pos -= GAP_S
+    if plan.name == "comm_bound":
+        compute = SOCKET_COMPUTE_S + 0.1 * noise(0x50C, int(step))
+        return Phase.TP_COMPUTE if pos < compute else Phase.SOCKET_COMM
+    wait = plan.wait
+    if g in plan.starving:
+        if pos < wait:
+            return Phase.DATA_WAIT
+        return Phase.COMPUTE if pos < wait + COMPUTE_S else Phase.COMM
+    if g in plan.hot:  # a throttled GPU computes the whole time its peers wait for it
+        return Phase.COMPUTE if pos < wait + COMPUTE_S else Phase.COMM
+    if g not in plan.waiting:  # another job on the node: its own healthy step
+        wait = 0.0
+        pos = (t - plan.start) % (GAP_S + COMPUTE_S + plan.comm)
+        if pos < GAP_S:
+            return Phase.DATA_WAIT
+        pos -= GAP_S
+    if pos < COMPUTE_S:
+        return Phase.COMPUTE
+    if pos < COMPUTE_S + wait:
+        return Phase.NCCL_WAIT
+    return Phase.COMM

@@ -202,21 +202,26 @@ def _header(line: str) -> _Header | None:
         if key in NAME_COLUMNS and name is None:
             name = i
             continue
-        for attr, (names, default, allowed) in VALUES.items():
-            if key in names and attr not in taken:
-                if unit and unit not in allowed:
-                    unknown.append(cell.strip())  # a unit this column cannot have (util in W)
-                    break
-                taken.add(attr)
-                values.append((i, attr, unit or default))
-                labels[attr] = cell.strip()
-                break
-        else:
-            if cell.strip():
-                unknown.append(cell.strip())
+        column = _value_column(key, unit, taken)
+        if column is not None:
+            attr, attr_unit = column
+            taken.add(attr)
+            values.append((i, attr, attr_unit))
+            labels[attr] = cell.strip()
+        elif cell.strip():
+            unknown.append(cell.strip())
     if "util" not in taken or (time is None and gpu is None):
         return None
     return _Header(delimiter, len(raw), raw, time, time_unit, gpu, name, values, labels, unknown)
+
+
+def _value_column(key: str, unit: str, taken: set[str]) -> tuple[str, str] | None:
+    """The value a header cell names and its unit (the column's default when it says none); None for a
+    name no value column still free has, or a unit that column cannot have (util in W)."""
+    for attr, (names, default, allowed) in VALUES.items():
+        if key in names and attr not in taken:
+            return None if unit and unit not in allowed else (attr, unit or default)
+    return None
 
 
 def sniff(head: list[str]) -> bool:
@@ -280,42 +285,70 @@ def _survey(lines: Lines, header: _Header, ctx: Context) -> tuple[dict[str, bool
     """One pass before the rows: whether each share column is a fraction, and how many GPUs a log without
     a GPU column has (rows sharing the first time; ``--gpus`` when given). Checks ``--gpus`` against a GPU
     column."""
-    undecided = [(i, attr) for i, attr, unit in header.values if attr in SHARES and unit == ""]
-    high = {attr: 0.0 for _, attr in undecided}
-    fractional = dict.fromkeys(high, False)
-    first_time, sharing = None, 0
-    ids, seen = _Ids(), set()
+    shares = _ShareScan([(i, attr) for i, attr, unit in header.values if attr in SHARES and unit == ""])
     counting = header.gpu is None and header.time is not None and ctx.gpus is None
+    sharing = _FirstTimeRows(header.time if counting else None)
+    gpu_column = header.gpu if ctx.gpus is not None else None  # a GPU column to check --gpus against
+    ids, seen = _Ids(), set()
     for _, cells in _rows(lines, header):
         if cells is None or len(cells) != header.size:
             continue
-        for i, attr in undecided:
+        shares.see(cells)
+        sharing.see(cells)
+        if gpu_column is not None and len(seen) <= MAX_GPUS:
+            with contextlib.suppress(ValueError):
+                seen.add(ids(cells[gpu_column]))
+    if gpu_column is not None and len(seen) != ctx.gpus:
+        raise FormatError(
+            f"the log has {len(seen)} GPUs (its GPU column says so), not the {ctx.gpus} of --gpus; "
+            "--gpus is only for logs without a GPU column"
+        )
+    gpus = ctx.gpus or (sharing.rows if header.gpu is None and header.time is not None else 1) or 1
+    return shares.percent(), gpus
+
+
+class _ShareScan:
+    """Share columns whose header gives no unit: a column is a fraction when none of its values exceeds 1
+    and some are not whole numbers, else percent."""
+
+    def __init__(self, columns: list[tuple[int, str]]) -> None:
+        self.columns = columns  # (column, attribute)
+        self.high = {attr: 0.0 for _, attr in columns}
+        self.fractional = dict.fromkeys(self.high, False)
+
+    def see(self, cells: list[str]) -> None:
+        for i, attr in self.columns:
             try:
                 value = float(cells[i])
             except ValueError:
                 continue
             if value == value and abs(value) != float("inf"):
-                high[attr] = max(high[attr], value)
-                fractional[attr] = fractional[attr] or value != int(value)
-        if counting and header.time is not None:
-            stamp = cells[header.time].strip()
-            if first_time is None:
-                first_time = stamp
-            if stamp == first_time and sharing < MAX_GPUS:
-                sharing += 1
-            else:
-                counting = False
-        if header.gpu is not None and ctx.gpus is not None and len(seen) <= MAX_GPUS:
-            with contextlib.suppress(ValueError):
-                seen.add(ids(cells[header.gpu]))
-    if header.gpu is not None and ctx.gpus is not None and len(seen) != ctx.gpus:
-        raise FormatError(
-            f"the log has {len(seen)} GPUs (its GPU column says so), not the {ctx.gpus} of --gpus; "
-            "--gpus is only for logs without a GPU column"
-        )
-    percent = {attr: not (high[attr] <= 1.0 and fractional[attr]) for attr in high}
-    gpus = ctx.gpus or (sharing if header.gpu is None and header.time is not None else 1) or 1
-    return percent, gpus
+                self.high[attr] = max(self.high[attr], value)
+                self.fractional[attr] = self.fractional[attr] or value != int(value)
+
+    def percent(self) -> dict[str, bool]:
+        return {attr: not (self.high[attr] <= 1.0 and self.fractional[attr]) for attr in self.high}
+
+
+class _FirstTimeRows:
+    """Rows sharing the first time, up to MAX_GPUS: the GPUs of a log without a GPU column. ``column``:
+    the time column, None when not counting."""
+
+    def __init__(self, column: int | None) -> None:
+        self.column = column
+        self.first: str | None = None
+        self.rows = 0
+
+    def see(self, cells: list[str]) -> None:
+        if self.column is None:
+            return
+        stamp = cells[self.column].strip()
+        if self.first is None:
+            self.first = stamp
+        if stamp == self.first and self.rows < MAX_GPUS:
+            self.rows += 1
+        else:
+            self.column = None  # the first time is over: stop counting
 
 
 def read(lines: Lines, ctx: Context) -> Iterator[Sample | Skip]:
