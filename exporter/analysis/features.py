@@ -10,7 +10,6 @@ import bisect
 import itertools
 import math
 import operator
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -162,48 +161,53 @@ def util_class(u: float) -> str:
 
 
 class _Column:
-    """One signal's per-point values (any shape) with the sequence numbers of their points."""
+    """Some per-point values (one list per field) with the sequence numbers of their points. Lists, not
+    deques: the evidence rows are read whole every second and dropped from the front a few at a time."""
 
-    __slots__ = ("rows", "seqs")
+    __slots__ = ("fields", "seqs")
 
-    def __init__(self) -> None:
-        self.seqs: deque[int] = deque()
-        self.rows: deque[object] = deque()
+    def __init__(self, *names: str) -> None:
+        self.seqs: list[int] = []
+        self.fields: tuple[list[Any], ...] = tuple([] for _ in names or ("value",))
 
-    def add(self, seq: int, row: object) -> None:
+    def add(self, seq: int, *values: object) -> None:
         self.seqs.append(seq)
-        self.rows.append(row)
+        for column, value in zip(self.fields, values, strict=True):
+            column.append(value)
 
     def prune(self, first: int) -> None:
-        seqs, rows = self.seqs, self.rows
-        while seqs and seqs[0] < first:
-            seqs.popleft()
-            rows.popleft()
-
-    def since(self, first: int) -> list[Any]:
         start = bisect.bisect_left(self.seqs, first)
-        return list(itertools.islice(self.rows, start, None)) if start else list(self.rows)
+        if start:
+            del self.seqs[:start]
+            for column in self.fields:
+                del column[:start]
 
     def clear(self) -> None:
-        self.seqs.clear()
-        self.rows.clear()
+        self.prune(len(self.seqs) and self.seqs[-1] + 1)
 
 
 @dataclass(frozen=True, slots=True)
 class Rows:
-    """The per-point parts of the features over a stretch of points, oldest first."""
+    """The per-point parts of the features over a stretch of points, oldest first. The lists are the
+    columns' own: read them, never change them."""
 
-    util: list[tuple[float, float, str]]  # (t, utilization, class)
+    util_t: list[float]
+    util: list[float]
+    util_class: list[str]
     idle_mem: list[float]  # memory utilization of idle samples
     clocks: list[float]  # SM clock over its maximum, busy samples
-    reasons: list[tuple[float, bool, bool]]  # (t, power capped, thermal), busy samples with reasons
+    reason_t: list[float]  # busy samples with clock reasons: their times...
+    capped: list[bool]  # ...power cap holding the clocks...
+    hot: list[bool]  # ...a thermal reason
     power: list[float]
     sm: list[float]
     mem: list[float]
-    temps: list[tuple[float, float]]
+    temp_t: list[float]
+    temp: list[float]
     nvlink: list[float]  # tx + rx bytes/s
     pcie: list[float]
-    errors: list[tuple[float, float]]
+    error_t: list[float]
+    errors: list[float]
 
 
 class FeatureRows:
@@ -214,9 +218,11 @@ class FeatureRows:
     def __init__(self) -> None:
         self.next_seq = 0
         self.kept_from = 0  # the first point whose rows are still kept
-        self._util, self._idle_mem, self._clocks, self._reasons = _Column(), _Column(), _Column(), _Column()
-        self._power, self._sm, self._mem, self._temps = _Column(), _Column(), _Column(), _Column()
-        self._nvlink, self._pcie, self._errors = _Column(), _Column(), _Column()
+        self._util, self._idle_mem, self._clocks = _Column("t", "util", "class"), _Column(), _Column()
+        self._reasons = _Column("t", "capped", "hot")
+        self._power, self._sm, self._mem = _Column(), _Column(), _Column()
+        self._temps, self._nvlink, self._pcie = _Column("t", "temp"), _Column(), _Column()
+        self._errors = _Column("t", "errors")
         # in the order of Rows' fields
         self._columns = (
             self._util,
@@ -241,17 +247,19 @@ class FeatureRows:
             (self._power, p.power_w),
             (self._sm, p.sm_active),
             (self._mem, p.mem_util),
-            (self._temps, None if p.temp_c is None else (p.t, p.temp_c)),
             (self._nvlink, None if p.nvlink_tx_bps is None else p.nvlink_tx_bps + (p.nvlink_rx_bps or 0.0)),
             (self._pcie, None if p.pcie_tx_bps is None else p.pcie_tx_bps + (p.pcie_rx_bps or 0.0)),
-            (self._errors, None if p.nvlink_errors is None else (p.t, p.nvlink_errors)),
         ):
             if value is not None:
                 column.add(seq, value)
+        if p.temp_c is not None:
+            self._temps.add(seq, p.t, p.temp_c)
+        if p.nvlink_errors is not None:
+            self._errors.add(seq, p.t, p.nvlink_errors)
 
     def _add_util(self, seq: int, p: GpuPoint, u: float) -> None:
         cls = util_class(u)
-        self._util.add(seq, (p.t, u, cls))
+        self._util.add(seq, p.t, u, cls)
         if cls == IDLE and p.mem_util is not None:
             self._idle_mem.add(seq, p.mem_util)
         if cls != BUSY:
@@ -260,16 +268,15 @@ class FeatureRows:
             self._clocks.add(seq, p.sm_clock_hz / p.sm_clock_max_hz)
         if p.reasons is not None:
             hot = bool(p.reasons & THERMAL_BITS or _hw_slowdown_hot(p))
-            self._reasons.add(seq, (p.t, bool(p.reasons & POWER_CAP_BITS), hot))
+            self._reasons.add(seq, p.t, bool(p.reasons & POWER_CAP_BITS), hot)
 
     def newest(self, count: int) -> Rows | None:
         """The rows of the newest ``count`` points, forgetting older ones: the evidence window only moves
         forward. None if some were forgotten already (the caller computes them again)."""
-        first = self.next_seq - count
-        if first < self.kept_from:
+        if self.next_seq - count < self.kept_from:
             return None
         self.keep(count)
-        return Rows(*(column.since(first) for column in self._columns))
+        return Rows(*(values for column in self._columns for values in column.fields))
 
     def keep(self, count: int) -> None:
         """Forget the rows of all but the newest ``count`` points."""
@@ -281,9 +288,7 @@ class FeatureRows:
             column.prune(first)
 
     def clear(self) -> None:
-        self.kept_from = self.next_seq
-        for column in self._columns:
-            column.clear()
+        self.keep(0)
 
 
 class GpuWindow(Window[GpuPoint]):
@@ -312,7 +317,7 @@ def rows_of(points: Sequence[GpuPoint]) -> Rows:
     rows = FeatureRows()
     for p in points:
         rows.add(p)
-    return rows.newest(len(points))
+    return rows.newest(len(points))  # type: ignore[return-value]  # nothing forgotten yet
 
 
 # ---- the features -----------------------------------------------------------------------------------
@@ -338,7 +343,7 @@ def gpu_features(
     return GpuFeatures(
         n=len(points),
         span_s=last_t - points[0].t,
-        **_util_features(rows.util, last_t),
+        **_util_features(rows, last_t),
         **_power_features(rows.power),
         power_ref_w=limit or default or board_tdp(name) or ceiling_w,
         limit_w=limit,
@@ -348,37 +353,37 @@ def gpu_features(
         pcie_bps=_mean(rows.pcie),
         mem_util_mean=_mean(rows.mem),
         mem_util_in_gaps=_mean(rows.idle_mem),
-        **_temp_features(rows.temps),
+        **_temp_features(rows.temp_t, rows.temp),
         busy_clock_ratio=_mean(rows.clocks),
-        **_reason_features(rows.reasons, last_t),
-        nvlink_error_rate=_error_rate(rows.errors),
+        **_reason_features(rows, last_t),
+        nvlink_error_rate=_error_rate(rows.error_t, rows.errors),
         **_last_values(points),
     )
 
 
-def _util_features(util: list[tuple[float, float, str]], last_t: float) -> dict[str, Any]:
-    if not util:
+def _util_features(rows: Rows, last_t: float) -> dict[str, Any]:
+    utils = rows.util
+    if not utils:
         return {"halves": (None, None)}
-    times, utils, letters = zip(*util, strict=True)
-    classes = "".join(letters)
+    classes = "".join(rows.util_class)
     whole = _util_stats(utils, classes)
     half = len(utils) // 2
     last_working = max(classes.rfind(LOW), classes.rfind(BUSY))  # the trailing idle run starts after it
-    idle_from = times[last_working + 1] if last_working + 1 < len(times) else None
+    idle_from = rows.util_t[last_working + 1] if last_working + 1 < len(utils) else None
     return {
-        "util_mean": whole.mean,
-        "util_p05": whole.p05,
-        "idle_fraction": whole.idle_fraction,
+        "util_mean": whole.mean if whole else None,
+        "util_p05": whole.p05 if whole else None,
+        "idle_fraction": whole.idle_fraction if whole else None,
         "busy_fraction": classes.count(BUSY) / len(utils),
-        "gaps": whole.gaps,
+        "gaps": whole.gaps if whole else 0,
         "halves": (_util_stats(utils[:half], classes[:half]), _util_stats(utils[half:], classes[half:])),
         "trailing_idle_s": last_t - idle_from if idle_from is not None else 0.0,
     }
 
 
-def _util_stats(utils: Sequence[float], classes: str) -> UtilStats | None:
+def _util_stats(utils: list[float], classes: str) -> UtilStats | None:
     """``util_stats`` from the samples' classes: the same figures without a loop over the samples."""
-    whole = summarize(utils)  # type: ignore[arg-type]
+    whole = summarize(utils)
     if whole is None:
         return None
     return UtilStats(
@@ -410,33 +415,33 @@ def _power_features(powers: list[float]) -> dict[str, float | None]:
     }
 
 
-def _temp_features(temps: list[tuple[float, float]]) -> dict[str, float | None]:
+def _temp_features(times: list[float], temps: list[float]) -> dict[str, float | None]:
     if not temps:
         return {}
     return {
-        "temp_last": temps[-1][1],
-        "temp_mean": _mean(list(zip(*temps, strict=True))[1]),
-        "temp_slope": slope(temps),
+        "temp_last": temps[-1],
+        "temp_mean": _mean(temps),
+        "temp_slope": slope(list(zip(times, temps, strict=True))),
     }
 
 
-def _reason_features(reasons: list[tuple[float, bool, bool]], last_t: float) -> dict[str, float | None]:
+def _reason_features(rows: Rows, last_t: float) -> dict[str, float | None]:
     """Power cap over the busy samples with reasons, thermal reasons over those of the last 10 s."""
-    if not reasons:
+    if not rows.capped:
         return {}
-    recent = [hot for t, _, hot in reasons if t > last_t - RECENT_S]
-    capped = list(zip(*reasons, strict=True))[1]
+    since = itertools.repeat(last_t - RECENT_S)
+    recent = list(itertools.compress(rows.hot, map(operator.lt, since, rows.reason_t)))
     return {
         "thermal_share": sum(recent) / len(recent) if recent else None,
-        "cap_share": sum(capped) / len(reasons),
+        "cap_share": sum(rows.capped) / len(rows.capped),
     }
 
 
-def _error_rate(errors: list[tuple[float, float]]) -> float | None:
+def _error_rate(times: list[float], errors: list[float]) -> float | None:
     """NVLink errors per minute, from the first and the last count of the window."""
-    if len(errors) < 2 or errors[-1][0] <= errors[0][0]:
+    if len(errors) < 2 or times[-1] <= times[0]:
         return None
-    return max(0.0, errors[-1][1] - errors[0][1]) / (errors[-1][0] - errors[0][0]) * PER_MINUTE
+    return max(0.0, errors[-1] - errors[0]) / (times[-1] - times[0]) * PER_MINUTE
 
 
 def _last_values(points: Sequence[GpuPoint]) -> dict[str, Any]:
