@@ -164,16 +164,22 @@ class _Column:
     """Some per-point values (one list per field) with the sequence numbers of their points. Lists, not
     deques: the evidence rows are read whole every second and dropped from the front a few at a time."""
 
-    __slots__ = ("fields", "seqs")
+    __slots__ = ("fields", "seqs", "values")
 
     def __init__(self, *names: str) -> None:
         self.seqs: list[int] = []
         self.fields: tuple[list[Any], ...] = tuple([] for _ in names or ("value",))
+        self.values = self.fields[0]
+
+    def put(self, seq: int, value: object) -> None:
+        """One point's value, for a column of one field (this runs for every point)."""
+        self.seqs.append(seq)
+        self.values.append(value)
 
     def add(self, seq: int, *values: object) -> None:
         self.seqs.append(seq)
-        for column, value in zip(self.fields, values, strict=True):
-            column.append(value)
+        for i, value in enumerate(values):
+            self.fields[i].append(value)
 
     def prune(self, first: int) -> None:
         start = bisect.bisect_left(self.seqs, first)
@@ -240,18 +246,19 @@ class FeatureRows:
 
     def add(self, p: GpuPoint) -> None:
         seq = self.next_seq
-        self.next_seq += 1
+        self.next_seq = seq + 1
         if p.util is not None:
             self._add_util(seq, p, p.util)
-        for column, value in (
-            (self._power, p.power_w),
-            (self._sm, p.sm_active),
-            (self._mem, p.mem_util),
-            (self._nvlink, None if p.nvlink_tx_bps is None else p.nvlink_tx_bps + (p.nvlink_rx_bps or 0.0)),
-            (self._pcie, None if p.pcie_tx_bps is None else p.pcie_tx_bps + (p.pcie_rx_bps or 0.0)),
-        ):
-            if value is not None:
-                column.add(seq, value)
+        if p.power_w is not None:
+            self._power.put(seq, p.power_w)
+        if p.sm_active is not None:
+            self._sm.put(seq, p.sm_active)
+        if p.mem_util is not None:
+            self._mem.put(seq, p.mem_util)
+        if p.nvlink_tx_bps is not None:
+            self._nvlink.put(seq, p.nvlink_tx_bps + (p.nvlink_rx_bps or 0.0))
+        if p.pcie_tx_bps is not None:
+            self._pcie.put(seq, p.pcie_tx_bps + (p.pcie_rx_bps or 0.0))
         if p.temp_c is not None:
             self._temps.add(seq, p.t, p.temp_c)
         if p.nvlink_errors is not None:
@@ -261,11 +268,11 @@ class FeatureRows:
         cls = util_class(u)
         self._util.add(seq, p.t, u, cls)
         if cls == IDLE and p.mem_util is not None:
-            self._idle_mem.add(seq, p.mem_util)
+            self._idle_mem.put(seq, p.mem_util)
         if cls != BUSY:
             return
         if p.sm_clock_hz and p.sm_clock_max_hz:
-            self._clocks.add(seq, p.sm_clock_hz / p.sm_clock_max_hz)
+            self._clocks.put(seq, p.sm_clock_hz / p.sm_clock_max_hz)
         if p.reasons is not None:
             hot = bool(p.reasons & THERMAL_BITS or _hw_slowdown_hot(p))
             self._reasons.add(seq, p.t, bool(p.reasons & POWER_CAP_BITS), hot)
