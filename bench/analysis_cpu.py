@@ -6,7 +6,8 @@
 Runs ``serve --simulate healthy`` (8 GPUs, 1 s sampling) in this process with the analysis stages
 wrapped, and prints each stage's CPU seconds per minute (``time.thread_time``: the CPU of the thread that
 ran it, which a loaded machine barely moves, unlike a sampling profiler's wall-clock samples). Stages
-nest: ``analyze`` holds the others except ``add_gpu_points`` (feeding a collection's points in).
+nest: ``analyze`` holds the others except ``add_gpu_points`` (feeding a collection's points in),
+``live_points`` (readings into points) and ``snapshot build`` (the published snapshot).
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ def main() -> None:
     _timed(engine.Analyzer, "_decide", "verdicts")
     _timed(GpuLedger, "shares", "ledger shares")
     _timed(engine.Analyzer, "add_gpu_points", "add_gpu_points")
+    _timed(sampler, "live_points", "live_points")
+    _timed(sampler, "build", "snapshot build")
     threading.Thread(target=_report, args=(args.warmup, args.seconds), daemon=True).start()
     from exporter.cli import main as serve
 
