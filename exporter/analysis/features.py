@@ -188,9 +188,6 @@ class _Column:
             for column in self.fields:
                 del column[:start]
 
-    def clear(self) -> None:
-        self.prune(len(self.seqs) and self.seqs[-1] + 1)
-
 
 @dataclass(frozen=True, slots=True)
 class Rows:
