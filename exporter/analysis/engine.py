@@ -11,7 +11,14 @@ from dataclasses import dataclass, field
 
 from exporter.analysis import detectors as d
 from exporter.analysis.envelope import Envelope, EnvelopeLearner
-from exporter.analysis.features import MIN_POINTS, GpuFeatures, HostFeatures, gpu_features, host_features
+from exporter.analysis.features import (
+    MIN_POINTS,
+    GpuFeatures,
+    GpuWindow,
+    HostFeatures,
+    gpu_features,
+    host_features,
+)
 from exporter.analysis.kinds import KINDS as REGISTRY
 from exporter.analysis.kinds import NAMES as KINDS
 from exporter.analysis.ledger import GpuLedger, Shares, Tick, holding_back, measure
@@ -63,7 +70,7 @@ class VerdictEvent:
 
 @dataclass
 class _Gpu:
-    window: Window[GpuPoint]
+    window: GpuWindow
     name: str = ""
     slowdown_c: float | None = None
     group: str = "node"
@@ -97,7 +104,7 @@ class Analyzer:
     def _gpu(self, gpu: str) -> _Gpu:
         state = self._gpus.get(gpu)
         if state is None:
-            state = self._gpus[gpu] = _Gpu(window=Window(self.window_s, self.max_points))
+            state = self._gpus[gpu] = _Gpu(window=GpuWindow(self.window_s, self.max_points))
         return state
 
     def set_identity(self, gpu: str, name: str = "", slowdown_c: float | None = None) -> None:
@@ -223,7 +230,8 @@ class Analyzer:
             state = self._gpus[gpu]
             state.window.evict(now)
             points = state.window.since(cutoff)
-            f = state.features = gpu_features(points, state.name, state.power.envelope(state.name).ceiling_w)
+            ceiling = state.power.envelope(state.name).ceiling_w
+            f = state.features = gpu_features(points, state.name, ceiling, state.window)
             self._see_power(state, f)
             idle_s = (
                 (now - state.idle_since if state.idle_since is not None else 0.0)

@@ -6,12 +6,16 @@ Every feature is None when its input column never had a value in the window, so 
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from exporter.analysis.points import GpuPoint, HostPoint
-from exporter.analysis.window import HIGH_Q, fraction_below, quantile, summarize
+from exporter.analysis.window import HIGH_Q, Window, fraction_below, quantile, summarize
 from exporter.policy.nvml_vocab import HW_SLOWDOWN, POWER_CAP_BITS, THERMAL_BITS
 from exporter.policy.thresholds import LEDGER_BUSY_UTIL, TEMP_HOT, UTIL_IDLE_LINE, board_tdp
 
@@ -141,105 +145,318 @@ def slope(pairs: Sequence[tuple[float, float]], most: int = SLOPE_POINTS) -> flo
     return (stv - st * sv / n) / var
 
 
-def gpu_features(points: Sequence[GpuPoint], name: str = "", ceiling_w: float | None = None) -> GpuFeatures:
+# ---- the per-point parts, kept as points arrive ---------------------------------------------------
+
+# a utilization sample's class: idle (under the idle line), low (under the busy line), busy. One letter
+# each, so that counts and runs over a window are string operations, not a loop per sample per second.
+IDLE, LOW, BUSY = "i", "l", "b"
+if UTIL_IDLE_LINE.value > BUSY_LINE:  # the classes nest: idle is a part of low
+    raise ValueError("the utilization idle line must not be above the busy line")
+
+
+def util_class(u: float) -> str:
+    if u < UTIL_IDLE_LINE.value:
+        return IDLE
+    return LOW if u < BUSY_LINE else BUSY
+
+
+class _Column:
+    """Some per-point values (one list per field) with the sequence numbers of their points. Lists, not
+    deques: the evidence rows are read whole every second and dropped from the front a few at a time."""
+
+    __slots__ = ("fields", "seqs", "values")
+
+    def __init__(self, *names: str) -> None:
+        self.seqs: list[int] = []
+        self.fields: tuple[list[Any], ...] = tuple([] for _ in names or ("value",))
+        self.values = self.fields[0]
+
+    def put(self, seq: int, value: object) -> None:
+        """One point's value, for a column of one field (this runs for every point)."""
+        self.seqs.append(seq)
+        self.values.append(value)
+
+    def add(self, seq: int, *values: object) -> None:
+        self.seqs.append(seq)
+        for i, value in enumerate(values):
+            self.fields[i].append(value)
+
+    def prune(self, first: int) -> None:
+        start = bisect.bisect_left(self.seqs, first)
+        if start:
+            del self.seqs[:start]
+            for column in self.fields:
+                del column[:start]
+
+
+@dataclass(frozen=True, slots=True)
+class Rows:
+    """The per-point parts of the features over a stretch of points, oldest first. The lists are the
+    columns' own: read them, never change them."""
+
+    util_t: list[float]
+    util: list[float]
+    util_class: list[str]
+    idle_mem: list[float]  # memory utilization of idle samples
+    clocks: list[float]  # SM clock over its maximum, busy samples
+    reason_t: list[float]  # busy samples with clock reasons: their times...
+    capped: list[bool]  # ...power cap holding the clocks...
+    hot: list[bool]  # ...a thermal reason
+    power: list[float]
+    sm: list[float]
+    mem: list[float]
+    temp_t: list[float]
+    temp: list[float]
+    nvlink: list[float]  # tx + rx bytes/s
+    pcie: list[float]
+    error_t: list[float]
+    errors: list[float]
+
+
+class FeatureRows:
+    """What each point adds to the features, computed once when it arrives instead of every second for
+    as long as it stays in the evidence window. Numbered by arrival, so the rows of the newest points of
+    a window are a suffix of each column whatever the window evicted or dropped."""
+
+    def __init__(self) -> None:
+        self.next_seq = 0
+        self.kept_from = 0  # the first point whose rows are still kept
+        self._util, self._idle_mem, self._clocks = _Column("t", "util", "class"), _Column(), _Column()
+        self._reasons = _Column("t", "capped", "hot")
+        self._power, self._sm, self._mem = _Column(), _Column(), _Column()
+        self._temps, self._nvlink, self._pcie = _Column("t", "temp"), _Column(), _Column()
+        self._errors = _Column("t", "errors")
+        # in the order of Rows' fields
+        self._columns = (
+            self._util,
+            self._idle_mem,
+            self._clocks,
+            self._reasons,
+            self._power,
+            self._sm,
+            self._mem,
+            self._temps,
+            self._nvlink,
+            self._pcie,
+            self._errors,
+        )
+
+    def add(self, p: GpuPoint) -> None:
+        seq = self.next_seq
+        self.next_seq = seq + 1
+        if p.util is not None:
+            self._add_util(seq, p, p.util)
+        if p.power_w is not None:
+            self._power.put(seq, p.power_w)
+        if p.sm_active is not None:
+            self._sm.put(seq, p.sm_active)
+        if p.mem_util is not None:
+            self._mem.put(seq, p.mem_util)
+        if p.nvlink_tx_bps is not None:
+            self._nvlink.put(seq, p.nvlink_tx_bps + (p.nvlink_rx_bps or 0.0))
+        if p.pcie_tx_bps is not None:
+            self._pcie.put(seq, p.pcie_tx_bps + (p.pcie_rx_bps or 0.0))
+        if p.temp_c is not None:
+            self._temps.add(seq, p.t, p.temp_c)
+        if p.nvlink_errors is not None:
+            self._errors.add(seq, p.t, p.nvlink_errors)
+
+    def _add_util(self, seq: int, p: GpuPoint, u: float) -> None:
+        cls = util_class(u)
+        self._util.add(seq, p.t, u, cls)
+        if cls == IDLE and p.mem_util is not None:
+            self._idle_mem.put(seq, p.mem_util)
+        if cls != BUSY:
+            return
+        if p.sm_clock_hz and p.sm_clock_max_hz:
+            self._clocks.put(seq, p.sm_clock_hz / p.sm_clock_max_hz)
+        if p.reasons is not None:
+            hot = bool(p.reasons & THERMAL_BITS or _hw_slowdown_hot(p))
+            self._reasons.add(seq, p.t, bool(p.reasons & POWER_CAP_BITS), hot)
+
+    def newest(self, count: int) -> Rows | None:
+        """The rows of the newest ``count`` points, forgetting older ones: the evidence window only moves
+        forward. None if some were forgotten already (the caller computes them again)."""
+        if self.next_seq - count < self.kept_from:
+            return None
+        self.keep(count)
+        return Rows(*(values for column in self._columns for values in column.fields))
+
+    def keep(self, count: int) -> None:
+        """Forget the rows of all but the newest ``count`` points."""
+        first = self.next_seq - count
+        if first <= self.kept_from:
+            return
+        self.kept_from = first
+        for column in self._columns:
+            column.prune(first)
+
+    def clear(self) -> None:
+        self.keep(0)
+
+
+class GpuWindow(Window[GpuPoint]):
+    """A GPU's window that keeps its points' feature rows beside them."""
+
+    def __init__(self, span_s: float, max_points: int | None = None) -> None:
+        super().__init__(span_s, max_points)
+        self.rows = FeatureRows()
+
+    def add(self, point: GpuPoint) -> bool:
+        if not super().add(point):
+            return False
+        self.rows.add(point)
+        return True
+
+    def evict(self, now: float) -> None:
+        super().evict(now)
+        self.rows.keep(len(self))  # also the points the size bound dropped
+
+    def clear(self) -> None:
+        super().clear()
+        self.rows.clear()
+
+
+def rows_of(points: Sequence[GpuPoint]) -> Rows:
+    rows = FeatureRows()
+    for p in points:
+        rows.add(p)
+    return rows.newest(len(points))  # type: ignore[return-value]  # nothing forgotten yet
+
+
+# ---- the features -----------------------------------------------------------------------------------
+
+
+def gpu_features(
+    points: Sequence[GpuPoint],
+    name: str = "",
+    ceiling_w: float | None = None,
+    window: GpuWindow | None = None,
+) -> GpuFeatures:
     """Features of one GPU's points (oldest first) over the evidence window. ``ceiling_w`` is the top of
     the GPU's learned power envelope: the power reference of last resort, for logs without a power limit
-    column or a known board name."""
+    column or a known board name. ``window``: the window whose newest points ``points`` are, to read
+    their rows from instead of computing them again."""
     if not points:
         return GpuFeatures()
+    rows = window.rows.newest(len(points)) if window is not None else None
+    if rows is None:
+        rows = rows_of(points)
     last_t = points[-1].t
-    utils: list[float] = []
-    powers: list[float] = []
-    sm: list[float] = []
-    mem: list[float] = []
-    idle_mem: list[float] = []
-    temps: list[tuple[float, float]] = []
-    clocks: list[float] = []
-    traffic: list[float] = []
-    pcie: list[float] = []
-    errors: list[tuple[float, float]] = []
-    busy = busy_reasons = capped = recent_reasons = hot = 0
-    for p in points:  # one pass: this runs for every GPU every second
-        u = p.util
-        if u is not None:
-            utils.append(u)
-            if u < UTIL_IDLE_LINE.value and p.mem_util is not None:
-                idle_mem.append(p.mem_util)
-            if u >= BUSY_LINE:
-                busy += 1
-                if p.sm_clock_hz and p.sm_clock_max_hz:
-                    clocks.append(p.sm_clock_hz / p.sm_clock_max_hz)
-                if p.reasons is not None:
-                    busy_reasons += 1
-                    capped += bool(p.reasons & POWER_CAP_BITS)
-                    if p.t > last_t - RECENT_S:
-                        recent_reasons += 1
-                        hot += bool(p.reasons & THERMAL_BITS or _hw_slowdown_hot(p))
-        if p.power_w is not None:
-            powers.append(p.power_w)
-        if p.sm_active is not None:
-            sm.append(p.sm_active)
-        if p.mem_util is not None:
-            mem.append(p.mem_util)
-        if p.temp_c is not None:
-            temps.append((p.t, p.temp_c))
-        if p.nvlink_tx_bps is not None:
-            traffic.append(p.nvlink_tx_bps + (p.nvlink_rx_bps or 0.0))
-        if p.pcie_tx_bps is not None:
-            pcie.append(p.pcie_tx_bps + (p.pcie_rx_bps or 0.0))
-        if p.nvlink_errors is not None:
-            errors.append((p.t, p.nvlink_errors))
-    trailing_start = None
-    for p in reversed(points):
-        if p.util is None:
-            continue
-        if p.util >= UTIL_IDLE_LINE.value:
-            break
-        trailing_start = p.t
-    power_mean = _mean(powers)
-    power_cv = None
-    if power_mean and len(powers) > 1:
-        power_cv = math.sqrt(sum((x - power_mean) ** 2 for x in powers) / len(powers)) / power_mean
-    error_rate = None
-    if len(errors) >= 2 and errors[-1][0] > errors[0][0]:
-        error_rate = max(0.0, errors[-1][1] - errors[0][1]) / (errors[-1][0] - errors[0][0]) * PER_MINUTE
-    whole = util_stats(utils)
     limit, default = _last(points, "power_limit_w"), _last(points, "power_default_w")
     return GpuFeatures(
         n=len(points),
         span_s=last_t - points[0].t,
-        util_mean=whole.mean if whole else None,
-        util_p05=whole.p05 if whole else None,
-        idle_fraction=whole.idle_fraction if whole else None,
-        busy_fraction=busy / len(utils) if utils else None,
-        gaps=whole.gaps if whole else 0,
-        halves=(util_stats(utils[: len(utils) // 2]), util_stats(utils[len(utils) // 2 :])),
-        trailing_idle_s=last_t - trailing_start if trailing_start is not None else 0.0,
-        power_mean=power_mean,
-        power_p95=quantile(sorted(powers), HIGH_Q) if powers else None,
-        power_cv=power_cv,
+        **_util_features(rows, last_t),
+        **_power_features(rows.power),
         power_ref_w=limit or default or board_tdp(name) or ceiling_w,
         limit_w=limit,
         default_w=default or board_tdp(name),
-        sm_mean=_mean(sm),
-        nvlink_bps=_mean(traffic),
-        pcie_bps=_mean(pcie),
-        mem_util_mean=_mean(mem),
-        mem_util_in_gaps=_mean(idle_mem),
-        temp_last=temps[-1][1] if temps else None,
-        temp_mean=_mean([v for _, v in temps]),
-        temp_slope=slope(temps),
-        busy_clock_ratio=_mean(clocks),
-        thermal_share=hot / recent_reasons if recent_reasons else None,
-        cap_share=capped / busy_reasons if busy_reasons else None,
-        mem_used_bytes=_last(points, "mem_used_bytes"),
-        mem_total_bytes=_last(points, "mem_total_bytes"),
-        nvlink_active=_last(points, "nvlink_active"),
-        nvlink_links=_last(points, "nvlink_links"),
-        nvlink_error_rate=error_rate,
-        p2p_failed=_last(points, "p2p_failed"),
-        fabric_ready=_last(points, "fabric_ready"),  # type: ignore[arg-type]
+        sm_mean=_mean(rows.sm),
+        nvlink_bps=_mean(rows.nvlink),
+        pcie_bps=_mean(rows.pcie),
+        mem_util_mean=_mean(rows.mem),
+        mem_util_in_gaps=_mean(rows.idle_mem),
+        **_temp_features(rows.temp_t, rows.temp),
+        busy_clock_ratio=_mean(rows.clocks),
+        **_reason_features(rows, last_t),
+        nvlink_error_rate=_error_rate(rows.error_t, rows.errors),
+        **_last_values(points),
     )
+
+
+def _util_features(rows: Rows, last_t: float) -> dict[str, Any]:
+    utils = rows.util
+    if not utils:
+        return {"halves": (None, None)}
+    classes = "".join(rows.util_class)
+    whole = _util_stats(utils, classes)
+    half = len(utils) // 2
+    last_working = max(classes.rfind(LOW), classes.rfind(BUSY))  # the trailing idle run starts after it
+    idle_from = rows.util_t[last_working + 1] if last_working + 1 < len(utils) else None
+    return {
+        "util_mean": whole.mean if whole else None,
+        "util_p05": whole.p05 if whole else None,
+        "idle_fraction": whole.idle_fraction if whole else None,
+        "busy_fraction": classes.count(BUSY) / len(utils),
+        "gaps": whole.gaps if whole else 0,
+        "halves": (_util_stats(utils[:half], classes[:half]), _util_stats(utils[half:], classes[half:])),
+        "trailing_idle_s": last_t - idle_from if idle_from is not None else 0.0,
+    }
+
+
+def _util_stats(utils: list[float], classes: str) -> UtilStats | None:
+    """``util_stats`` from the samples' classes: the same figures without a loop over the samples."""
+    whole = summarize(utils)
+    if whole is None:
+        return None
+    return UtilStats(
+        mean=whole.mean,
+        p05=whole.p05,
+        p95=whole.p95,
+        idle_fraction=classes.count(IDLE) / len(classes),
+        gaps=_gaps(classes),
+    )
+
+
+def _gaps(classes: str) -> int:
+    """``count_gaps`` over classes: without the low samples, every run of idle ones is a gap."""
+    waits = classes.replace(LOW, "")
+    return waits.count(BUSY + IDLE) + waits.startswith(IDLE)
+
+
+def _power_features(powers: list[float]) -> dict[str, float | None]:
+    mean = _mean(powers)
+    cv = None
+    if mean and len(powers) > 1:
+        # (x - mean) ** 2 summed in sample order, without a Python loop
+        squares = map(pow, map(operator.sub, powers, itertools.repeat(mean)), itertools.repeat(2))
+        cv = math.sqrt(sum(squares) / len(powers)) / mean
+    return {
+        "power_mean": mean,
+        "power_p95": quantile(sorted(powers), HIGH_Q) if powers else None,
+        "power_cv": cv,
+    }
+
+
+def _temp_features(times: list[float], temps: list[float]) -> dict[str, float | None]:
+    if not temps:
+        return {}
+    return {
+        "temp_last": temps[-1],
+        "temp_mean": _mean(temps),
+        "temp_slope": slope(list(zip(times, temps, strict=True))),
+    }
+
+
+def _reason_features(rows: Rows, last_t: float) -> dict[str, float | None]:
+    """Power cap over the busy samples with reasons, thermal reasons over those of the last 10 s."""
+    if not rows.capped:
+        return {}
+    since = itertools.repeat(last_t - RECENT_S)
+    recent = list(itertools.compress(rows.hot, map(operator.lt, since, rows.reason_t)))
+    return {
+        "thermal_share": sum(recent) / len(recent) if recent else None,
+        "cap_share": sum(rows.capped) / len(rows.capped),
+    }
+
+
+def _error_rate(times: list[float], errors: list[float]) -> float | None:
+    """NVLink errors per minute, from the first and the last count of the window."""
+    if len(errors) < 2 or times[-1] <= times[0]:
+        return None
+    return max(0.0, errors[-1] - errors[0]) / (times[-1] - times[0]) * PER_MINUTE
+
+
+def _last_values(points: Sequence[GpuPoint]) -> dict[str, Any]:
+    return {
+        "mem_used_bytes": _last(points, "mem_used_bytes"),
+        "mem_total_bytes": _last(points, "mem_total_bytes"),
+        "nvlink_active": _last(points, "nvlink_active"),
+        "nvlink_links": _last(points, "nvlink_links"),
+        "p2p_failed": _last(points, "p2p_failed"),
+        "fabric_ready": _last(points, "fabric_ready"),
+    }
 
 
 def count_gaps(utils: Sequence[float]) -> int:

@@ -23,13 +23,15 @@ class Window(Generic[P]):
         self._points: deque[P] = deque(maxlen=max_points)
         self.dropped = 0
 
-    def add(self, point: P) -> None:
+    def add(self, point: P) -> bool:
+        """Add a point; False when it was refused."""
         points = self._points
         if points and point.t < points[-1].t:  # type: ignore[attr-defined]
-            return  # out of order (a clock step back): keep the window monotonic
+            return False  # out of order (a clock step back): keep the window monotonic
         if len(points) == points.maxlen:
             self.dropped += 1  # the append below pushes the oldest out
         points.append(point)
+        return True
 
     def extend(self, points: Iterable[P]) -> None:
         for point in points:
