@@ -120,6 +120,8 @@ class Kind:
     inputs: Inputs
     doc: str  # its paragraph in docs/detection.md ("" when another kind's paragraph covers it)
     text: AlertText | None = None  # None: its alert is a rule on raw signals, not on the verdict
+    score: str = ""  # what gpu_bottleneck_score is, when it is not plain evidence
+    routine: tuple[str, ...] = ()  # causes of evidence that never fires: never a `cause` label
     # ---- job-level reasoning: the GPUs of one job wait for each other --------------------------------
     holds_peers_back: bool = False  # its GPU's peers wait for it: they get the related verdicts, not it
     explained_by: JobCause | None = None  # silent while the job's cause holds (a peer holding it back)
@@ -129,6 +131,11 @@ class Kind:
     @property
     def policy(self) -> AlertPolicy:
         return ALERT_POLICIES[self.alert]
+
+    @property
+    def labelled_causes(self) -> tuple[str, ...]:
+        """The `cause` label values a verdict of this kind carries."""
+        return tuple(c for c in self.causes if c not in self.routine)
 
 
 def _timing(fire: Threshold, resolve: Threshold) -> Timing:
@@ -302,6 +309,7 @@ _ALL = (
             " is held at a power limit below the board's default and its clocks are reduced.",
             cause="cap_below_default",
         ),
+        routine=("at_default_limit",),
     ),
     Kind(
         "shm_exhaustion",
@@ -323,6 +331,7 @@ _ALL = (
         ),
         f"**`shm_exhaustion`**: `/dev/shm` or a pod's memory-backed shm volume at {_pct(SHM_WARNING)}, "
         f"or above {_pct(SHM_EARLY)} and full within {_s(SHM_FILL_HORIZON)} at its fill rate.",
+        score="the fill ratio",
     ),
     Kind(
         "idle_allocated",
@@ -345,6 +354,7 @@ _ALL = (
             + _minutes(IDLE_AFTER, ALERT_POLICIES[IDLE_ALERT].for_)
             + " minutes.",
         ),
+        score="idle time over five minutes",
     ),
     Kind(
         "nvlink_degraded",
