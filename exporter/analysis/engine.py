@@ -12,9 +12,7 @@ from dataclasses import dataclass, field
 from exporter.analysis import detectors as d
 from exporter.analysis.envelope import Envelope, EnvelopeLearner
 from exporter.analysis.features import MIN_POINTS, GpuFeatures, HostFeatures, gpu_features, host_features
-from exporter.analysis.kinds import KINDS as REGISTRY
-from exporter.analysis.kinds import NAMES as KINDS
-from exporter.analysis.kinds import JobCause, JobEvent, Kind, PeerFault
+from exporter.analysis.kinds import KINDS, JobCause, JobEvent, Kind, PeerFault
 from exporter.analysis.ledger import GpuLedger, Shares, Tick, holding_back, measure
 from exporter.analysis.points import GpuPoint, HostPoint
 from exporter.analysis.verdicts import Track, step
@@ -245,7 +243,7 @@ class Analyzer:
                 peers=held.get(state.group, 0) - (1 if state.held else 0),
                 silent_s=_silent(points, now),
             )
-            evidence[gpu] = {name: kind.detector(ctx) for name, kind in REGISTRY.items()}
+            evidence[gpu] = {name: kind.detector(ctx) for name, kind in KINDS.items()}
             for kind, ev in evidence[gpu].items():
                 if ev.missing:
                     if kind not in self.had_inputs:
@@ -266,13 +264,13 @@ class Analyzer:
         for members in groups.values():
             job = _Job(members, evidence, self._holding_back(members, evidence))
             for gpu in members:
-                out[gpu] = {kind.name: self._step(now, gpu, kind, job, events) for kind in REGISTRY.values()}
+                out[gpu] = {kind.name: self._step(now, gpu, kind, job, events) for kind in KINDS.values()}
         return out, events
 
     def _holding_back(self, members: list[str], evidence: dict[str, dict[str, d.Evidence]]) -> list[str]:
         """Ranks off-kernel a good part of the time (a kind that holds its peers back, or still starting
         up): their peers' collective waits are waits for them."""
-        kinds = [k.name for k in REGISTRY.values() if k.holds_peers_back]
+        kinds = [k.name for k in KINDS.values() if k.holds_peers_back]
         return [
             g
             for g in members
