@@ -122,18 +122,18 @@ def test_every_kind_of_the_registry_pages_and_verdict_alerts_come_from_it():
     by_name = {a.name: a for a in alerts.ALERTS}
     for kind in KINDS.values():
         assert kind.alert in by_name, f"{kind.name}: its alert {kind.alert} is not in the rules"
-        if kind.name in alerts.VERDICTS:
+        if kind.text is not None:
             a = by_name[kind.alert]
             # a comm verdict is silent while the job rules blame a pod on another node (recording.py):
             # it reads the job's evidence, so its group runs where the job rules do
-            explained = kind.name in alerts.EXPLAINED_BY_JOB
+            explained = kind.explained_by is not None
             assert a.group == (alerts.JOB_VERDICT_GROUP if explained else alerts.VERDICT_GROUP)
-            verdict = a.expr.removesuffix(alerts._unless_explained(kind.name))
+            verdict = a.expr.removesuffix(alerts._unless_explained(kind))
             assert verdict.startswith(f'gpu_bottleneck{{kind="{kind.name}"') and verdict.endswith("} == 1")
             assert (a.for_, a.severity) == (kind.policy.for_text, kind.policy.severity.value)
     groups = (alerts.VERDICT_GROUP, alerts.JOB_VERDICT_GROUP)
     verdict_rules = [a.name for a in alerts.ALERTS if a.group in groups]
-    assert verdict_rules == [k.alert for k in KINDS.values() if k.name in alerts.VERDICTS]
+    assert verdict_rules == [k.alert for k in KINDS.values() if k.text is not None]
     assert by_name["GpuPowerCapped"].expr == (
         'gpu_bottleneck{kind="power_throttle", cause="cap_below_default"} == 1'
     )

@@ -15,6 +15,7 @@ from devtools.artifacts import (
     doctor_doc,
     metrics_doc,
     thresholds_doc,
+    verdicts_doc,
 )
 
 # repository-relative path -> function producing the file's content
@@ -27,6 +28,7 @@ ARTIFACTS: dict[str, Callable[[], str]] = {
     "docs/dashboards.md": dashboards_doc.render,
     "docs/doctor.md": doctor_doc.render,
     metrics_doc.DOC: metrics_doc.render,
+    verdicts_doc.TROUBLESHOOTING: verdicts_doc.render_troubleshooting,
     **chart.FILES,
 }
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from string import Template
 
 from devtools.artifacts import cost_rules, recording
-from exporter.analysis.kinds import KINDS
+from exporter.analysis.kinds import KINDS, JobCause, Kind
 from exporter.policy import thresholds as th
 
 RUNBOOK_BASE = "https://github.com/gpu-bottleneck-exporter/gpu-bottleneck-exporter/blob/main/docs/runbooks/"
@@ -79,59 +79,10 @@ class Alert:
 # ---- verdicts of the analysis: one alert per kind of the registry that pages on its own verdict ------
 
 VERDICT_GROUP = "gpu-bottleneck-verdicts"
-# the verdict alerts that join a node's verdict with its job's evidence (EXPLAINED_BY_JOB below): they
+# the verdict alerts that join a node's verdict with its job's evidence (JOB_EVIDENCE below): they
 # run where the job rules run (a global ruler, when Prometheus is sharded by node)
 JOB_VERDICT_GROUP = "gpu-bottleneck-job-verdicts"
 JOBS_GROUP = "gpu-bottleneck-jobs"
-
-
-@dataclass(frozen=True)
-class VerdictText:
-    summary: str
-    description: str  # follows "GPU <n> (<uuid>) on <node> (pod <namespace>/<pod>)"
-    cause: str = ""  # page only for this cause of the kind
-
-
-def _minutes(*seconds: th.Threshold) -> str:
-    return f"{sum(t.value for t in seconds) / 60:g}"
-
-
-VERDICTS: dict[str, VerdictText] = {
-    "data_starvation": VerdictText(
-        "GPU is starving for input data.",
-        ' {{ if eq $labels.cause "checkpoint" }}stalls with every rank of its job while checkpoints are '
-        "written (cause: checkpoint): long pauses with memory resident and no kernel take a large share "
-        "of its time.{{ else }}waits for its input every step (probable cause: {{ $labels.cause }}). "
-        "Utilization alternates between busy and idle and power stays far below TDP.{{ end }} See the "
-        "runbook for the cause.",
-    ),
-    "comm_hang": VerdictText(
-        "GPU is stuck in a collective (NCCL hang).",
-        " has kept an NCCL kernel resident for minutes with near-idle power and no NVLink or PCIe traffic "
-        "({{ $labels.cause }}). The job is hung and will hit the NCCL watchdog.",
-    ),
-    "comm_bound": VerdictText(
-        "GPU steps are dominated by slow collectives.",
-        " spends much of every step inside collectives: kernels stay resident while few SMs are active "
-        "and traffic keeps flowing. NCCL probably runs on a slow transport (sockets/TCP, P2P disabled, "
-        "no NVLink or EFA).",
-    ),
-    "thermal_throttle": VerdictText(
-        "GPU is throttling for heat.",
-        " lowers its clocks for heat (or is about to): utilization stays high while steps slow down.",
-    ),
-    "power_throttle": VerdictText(
-        "GPU is held at a power cap below its default limit.",
-        " is held at a power limit below the board's default and its clocks are reduced.",
-        cause="cap_below_default",
-    ),
-    "idle_allocated": VerdictText(
-        "GPU is allocated but idle.",
-        " has held memory without running a kernel for more than "
-        + _minutes(th.IDLE_AFTER, th.ALERT_POLICIES[KINDS["idle_allocated"].alert].for_)
-        + " minutes.",
-    ),
-}
 
 
 def verdict_expr(kind: str, cause: str = "") -> str:
@@ -141,38 +92,41 @@ def verdict_expr(kind: str, cause: str = "") -> str:
 
 # A node's GPUs that wait in collectives for a rank on another node look comm-bound (or hung) to their
 # own exporter. When the job rules have found the culprit, the waiting nodes' verdict alerts stay silent:
-# the job alert names the culprit once instead of one page per waiting node.
-EXPLAINED_BY_JOB: dict[str, str] = {
-    "comm_bound": recording.STRAGGLER,
-    "comm_hang": f"{recording.HANG_BLAME} or {recording.HUNG} > ${{job_hang_stalled}}",
+# the job alert names the culprit once instead of one page per waiting node. A kind says which job cause
+# explains it (``Kind.explained_by``); this is each cause's evidence.
+JOB_EVIDENCE: dict[JobCause, str] = {
+    JobCause.STRAGGLER: recording.STRAGGLER,
+    JobCause.HANG: f"{recording.HANG_BLAME} or {recording.HUNG} > ${{job_hang_stalled}}",
 }
 
 
-def _unless_explained(kind: str) -> str:
-    explained = EXPLAINED_BY_JOB.get(kind)
-    if explained is None:
+def _unless_explained(kind: Kind) -> str:
+    if kind.explained_by is None:
         return ""
     return (
         f"\nunless on (namespace, pod) ({recording.INFO}\n  and on (namespace, {recording.JOB_LABEL}) "
-        f"({explained}))"
+        f"({JOB_EVIDENCE[kind.explained_by]}))"
     )
 
 
 def _verdict_alerts() -> tuple[Alert, ...]:
-    unknown = set(VERDICTS) - set(KINDS)
-    if unknown:
-        raise ValueError(f"alert texts for kinds the registry does not have: {sorted(unknown)}")
     out = []
     for kind in KINDS.values():
-        text = VERDICTS.get(kind.name)
+        text = kind.text
         if text is None:
             continue  # its alert is a rule on raw signals below (GpuShmNearlyFull, GpuNvlinkDown)
         if text.cause and text.cause not in kind.causes:
             raise ValueError(f"{kind.name} has no cause {text.cause!r}")
-        expr = verdict_expr(kind.name, text.cause) + _unless_explained(kind.name)
-        group = JOB_VERDICT_GROUP if kind.name in EXPLAINED_BY_JOB else VERDICT_GROUP
+        expr = verdict_expr(kind.name, text.cause) + _unless_explained(kind)
+        group = JOB_VERDICT_GROUP if kind.explained_by else VERDICT_GROUP
         out.append(Alert(kind.alert, group, expr, text.summary, GPU + POD + text.description))
     return tuple(out)
+
+
+def _kind_with_cause(cause: str) -> str:
+    """The verdict kind a cause belongs to (each cause is one kind's)."""
+    (name,) = (k.name for k in KINDS.values() if cause in k.causes)
+    return name
 
 
 def _busy(series: str = "") -> str:
@@ -360,7 +314,7 @@ ALERTS: tuple[Alert, ...] = (
         "GpuIoWaitHighWhileStarving",
         "gpu-node-shm-io",
         "gpu_node_cpu_iowait_ratio > ${iowait_high}"
-        " and on (instance) count by (instance) (" + verdict_expr("data_starvation") + ") > 0",
+        " and on (instance) count by (instance) (" + verdict_expr(_kind_with_cause("io")) + ") > 0",
         "Node waits on I/O while its GPUs starve.",
         NODE + " spends {{ $value | humanizePercentage }} of its CPU time in I/O wait while GPUs starve: "
         "storage is too slow for the data loaders.",

@@ -122,50 +122,11 @@ def _coverage() -> list[str]:
 
 
 def _kinds() -> list[str]:
-    return [
-        "## The verdicts",
-        "",
-        "**`data_starvation`**: the GPU waits for its input or for checkpoints. The ledger's `input_wait` "
-        "and `checkpoint` time, or the rhythm of a starving loader (utilization 100 -> 0 -> 100, power "
-        "well below the limit and wave-like), or half of the last half-minute waiting. The `cause`: "
-        "`checkpoint` when synchronous long pauses dominate the waiting; otherwise the node's strongest "
-        f"signal: `shm` (the shm volume filling past {_pct(th.SHM_WARNING)}), `io` (I/O wait over "
-        f"{_pct(th.IOWAIT_HIGH)} or I/O pressure), `cpu` (a core pinned or CPU pressure), `host_transfer` "
-        f"(PCIe carrying {th.PCIE_BUSY.value / 1e9:g} GB/s, or the memory controller busy while no kernel "
-        "runs: offload, pageable copies), else `unknown`. *Peers are not blamed*: the other ranks of a "
-        "data-parallel job wait for a starved rank inside NCCL (their time is `comm_wait`), and they get "
-        "neither this verdict nor `comm_bound`; replay names them next to the starved rank.",
-        "",
-        "**`comm_bound`**: steps dominated by slow collectives (NCCL over sockets instead of NVLink or EFA, "
-        "P2P disabled). The ledger's `comm_wait` time: kernels resident, few SMs active or the memory "
-        "controller quiet, traffic flowing, the job still computing between collectives. Not a hang: it "
-        "progresses.",
-        "",
-        "**`comm_hang`**: stuck in a collective: every rank pinned at 100 % with power near idle "
-        f"(under {_pct(th.HANG_POWER)} of the limit) and flat, few SMs active, no NVLink or PCIe traffic. "
-        f"When every GPU of the job is stalled it fires after {_s(th.HANG_FIRE)} more "
-        '(`cause="all_ranks"`), well inside PyTorch\'s 10-minute NCCL watchdog; when some rank is not in '
-        f"the collective (saving, loading) the others wait for it, and that is a hang after "
-        f"{_s(th.HANG_PEER_FIRE)} (`peer_not_in_collective`). A GPU alone in its job is only called hung "
-        "on SM activity or memory utilization, not on power alone.",
-        "",
-        "**`thermal_throttle`** and **`power_throttle`**: the ledger's `throttled` time, split by reason, "
-        "plus the thermal shapes (reasons in the last 10 s, clocks cut near the slowdown point, a GPU above "
-        f"{th.TEMP_HOT.value:g} °C climbing toward it). Capping at the board's default limit is routine for "
-        f"training at TDP and never fires; a limit under {_pct(th.POWER_CAP_BELOW_DEFAULT)} of the default "
-        "does (`cap_below_default`).",
-        "",
-        f"**`shm_exhaustion`**: `/dev/shm` or a pod's memory-backed shm volume at {_pct(th.SHM_WARNING)}, "
-        f"or above {_pct(th.SHM_EARLY)} and full within {_s(th.SHM_FILL_HORIZON)} at its fill rate.",
-        "",
-        f"**`idle_allocated`**: memory resident and no kernel for {_s(th.IDLE_AFTER)}. Start-up (the "
-        "ledger's `idle` before the job trains) is not a verdict until it lasts that long.",
-        "",
-        "**`nvlink_degraded`**: links down, the NVSwitch fabric not registered, P2P failing, or NVLink "
-        f"errors above {th.NVLINK_ERROR_RATE.value:g} a minute; a GPU whose P2P fails only toward a broken "
-        "peer is not blamed.",
-        "",
-    ]
+    lines = ["## The verdicts", ""]
+    for k in KINDS.values():
+        if k.doc:  # "" when another kind's paragraph covers it
+            lines += [k.doc, ""]
+    return lines
 
 
 EXAMPLES = """## Worked examples (the labelled traces in `examples/traces`)

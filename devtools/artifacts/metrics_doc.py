@@ -1,10 +1,12 @@
 """docs/metrics.md's "Readings" table, generated from the signal catalog (exporter/policy/catalog.py). The
-rest of the page is written by hand around the ``@generated-begin readings`` / ``@generated-end`` markers."""
+rest of the page is written by hand around the ``@generated-begin readings`` / ``@generated-end`` markers,
+but for the verdict rows (verdicts_doc.py)."""
 
 from __future__ import annotations
 
 import re
 
+from devtools.artifacts import verdicts_doc
 from devtools.artifacts.chart import REPO, _replace_block
 from exporter.policy import catalog
 
@@ -58,4 +60,5 @@ def block() -> str:
 
 
 def render() -> str:
-    return _replace_block((REPO / DOC).read_text(), "readings", block(), comment="<!--")
+    text = verdicts_doc.metrics_rows((REPO / DOC).read_text())
+    return _replace_block(text, "readings", block(), comment="<!--")

@@ -19,8 +19,7 @@ from exporter.analysis.features import (
     gpu_features,
     host_features,
 )
-from exporter.analysis.kinds import KINDS as REGISTRY
-from exporter.analysis.kinds import NAMES as KINDS
+from exporter.analysis.kinds import KINDS, JobCause, JobEvent, Kind, PeerFault
 from exporter.analysis.ledger import GpuLedger, Shares, Tick, holding_back, measure
 from exporter.analysis.points import GpuPoint, HostPoint
 from exporter.analysis.verdicts import Track, step
@@ -28,9 +27,6 @@ from exporter.analysis.window import Window
 from exporter.policy.thresholds import (
     EVAL_INTERVAL,
     EVIDENCE_WINDOW,
-    HANG_FIRE,
-    HANG_NO_PROGRESS_FIRE,
-    HANG_PEER_FIRE,
     IDLE_AFTER,
     IDLE_MEMORY,
     LEDGER_BUSY_UTIL,
@@ -255,7 +251,7 @@ class Analyzer:
                 peers=held.get(state.group, 0) - (1 if state.held else 0),
                 silent_s=_silent(points, now),
             )
-            evidence[gpu] = {name: kind.detector(ctx) for name, kind in REGISTRY.items()}
+            evidence[gpu] = {name: kind.detector(ctx) for name, kind in KINDS.items()}
             for kind, ev in evidence[gpu].items():
                 if ev.missing:
                     if kind not in self.had_inputs:
@@ -274,61 +270,95 @@ class Analyzer:
         out: dict[str, dict[str, KindState]] = {}
         events: list[VerdictEvent] = []
         for members in groups.values():
-            hung = [g for g in members if evidence[g]["comm_hang"].score >= SCORE_ENTER.value]
-            # ranks off-kernel a good part of the time (starving, or still starting up): their peers'
-            # collective waits are waits for them
-            starving = [
-                g
-                for g in members
-                if evidence[g]["data_starvation"].score >= SCORE_ENTER.value
-                or self._gpus[g].tracks["data_starvation"].firing
-                or _off_kernel(self._gpus[g].shares[0]) >= STARVATION_IDLE_FRACTION.value
-            ]
-            all_hung = len(hung) == len(members)
+            job = _Job(members, evidence, self._holding_back(members, evidence))
             for gpu in members:
-                state = self._gpus[gpu]
-                out[gpu] = {}
-                for kind in KINDS:
-                    ev = evidence[gpu][kind]
-                    cause, hold, related = ev.cause, None, ()
-                    if kind == "comm_hang":
-                        # a hang is one job event: every rank pinned and quiet. If some rank is not in
-                        # the collective (checkpointing, loading) the others wait for it: only a long
-                        # wait counts.
-                        hold = HANG_FIRE.value if all_hung else HANG_PEER_FIRE.value
-                        cause = "all_ranks" if all_hung else "peer_not_in_collective"
-                        if all_hung and all(evidence[g][kind].cause == "no_progress" for g in members):
-                            hold, cause = HANG_NO_PROGRESS_FIRE.value, "no_progress"  # the log confirms it
-                        related = tuple(g for g in hung if g != gpu)
-                    elif kind == "data_starvation":
-                        related = tuple(
-                            g
-                            for g in members
-                            if g != gpu
-                            and d.waiting_in_collective(self._gpus[g].features, self._gpus[g].shares[0])
-                        )
-                    elif kind == "comm_bound" and any(g != gpu for g in starving):
-                        # peers waiting for a starved rank: the rank is the problem, not the transport
-                        ev, related = d.Evidence(), tuple(g for g in starving if g != gpu)
-                    elif kind == "nvlink_degraded" and cause == "p2p":
-                        # P2P failing only toward peers that lost their own links or fabric is their fault
-                        broken = [
-                            g
-                            for g in members
-                            if g != gpu and evidence[g][kind].cause in ("links_down", "fabric")
-                        ]
-                        if broken and len(broken) >= (state.features.p2p_failed or 0):
-                            ev, cause, related = d.Evidence(), "", tuple(broken)
-                    track = state.tracks[kind]
-                    change = step(track, ev.score, cause, now, REGISTRY[kind].timing, hold)
-                    if change:
-                        events.append(
-                            VerdictEvent(
-                                now, gpu, kind, change, round(ev.score, SCORE_DIGITS), track.cause, related
-                            )
-                        )
-                    out[gpu][kind] = KindState(ev.score, track.firing, track.cause if track.firing else "")
+                out[gpu] = {kind.name: self._step(now, gpu, kind, job, events) for kind in KINDS.values()}
         return out, events
+
+    def _holding_back(self, members: list[str], evidence: dict[str, dict[str, d.Evidence]]) -> list[str]:
+        """Ranks off-kernel a good part of the time (a kind that holds its peers back, or still starting
+        up): their peers' collective waits are waits for them."""
+        kinds = [k.name for k in KINDS.values() if k.holds_peers_back]
+        return [
+            g
+            for g in members
+            if any(evidence[g][k].score >= SCORE_ENTER.value or self._gpus[g].tracks[k].firing for k in kinds)
+            or _off_kernel(self._gpus[g].shares[0]) >= STARVATION_IDLE_FRACTION.value
+        ]
+
+    def _step(self, now: float, gpu: str, kind: Kind, job: _Job, events: list[VerdictEvent]) -> KindState:
+        """One kind's verdict on one GPU, its evidence judged within its job."""
+        judged = self._in_job(gpu, kind, job)
+        score = judged.evidence.score
+        track = self._gpus[gpu].tracks[kind.name]
+        change = step(track, score, judged.cause, now, kind.timing, judged.hold)
+        if change:
+            rounded = round(score, SCORE_DIGITS)
+            events.append(VerdictEvent(now, gpu, kind.name, change, rounded, track.cause, judged.related))
+        return KindState(score, track.firing, track.cause if track.firing else "")
+
+    def _in_job(self, gpu: str, kind: Kind, job: _Job) -> _Judged:
+        """The GPU's evidence of a kind, seen with its job's (the kind's entry says how)."""
+        ev = job.evidence[gpu][kind.name]
+        if kind.job_event is not None:
+            return _job_event(gpu, kind.name, kind.job_event, job)
+        if kind.holds_peers_back:
+            return _Judged(ev, ev.cause, related=self._waiting_for(gpu, job))
+        culprits = tuple(g for g in job.holding_back if g != gpu)
+        if kind.explained_by is JobCause.STRAGGLER and culprits:
+            return _Judged(d.Evidence(), ev.cause, related=culprits)
+        if kind.peer_fault is not None and ev.cause == kind.peer_fault.cause:
+            return self._peer_fault(gpu, kind.name, kind.peer_fault, job)
+        return _Judged(ev, ev.cause)
+
+    def _waiting_for(self, gpu: str, job: _Job) -> tuple[str, ...]:
+        """The peers waiting in collectives (for this GPU, when it holds them back)."""
+        return tuple(
+            g
+            for g in job.members
+            if g != gpu and d.waiting_in_collective(self._gpus[g].features, self._gpus[g].shares[0])
+        )
+
+    def _peer_fault(self, gpu: str, kind: str, fault: PeerFault, job: _Job) -> _Judged:
+        """Not this GPU's fault when peers with the explaining causes account for all it involves."""
+        ev = job.evidence[gpu][kind]
+        broken = tuple(
+            g for g in job.members if g != gpu and job.evidence[g][kind].cause in fault.peer_causes
+        )
+        if broken and len(broken) >= (fault.involved(self._gpus[gpu].features) or 0):
+            return _Judged(d.Evidence(), "", related=broken)
+        return _Judged(ev, ev.cause)
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One evaluation of one job's GPUs: their evidence, and the ranks holding the others back."""
+
+    members: list[str]
+    evidence: dict[str, dict[str, d.Evidence]]
+    holding_back: list[str]
+
+
+@dataclass(frozen=True)
+class _Judged:
+    """A GPU's evidence of one kind after the job-level reasoning."""
+
+    evidence: d.Evidence
+    cause: str
+    hold: float | None = None  # seconds to hold before firing (None: the kind's own)
+    related: tuple[str, ...] = ()  # the GPUs the verdict concerns besides this one
+
+
+def _job_event(gpu: str, kind: str, rule: JobEvent, job: _Job) -> _Judged:
+    """A job-wide kind: its hold and cause from how many ranks show it; related, the others that do."""
+    ev = job.evidence[gpu][kind]
+    showing = [g for g in job.members if job.evidence[g][kind].score >= SCORE_ENTER.value]
+    shared = rule.some_ranks
+    if len(showing) == len(job.members):
+        confirmed = all(job.evidence[g][kind].cause == rule.confirmed.cause for g in job.members)
+        shared = rule.confirmed if confirmed else rule.every_rank
+    related = tuple(g for g in showing if g != gpu)
+    return _Judged(ev, shared.cause, shared.fire.value, related)
 
 
 def _silent(points: list[GpuPoint], now: float) -> float | None:

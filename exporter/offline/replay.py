@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from exporter.analysis.engine import KINDS, Analyzer, VerdictEvent
+from exporter.analysis.engine import Analyzer, VerdictEvent
 from exporter.analysis.envelope import Envelope
+from exporter.analysis.kinds import KINDS, NAMES
 from exporter.analysis.ledger import LOST_STATES, STATES
 from exporter.offline.traceformats import NVIDIA_SMI_CSV
 from exporter.offline.traces import ReadStats, TraceReader, TraceRow
@@ -173,7 +174,7 @@ class _Segment:
                 )
                 self.open_episodes[key] = episode
                 result.episodes.append(episode)
-                if event.kind == "comm_hang" and event.related and key not in self.in_job:
+                if KINDS[event.kind].job_event and event.related and key not in self.in_job:
                     job = {
                         "event": "job",
                         "t": round(event.t, 1),
@@ -472,7 +473,7 @@ def _episode_line(result: ReplayResult, gpu: str, e: Episode) -> str:
     )
     if e.cause:
         text += f", cause {e.cause}"
-    if e.kind == "data_starvation" and e.related:
+    if KINDS[e.kind].holds_peers_back and e.related:
         text += f"; GPUs {_gpu_list(list(e.related))} wait for it in NCCL"
     return text
 
@@ -488,7 +489,7 @@ def _job_lines(result: ReplayResult) -> list[str]:
             "  silent (inputs missing from this trace): "
             + "; ".join(
                 f"{kind} {why}"
-                for kind, why in sorted(result.silent.items(), key=lambda kv: KINDS.index(kv[0]))
+                for kind, why in sorted(result.silent.items(), key=lambda kv: NAMES.index(kv[0]))
             )
         )
     return lines

@@ -279,7 +279,7 @@ def _verdict(result: ReplayResult, e: Episode) -> str:
     text = f"from {_when(result, e.start)} to {until}, {end - e.start:.0f} s, peak score {e.peak:.2f}"
     if e.cause:
         text += f", cause <b>{html.escape(e.cause)}</b>"
-    if e.kind == "data_starvation" and e.related:
+    if e.kind in KINDS and KINDS[e.kind].holds_peers_back and e.related:
         text += f"; GPUs {html.escape(_gpu_list(list(e.related)))} wait for it in NCCL"
     return f"<div>{_chip(e.kind)} {text}</div>"
 
