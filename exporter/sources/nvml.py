@@ -128,16 +128,73 @@ def error_name(exc: BaseException, nvml: ModuleType) -> str:
     return name
 
 
+_UNION_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+
+
 def _union_value(value_type: int, union: object) -> float:
     """Read an nvmlValue_t union by its nvmlValueType_t."""
-    member = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}.get(
-        value_type, "ullVal"
-    )
-    return getattr(union, member)
+    return getattr(union, _UNION_MEMBERS.get(value_type, "ullVal"))
 
 
 def _text(value: object) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+UNANSWERED = 999  # NVML_ERROR_UNKNOWN: what an entry the driver did not fill in reads as
+
+
+class _Value(ctypes.Union):
+    _fields_ = (
+        ("dVal", ctypes.c_double),
+        ("uiVal", ctypes.c_uint),
+        ("ulVal", ctypes.c_ulong),
+        ("ullVal", ctypes.c_ulonglong),
+        ("sllVal", ctypes.c_longlong),
+        ("siVal", ctypes.c_int),
+        ("usVal", ctypes.c_ushort),
+    )
+
+
+class _FieldValue(ctypes.Structure):
+    """nvmlFieldValue_t as a plain ctypes structure: the layout of the bindings' ``c_nvmlFieldValue_t``
+    without its Python-level attribute hooks, which cost more than the rest of a 40-field batch."""
+
+    _fields_ = (
+        ("fieldId", ctypes.c_uint32),
+        ("scopeId", ctypes.c_uint32),
+        ("timestamp", ctypes.c_int64),
+        ("latencyUsec", ctypes.c_int64),
+        ("valueType", ctypes.c_uint),
+        ("nvmlReturn", ctypes.c_uint),
+        ("value", _Value),
+    )
+
+
+class FieldBatch:
+    """One GPU's list of (field, scope) requests as an array filled once and reused each collection;
+    nvml-py's ``nvmlDeviceGetFieldValues`` builds and fills a new array on every call."""
+
+    def __init__(self, requests: list[tuple[int, int]]) -> None:
+        self.requests = list(requests)
+        self.array = (_FieldValue * len(requests))()
+        for entry, (field_id, scope) in zip(self.array, requests, strict=True):
+            entry.fieldId, entry.scopeId = field_id, scope
+
+    def reader(self, N: ModuleType, wrapper: Callable[..., object]) -> Callable[[object], object]:
+        """The call for one handle: the library's entry point through the bindings' own lookup and
+        return check, or ``wrapper`` (the bindings' function) where those are not offered."""
+        lookup, check = getattr(N, "_nvmlGetFunctionPointer", None), getattr(N, "_nvmlCheckReturn", None)
+        if lookup is None or check is None:
+            return lambda handle: wrapper(handle, self.requests)
+
+        def read(handle: object) -> object:
+            for entry in self.array:  # a driver that skips an entry leaves it failed, never a stale value
+                entry.nvmlReturn = UNANSWERED
+            fn = lookup("nvmlDeviceGetFieldValues")
+            check(fn(handle, ctypes.c_int32(len(self.array)), ctypes.byref(self.array)))
+            return self.array
+
+        return read
 
 
 @dataclass(eq=False)
@@ -150,6 +207,7 @@ class Device:
     lost: bool = False
     unsupported: set[str] = field(default_factory=set)
     fields: list[tuple[int, int]] = field(default_factory=list)  # read every collection
+    batches: dict[str, FieldBatch] = field(default_factory=dict)  # by list name: its ready-made array
     slow_fields: list[tuple[int, int]] = field(default_factory=list)  # read every slow interval
     link_count: int = 0
     cursors: dict[int, int] = field(default_factory=dict)
@@ -309,6 +367,8 @@ class NvmlSource:
         if self._off(dev, key):
             return None
         fn = getattr(self.N, fn_name, None)
+        if fn is not None and args and isinstance(args[-1], FieldBatch):
+            fn, args = args[-1].reader(self.N, fn), args[:-1]
         if fn is None:  # bindings too old to know the call
             dev.unsupported.add(key)
             self.errors.inc(SOURCE, "FunctionNotFound", fn_name, level=logging.INFO)
@@ -516,7 +576,10 @@ class NvmlSource:
         requests: list[tuple[int, int]] = [r for r in getattr(dev, attr) if not self._off(dev, r)]
         if not requests or self._off(dev, key):
             return {}
-        values = self._call(dev, key, "nvmlDeviceGetFieldValues", dev.handle, requests)
+        batch = dev.batches.get(attr)
+        if batch is None or batch.requests != requests:
+            batch = dev.batches[attr] = FieldBatch(requests)
+        values = self._call(dev, key, "nvmlDeviceGetFieldValues", dev.handle, batch)
         if values is None:
             return {}
         out: dict[tuple[int, int], float] = {}

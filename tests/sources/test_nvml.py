@@ -224,3 +224,52 @@ def test_unsupported_fields_are_dropped_quietly_after_the_first_probe(make_node,
     ]
     assert errors.snapshot()[("nvml", "NotSupported")] >= 1
     assert (76, 0) not in devices[0].fields
+
+
+def test_field_values_read_through_the_ready_batch_match_the_bindings_call(make_node, clock):
+    """The batch array is filled once and reused; what it reads is what nvml-py's own call reads."""
+    node = make_node("healthy", n_gpus=1)
+    source, devices, _ = opened(node, clock)
+    dev = devices[0]
+    for _ in range(2):  # the first probe drops what the board does not offer (field 76)
+        clock.advance(1.0)
+        source.collect(dev)
+    batch = dev.batches["fields"]
+    assert batch.requests == dev.fields
+    ours = source._field_values(dev)
+    theirs = pynvml.nvmlDeviceGetFieldValues(dev.handle, dev.fields)
+    assert len(ours) == len(dev.fields) > 30  # PCIe, memory temperature, throttle time, 18 links x 2
+    for request, fv in zip(dev.fields, theirs, strict=True):
+        assert fv.nvmlReturn == 0
+        assert ours[request] == pytest.approx(getattr(fv.value, "ullVal" if fv.valueType == 3 else "dVal"))
+    assert dev.batches["fields"] is batch  # reused while the request list stands
+
+
+def test_an_entry_the_driver_leaves_unfilled_is_no_value(make_node, clock, monkeypatch):
+    """A reused array must not serve the last collection's value for a field the driver skipped."""
+    node = make_node("healthy", n_gpus=1)
+    source, devices, errors = opened(node, clock)
+    dev = devices[0]
+    clock.advance(1.0)
+    first = source._field_values(dev)
+    skipped = dev.fields[0]
+    assert skipped in first
+    real_lookup = pynvml._nvmlGetFunctionPointer
+
+    def lookup(name):
+        fn = real_lookup(name)
+        if name != "nvmlDeviceGetFieldValues":
+            return fn
+
+        def skipping_first(handle, count, ref):
+            ret = fn(handle, count, ref)
+            ref._obj[0].nvmlReturn = pynvml.NVML_ERROR_UNKNOWN  # as if never written
+            return ret
+
+        return skipping_first
+
+    monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer", lookup)
+    clock.advance(1.0)
+    again = source._field_values(dev)
+    assert skipped not in again and len(again) == len(first) - 1
+    assert ("nvml", "Unknown") in errors.snapshot()

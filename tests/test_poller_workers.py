@@ -1,0 +1,74 @@
+"""Calls run on long-lived workers: a finished worker takes the next call, a hung one never does."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from exporter.collect.poller import Call, Workers
+
+
+def _call(workers: Workers, fn, *args) -> Call:
+    return Call(fn, *args, name="test-call", monotonic=time.monotonic, workers=workers)
+
+
+def _this_thread() -> threading.Thread:
+    return threading.current_thread()
+
+
+def test_a_finished_worker_takes_the_next_call_instead_of_a_new_thread():
+    workers = Workers()
+    first = _call(workers, _this_thread)
+    assert first.done.wait(5)
+    for _ in range(50):  # the worker goes back to the idle list just after it sets done
+        if workers._idle:
+            break
+        time.sleep(0.01)
+    second = _call(workers, _this_thread)
+    assert second.done.wait(5)
+    assert second.result is first.result
+    assert second.error is None
+
+
+def test_a_hung_call_keeps_its_worker_and_the_next_call_gets_another():
+    workers = Workers()
+    release = threading.Event()
+    hung = _call(workers, release.wait)
+    other = _call(workers, _this_thread)
+    assert other.done.wait(5), "a call waited behind a hung one"
+    assert not hung.done.is_set()
+    assert hung.overdue(0.0) and not hung.overdue(0.0)  # counted once
+    assert other.result is not None
+    release.set()
+    assert hung.done.wait(5) and hung.result is True
+
+
+def test_an_exception_is_handed_back_and_the_worker_lives_on():
+    workers = Workers()
+
+    def boom() -> None:
+        raise RuntimeError("driver went away")
+
+    failed = _call(workers, boom)
+    assert failed.done.wait(5)
+    assert isinstance(failed.error, RuntimeError) and failed.result is None
+    for _ in range(50):
+        if workers._idle:
+            break
+        time.sleep(0.01)
+    after = _call(workers, lambda: 7)
+    assert after.done.wait(5) and after.result == 7
+
+
+def test_idle_workers_beyond_the_bound_exit():
+    workers = Workers(keep_idle=2)
+    release = threading.Event()
+    calls = [_call(workers, release.wait) for _ in range(5)]
+    threads_before = threading.active_count()
+    release.set()
+    assert all(c.done.wait(5) for c in calls)
+    deadline = time.monotonic() + 5
+    while threading.active_count() > threads_before - 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(workers._idle) == 2
+    assert threading.active_count() <= threads_before - 3
