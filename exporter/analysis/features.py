@@ -116,14 +116,6 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _last(points: Sequence[object], attr: str) -> float | None:
-    for p in reversed(points):
-        value = getattr(p, attr)
-        if value is not None:
-            return value
-    return None
-
-
 def slope(pairs: Sequence[tuple[float, float]], most: int = SLOPE_POINTS) -> float | None:
     """Least-squares slope of (t, value) pairs, over at most ``most`` evenly spaced ones (the signals
     it is used for change once per collection, not per sample)."""
@@ -211,6 +203,21 @@ class Rows:
     pcie: list[float]
     error_t: list[float]
     errors: list[float]
+    last: dict[str, Any]  # LAST_VALUES: each one's newest value in these points (absent: none has one)
+
+
+# the fields a GPU's features take as their newest value in the window; kept as points arrive, since a
+# field most points lack (all but one point per collection, or every point on a board without it) would
+# otherwise be searched for back through the whole window every second
+LAST_FEATURES = (  # features named as their field
+    "mem_used_bytes",
+    "mem_total_bytes",
+    "nvlink_active",
+    "nvlink_links",
+    "p2p_failed",
+    "fabric_ready",
+)
+LAST_VALUES = ("power_limit_w", "power_default_w", *LAST_FEATURES)
 
 
 class FeatureRows:
@@ -226,6 +233,7 @@ class FeatureRows:
         self._power, self._sm, self._mem = _Column(), _Column(), _Column()
         self._temps, self._nvlink, self._pcie = _Column("t", "temp"), _Column(), _Column()
         self._errors = _Column("t", "errors")
+        self._last: dict[str, tuple[int, Any]] = {}  # field -> (seq, value) of its newest point with one
         # in the order of Rows' fields
         self._columns = (
             self._util,
@@ -260,6 +268,10 @@ class FeatureRows:
             self._temps.add(seq, p.t, p.temp_c)
         if p.nvlink_errors is not None:
             self._errors.add(seq, p.t, p.nvlink_errors)
+        for name in LAST_VALUES:
+            value = getattr(p, name)
+            if value is not None:
+                self._last[name] = (seq, value)
 
     def _add_util(self, seq: int, p: GpuPoint, u: float) -> None:
         cls = util_class(u)
@@ -280,7 +292,9 @@ class FeatureRows:
         if self.next_seq - count < self.kept_from:
             return None
         self.keep(count)
-        return Rows(*(values for column in self._columns for values in column.fields))
+        first = self.next_seq - count
+        last = {name: value for name, (seq, value) in self._last.items() if seq >= first}
+        return Rows(*(values for column in self._columns for values in column.fields), last=last)
 
     def keep(self, count: int) -> None:
         """Forget the rows of all but the newest ``count`` points."""
@@ -343,7 +357,7 @@ def gpu_features(
     if rows is None:
         rows = rows_of(points)
     last_t = points[-1].t
-    limit, default = _last(points, "power_limit_w"), _last(points, "power_default_w")
+    limit, default = rows.last.get("power_limit_w"), rows.last.get("power_default_w")
     return GpuFeatures(
         n=len(points),
         span_s=last_t - points[0].t,
@@ -361,7 +375,7 @@ def gpu_features(
         busy_clock_ratio=_mean(rows.clocks),
         **_reason_features(rows, last_t),
         nvlink_error_rate=_error_rate(rows.error_t, rows.errors),
-        **_last_values(points),
+        **{name: rows.last.get(name) for name in LAST_FEATURES},
     )
 
 
@@ -446,17 +460,6 @@ def _error_rate(times: list[float], errors: list[float]) -> float | None:
     if len(errors) < 2 or times[-1] <= times[0]:
         return None
     return max(0.0, errors[-1] - errors[0]) / (times[-1] - times[0]) * PER_MINUTE
-
-
-def _last_values(points: Sequence[GpuPoint]) -> dict[str, Any]:
-    return {
-        "mem_used_bytes": _last(points, "mem_used_bytes"),
-        "mem_total_bytes": _last(points, "mem_total_bytes"),
-        "nvlink_active": _last(points, "nvlink_active"),
-        "nvlink_links": _last(points, "nvlink_links"),
-        "p2p_failed": _last(points, "p2p_failed"),
-        "fabric_ready": _last(points, "fabric_ready"),
-    }
 
 
 def count_gaps(utils: Sequence[float]) -> int:
