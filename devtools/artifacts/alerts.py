@@ -35,6 +35,7 @@ PARAMS: dict[str, th.Threshold] = {
     "nvlink_errors_per_minute": th.NVLINK_ERROR_RATE,
     "idle_memory_bytes": th.IDLE_MEMORY,
     "stale_seconds": th.COLLECT_STALE,
+    "stale_intervals": th.COLLECT_STALE_INTERVALS,
     "collect_errors_per_minute": th.COLLECT_ERROR_RATE,
     "nccl_warnings": th.NCCL_WARNINGS,
     "straggler_lost": th.STRAGGLER_LOST,
@@ -406,7 +407,8 @@ ALERTS: tuple[Alert, ...] = (
     Alert(
         "GpuExporterCollectionStale",
         "gpu-exporter",
-        "time() - gpu_exporter_last_collect_timestamp_seconds > ${stale_seconds}",
+        "time() - gpu_exporter_last_collect_timestamp_seconds > ${stale_seconds} + ${stale_intervals} * "
+        "gpu_exporter_source_interval_seconds",
         "gpu-bottleneck-exporter stopped collecting.",
         "The {{ $labels.source }} collection on " + NODE + " last succeeded {{ $value | humanizeDuration }} "
         "ago: metrics are stale (a hung driver call?).",

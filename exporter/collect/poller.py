@@ -149,9 +149,11 @@ class Books:
     durations: dict[str, float] = field(default_factory=dict)  # seconds its last attempt took, failed or not
     # wall time of its last success; only sources on the sampler's cadence (the stale-collection alert)
     last_success: dict[str, float] = field(default_factory=dict)
+    # seconds between its attempts, for those same sources: how old a last success may be depends on it
+    intervals: dict[str, float] = field(default_factory=dict)
 
     def copy(self) -> Books:
-        return Books(dict(self.up), dict(self.durations), dict(self.last_success))
+        return Books(dict(self.up), dict(self.durations), dict(self.last_success), dict(self.intervals))
 
 
 @dataclass

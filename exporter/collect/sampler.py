@@ -69,6 +69,7 @@ class Sampler:
         """Wire a registered source by its schedule, in place of any of that name (None: take it away)."""
         entry, s = registration(name), self.settings
         self.poller.remove(name)
+        self.poller.books.intervals.pop(name, None)
         self._own.pop(name, None)
         self.sources.pop(name, None)
         self._readings.pop(name, None)
@@ -79,6 +80,8 @@ class Sampler:
         if source is None:
             return
         self.sources[name] = source
+        if entry.schedule.stale_judged:  # started on the sampler's cycle, never more often
+            self.poller.books.intervals[name] = max(entry.interval(s), s.interval_s)
         if entry.schedule is Schedule.POLLED:  # never two calls of one source at once
             self.poller.add(Every(name, entry.interval(s), entry.timeout(s), source.collect))  # type: ignore[attr-defined]
         elif entry.schedule is Schedule.PER_GPU:

@@ -76,6 +76,7 @@ class Snapshot:
     pod_logs: PodLogsView | None = None  # what the GPU pods' logs (and progress reports) say; None: off
     source_up: dict[str, bool] = field(default_factory=dict)  # did each source's last attempt succeed
     source_durations: dict[str, float] = field(default_factory=dict)  # seconds of each one's last attempt
+    source_intervals: dict[str, float] = field(default_factory=dict)  # seconds between attempts (stale alert)
     # every polled source's reading by registered name, while its last attempt succeeded and no call is
     # overdue: a source that is only exported is rendered from here, with no field of its own
     readings: dict[str, object] = field(default_factory=dict)
@@ -156,5 +157,6 @@ def build(seq: int, t: float, ready: bool, src: Sources, result: Result) -> Snap
         pod_logs=src.pod_logs,
         source_up=dict(src.books.up),
         source_durations=dict(src.books.durations),
+        source_intervals=dict(src.books.intervals),
         readings=src.readings,
     )

@@ -660,6 +660,14 @@ COLLECT_STALE = _t(
     "seconds",
     "Thirty seconds without a successful collection at 1 s sampling: the exporter is stuck or NVML hangs.",
 )
+COLLECT_STALE_INTERVALS = _t(
+    "exporter.stale_intervals",
+    3.0,
+    "count",
+    "A source is stale once its last success is older than the margin above plus three of its own "
+    "intervals: a source read every minute or hour is not stuck 30 s after its last read, and three missed "
+    "rounds are not one slow one.",
+)
 COLLECT_ERROR_RATE = _t(
     "exporter.collect_errors_per_minute",
     1.0,

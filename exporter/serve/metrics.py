@@ -385,6 +385,11 @@ def _sources(fams: _Families, snapshot: Snapshot) -> None:
         fams.gauge(
             "gpu_exporter_last_collect_timestamp_seconds", "Time of the last successful collection."
         ).add(f'source="{source}"', ts)
+    for source, seconds in sorted(snapshot.source_intervals.items()):
+        fams.gauge(
+            "gpu_exporter_source_interval_seconds",
+            "Seconds between the source's collections, as configured (the stale-collection alert's scale).",
+        ).add(f'source="{source}"', seconds)
 
 
 def _node_checks(fams: _Families, snapshot: Snapshot) -> None:

@@ -59,3 +59,18 @@ def test_one_failing_gpu_leaves_the_source_up_and_the_gpu_down(make_node, faulty
     node.faults.add("*", pynvml.NVML_ERROR_UNKNOWN, gpu=0)  # no GPU answers: the source is down
     metrics = scrape(cycle(sampler, clock, 1))
     assert by_source(metrics, "gpu_exporter_source_up")["nvml"] == 0
+
+
+def test_each_stale_judged_source_exports_its_own_interval(make_node, faulty, clock):
+    """The stale-collection alert scales with each source's interval: a kubelet asked every five minutes
+    is not stale a minute after its last answer, while NVML at 1 s sampling is."""
+    sampler, _ = faulty(
+        make_node("healthy", n_gpus=1), pods=True, interval_s=2.0, pod_resources_interval_s=300.0
+    )
+    metrics = scrape(cycle(sampler, clock, 2, seconds=2.0))
+    intervals = by_source(metrics, "gpu_exporter_source_interval_seconds")
+    assert intervals == {"nvml": 2.0, "host": 2.0, "kubelet": 300.0}
+    assert set(intervals) == set(by_source(metrics, "gpu_exporter_last_collect_timestamp_seconds"))
+    sampler.kubelet = None  # a source taken away leaves no interval behind
+    metrics = scrape(cycle(sampler, clock, 1, seconds=2.0))
+    assert by_source(metrics, "gpu_exporter_source_interval_seconds") == {"nvml": 2.0, "host": 2.0}
