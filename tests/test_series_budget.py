@@ -1,5 +1,5 @@
 """The series budget: the default exposition of a simulated 8 x H100 node stays within
-thresholds.SERIES_BUDGET with every verdict, the ledger and the seed table's signals in it; --detail adds
+thresholds.SERIES_BUDGET with every verdict, the ledger and the threshold table's signals in it; --detail adds
 the per-link, per-pair and per-XID families, and the per-GPU aggregates agree with them."""
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from exporter.serve.metrics import Renderer
 from scripts.stack import free_port, start_exporter, wait_http
 from tests.conftest import step
 
-# the seed table's signals (the project's domain notes): utilization and its shape, power against TDP, SM
+# the threshold table's signals: utilization and its shape, power against TDP, SM
 # activity against copy utilization, framebuffer, NVLink traffic and state, P2P, fabric, temperature,
 # shm, I/O wait, disk reads, the busiest core
-SEED_SIGNALS = (
+TABLE_SIGNALS = (
     "gpu_utilization_ratio",
     "gpu_utilization_window_ratio",
     "gpu_utilization_idle_fraction",
@@ -69,8 +69,8 @@ def test_default_exposition_of_an_8_gpu_h100_node_fits_the_budget(make_node, mak
     for g in range(8):  # every state the GPU has spent time in; the states sum to the time observed
         held = {st: seconds for st, seconds in snap.gpus[g].ledger.items() if seconds > 0}
         assert {st for gpu, st in ledger if gpu == str(g)} == set(held)
-    for name in SEED_SIGNALS:
-        assert name in s, f"seed signal {name} missing at the default detail"
+    for name in TABLE_SIGNALS:
+        assert name in s, f"threshold-table signal {name} missing at the default detail"
     assert all(x.labels.get("pod") == "llm-train-0" for x in s["gpu_bottleneck"])  # pods for the job join
     # the detail would have multiplied it several times
     everything = sum(series_per_family(Renderer(frozenset(CATEGORIES)).render(snap)[0]).values())

@@ -664,7 +664,7 @@ COLLECT_STALE_INTERVALS = _t(
     "exporter.stale_intervals",
     3.0,
     "count",
-    "A source is stale once its last success is older than the margin above plus three of its own "
+    "A source is stale once its last success is older than exporter.stale_seconds plus three of its own "
     "intervals: a source read every minute or hour is not stuck 30 s after its last read, and three missed "
     "rounds are not one slow one.",
 )

@@ -20,6 +20,7 @@ Rules this module keeps:
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -143,56 +144,41 @@ def _text(value: object) -> str:
 UNANSWERED = 999  # NVML_ERROR_UNKNOWN: what an entry the driver did not fill in reads as
 
 
-class _Value(ctypes.Union):
-    _fields_ = (
-        ("dVal", ctypes.c_double),
-        ("uiVal", ctypes.c_uint),
-        ("ulVal", ctypes.c_ulong),
-        ("ullVal", ctypes.c_ulonglong),
-        ("sllVal", ctypes.c_longlong),
-        ("siVal", ctypes.c_int),
-        ("usVal", ctypes.c_ushort),
-    )
-
-
-class _FieldValue(ctypes.Structure):
-    """nvmlFieldValue_t as a plain ctypes structure: the layout of the bindings' ``c_nvmlFieldValue_t``
-    without its Python-level attribute hooks, which cost more than the rest of a 40-field batch."""
-
-    _fields_ = (
-        ("fieldId", ctypes.c_uint32),
-        ("scopeId", ctypes.c_uint32),
-        ("timestamp", ctypes.c_int64),
-        ("latencyUsec", ctypes.c_int64),
-        ("valueType", ctypes.c_uint),
-        ("nvmlReturn", ctypes.c_uint),
-        ("value", _Value),
-    )
+@functools.cache
+def _plain(entry: type) -> type:
+    """The bindings' ``c_nvmlFieldValue_t`` layout as a plain ctypes structure: the same fields, without
+    the Python-level attribute hooks of nvml-py's ``_PrintableStructure``, which cost more than the rest
+    of a 40-field batch."""
+    return type("FieldValue", (ctypes.Structure,), {"_fields_": list(entry._fields_)})
 
 
 class FieldBatch:
     """One GPU's list of (field, scope) requests as an array filled once and reused each collection;
     nvml-py's ``nvmlDeviceGetFieldValues`` builds and fills a new array on every call."""
 
-    def __init__(self, requests: list[tuple[int, int]]) -> None:
+    def __init__(self, requests: list[tuple[int, int]], N: ModuleType) -> None:
         self.requests = list(requests)
-        self.array = (_FieldValue * len(requests))()
-        for entry, (field_id, scope) in zip(self.array, requests, strict=True):
-            entry.fieldId, entry.scopeId = field_id, scope
+        self._lookup = getattr(N, "_nvmlGetFunctionPointer", None)
+        self._check = getattr(N, "_nvmlCheckReturn", None)
+        entry = getattr(N, "c_nvmlFieldValue_t", None)
+        self.array: ctypes.Array | None = None  # None: bindings without these parts, read through theirs
+        if self._lookup is not None and self._check is not None and entry is not None:
+            self.array = (_plain(entry) * len(requests))()
+            for item, (field_id, scope) in zip(self.array, requests, strict=True):
+                item.fieldId, item.scopeId = field_id, scope
 
-    def reader(self, N: ModuleType, wrapper: Callable[..., object]) -> Callable[[object], object]:
+    def reader(self, wrapper: Callable[..., object]) -> Callable[[object], object]:
         """The call for one handle: the library's entry point through the bindings' own lookup and
         return check, or ``wrapper`` (the bindings' function) where those are not offered."""
-        lookup, check = getattr(N, "_nvmlGetFunctionPointer", None), getattr(N, "_nvmlCheckReturn", None)
-        if lookup is None or check is None:
+        array, lookup, check = self.array, self._lookup, self._check
+        if array is None or lookup is None or check is None:
             return lambda handle: wrapper(handle, self.requests)
 
         def read(handle: object) -> object:
-            for entry in self.array:  # a driver that skips an entry leaves it failed, never a stale value
-                entry.nvmlReturn = UNANSWERED
-            fn = lookup("nvmlDeviceGetFieldValues")
-            check(fn(handle, ctypes.c_int32(len(self.array)), ctypes.byref(self.array)))
-            return self.array
+            for item in array:  # a driver that skips an entry leaves it failed, never a stale value
+                item.nvmlReturn = UNANSWERED
+            check(lookup("nvmlDeviceGetFieldValues")(handle, ctypes.c_int32(len(array)), ctypes.byref(array)))
+            return array
 
         return read
 
@@ -368,7 +354,7 @@ class NvmlSource:
             return None
         fn = getattr(self.N, fn_name, None)
         if fn is not None and args and isinstance(args[-1], FieldBatch):
-            fn, args = args[-1].reader(self.N, fn), args[:-1]
+            fn, args = args[-1].reader(fn), args[:-1]
         if fn is None:  # bindings too old to know the call
             dev.unsupported.add(key)
             self.errors.inc(SOURCE, "FunctionNotFound", fn_name, level=logging.INFO)
@@ -578,7 +564,7 @@ class NvmlSource:
             return {}
         batch = dev.batches.get(attr)
         if batch is None or batch.requests != requests:
-            batch = dev.batches[attr] = FieldBatch(requests)
+            batch = dev.batches[attr] = FieldBatch(requests, self.N)
         values = self._call(dev, key, "nvmlDeviceGetFieldValues", dev.handle, batch)
         if values is None:
             return {}

@@ -234,7 +234,7 @@ A100 = BoardSpec(name="NVIDIA A100-SXM4-80GB", tdp_w=400.0, nvlinks=12, compute_
 
 
 def _a100(make_node, scenario: str) -> dict[str, object]:
-    # seed 003's node: A100 SXM4 on NVSwitch, whose driver has no fabric state to report
+    # an A100 SXM4 node on NVSwitch, whose driver has no fabric state to report
     node = make_node(scenario, board=A100, capabilities=Capabilities(fabric=False))
     pods = PodSources(node.kubelet_socket, node.host.host_root, statvfs=node.host.statvfs)
     facts = gather(node.install(), node.host.sys_root, node.host.proc_root, pods, clock=lambda: SIM_CLOCK)

@@ -40,7 +40,7 @@ SCENARIOS = {
         "GpuThermalThrottling",
         {"gpu": "1", "kind": "thermal_throttle", **POD},
     ),
-    # the node doctor's live checks: no fabric manager on an NVSwitch node (seed 003), a node-level page
+    # the node doctor's live checks: no fabric manager on an NVSwitch node, a node-level page
     "no_fabric": ("no_fabric_manager", "GpuNodeCheckFailed", {"check": "fabric", "detail": "not_started"}),
     "healthy": ("healthy", None, {}),
     # with the pods' logs read: the hung job's log stops and confirms the hang early; the same NVML
