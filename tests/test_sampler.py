@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from types import SimpleNamespace
 
 import pynvml
 import pytest
 
+from exporter.collect.nvml_session import NvmlSession
+from exporter.collect.poller import Poller
 from exporter.collect.sampler import Sampler
+from exporter.config.settings import Settings
 from exporter.serve.metrics import Renderer
+from exporter.sources.errors import ErrorCounter
 from tests.conftest import step
 
 
@@ -216,3 +222,31 @@ def test_window_statistics_read_late_are_those_of_their_own_snapshot(make_node, 
     assert old.util_window == then
     assert new.util_window is not None and new.util_window != then  # the live window did move on
     assert old.power_window is not None and old.power_window.count == then.count
+
+
+def test_an_open_waits_for_the_close_of_the_failed_one_before_it():
+    """NVML counts its inits: a shutdown that runs after the next init would close the new session. So a
+    retry is not started while the last close still runs, and is once it returns (or hangs past the
+    collection timeout)."""
+    release, opens = threading.Event(), []
+
+    def open_nvml():
+        opens.append(time.monotonic())
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+
+    nvml = SimpleNamespace(N=pynvml, open=open_nvml, close=lambda *devices: release.wait(10))
+    settings = Settings(nvml_retry_initial_s=0.0, collect_timeout_s=5.0)
+    errors = ErrorCounter()
+    session = NvmlSession(nvml, settings, errors, Poller(errors, time.time, time.monotonic))  # type: ignore[arg-type]
+    session.schedule(time.monotonic())
+    assert session._open_call is not None and session._open_call.done.wait(5)
+    session.harvest(time.monotonic())  # the open failed: its close is started, and blocks
+    for _ in range(5):
+        session.schedule(time.monotonic())
+        time.sleep(0.02)
+    assert len(opens) == 1 and session._open_call is None
+    release.set()
+    assert session._close_call is not None and session._close_call.done.wait(5)
+    session.schedule(time.monotonic())
+    assert session._open_call is not None and session._open_call.done.wait(5)
+    assert len(opens) == 2

@@ -56,6 +56,7 @@ class NvmlSession:
         self.p2p: dict[tuple[int, int, str], bool] = {}  # (GPU, peer, capability) -> OK
         self._open_call: Call | None = None
         self._p2p_call: Call | None = None
+        self._close_call: Call | None = None  # the last nvmlShutdown: an open waits for it
         self._next_open = 0.0
         self._next_p2p = 0.0
         self._backoff = settings.nvml_retry_initial_s
@@ -86,7 +87,12 @@ class NvmlSession:
 
     def schedule(self, mono: float) -> None:
         call = self.poller.call
-        if self.state == "down" and mono >= self._next_open and self._open_call is None:
+        if (
+            self.state == "down"
+            and mono >= self._next_open
+            and self._open_call is None
+            and not self._closing()
+        ):
             self._open_call = call(self.nvml.open, name="nvml-open")
             self.state = "opening"
         if self.state != "up":
@@ -108,6 +114,17 @@ class NvmlSession:
             devices = [s.device for s in self.slots.values()]
             self._p2p_call = call(self.nvml.collect_p2p, devices, name="nvml-p2p")
             self._next_p2p = mono + self.settings.p2p_interval_s
+
+    def _closing(self) -> bool:
+        """Is the last close still running? An open started beside it would be shut down by it (NVML
+        counts inits: the close would take the new session's reference). A close past the collection
+        timeout is taken as hung and no longer waited for."""
+        c = self._close_call
+        return c is not None and not c.done.is_set() and c.elapsed <= self.settings.collect_timeout_s
+
+    def _close_nvml(self, *args: object) -> Call:
+        self._close_call = self.poller.call(self.nvml.close, *args, name="nvml-close")
+        return self._close_call
 
     def pending(self) -> list[Call]:
         calls = [self._open_call, self._p2p_call, *(s.call for s in self.slots.values())]
@@ -194,7 +211,7 @@ class NvmlSession:
     def _open_succeeded(self, devices: list[Device], mono: float) -> None:
         if not devices:
             self._retry_later("NoGpus", "NVML found no GPUs", mono)
-            self.poller.call(self.nvml.close, name="nvml-close")
+            self._close_nvml()
             return
         self.state = "up"
         self._backoff = self.settings.nvml_retry_initial_s
@@ -222,7 +239,7 @@ class NvmlSession:
         name = error_name(error, self.nvml.N)
         self.errors.inc(SOURCE, name, "nvmlInit", level=logging.DEBUG)  # _retry_later's warning says it
         self._retry_later(name, str(error), mono)
-        self.poller.call(self.nvml.close, name="nvml-close")
+        self._close_nvml()
 
     def _retry_later(self, name: str, detail: str, mono: float) -> None:
         if name != self._last_open_error:
@@ -258,7 +275,7 @@ class NvmlSession:
             self._watcher = None
         if self.state == "up":
             devices = [s.device for s in self.slots.values()]
-            self.poller.call(self.nvml.close, devices, name="nvml-close").done.wait(wait_s)
+            self._close_nvml(devices).done.wait(wait_s)
 
     def _on_xid(self, index: int, xid: int) -> None:
         with self._xid_lock:
