@@ -62,13 +62,20 @@ def test_an_exception_is_handed_back_and_the_worker_lives_on():
 
 def test_idle_workers_beyond_the_bound_exit():
     workers = Workers(keep_idle=2)
-    release = threading.Event()
-    calls = [_call(workers, release.wait) for _ in range(5)]
-    threads_before = threading.active_count()
+    release, started = threading.Event(), []
+
+    def hold() -> None:
+        started.append(threading.current_thread())
+        release.wait()
+
+    calls = [_call(workers, hold) for _ in range(5)]
+    deadline = time.monotonic() + 5
+    while len(started) < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(set(started)) == 5  # five calls at once: five workers
     release.set()
     assert all(c.done.wait(5) for c in calls)
-    deadline = time.monotonic() + 5
-    while threading.active_count() > threads_before - 3 and time.monotonic() < deadline:
+    while sum(t.is_alive() for t in started) > 2 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert len(workers._idle) == 2
-    assert threading.active_count() <= threads_before - 3
+    assert sum(t.is_alive() for t in started) == 2

@@ -73,7 +73,7 @@ _Job = tuple[Call, Callable[..., object], tuple[object, ...], str]
 class Workers:
     """Long-lived daemon threads that run calls: a call takes an idle worker, or starts one when none is
     idle (every worker busy, or one stuck in a hung driver call: it is never handed another call until
-    it returns). Starting a thread per call cost about 0.06 s of CPU a minute on an 8-GPU node at 1 s
+    it returns). Starting a thread per call cost about 0.07 s of CPU a minute on an 8-GPU node at 1 s
     sampling (about ten calls a second); a handoff to a waiting thread costs a fraction of that."""
 
     def __init__(self, keep_idle: int = 32) -> None:
@@ -151,9 +151,6 @@ class Books:
     last_success: dict[str, float] = field(default_factory=dict)
     # seconds between its attempts, for those same sources: how old a last success may be depends on it
     intervals: dict[str, float] = field(default_factory=dict)
-
-    def copy(self) -> Books:
-        return Books(dict(self.up), dict(self.durations), dict(self.last_success), dict(self.intervals))
 
 
 @dataclass

@@ -348,13 +348,21 @@ class NvmlSource:
         )
         dev.retry[key] = (self.clock() + delay, delay)
 
-    def _call(self, dev: Device, key: str, fn_name: str, *args: object) -> object | None:
-        """Run one NVML call for ``dev`` under the module's error policy; None when it gave nothing."""
+    def _call(
+        self,
+        dev: Device,
+        key: str,
+        fn_name: str,
+        *args: object,
+        via: Callable[[Callable[..., object]], Callable[..., object]] | None = None,
+    ) -> object | None:
+        """Run one NVML call for ``dev`` under the module's error policy; None when it gave nothing.
+        ``via`` turns the bindings' function into the one to run (a field batch's ready array)."""
         if self._off(dev, key):
             return None
         fn = getattr(self.N, fn_name, None)
-        if fn is not None and args and isinstance(args[-1], FieldBatch):
-            fn, args = args[-1].reader(fn), args[:-1]
+        if fn is not None and via is not None:
+            fn = via(fn)
         if fn is None:  # bindings too old to know the call
             dev.unsupported.add(key)
             self.errors.inc(SOURCE, "FunctionNotFound", fn_name, level=logging.INFO)
@@ -565,7 +573,7 @@ class NvmlSource:
         batch = dev.batches.get(attr)
         if batch is None or batch.requests != requests:
             batch = dev.batches[attr] = FieldBatch(requests, self.N)
-        values = self._call(dev, key, "nvmlDeviceGetFieldValues", dev.handle, batch)
+        values = self._call(dev, key, "nvmlDeviceGetFieldValues", dev.handle, via=batch.reader)
         if values is None:
             return {}
         out: dict[tuple[int, int], float] = {}
