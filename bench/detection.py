@@ -13,7 +13,9 @@ would see it. A verdict *matches* a label when it is on the label's GPU and of a
   is cut at the trace's last sample);
 - held share: the fraction of the label's [start, end] covered by matching verdicts;
 - time to detect: the first matching firing minus the label's start (0 if earlier);
-- time to page: the paging verdict's firing + ``for`` minus the label's start (0 if earlier).
+- time to page: the paging verdict's firing + ``for`` minus the label's start (0 if earlier);
+- time to resolve: for a label that ends before the trace does, the end of the last matching verdict
+  on it minus the label's end (0 if earlier; a verdict still on at the trace's end counts to that end).
 
 A false verdict is a verdict episode that overlaps no label accepting its kind on its GPU (on a healthy
 trace, every verdict); a false page is a false verdict that stayed on for its alert's ``for``.
@@ -132,6 +134,9 @@ class EpisodeScore:
     held: float = 0.0
     ttd: float | None = None  # seconds; None: not detected
     ttp: float | None = None  # seconds; None: not paged
+    # seconds from the label's end to the end of the last matching verdict on it (a verdict still on when
+    # the trace ended counts to the trace's end); None: not detected, or the label lasts to the trace's end
+    ttr: float | None = None
 
     def __str__(self) -> str:
         return f"{self.trace} {self.label}"
@@ -190,6 +195,8 @@ def score_label(
     if not hits:
         return score
     score.ttd = max(0.0, hits[0].start - label.start)
+    if label.end < trace_end:
+        score.ttr = max(0.0, max(on_until(v, trace_end) for v in hits) - label.end)
     for v in hits:
         wait = for_of(v.kind, for_s, label.kind)
         if pages(v, label, wait, trace_end):
@@ -523,8 +530,10 @@ def _per_kind(episodes: list[EpisodeScore], for_s: dict[str, float]) -> list[str
         of_kind = [e for e in episodes if e.label.kind == kind]
         ttd = [e.ttd for e in of_kind if e.ttd is not None]
         ttp = [e.ttp for e in of_kind if e.ttp is not None]
+        ttr = [e.ttr for e in of_kind if e.ttr is not None]
         lines.append(
             f"    {kind:18s} time-to-page {_spread(ttp):>13s} s   time-to-detect {_spread(ttd):>11s} s   "
+            f"time-to-resolve {_spread(ttr):>11s} s   "
             f"(alert for {for_of(kind, for_s):.0f} s; paged {len(ttp)}/{len(of_kind)})"
         )
     return lines

@@ -34,6 +34,18 @@ def test_a_verdict_held_through_the_label_pages_after_its_for():
     assert s.held == pytest.approx(670 / 700)
 
 
+def test_time_to_resolve_is_from_the_labels_end_to_the_last_verdicts_end():
+    ended = Label("3", "data_starvation", 200.0, 600.0)
+    s = score_label("t", ended, [Verdict("3", "data_starvation", 230.0, 645.0)], FOR, END)
+    assert s.ttr == 45.0
+    early = score_label("t", ended, [Verdict("3", "data_starvation", 230.0, 590.0)], FOR, END)
+    assert early.ttr == 0.0
+    still_on = score_label("t", ended, [Verdict("3", "data_starvation", 230.0, None)], FOR, END)
+    assert still_on.ttr == END - 600.0  # never resolved: counted to the trace's end
+    to_the_end = score_label("t", STARVED, [Verdict("3", "data_starvation", 230.0, None)], FOR, END)
+    assert to_the_end.ttr is None  # the label lasts as long as the trace
+
+
 def test_a_verdict_that_flaps_off_before_its_for_does_not_page():
     flapping = [Verdict("3", "data_starvation", t, t + 100.0) for t in (220.0, 330.0, 440.0, 550.0)]
     s = score_label("t", STARVED, flapping, FOR, END)
