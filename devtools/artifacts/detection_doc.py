@@ -209,7 +209,7 @@ gpu-bottleneck-exporter: --fail-on: data_starvation fired on GPU 3 (exit status 
 
 `make bench-detection` (`python bench/detection.py`) replays every labelled trace in `examples/traces` and
 judges verdicts as pages: episodes detected, paged (the verdict held unbroken for its alert's `for`), the
-share of each episode the verdict held, time to detect and to page, false verdicts and false pages, the
+share of each episode the verdict held, time to detect, to page and to resolve, false verdicts and false pages, the
 ledger's error against each trace's `ledger_truth`, and the same table for a naive baseline (the classic
 threshold table as plain alert rules over 15-second scrapes).
 """  # noqa: E501
