@@ -19,7 +19,9 @@ from exporter.sources.registry import Inputs, Registration, Schedule, register
 
 SOURCE = "kubelet"
 # gRPC's own reconnect backoff grows to minutes; a kubelet that restarts is back within seconds, and a
-# list is at most one call every few seconds, so a fresh connection attempt each time costs nothing
+# list is at most one call every few seconds, so a fresh connection attempt each time costs nothing.
+# The channel is closed after each list: an open one keeps gRPC's poller threads waking, about 0.08 s of
+# CPU a minute while idle, where connecting afresh every 10 s costs about 0.02.
 CHANNEL_OPTIONS = (
     ("grpc.initial_reconnect_backoff_ms", 250),
     ("grpc.min_reconnect_backoff_ms", 250),
@@ -90,8 +92,9 @@ class PodResourcesSource:
             self.errors.inc(
                 SOURCE, _error_name(exc.code() if hasattr(exc, "code") else None), self.socket_path
             )
-            self.close()  # a fresh channel next time: the kubelet may have restarted
             return None
+        finally:
+            self.close()  # see CHANNEL_OPTIONS; also, the kubelet may have restarted by the next list
         out = []
         for pod in response.pod_resources:
             for container in pod.containers:

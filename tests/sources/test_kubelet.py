@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 
 import grpc
@@ -100,3 +102,26 @@ def test_owners_by_uuid_index_and_mig():
     assert owners == {0: PodRef("ml", "train-0", "main"), 1: PodRef("ml", "train-1", "main")}
     assert [(x.ref.pod, mig) for x, mig in held[2]] == [("nb-1", "MIG-x"), ("nb-2", "MIG-y")]
     assert 3 not in held
+
+
+def _sockets() -> int:
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # an fd closed while listing
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+    return count
+
+
+def test_no_connection_is_held_between_lists(kubelet):
+    """An open gRPC channel keeps its poller threads waking (CPU every second while idle): each list
+    connects, answers and lets go."""
+    server, pods = kubelet
+    pods.append(pod("train-0", {"nvidia.com/gpu": ["GPU-a"]}))
+    source = PodResourcesSource(ErrorCounter(), server.socket_path)
+    before = _sockets()
+    for _ in range(3):
+        assert [a.ref.pod for a in source.collect()] == ["train-0"]
+    deadline = time.monotonic() + 5
+    while _sockets() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _sockets() <= before
