@@ -79,3 +79,46 @@ def test_idle_workers_beyond_the_bound_exit():
         time.sleep(0.01)
     assert len(workers._idle) == 2
     assert sum(t.is_alive() for t in started) == 2
+
+
+def test_a_chain_runs_its_turns_in_order_on_one_thread_and_skips_withdrawn_ones():
+    from exporter.collect.poller import Turn, run_chain
+
+    seen: list[tuple[str, int]] = []
+
+    def note(name: str) -> str:
+        seen.append((name, threading.get_ident()))
+        return name
+
+    turns = [Turn(note, name, monotonic=time.monotonic) for name in "abcd"]
+    assert turns[2].withdraw()  # not started: taken back
+    assert turns[2].elapsed == 0.0 and not turns[2].overdue(0.0)
+    workers = Workers()
+    chain = _call(workers, run_chain, turns)
+    assert chain.done.wait(5)
+    assert [name for name, _ in seen] == ["a", "b", "d"]
+    assert len({ident for _, ident in seen}) == 1
+    assert [t.result for t in turns] == ["a", "b", None, "d"]
+    assert not turns[2].done.is_set()
+    assert not turns[0].withdraw()  # it ran: it cannot be taken back
+
+
+def test_a_turn_waiting_behind_a_hung_one_is_not_running_until_it_starts():
+    from exporter.collect.poller import Turn, run_chain
+
+    release = threading.Event()
+    hung = Turn(release.wait, monotonic=time.monotonic)
+    waiting = Turn(_this_thread, monotonic=time.monotonic)
+    _call(Workers(), run_chain, [hung, waiting])
+    for _ in range(100):
+        if hung.started is not None:
+            break
+        time.sleep(0.01)
+    time.sleep(0.05)
+    assert hung.overdue(0.01)  # the hung one runs past its limit...
+    assert not waiting.overdue(0.0) and waiting.elapsed == 0.0  # ...the one behind it has not started
+    assert waiting.withdraw()
+    release.set()
+    assert hung.done.wait(5)
+    time.sleep(0.05)
+    assert not waiting.done.is_set()  # withdrawn: the chain skipped it

@@ -85,6 +85,47 @@ def test_hung_call_times_out_one_gpu_and_never_blocks_the_cycle(make_node, make_
     assert by_index(snap)[2].up
 
 
+def test_every_gpu_is_read_on_one_thread_per_cycle(make_node, make_sampler, clock):
+    node = make_node("healthy")
+    sampler, _ = make_sampler(node)
+    step(sampler, clock, cycles=2)
+    threads: dict[int, set[int]] = {}
+    inner = sampler.session.nvml.collect
+
+    def collect(dev):
+        threads.setdefault(dev.index, set()).add(threading.get_ident())
+        return inner(dev)
+
+    sampler.session.nvml.collect = collect  # type: ignore[method-assign]
+    for _ in range(3):
+        threads.clear()
+        step(sampler, clock)
+        assert sorted(threads) == list(range(8))
+        assert len(set().union(*threads.values())) == 1
+
+
+def test_gpus_behind_a_hung_read_are_read_first_on_the_next_cycle(make_node, make_sampler, clock):
+    node = make_node("healthy")
+    sampler, _ = make_sampler(node, collect_timeout_s=0.3)
+    step(sampler, clock, cycles=2)
+    before = {g.index: g.collected_t for g in sampler.snapshot.gpus}
+    node.faults.add("nvmlDeviceGetSamples", gpu=2, hang_s=float("inf"))
+    step(sampler, clock, wait_s=0.2)  # GPUs 0 and 1 are read, 3-7 wait behind GPU 2
+    order: list[int] = []
+    inner = sampler.session.nvml.collect
+
+    def collect(dev):
+        order.append(dev.index)
+        return inner(dev)
+
+    sampler.session.nvml.collect = collect  # type: ignore[method-assign]
+    snap = step(sampler, clock, wait_s=1.0)
+    assert order[:5] == [3, 4, 5, 6, 7] and 2 not in order
+    gpus = by_index(snap)
+    assert all(gpus[i].collected_t > before[i] for i in gpus if i != 2)
+    node.faults.clear()
+
+
 def test_lost_gpu_goes_down_alone_and_comes_back(make_node, make_sampler, clock):
     node = make_node("healthy")
     sampler, errors = make_sampler(node)

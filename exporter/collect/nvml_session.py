@@ -1,8 +1,12 @@
 """The NVML session as a state machine: down -> opening -> up, and back down with backoff when lost.
 
 While down, ``nvmlInit`` is retried with exponential backoff (``--nvml-retry-initial`` doubling up to
-``--nvml-retry-max``); an open with no GPUs counts as down. While up, every GPU gets one call of its own
-per cycle (a lost GPU a re-probe every ``--lost-gpu-retry``), never a second while one is running.
+``--nvml-retry-max``); an open with no GPUs counts as down. While up, every GPU is read once per cycle (a
+lost GPU re-probed every ``--lost-gpu-retry``), never a second time while a read of it is running. The
+cycle's reads run one after another on one worker thread (a chain of turns, ``exporter.collect.poller``):
+eight threads calling the driver at once spend more CPU handing the GIL to one another than reading. A
+read that hangs keeps that thread; the GPUs still waiting behind it are withdrawn at the next cycle and
+read first on a new chain, so a hung GPU delays the others by one cycle, once.
 Errors keep their scope: a GPU that fails to read (``GpuReadFailed``) or is lost (``GpuLost``) is that
 GPU's status only; a ``SessionError`` from any call (driver unloaded or mismatched) closes the session,
 marks every GPU ``nvml_down`` and re-opens it with backoff, re-probing every device on the way back.
@@ -16,7 +20,7 @@ import threading
 from collections import Counter
 from dataclasses import dataclass
 
-from exporter.collect.poller import Call, Poller
+from exporter.collect.poller import Call, Poller, Turn, run_chain
 from exporter.config.settings import Settings
 from exporter.sources.errors import ErrorCounter
 from exporter.sources.nvml import Device, GpuLost, GpuReadFailed, NvmlSource, SessionError, error_name
@@ -36,6 +40,16 @@ class GpuSlot:
     call_kind: str = ""
     next_reprobe: float = 0.0
     collected_t: float | None = None  # wall time of its last successful collection (kept while down)
+    behind: bool = False  # its last read was withdrawn, waiting behind a slow one: first in the next chain
+
+    def withdraw(self) -> bool:
+        """Take back a read that has not started (then there is none); False if one is running."""
+        if self.call is None:
+            return True
+        if isinstance(self.call, Turn) and self.call.withdraw():
+            self.call, self.behind = None, True
+            return True
+        return False
 
 
 @dataclass(frozen=True)
@@ -97,23 +111,34 @@ class NvmlSession:
             self.state = "opening"
         if self.state != "up":
             return
+        due = []
         for slot in self.slots.values():
-            if slot.call is not None:
+            if not slot.withdraw():
                 continue
             if not slot.device.lost:
-                slot.call, slot.call_kind = (
-                    call(self.nvml.collect, slot.device, name="nvml-collect"),
-                    "collect",
-                )
+                due.append(slot)
             elif mono >= slot.next_reprobe:
                 slot.call, slot.call_kind = (
                     call(self.nvml.reprobe, slot.device, name="nvml-reprobe"),
                     "reprobe",
                 )
+        self._chain(due)
         if self._p2p_call is None and mono >= self._next_p2p and len(self.slots) > 1:
             devices = [s.device for s in self.slots.values()]
             self._p2p_call = call(self.nvml.collect_p2p, devices, name="nvml-p2p")
             self._next_p2p = mono + self.settings.p2p_interval_s
+
+    def _chain(self, due: list[GpuSlot]) -> None:
+        """Read ``due`` one after another on one worker; those left waiting last time go first."""
+        if not due:
+            return
+        due.sort(key=lambda slot: not slot.behind)  # stable: otherwise in GPU order
+        turns = []
+        for slot in due:
+            turn = Turn(self.nvml.collect, slot.device, monotonic=self.poller.monotonic)
+            slot.call, slot.call_kind, slot.behind = turn, "collect", False
+            turns.append(turn)
+        self.poller.call(run_chain, turns, name="nvml-collect")
 
     def _closing(self) -> bool:
         """Is the last close still running? An open started beside it would be shut down by it (NVML
@@ -217,6 +242,8 @@ class NvmlSession:
         self._backoff = self.settings.nvml_retry_initial_s
         self._last_open_error = ""
         before, self.slots = self.slots, {}
+        for old_slot in before.values():
+            old_slot.withdraw()  # the last session's reads still waiting behind a hung one
         for dev in devices:
             slot = GpuSlot(device=dev)
             old = before.get(dev.index)
@@ -259,6 +286,7 @@ class NvmlSession:
         log.warning("the NVML session is gone (driver unloaded or mismatched); re-initialising with backoff")
         self.close(wait_s=0.0)
         for slot in self.slots.values():
+            slot.withdraw()  # reads still waiting in the chain are not started on a closed session
             slot.status, slot.reading, slot.call = "nvml_down", None, None
         self._last_open_error = ""
         self.poller.observe(SOURCE, False)

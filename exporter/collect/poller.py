@@ -67,6 +67,58 @@ class Call:
         return True
 
 
+class Turn(Call):
+    """A call that waits its turn in a chain (``run_chain``): it runs on the chain's worker thread after
+    the turn before it. Until it starts it can be withdrawn, and a turn not started is not running: its
+    elapsed time is zero and it is never overdue."""
+
+    def __init__(self, fn: Callable[..., object], *args: object, monotonic: Callable[[], float]) -> None:
+        self._mono = monotonic
+        self.started: float | None = None  # type: ignore[assignment]
+        self.finished: float | None = None
+        self.result: object = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        self.timed_out = False
+        self._job: tuple[Callable[..., object], tuple[object, ...]] | None = (fn, args)
+        self._lock = threading.Lock()
+
+    def begin(self) -> bool:
+        """Start now, on the chain's thread; False if the turn was withdrawn."""
+        with self._lock:
+            if self._job is None:
+                return False
+            self.started = self._mono()
+        fn, args = self._job
+        self._job = None
+        self._run(fn, args)
+        return True
+
+    def withdraw(self) -> bool:
+        """Take the turn back if it has not started (True), so that it can be run elsewhere."""
+        with self._lock:
+            if self.started is None:
+                self._job = None
+            return self.started is None
+
+    @property
+    def elapsed(self) -> float:
+        if self.started is None:
+            return 0.0
+        return (self.finished if self.finished is not None else self._mono()) - self.started
+
+    def overdue(self, limit_s: float) -> bool:
+        return self.started is not None and super().overdue(limit_s)
+
+
+def run_chain(turns: list[Turn]) -> None:
+    """Run the turns one after another (those withdrawn are skipped). One thread for calls that would
+    otherwise each take a worker: threads that call into a C library at once hand the GIL to one another
+    at every call, which cost more CPU than the calls."""
+    for turn in turns:
+        turn.begin()
+
+
 _Job = tuple[Call, Callable[..., object], tuple[object, ...], str]
 
 
