@@ -4,8 +4,8 @@ into jobs by pod and passes each job's last sign of life to the next cycle's poi
 The sources come built, by their registered names (``exporter.sources.registry``); each is wired by its
 schedule: a polled one is handed to the poller, NVML's to the session, a threaded one is started and
 stopped with the sampler, and every one that is not polled is booked from its ``last_round()``. Each
-cycle starts what is due (the NVML session's per-GPU calls, the host, the kubelet; each on a worker thread
-of its own, see ``exporter.collect.poller``), waits a bounded time, hands every new reading to the analysis
+cycle starts what is due (the NVML session's chain of per-GPU reads, the host, the kubelet; each on a worker
+thread of its own, see ``exporter.collect.poller``), waits a bounded time, hands every new reading to the analysis
 once, and publishes the immutable ``Snapshot`` that ``exporter.collect.snapshot.build`` makes of the
 analyzer's result. The HTTP path only ever reads ``Sampler.snapshot``: a hung driver never reaches it.
 """
