@@ -95,7 +95,7 @@ def test_ecc_counts_from_the_driver_to_the_exposition_and_the_trace(make_node, m
     reading = snap.gpus[5].reading
     assert reading is not None
     out = io.StringIO()
-    for point in live_points(reading, None, {}, None):
+    for point in live_points(reading, None, None, None):
         traces.TraceWriter(out).gpu("5", "H100", point)
     row = traces.read_text(out.getvalue())[0]
     assert row.point.extra["ecc_uncorrected_volatile"] == 1

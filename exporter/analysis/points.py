@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from exporter.sources.readings import GpuReading, HostReading, Sample
@@ -87,8 +87,14 @@ def _at(samples: tuple[Sample, ...], times: list[float], t: float) -> float | No
     return samples[max(i, 0)].value
 
 
-def gpu_points(reading: GpuReading, prev: GpuReading | None, p2p_failed: int | None = None) -> list[GpuPoint]:
-    """Points for one collection: one per new utilization sample, or one at the collection time."""
+def gpu_points(
+    reading: GpuReading,
+    prev: GpuReading | None,
+    p2p_failed: int | None = None,
+    last_sign: float | None = None,
+) -> list[GpuPoint]:
+    """Points for one collection: one per new utilization sample, or one at the collection time.
+    ``last_sign``: wall time of the job's last sign of life (None: no log signal)."""
     dt = reading.t - prev.t if prev is not None else 0.0
     nv_tx = _sum([link.tx_bytes for link in reading.nvlinks])
     nv_rx = _sum([link.rx_bytes for link in reading.nvlinks])
@@ -119,7 +125,14 @@ def gpu_points(reading: GpuReading, prev: GpuReading | None, p2p_failed: int | N
     )
     if not reading.util_samples:
         return [
-            GpuPoint(t=reading.t, util=None, mem_util=reading.mem_util, power_w=reading.power_w, **common)
+            GpuPoint(
+                t=reading.t,
+                util=None,
+                mem_util=reading.mem_util,
+                power_w=reading.power_w,
+                log_silent_s=_silent(reading.t, last_sign),
+                **common,
+            )
         ]
     mem_times = [s.t for s in reading.mem_util_samples]
     power_times = [s.t for s in reading.power_samples]
@@ -133,10 +146,15 @@ def gpu_points(reading: GpuReading, prev: GpuReading | None, p2p_failed: int | N
                 util=sample.value,
                 mem_util=mem if mem is not None else reading.mem_util,
                 power_w=power if power is not None else reading.power_w,
+                log_silent_s=_silent(sample.t, last_sign),
                 **common,
             )
         )
     return points
+
+
+def _silent(t: float, last_sign: float | None) -> float | None:
+    return max(0.0, t - last_sign) if last_sign is not None else None
 
 
 def host_point(reading: HostReading, prev: HostReading | None) -> HostPoint:
@@ -156,17 +174,22 @@ def host_point(reading: HostReading, prev: HostReading | None) -> HostPoint:
     )
 
 
+def p2p_failures(p2p: Mapping[tuple[int, int, str], bool]) -> dict[int, int]:
+    """Per GPU with NVLink P2P results, how many peers it cannot reach over NVLink."""
+    failed: dict[int, int] = {}
+    for (a, _, cap), ok in p2p.items():
+        if cap == "nvlink":
+            failed[a] = failed.get(a, 0) + (not ok)
+    return failed
+
+
 def live_points(
     reading: GpuReading,
     prev: GpuReading | None,
-    p2p: dict[tuple[int, int, str], bool],
+    p2p_failed: int | None,
     last_sign: float | None,
 ) -> list[GpuPoint]:
-    """A live GPU's points: its reading's, with the NVLink P2P failures toward its peers and the
-    seconds since its job last showed progress (``last_sign``, wall time; None: no log signal)."""
-    index = reading.identity.index
-    failed = [ok for (a, _, cap), ok in p2p.items() if a == index and cap == "nvlink"]
-    points = gpu_points(reading, prev, p2p_failed=failed.count(False) if failed else None)
-    if last_sign is None:
-        return points
-    return [replace(p, log_silent_s=max(0.0, p.t - last_sign)) for p in points]
+    """A live GPU's points: its reading's, with its NVLink P2P failures toward its peers (``p2p_failures``;
+    None: not checked) and the seconds since its job last showed progress (``last_sign``, wall time;
+    None: no log signal)."""
+    return gpu_points(reading, prev, p2p_failed=p2p_failed, last_sign=last_sign)

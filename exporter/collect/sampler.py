@@ -4,10 +4,11 @@ into jobs by pod and passes each job's last sign of life to the next cycle's poi
 The sources come built, by their registered names (``exporter.sources.registry``); each is wired by its
 schedule: a polled one is handed to the poller, NVML's to the session, a threaded one is started and
 stopped with the sampler, and every one that is not polled is booked from its ``last_round()``. Each
-cycle starts what is due (the NVML session's chain of per-GPU reads, the host, the kubelet; each on a worker
-thread of its own, see ``exporter.collect.poller``), waits a bounded time, hands every new reading to the analysis
-once, and publishes the immutable ``Snapshot`` that ``exporter.collect.snapshot.build`` makes of the
-analyzer's result. The HTTP path only ever reads ``Sampler.snapshot``: a hung driver never reaches it.
+cycle starts what is due (the NVML session's chain of per-GPU reads, the host, the kubelet; each on a
+worker thread of its own, see ``exporter.collect.poller``), waits a bounded time, hands every new reading
+to the analysis once, and publishes the immutable ``Snapshot`` that ``exporter.collect.snapshot.build``
+makes of the analyzer's result. The HTTP path only ever reads ``Sampler.snapshot``: a hung driver never
+reaches it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Callable, Mapping
 
 from exporter.analysis.engine import Analyzer, VerdictEvent
 from exporter.analysis.pods import gpu_owners
-from exporter.analysis.points import GpuPoint, HostPoint, host_point, live_points
+from exporter.analysis.points import GpuPoint, HostPoint, host_point, live_points, p2p_failures
 from exporter.analysis.result import analyze
 from exporter.collect.job_signals import JobSignals
 from exporter.collect.nvml_session import NvmlSession
@@ -167,8 +168,9 @@ class Sampler:
             harvest = self.session.harvest(mono)
             for index in harvest.returned:
                 self.analyzer.reset(str(index))
+            failed = p2p_failures(harvest.p2p) if harvest.readings else {}
             for reading, prev in harvest.readings:
-                self._feed(reading, prev, harvest.p2p)
+                self._feed(reading, prev, failed.get(reading.identity.index))
         outcomes: dict[str, Outcome] = {o.source: o for o in self.poller.harvest()}
         for name, outcome in outcomes.items():  # current only while its last attempt succeeded
             if outcome.ok:
@@ -192,9 +194,9 @@ class Sampler:
             if name == "host":
                 self._host_reading = None
 
-    def _feed(self, reading: GpuReading, prev: GpuReading | None, p2p: dict) -> None:
+    def _feed(self, reading: GpuReading, prev: GpuReading | None, p2p_failed: int | None) -> None:
         gpu, last = str(reading.identity.index), self.job.last_sign.get(reading.identity.index)
-        points = live_points(reading, prev, p2p, last)
+        points = live_points(reading, prev, p2p_failed, last)
         self.analyzer.set_identity(gpu, reading.identity.name, reading.temp_slowdown_c)
         self.analyzer.add_gpu_points(gpu, points)
         for listener in self.gpu_listeners:

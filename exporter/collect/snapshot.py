@@ -106,7 +106,13 @@ class Sources:
     pod_logs: PodLogsView | None = None
 
 
-def gpu_view(gpu: GpuState, stats: GpuStats, src: Sources, xids: dict[int, int]) -> GpuView:
+def gpu_view(
+    gpu: GpuState,
+    stats: GpuStats,
+    src: Sources,
+    xids: dict[int, int],
+    p2p: dict[tuple[int, str], bool],
+) -> GpuView:
     is_up = gpu.status == "ok"
     # current only while the signal is (util_window and power_window follow the same rule in GpuView)
     has_util = is_up and gpu.reading is not None and gpu.reading.util is not None
@@ -118,7 +124,7 @@ def gpu_view(gpu: GpuState, stats: GpuStats, src: Sources, xids: dict[int, int])
         stats=stats,
         idle_fraction=stats.idle_fraction if has_util else None,
         xids=xids,
-        p2p={(b, cap): ok for (a, b, cap), ok in src.p2p.items() if a == gpu.index},
+        p2p=p2p,
         verdicts=stats.verdicts,
         ledger=stats.ledger,
         held_back_s=stats.held_back_s,
@@ -131,8 +137,11 @@ def gpu_view(gpu: GpuState, stats: GpuStats, src: Sources, xids: dict[int, int])
 def build(seq: int, t: float, ready: bool, src: Sources, result: Result) -> Snapshot:
     """The snapshot of one cycle. Pure."""
     none = GpuStats()
+    p2p: dict[int, dict[tuple[int, str], bool]] = {}  # by GPU: (peer, capability) -> OK
+    for (a, b, cap), ok in src.p2p.items():
+        p2p.setdefault(a, {})[(b, cap)] = ok
     views = tuple(
-        gpu_view(g, result.gpus.get(str(g.index), none), src, src.xids.get(g.index, {}))
+        gpu_view(g, result.gpus.get(str(g.index), none), src, src.xids.get(g.index, {}), p2p.get(g.index, {}))
         for g in sorted(src.gpus, key=lambda g: g.index)
     )
     gpu_pods = {(a.ref.namespace, a.ref.pod) for a in src.assignments}
