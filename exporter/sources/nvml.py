@@ -162,10 +162,13 @@ class FieldBatch:
         self._check = getattr(N, "_nvmlCheckReturn", None)
         entry = getattr(N, "c_nvmlFieldValue_t", None)
         self.array: ctypes.Array | None = None  # None: bindings without these parts, read through theirs
+        self._blank = b""  # the array as each call starts it: the requests, every entry unanswered
         if self._lookup is not None and self._check is not None and entry is not None:
             self.array = (_plain(entry) * len(requests))()
             for item, (field_id, scope) in zip(self.array, requests, strict=True):
                 item.fieldId, item.scopeId = field_id, scope
+                item.nvmlReturn = UNANSWERED  # a driver that skips an entry leaves it failed, never stale
+            self._blank = bytes(self.array)
 
     def reader(self, wrapper: Callable[..., object]) -> Callable[[object], object]:
         """The call for one handle: the library's entry point through the bindings' own lookup and
@@ -174,9 +177,10 @@ class FieldBatch:
         if array is None or lookup is None or check is None:
             return lambda handle: wrapper(handle, self.requests)
 
+        blank = self._blank
+
         def read(handle: object) -> object:
-            for item in array:  # a driver that skips an entry leaves it failed, never a stale value
-                item.nvmlReturn = UNANSWERED
+            ctypes.memmove(array, blank, len(blank))  # one copy instead of a Python write per entry
             check(lookup("nvmlDeviceGetFieldValues")(handle, ctypes.c_int32(len(array)), ctypes.byref(array)))
             return array
 
@@ -567,7 +571,11 @@ class NvmlSource:
     def _field_values(self, dev: Device, slow: bool = False) -> dict[tuple[int, int], float]:
         """One batched nvmlDeviceGetFieldValues; fields the driver does not support are dropped."""
         attr, key = ("slow_fields", "slow_fields") if slow else ("fields", "fields")
-        requests: list[tuple[int, int]] = [r for r in getattr(dev, attr) if not self._off(dev, r)]
+        wanted: list[tuple[int, int]] = getattr(dev, attr)
+        if dev.retry or not dev.unsupported.isdisjoint(wanted):
+            requests = [r for r in wanted if not self._off(dev, r)]
+        else:  # nothing is left out: the list as it is (the usual case, checked without a call per field)
+            requests = wanted
         if not requests or self._off(dev, key):
             return {}
         batch = dev.batches.get(attr)
@@ -578,11 +586,13 @@ class NvmlSource:
             return {}
         out: dict[tuple[int, int], float] = {}
         dropped: list[tuple[int, int]] = []
+        retry, members = dev.retry, _UNION_MEMBERS
         for request, fv in zip(requests, values, strict=False):
             ret = fv.nvmlReturn
-            if ret == 0:
-                out[request] = _union_value(fv.valueType, fv.value)
-                dev.retry.pop(request, None)
+            if ret == 0:  # _union_value, inlined: this runs for every field of every GPU each second
+                out[request] = getattr(fv.value, members.get(fv.valueType, "ullVal"))
+                if retry:
+                    retry.pop(request, None)
                 continue
             name = error_name(self.N.NVMLError(ret), self.N)
             if name in LOST_ERRORS:
