@@ -14,10 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from exporter.analysis.envelope import board_power
 from exporter.analysis.points import GpuPoint, HostPoint
 from exporter.analysis.window import HIGH_Q, Window, fraction_below, quantile, summarize
 from exporter.policy.nvml_vocab import HW_SLOWDOWN, POWER_CAP_BITS, THERMAL_BITS
-from exporter.policy.thresholds import LEDGER_BUSY_UTIL, TEMP_HOT, UTIL_IDLE_LINE, board_tdp
+from exporter.policy.thresholds import LEDGER_BUSY_UTIL, TEMP_HOT, UTIL_IDLE_LINE
 
 BUSY_LINE = LEDGER_BUSY_UTIL.value
 FLAT = 1e-12  # a variance this small is no spread at all: no slope
@@ -358,14 +359,15 @@ def gpu_features(
         rows = rows_of(points)
     last_t = points[-1].t
     limit, default = rows.last.get("power_limit_w"), rows.last.get("power_default_w")
+    tdp = board_power(name)[0]
     return GpuFeatures(
         n=len(points),
         span_s=last_t - points[0].t,
         **_util_features(rows, last_t),
         **_power_features(rows.power),
-        power_ref_w=limit or default or board_tdp(name) or ceiling_w,
+        power_ref_w=limit or default or tdp or ceiling_w,
         limit_w=limit,
-        default_w=default or board_tdp(name),
+        default_w=default or tdp,
         sm_mean=_mean(rows.sm),
         nvlink_bps=_mean(rows.nvlink),
         pcie_bps=_mean(rows.pcie),
