@@ -38,6 +38,7 @@ from exporter.policy.thresholds import (
 )
 
 SCORE_DIGITS = 3  # a verdict event carries its score to three decimals: a log line, not a measurement
+HOLDS_PEERS_BACK = tuple(k.name for k in KINDS.values() if k.holds_peers_back)
 
 
 @dataclass(frozen=True)
@@ -270,7 +271,7 @@ class Analyzer:
         out: dict[str, dict[str, KindState]] = {}
         events: list[VerdictEvent] = []
         for members in groups.values():
-            job = _Job(members, evidence, self._holding_back(members, evidence))
+            job = _Job(members, evidence, self._holding_back(members, evidence), self._waiting(members))
             for gpu in members:
                 out[gpu] = {kind.name: self._step(now, gpu, kind, job, events) for kind in KINDS.values()}
         return out, events
@@ -278,11 +279,13 @@ class Analyzer:
     def _holding_back(self, members: list[str], evidence: dict[str, dict[str, d.Evidence]]) -> list[str]:
         """Ranks off-kernel a good part of the time (a kind that holds its peers back, or still starting
         up): their peers' collective waits are waits for them."""
-        kinds = [k.name for k in KINDS.values() if k.holds_peers_back]
         return [
             g
             for g in members
-            if any(evidence[g][k].score >= SCORE_ENTER.value or self._gpus[g].tracks[k].firing for k in kinds)
+            if any(
+                evidence[g][k].score >= SCORE_ENTER.value or self._gpus[g].tracks[k].firing
+                for k in HOLDS_PEERS_BACK
+            )
             or _off_kernel(self._gpus[g].shares[0]) >= STARVATION_IDLE_FRACTION.value
         ]
 
@@ -302,22 +305,21 @@ class Analyzer:
         ev = job.evidence[gpu][kind.name]
         if kind.job_event is not None:
             return _job_event(gpu, kind.name, kind.job_event, job)
-        if kind.holds_peers_back:
-            return _Judged(ev, ev.cause, related=self._waiting_for(gpu, job))
-        culprits = tuple(g for g in job.holding_back if g != gpu)
-        if kind.explained_by is JobCause.STRAGGLER and culprits:
-            return _Judged(d.Evidence(), ev.cause, related=culprits)
+        if kind.holds_peers_back:  # the peers waiting in collectives wait for this GPU
+            return _Judged(ev, ev.cause, related=tuple(g for g in job.waiting if g != gpu))
+        if kind.explained_by is JobCause.STRAGGLER:
+            culprits = tuple(g for g in job.holding_back if g != gpu)
+            if culprits:
+                return _Judged(d.Evidence(), ev.cause, related=culprits)
         if kind.peer_fault is not None and ev.cause == kind.peer_fault.cause:
             return self._peer_fault(gpu, kind.name, kind.peer_fault, job)
         return _Judged(ev, ev.cause)
 
-    def _waiting_for(self, gpu: str, job: _Job) -> tuple[str, ...]:
-        """The peers waiting in collectives (for this GPU, when it holds them back)."""
-        return tuple(
-            g
-            for g in job.members
-            if g != gpu and d.waiting_in_collective(self._gpus[g].features, self._gpus[g].shares[0])
-        )
+    def _waiting(self, members: list[str]) -> list[str]:
+        """The GPUs of a job waiting in collectives: found once per job, not once per GPU it may be for."""
+        return [
+            g for g in members if d.waiting_in_collective(self._gpus[g].features, self._gpus[g].shares[0])
+        ]
 
     def _peer_fault(self, gpu: str, kind: str, fault: PeerFault, job: _Job) -> _Judged:
         """Not this GPU's fault when peers with the explaining causes account for all it involves."""
@@ -337,6 +339,7 @@ class _Job:
     members: list[str]
     evidence: dict[str, dict[str, d.Evidence]]
     holding_back: list[str]
+    waiting: list[str]  # the ranks waiting in collectives
 
 
 @dataclass(frozen=True)
