@@ -121,8 +121,23 @@ def slope(pairs: Sequence[tuple[float, float]], most: int = SLOPE_POINTS) -> flo
     """Least-squares slope of (t, value) pairs, over at most ``most`` evenly spaced ones (the signals
     it is used for change once per collection, not per sample)."""
     if len(pairs) > most:
-        step = len(pairs) / most
-        pairs = [pairs[int(i * step)] for i in range(most)] + [pairs[-1]]
+        pairs = [pairs[i] for i in _spaced(len(pairs), most)]
+    return _fit(pairs)
+
+
+def slope_of(times: list[float], values: list[float], most: int = SLOPE_POINTS) -> float | None:
+    """``slope`` of two columns, pairing only the points it fits (not every point of the window)."""
+    picks = _spaced(len(times), most) if len(times) > most else range(len(times))
+    return _fit([(times[i], values[i]) for i in picks])
+
+
+def _spaced(n: int, most: int) -> list[int]:
+    """The indexes of ``most`` evenly spaced points of ``n`` and of the last one."""
+    step = n / most
+    return [int(i * step) for i in range(most)] + [n - 1]
+
+
+def _fit(pairs: Sequence[tuple[float, float]]) -> float | None:
     n = len(pairs)
     if n < SLOPE_MIN_POINTS:
         return None
@@ -386,8 +401,11 @@ def _util_features(rows: Rows, last_t: float) -> dict[str, Any]:
     if not utils:
         return {"halves": (None, None)}
     classes = "".join(rows.util_class)
-    whole = _util_stats(utils, classes)
     half = len(utils) // 2
+    older, newer = utils[:half], utils[half:]
+    older_sorted, newer_sorted = sorted(older), sorted(newer)
+    # two sorted runs: sorting them together is a merge (a stable sort, so the same list as sorting utils)
+    whole = _util_stats(utils, classes, sorted(older_sorted + newer_sorted))
     last_working = max(classes.rfind(LOW), classes.rfind(BUSY))  # the trailing idle run starts after it
     idle_from = rows.util_t[last_working + 1] if last_working + 1 < len(utils) else None
     return {
@@ -396,14 +414,18 @@ def _util_features(rows: Rows, last_t: float) -> dict[str, Any]:
         "idle_fraction": whole.idle_fraction if whole else None,
         "busy_fraction": classes.count(BUSY) / len(utils),
         "gaps": whole.gaps if whole else 0,
-        "halves": (_util_stats(utils[:half], classes[:half]), _util_stats(utils[half:], classes[half:])),
+        "halves": (
+            _util_stats(older, classes[:half], older_sorted),
+            _util_stats(newer, classes[half:], newer_sorted),
+        ),
         "trailing_idle_s": last_t - idle_from if idle_from is not None else 0.0,
     }
 
 
-def _util_stats(utils: list[float], classes: str) -> UtilStats | None:
-    """``util_stats`` from the samples' classes: the same figures without a loop over the samples."""
-    whole = summarize(utils)
+def _util_stats(utils: list[float], classes: str, ordered: list[float] | None = None) -> UtilStats | None:
+    """``util_stats`` from the samples' classes: the same figures without a loop over the samples.
+    ``ordered``: the utilizations sorted, when the caller has them."""
+    whole = summarize(utils, ordered)
     if whole is None:
         return None
     return UtilStats(
@@ -441,7 +463,7 @@ def _temp_features(times: list[float], temps: list[float]) -> dict[str, float | 
     return {
         "temp_last": temps[-1],
         "temp_mean": _mean(temps),
-        "temp_slope": slope(list(zip(times, temps, strict=True))),
+        "temp_slope": slope_of(times, temps),
     }
 
 
@@ -449,8 +471,8 @@ def _reason_features(rows: Rows, last_t: float) -> dict[str, float | None]:
     """Power cap over the busy samples with reasons, thermal reasons over those of the last 10 s."""
     if not rows.capped:
         return {}
-    since = itertools.repeat(last_t - RECENT_S)
-    recent = list(itertools.compress(rows.hot, map(operator.lt, since, rows.reason_t)))
+    # the rows are in time order: the last 10 s are a suffix
+    recent = rows.hot[bisect.bisect_right(rows.reason_t, last_t - RECENT_S) :]
     return {
         "thermal_share": sum(recent) / len(recent) if recent else None,
         "cap_share": sum(rows.capped) / len(rows.capped),

@@ -96,10 +96,12 @@ def quantile(ordered: list[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
-def summarize(values: list[float]) -> Stats | None:
+def summarize(values: list[float], ordered: list[float] | None = None) -> Stats | None:
+    """``ordered``: the values sorted, when the caller has them already."""
     if not values:
         return None
-    ordered = sorted(values)
+    if ordered is None:
+        ordered = sorted(values)
     return Stats(
         mean=sum(values) / len(values),  # in sample order, as the detectors have always summed
         min=ordered[0],
