@@ -116,7 +116,8 @@ def clamp(x: float) -> float:
 
 def ramp(x: float, zero: float, one: float) -> float:
     """0 at ``zero``, 1 at ``one``, linear between (either direction)."""
-    return clamp((x - zero) / (one - zero))
+    r = (x - zero) / (one - zero)
+    return 0.0 if r < 0 else 1.0 if r > 1 else r  # clamp, inline: ramps run ~20 times per GPU a second
 
 
 # ---- data starvation ---------------------------------------------------------------------------

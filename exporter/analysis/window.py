@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import operator
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -69,8 +70,7 @@ class Window(Generic[P]):
         return len(self._points)
 
 
-def _time(point: object) -> float:
-    return point.t  # type: ignore[attr-defined]
+_time = operator.attrgetter("t")  # a point's time (C-level: bisection calls it about 9 times a search)
 
 
 @dataclass(frozen=True, slots=True)
