@@ -350,9 +350,9 @@ class _Job:
     shown: dict[str, tuple[list[str], Shared]]  # job-wide kind -> the ranks showing it, how it is shared
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: made 64 times a second on 8 GPUs, and frozen costs 3x to make
 class _Judged:
-    """A GPU's evidence of one kind after the job-level reasoning."""
+    """A GPU's evidence of one kind after the job-level reasoning (never changed once made)."""
 
     evidence: d.Evidence
     cause: str
