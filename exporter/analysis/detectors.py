@@ -142,9 +142,10 @@ def starvation(f: GpuFeatures, h: HostFeatures | None, waiting: float | None = N
     rhythm = _rhythm(idle, f.gaps)
     if len(halves) < 2 or any(h.gaps < 1 or h.idle_fraction < MIN_HALF_IDLE for h in halves):
         rhythm = min(rhythm, BELOW_ENTER)
-    swing = min((_swing(h) for h in halves), default=0.0)
     if waiting is not None and waiting < STARVATION_IDLE_FRACTION.value / 2:
         swing = 0.0  # the ledger sees no waiting: a swing between phases (start-up, evaluation) is not it
+    else:
+        swing = min((_swing(h) for h in halves), default=0.0)
     util_evidence = max(rhythm, swing)
     score = util_evidence
     ratio = f.power_ratio
