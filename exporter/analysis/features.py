@@ -197,10 +197,10 @@ class _Column:
                 del column[:start]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made for every GPU every second, and frozen costs 4x to make
 class Rows:
     """The per-point parts of the features over a stretch of points, oldest first. The lists are the
-    columns' own: read them, never change them."""
+    columns' own: read them, never change them (nor the fields)."""
 
     util_t: list[float]
     util: list[float]
