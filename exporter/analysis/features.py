@@ -7,6 +7,7 @@ Every feature is None when its input column never had a value in the window, so 
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import math
 import operator
@@ -131,10 +132,11 @@ def slope_of(times: list[float], values: list[float], most: int = SLOPE_POINTS) 
     return _fit([(times[i], values[i]) for i in picks])
 
 
-def _spaced(n: int, most: int) -> list[int]:
+@functools.cache  # a window holds about the same number of points every second
+def _spaced(n: int, most: int) -> tuple[int, ...]:
     """The indexes of ``most`` evenly spaced points of ``n`` and of the last one."""
     step = n / most
-    return [int(i * step) for i in range(most)] + [n - 1]
+    return (*[int(i * step) for i in range(most)], n - 1)
 
 
 def _fit(pairs: Sequence[tuple[float, float]]) -> float | None:
