@@ -17,7 +17,7 @@ from typing import Any
 
 from exporter.analysis.envelope import board_power
 from exporter.analysis.points import GpuPoint, HostPoint
-from exporter.analysis.window import HIGH_Q, Window, fraction_below, quantile, summarize
+from exporter.analysis.window import HIGH_Q, Window, central, fraction_below, quantile, summarize
 from exporter.policy.nvml_vocab import HW_SLOWDOWN, POWER_CAP_BITS, THERMAL_BITS
 from exporter.policy.thresholds import LEDGER_BUSY_UTIL, TEMP_HOT, UTIL_IDLE_LINE
 
@@ -427,13 +427,13 @@ def _util_features(rows: Rows, last_t: float) -> dict[str, Any]:
 def _util_stats(utils: list[float], classes: str, ordered: list[float] | None = None) -> UtilStats | None:
     """``util_stats`` from the samples' classes: the same figures without a loop over the samples.
     ``ordered``: the utilizations sorted, when the caller has them."""
-    whole = summarize(utils, ordered)
-    if whole is None:
+    if not utils:
         return None
+    mean, p05, p95 = central(utils, sorted(utils) if ordered is None else ordered)
     return UtilStats(
-        mean=whole.mean,
-        p05=whole.p05,
-        p95=whole.p95,
+        mean=mean,
+        p05=p05,
+        p95=p95,
         idle_fraction=classes.count(IDLE) / len(classes),
         gaps=_gaps(classes),
     )

@@ -102,14 +102,15 @@ def summarize(values: list[float], ordered: list[float] | None = None) -> Stats 
         return None
     if ordered is None:
         ordered = sorted(values)
-    return Stats(
-        mean=sum(values) / len(values),  # in sample order, as the detectors have always summed
-        min=ordered[0],
-        max=ordered[-1],
-        p05=quantile(ordered, LOW_Q),
-        p95=quantile(ordered, HIGH_Q),
-        count=len(ordered),
-    )
+    mean, p05, p95 = central(values, ordered)
+    return Stats(mean=mean, min=ordered[0], max=ordered[-1], p05=p05, p95=p95, count=len(ordered))
+
+
+def central(values: list[float], ordered: list[float]) -> tuple[float, float, float]:
+    """The mean, p05 and p95 of ``summarize`` (``ordered``: the values sorted), for the detectors' own
+    statistics, which need no ``Stats`` made."""
+    mean = sum(values) / len(values)  # in sample order, as the detectors have always summed
+    return mean, quantile(ordered, LOW_Q), quantile(ordered, HIGH_Q)
 
 
 def fraction_below(values: list[float], line: float) -> float | None:
