@@ -11,11 +11,19 @@ no kernel resident, else the board table's idle draw.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from exporter.analysis.points import GpuPoint
 from exporter.policy.thresholds import POWER_FLOOR_TO_CEILING, UTIL_IDLE_LINE, board_idle, board_tdp
+
+
+@functools.cache
+def board_power(name: str) -> tuple[float | None, float | None]:
+    """The board table's (TDP, idle draw) for a GPU name: a scan of the table, asked every second for
+    every GPU about names that never change."""
+    return board_tdp(name), board_idle(name)
 
 
 @dataclass(frozen=True)
@@ -69,14 +77,15 @@ class EnvelopeLearner:
         self.busy_w = max(self.busy_w or 0.0, watts)
 
     def envelope(self, name: str = "") -> Envelope:
+        tdp, table_idle = board_power(name)
         floor, floor_from = self.idle_w, "idle samples"
-        if floor is None and (table_idle := board_idle(name)) is not None:
+        if floor is None and table_idle is not None:
             floor, floor_from = table_idle, "board table"
         if self.limit_w:
             return Envelope(floor, floor_from if floor is not None else "", self.limit_w, "power limit")
         if self.default_w:
             return Envelope(floor, floor_from if floor is not None else "", self.default_w, "default limit")
-        if tdp := board_tdp(name):
+        if tdp:
             return Envelope(floor, floor_from if floor is not None else "", tdp, "board table")
         by_floor = POWER_FLOOR_TO_CEILING.value * floor if floor else None
         if self.busy_w and (by_floor is None or self.busy_w >= by_floor):

@@ -7,6 +7,7 @@ Every feature is None when its input column never had a value in the window, so 
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import math
 import operator
@@ -14,10 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from exporter.analysis.envelope import board_power
 from exporter.analysis.points import GpuPoint, HostPoint
-from exporter.analysis.window import HIGH_Q, Window, fraction_below, quantile, summarize
+from exporter.analysis.window import HIGH_Q, Window, central, fraction_below, quantile, summarize
 from exporter.policy.nvml_vocab import HW_SLOWDOWN, POWER_CAP_BITS, THERMAL_BITS
-from exporter.policy.thresholds import LEDGER_BUSY_UTIL, TEMP_HOT, UTIL_IDLE_LINE, board_tdp
+from exporter.policy.thresholds import LEDGER_BUSY_UTIL, TEMP_HOT, UTIL_IDLE_LINE
 
 BUSY_LINE = LEDGER_BUSY_UTIL.value
 FLAT = 1e-12  # a variance this small is no spread at all: no slope
@@ -120,8 +122,24 @@ def slope(pairs: Sequence[tuple[float, float]], most: int = SLOPE_POINTS) -> flo
     """Least-squares slope of (t, value) pairs, over at most ``most`` evenly spaced ones (the signals
     it is used for change once per collection, not per sample)."""
     if len(pairs) > most:
-        step = len(pairs) / most
-        pairs = [pairs[int(i * step)] for i in range(most)] + [pairs[-1]]
+        pairs = [pairs[i] for i in _spaced(len(pairs), most)]
+    return _fit(pairs)
+
+
+def slope_of(times: list[float], values: list[float], most: int = SLOPE_POINTS) -> float | None:
+    """``slope`` of two columns, pairing only the points it fits (not every point of the window)."""
+    picks = _spaced(len(times), most) if len(times) > most else range(len(times))
+    return _fit([(times[i], values[i]) for i in picks])
+
+
+@functools.cache  # a window holds about the same number of points every second
+def _spaced(n: int, most: int) -> tuple[int, ...]:
+    """The indexes of ``most`` evenly spaced points of ``n`` and of the last one."""
+    step = n / most
+    return (*[int(i * step) for i in range(most)], n - 1)
+
+
+def _fit(pairs: Sequence[tuple[float, float]]) -> float | None:
     n = len(pairs)
     if n < SLOPE_MIN_POINTS:
         return None
@@ -181,10 +199,10 @@ class _Column:
                 del column[:start]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made for every GPU every second, and frozen costs 4x to make
 class Rows:
     """The per-point parts of the features over a stretch of points, oldest first. The lists are the
-    columns' own: read them, never change them."""
+    columns' own: read them, never change them (nor the fields)."""
 
     util_t: list[float]
     util: list[float]
@@ -358,14 +376,15 @@ def gpu_features(
         rows = rows_of(points)
     last_t = points[-1].t
     limit, default = rows.last.get("power_limit_w"), rows.last.get("power_default_w")
+    tdp = board_power(name)[0]
     return GpuFeatures(
         n=len(points),
         span_s=last_t - points[0].t,
         **_util_features(rows, last_t),
         **_power_features(rows.power),
-        power_ref_w=limit or default or board_tdp(name) or ceiling_w,
+        power_ref_w=limit or default or tdp or ceiling_w,
         limit_w=limit,
-        default_w=default or board_tdp(name),
+        default_w=default or tdp,
         sm_mean=_mean(rows.sm),
         nvlink_bps=_mean(rows.nvlink),
         pcie_bps=_mean(rows.pcie),
@@ -384,8 +403,11 @@ def _util_features(rows: Rows, last_t: float) -> dict[str, Any]:
     if not utils:
         return {"halves": (None, None)}
     classes = "".join(rows.util_class)
-    whole = _util_stats(utils, classes)
     half = len(utils) // 2
+    older, newer = utils[:half], utils[half:]
+    older_sorted, newer_sorted = sorted(older), sorted(newer)
+    # two sorted runs: sorting them together is a merge (a stable sort, so the same list as sorting utils)
+    whole = _util_stats(utils, classes, sorted(older_sorted + newer_sorted))
     last_working = max(classes.rfind(LOW), classes.rfind(BUSY))  # the trailing idle run starts after it
     idle_from = rows.util_t[last_working + 1] if last_working + 1 < len(utils) else None
     return {
@@ -394,20 +416,24 @@ def _util_features(rows: Rows, last_t: float) -> dict[str, Any]:
         "idle_fraction": whole.idle_fraction if whole else None,
         "busy_fraction": classes.count(BUSY) / len(utils),
         "gaps": whole.gaps if whole else 0,
-        "halves": (_util_stats(utils[:half], classes[:half]), _util_stats(utils[half:], classes[half:])),
+        "halves": (
+            _util_stats(older, classes[:half], older_sorted),
+            _util_stats(newer, classes[half:], newer_sorted),
+        ),
         "trailing_idle_s": last_t - idle_from if idle_from is not None else 0.0,
     }
 
 
-def _util_stats(utils: list[float], classes: str) -> UtilStats | None:
-    """``util_stats`` from the samples' classes: the same figures without a loop over the samples."""
-    whole = summarize(utils)
-    if whole is None:
+def _util_stats(utils: list[float], classes: str, ordered: list[float] | None = None) -> UtilStats | None:
+    """``util_stats`` from the samples' classes: the same figures without a loop over the samples.
+    ``ordered``: the utilizations sorted, when the caller has them."""
+    if not utils:
         return None
+    mean, p05, p95 = central(utils, sorted(utils) if ordered is None else ordered)
     return UtilStats(
-        mean=whole.mean,
-        p05=whole.p05,
-        p95=whole.p95,
+        mean=mean,
+        p05=p05,
+        p95=p95,
         idle_fraction=classes.count(IDLE) / len(classes),
         gaps=_gaps(classes),
     )
@@ -439,7 +465,7 @@ def _temp_features(times: list[float], temps: list[float]) -> dict[str, float | 
     return {
         "temp_last": temps[-1],
         "temp_mean": _mean(temps),
-        "temp_slope": slope(list(zip(times, temps, strict=True))),
+        "temp_slope": slope_of(times, temps),
     }
 
 
@@ -447,8 +473,8 @@ def _reason_features(rows: Rows, last_t: float) -> dict[str, float | None]:
     """Power cap over the busy samples with reasons, thermal reasons over those of the last 10 s."""
     if not rows.capped:
         return {}
-    since = itertools.repeat(last_t - RECENT_S)
-    recent = list(itertools.compress(rows.hot, map(operator.lt, since, rows.reason_t)))
+    # the rows are in time order: the last 10 s are a suffix
+    recent = rows.hot[bisect.bisect_right(rows.reason_t, last_t - RECENT_S) :]
     return {
         "thermal_share": sum(recent) / len(recent) if recent else None,
         "cap_share": sum(rows.capped) / len(rows.capped),

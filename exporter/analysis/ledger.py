@@ -335,13 +335,17 @@ class Shares:
 
 
 def _shares(h: _Horizon) -> Shares:
-    counted = sum(h.sums[: len(STATES)])
+    sums = h.sums
+    counted = sum(sums[: len(STATES)])
     if counted <= 0:
         return Shares()
+    # `v if v > 0.0 else 0.0` is max(0.0, v) (a rounding residue below zero counts nothing) without a
+    # call: this runs for 9 slots of 3 horizons of every GPU every second
+    thermal = sums[_THERMAL]
     return Shares(
         counted_s=counted,
-        by_state={s: max(0.0, h.sums[i]) / counted for i, s in enumerate(STATES)},
-        thermal=max(0.0, h.sums[_THERMAL]) / counted,
+        by_state={s: (sums[i] if sums[i] > 0.0 else 0.0) / counted for i, s in enumerate(STATES)},
+        thermal=(thermal if thermal > 0.0 else 0.0) / counted,
     )
 
 
@@ -358,7 +362,8 @@ class GpuLedger:
     bursts: int = 0  # ...once the GPU shows a rhythm: separate stretches of work since the job took it
     held_back_s: float = 0.0  # seconds off-kernel while peers of its job waited for it in a collective
     run_s: float = 0.0  # length of the current stopped run
-    memory: deque[tuple[float, float]] = field(default_factory=deque)  # (t, memory used) of the last 30 s
+    # (t, memory used) of the last 30 s that no later reading undercuts: the first is the window's least
+    memory: deque[tuple[float, float]] = field(default_factory=deque)
     pending: list[tuple[Tick, bool]] = field(default_factory=list)  # held-back run seconds (tick, started)
     last: GpuPoint | None = None
     # recent runs that outgrew the pause allowance: [start, length], the newest growing while it lasts
@@ -438,10 +443,12 @@ class GpuLedger:
         if tick.mem_bytes is None:
             return False
         memory = self.memory
+        while memory and memory[-1][1] >= tick.mem_bytes:
+            memory.pop()  # never the least again: this reading is as low and stays longer
         memory.append((tick.t, tick.mem_bytes))
-        while memory and memory[0][0] <= tick.t - EVIDENCE_WINDOW.value:
+        while memory[0][0] <= tick.t - EVIDENCE_WINDOW.value:
             memory.popleft()
-        return tick.mem_bytes - min(m for _, m in memory) >= LEDGER_LOAD_GROWTH.value
+        return tick.mem_bytes - memory[0][1] >= LEDGER_LOAD_GROWTH.value
 
     def _long_run(self, loading: bool, together: bool, quiet: bool) -> tuple[str, str]:
         """States of the waiting and of the collective time of a run longer than the pause allowance:
