@@ -140,19 +140,21 @@ def _spaced(n: int, most: int) -> tuple[int, ...]:
 
 
 def _fit(pairs: Sequence[tuple[float, float]]) -> float | None:
+    """The least-squares slope about the means. Times are Unix seconds (about 1.7e9): the one-pass form
+    (sum of t*t less the square of the sum over n) loses every digit of a ten-second spread to rounding."""
     n = len(pairs)
     if n < SLOPE_MIN_POINTS:
         return None
-    st = sv = stt = stv = 0.0
+    mean_t = sum(t for t, _ in pairs) / n
+    mean_v = sum(v for _, v in pairs) / n
+    var = cov = 0.0
     for t, v in pairs:
-        st += t
-        sv += v
-        stt += t * t
-        stv += t * v
-    var = stt - st * st / n
+        dt = t - mean_t
+        var += dt * dt
+        cov += dt * (v - mean_v)
     if var <= FLAT:
         return None
-    return (stv - st * sv / n) / var
+    return cov / var
 
 
 # ---- the per-point parts, kept as points arrive ---------------------------------------------------
