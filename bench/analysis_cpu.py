@@ -7,7 +7,7 @@ Runs ``serve --simulate healthy`` (8 GPUs, 1 s sampling) in this process with th
 wrapped, and prints each stage's CPU seconds per minute (``time.thread_time``: the CPU of the thread that
 ran it, which a loaded machine barely moves, unlike a sampling profiler's wall-clock samples). Stages
 nest: ``analyze`` holds the others except ``add_gpu_points`` (feeding a collection's points in),
-``live_points`` (readings into points) and ``snapshot build`` (the published snapshot). ``sampler cycle``
+``gpu_points`` (readings into points) and ``snapshot build`` (the published snapshot). ``sampler cycle``
 is the sampler thread's whole turn; ``nvml collect``, ``host collect`` and ``kubelet collect`` run on
 their call threads. Every stage is net of the simulated driver's CPU inside it (counted per thread), so
 what is left is the exporter's own: on a real node that time goes to libnvidia-ml instead.
@@ -102,7 +102,7 @@ def main() -> None:
     _timed(engine.Analyzer, "_decide", "verdicts")
     _timed(GpuLedger, "shares", "ledger shares")
     _timed(engine.Analyzer, "add_gpu_points", "add_gpu_points")
-    _timed(sampler, "live_points", "live_points")
+    _timed(sampler, "gpu_points", "gpu_points")
     _timed(sampler, "build", "snapshot build")
     _timed(sampler.Sampler, "cycle", "sampler cycle")
     _timed(NvmlSource, "collect", "nvml collect")

@@ -73,7 +73,7 @@ def test_docs_table_is_generated_from_the_catalog() -> None:
 def test_ecc_counts_from_the_driver_to_the_exposition_and_the_trace(make_node, make_sampler, clock) -> None:
     """The catalog's ECC rows, read by the NVML source over the simulator, exported with --detail ecc
     only, and carried through a recorded trace."""
-    from exporter.analysis.points import live_points
+    from exporter.analysis.points import gpu_points
     from exporter.policy.detail import parse_detail
     from exporter.serve.metrics import Renderer
     from tests.test_series_budget import samples
@@ -95,7 +95,7 @@ def test_ecc_counts_from_the_driver_to_the_exposition_and_the_trace(make_node, m
     reading = snap.gpus[5].reading
     assert reading is not None
     out = io.StringIO()
-    for point in live_points(reading, None, None, None):
+    for point in gpu_points(reading, None, None, None):
         traces.TraceWriter(out).gpu("5", "H100", point)
     row = traces.read_text(out.getvalue())[0]
     assert row.point.extra["ecc_uncorrected_volatile"] == 1

@@ -94,6 +94,7 @@ def gpu_points(
     last_sign: float | None = None,
 ) -> list[GpuPoint]:
     """Points for one collection: one per new utilization sample, or one at the collection time.
+    ``p2p_failed``: the GPU's NVLink peers it cannot reach (``p2p_failures``; None: not checked);
     ``last_sign``: wall time of the job's last sign of life (None: no log signal)."""
     dt = reading.t - prev.t if prev is not None else 0.0
     nv_tx = _sum([link.tx_bytes for link in reading.nvlinks])
@@ -181,15 +182,3 @@ def p2p_failures(p2p: Mapping[tuple[int, int, str], bool]) -> dict[int, int]:
         if cap == "nvlink":
             failed[a] = failed.get(a, 0) + (not ok)
     return failed
-
-
-def live_points(
-    reading: GpuReading,
-    prev: GpuReading | None,
-    p2p_failed: int | None,
-    last_sign: float | None,
-) -> list[GpuPoint]:
-    """A live GPU's points: its reading's, with its NVLink P2P failures toward its peers (``p2p_failures``;
-    None: not checked) and the seconds since its job last showed progress (``last_sign``, wall time;
-    None: no log signal)."""
-    return gpu_points(reading, prev, p2p_failed=p2p_failed, last_sign=last_sign)

@@ -96,12 +96,10 @@ def quantile(ordered: list[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
-def summarize(values: list[float], ordered: list[float] | None = None) -> Stats | None:
-    """``ordered``: the values sorted, when the caller has them already."""
+def summarize(values: list[float]) -> Stats | None:
     if not values:
         return None
-    if ordered is None:
-        ordered = sorted(values)
+    ordered = sorted(values)
     mean, p05, p95 = central(values, ordered)
     return Stats(mean=mean, min=ordered[0], max=ordered[-1], p05=p05, p95=p95, count=len(ordered))
 

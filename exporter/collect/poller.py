@@ -37,14 +37,17 @@ class Call:
         monotonic: Callable[[], float],
         workers: Workers | None = None,
     ) -> None:
+        self._prepare(monotonic, started=monotonic())
+        (workers or _WORKERS).run(self, fn, args, name)
+
+    def _prepare(self, monotonic: Callable[[], float], started: float | None) -> None:
         self._mono = monotonic
-        self.started = monotonic()
+        self.started = started  # None: not started yet (a turn waiting in its chain)
         self.finished: float | None = None
         self.result: object = None
         self.error: BaseException | None = None
         self.done = threading.Event()
         self.timed_out = False
-        (workers or _WORKERS).run(self, fn, args, name)
 
     def _run(self, fn: Callable[..., object], args: tuple[object, ...]) -> None:
         try:
@@ -57,11 +60,13 @@ class Call:
 
     @property
     def elapsed(self) -> float:
+        if self.started is None:  # not running yet
+            return 0.0
         return (self.finished if self.finished is not None else self._mono()) - self.started
 
     def overdue(self, limit_s: float) -> bool:
-        """True once, the first time the call has run past its limit."""
-        if self.timed_out or self.done.is_set() or self.elapsed <= limit_s:
+        """True once, the first time the call has run past its limit (a call not started never has)."""
+        if self.started is None or self.timed_out or self.done.is_set() or self.elapsed <= limit_s:
             return False
         self.timed_out = True
         return True
@@ -73,13 +78,7 @@ class Turn(Call):
     elapsed time is zero and it is never overdue."""
 
     def __init__(self, fn: Callable[..., object], *args: object, monotonic: Callable[[], float]) -> None:
-        self._mono = monotonic
-        self.started: float | None = None  # type: ignore[assignment]
-        self.finished: float | None = None
-        self.result: object = None
-        self.error: BaseException | None = None
-        self.done = threading.Event()
-        self.timed_out = False
+        self._prepare(monotonic, started=None)
         self._job: tuple[Callable[..., object], tuple[object, ...]] | None = (fn, args)
         self._lock = threading.Lock()
 
@@ -100,15 +99,6 @@ class Turn(Call):
             if self.started is None:
                 self._job = None
             return self.started is None
-
-    @property
-    def elapsed(self) -> float:
-        if self.started is None:
-            return 0.0
-        return (self.finished if self.finished is not None else self._mono()) - self.started
-
-    def overdue(self, limit_s: float) -> bool:
-        return self.started is not None and super().overdue(limit_s)
 
 
 def run_chain(turns: list[Turn]) -> None:

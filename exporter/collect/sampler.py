@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 
 from exporter.analysis.engine import Analyzer, VerdictEvent
 from exporter.analysis.pods import gpu_owners
-from exporter.analysis.points import GpuPoint, HostPoint, host_point, live_points, p2p_failures
+from exporter.analysis.points import GpuPoint, HostPoint, gpu_points, host_point, p2p_failures
 from exporter.analysis.result import analyze
 from exporter.collect.job_signals import JobSignals
 from exporter.collect.nvml_session import NvmlSession
@@ -196,7 +196,7 @@ class Sampler:
 
     def _feed(self, reading: GpuReading, prev: GpuReading | None, p2p_failed: int | None) -> None:
         gpu, last = str(reading.identity.index), self.job.last_sign.get(reading.identity.index)
-        points = live_points(reading, prev, p2p_failed, last)
+        points = gpu_points(reading, prev, p2p_failed, last)
         self.analyzer.set_identity(gpu, reading.identity.name, reading.temp_slowdown_c)
         self.analyzer.add_gpu_points(gpu, points)
         for listener in self.gpu_listeners:

@@ -61,7 +61,7 @@ class Threaded(Reports, Protocol):
 
 class Schedule(Enum):
     POLLED = "polled"  # the poller starts collect() on a worker thread every interval, bounded by a timeout
-    PER_GPU = "per GPU"  # NVML: one call per GPU every cycle, run by collect/nvml_session.py
+    PER_GPU = "per GPU"  # NVML: every GPU read each cycle, chained on one worker by collect/nvml_session.py
     OWN_THREAD = "own thread"  # keeps its own schedule; reports last_round()
     PUSHED = "pushed"  # readings arrive over HTTP; last_round() is the last report
 

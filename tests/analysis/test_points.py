@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from exporter.analysis.points import live_points, p2p_failures
+from exporter.analysis.points import gpu_points, p2p_failures
 from exporter.sources.readings import GpuIdentity, GpuReading, Sample
 
 
@@ -26,9 +26,9 @@ def test_each_point_carries_the_p2p_failures_and_the_seconds_since_the_last_sign
         util_samples=(Sample(109.5, 1.0), Sample(109.7, 0.0)),
         util=0.0,
     )
-    points = live_points(reading, None, 2, last_sign=100.0)
+    points = gpu_points(reading, None, 2, last_sign=100.0)
     assert [(p.t, p.p2p_failed) for p in points] == [(109.5, 2), (109.7, 2)]
     assert [p.log_silent_s for p in points] == [109.5 - 100.0, 109.7 - 100.0]
-    assert [p.log_silent_s for p in live_points(reading, None, None, last_sign=None)] == [None, None]
-    future = live_points(reading, None, None, last_sign=200.0)  # a clock step: never negative
+    assert [p.log_silent_s for p in gpu_points(reading, None, None, last_sign=None)] == [None, None]
+    future = gpu_points(reading, None, None, last_sign=200.0)  # a clock step: never negative
     assert [p.log_silent_s for p in future] == [0.0, 0.0]
