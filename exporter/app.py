@@ -117,7 +117,8 @@ def build(settings: Settings) -> Built:
     from exporter.sim import ScenarioError, SimulatedNode
 
     try:
-        node = SimulatedNode(settings.simulate, n_gpus=settings.sim_gpus)
+        # the kubelet in a process of its own, as on a node: its CPU is not the exporter's
+        node = SimulatedNode(settings.simulate, n_gpus=settings.sim_gpus, kubelet_process=True)
     except ScenarioError as exc:
         raise UsageError(f"--simulate: {exc}") from None
     module, host_options = node.install(), node.host_options()

@@ -14,7 +14,7 @@ from exporter.sim.conditions import BASE_ENV, EFA_DEVICES, NodeConditions
 from exporter.sim.driver import Capabilities, FakeNvmlLibrary
 from exporter.sim.faults import Fault, FaultPlan
 from exporter.sim.hostfs import SimHost
-from exporter.sim.kubelet import SimKubelet, SimPod
+from exporter.sim.kubelet import KubeletProcess, SimKubelet, SimPod
 from exporter.sim.physics import BoardSpec, NodeModel
 from exporter.sim.podlogs import SimPodLogs
 from exporter.sim.scenarios import Scenario, ScenarioError, parse_scenario, scenario_names
@@ -45,6 +45,7 @@ class SimulatedNode:
         board: BoardSpec | None = None,
         sample_period_s: float = 0.2,
         library_present: bool = True,
+        kubelet_process: bool = False,  # serve the pods from a process of its own (serve --simulate)
     ) -> None:
         self.scenario = parse_scenario(scenario) if isinstance(scenario, str) else scenario
         self.model = NodeModel(
@@ -58,7 +59,16 @@ class SimulatedNode:
         self._generation = 0
         self._pods_lock = threading.Lock()
         self.host.before_refresh = self.current_pods
-        self.kubelet = SimKubelet(str(self.host.root / "kubelet.sock"), self.current_pods).start()
+        socket_path = str(self.host.root / "kubelet.sock")
+        try:
+            self.kubelet: SimKubelet | KubeletProcess = (
+                KubeletProcess(socket_path, self.current_pods())
+                if kubelet_process
+                else SimKubelet(socket_path, self.current_pods).start()
+            )
+        except BaseException:
+            self.host.close()
+            raise
         self.logs: SimPodLogs | None = None
         if not library_present:
             # what pynvml raises when libnvidia-ml.so.1 cannot be loaded; clear the fault to "install" it
@@ -92,6 +102,8 @@ class SimulatedNode:
                         self.model, self.scenario.pods, self.library.conditions(), generation
                     )
                     self.host.pods_changed()
+                    if isinstance(getattr(self, "kubelet", None), KubeletProcess):
+                        self.kubelet.update(self.pods)  # type: ignore[union-attr]
             return list(self.pods)
 
     @property

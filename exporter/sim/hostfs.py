@@ -59,10 +59,10 @@ class SimHost:
 
     def refresh(self) -> None:
         """Advance the model to now and rewrite every file atomically."""
-        if self.before_refresh is not None:
-            self.before_refresh()
         started = time.thread_time()
         try:
+            if self.before_refresh is not None:
+                self.before_refresh()
             self._refresh()
         finally:
             self.cpu_s += time.thread_time() - started

@@ -1,17 +1,30 @@
 """The simulated node's kubelet: a real gRPC PodResourcesLister server on a unix socket, serving the
-pods of the simulated job(s). Tests also use it to make the kubelet slow, failing or silent."""
+pods of the simulated job(s). Tests also use it to make the kubelet slow, failing or silent.
+
+``SimKubelet`` serves from the caller's process. ``KubeletProcess`` serves from a process of its own, as a
+node's kubelet does: a gRPC server's threads wake even while idle (about 0.05 s of CPU a minute), and
+under ``serve --simulate`` that would be counted as the exporter's. The pods and any misbehaviour reach
+it as JSON lines on its stdin; it exits when stdin closes, so it never outlives the simulated node."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
 from concurrent import futures
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import grpc
 
 from exporter.sources.podresources.v1 import api_pb2, api_pb2_grpc
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # where exporter/ is
 
 
 @dataclass
@@ -88,3 +101,86 @@ class SimKubelet:
             self._server.stop(grace=0.5).wait(2)
             self._server = None
         time.sleep(0)  # let the server threads notice
+
+
+class KubeletProcess:
+    """A ``SimKubelet`` in a child process, fed the pods with ``update`` (see the module docstring)."""
+
+    def __init__(self, socket_path: str, pods: list[SimPod], ready_s: float = 20.0) -> None:
+        self.socket_path = socket_path
+        self._lock = threading.Lock()
+        self._proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from exporter.sim.kubelet import _child; _child(sys.argv[1])",
+                socket_path,
+            ],
+            stdin=subprocess.PIPE,
+            env={
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join(filter(None, (_ROOT, os.environ.get("PYTHONPATH")))),
+            },
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.update(pods)
+        if not self._ready(ready_s):
+            self.stop()
+            raise RuntimeError(f"the simulated kubelet did not start serving on {socket_path}")
+
+    def _ready(self, timeout_s: float) -> bool:
+        assert self._proc.stdout is not None
+        answer: list[str] = []
+        reader = threading.Thread(target=lambda: answer.append(self._proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+        reader.start()
+        reader.join(timeout_s)
+        return bool(answer) and answer[0].strip() == "serving"
+
+    def _send(self, message: dict[str, object]) -> None:
+        with self._lock:
+            if self._proc.stdin is None or self._proc.poll() is not None:
+                return
+            try:
+                self._proc.stdin.write(json.dumps(message) + "\n")
+                self._proc.stdin.flush()
+            except (BrokenPipeError, ValueError):  # it has exited (or is being stopped)
+                return
+
+    def update(self, pods: list[SimPod]) -> None:
+        self._send({"pods": [asdict(p) for p in pods]})
+
+    def misbehave(self, delay_s: float = 0.0, error: grpc.StatusCode | None = None) -> None:
+        self._send({"delay_s": delay_s, "error": error.name if error is not None else None})
+
+    def stop(self) -> None:
+        with self._lock:
+            if self._proc.stdin is not None and not self._proc.stdin.closed:
+                with contextlib.suppress(BrokenPipeError):
+                    self._proc.stdin.close()  # its cue to stop serving and exit
+        try:
+            self._proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
+
+
+def _child(socket_path: str) -> None:
+    """The child's side of ``KubeletProcess``: serve the pods of the last line read, until stdin closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the parent stops us
+    pods: list[list[SimPod]] = [[]]  # the latest list, swapped whole
+    kubelet: SimKubelet | None = None
+    for line in sys.stdin:
+        message = json.loads(line)
+        if "pods" in message:
+            pods[0] = [SimPod(**p) for p in message["pods"]]  # env and capabilities arrive as lists: unused
+        else:
+            error = message["error"]
+            kubelet.misbehave(message["delay_s"], grpc.StatusCode[error] if error else None)  # type: ignore[union-attr]
+        if kubelet is None:
+            kubelet = SimKubelet(socket_path, lambda: pods[0]).start()
+            print("serving", flush=True)
+    if kubelet is not None:
+        kubelet.stop()
