@@ -7,7 +7,14 @@ import pytest
 
 from exporter.sim import Capabilities
 from exporter.sources.errors import ErrorCounter
-from exporter.sources.nvml import GpuLost, NvmlSource, SessionError
+from exporter.sources.nvml import (
+    _UNION_MEMBERS,
+    GpuLost,
+    NvmlSource,
+    SessionError,
+    _sample_layout,
+    _union_value,
+)
 
 MIB = 1 << 20
 
@@ -273,3 +280,18 @@ def test_an_entry_the_driver_leaves_unfilled_is_no_value(make_node, clock, monke
     again = source._field_values(dev)
     assert skipped not in again and len(again) == len(first) - 1
     assert ("nvml", "Unknown") in errors.snapshot()
+
+
+@pytest.mark.parametrize("value_type", sorted(_UNION_MEMBERS))
+def test_a_sample_unpacks_as_the_bindings_read_it_for_every_value_type(value_type):
+    member = _UNION_MEMBERS[value_type]
+    entries = (3 * pynvml.c_nvmlSample_t)()
+    values = {"dVal": (0.1, 1e300, -2.5), "sllVal": (-1, 2**62, 0), "siVal": (-7, 2**31 - 1, 0)}.get(
+        member, (0, 1, 65535)
+    )
+    for entry, value in zip(entries, values, strict=True):
+        entry.timeStamp = 1_700_000_000_123_456
+        setattr(entry.sampleValue, member, value)
+    unpack = _sample_layout(value_type)
+    for entry in entries[0:3]:
+        assert unpack(entry) == (entry.timeStamp, _union_value(value_type, entry.sampleValue))
