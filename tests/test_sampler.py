@@ -61,6 +61,21 @@ def test_listeners_get_every_point(make_node, make_sampler, clock):
     assert seen[0] == 25 and len(hosts) == 5
 
 
+def test_points_carry_the_failed_peers_of_the_p2p_table_in_force(make_node, make_sampler, clock):
+    sampler, _ = make_sampler(make_node("healthy", n_gpus=4), p2p_interval_s=86400.0)
+    newest: dict[int, float | None] = {}
+    sampler.gpu_listeners.append(lambda ident, pts: newest.__setitem__(ident.index, pts[-1].p2p_failed))
+    step(sampler, clock, cycles=3)
+    assert sampler.session.p2p and newest[0] == 0  # the simulated node's first table: every peer reachable
+    # a new table arrives (the session replaces it whole): the next points count its failed peers
+    sampler.session.p2p = {**sampler.session.p2p, (0, 1, "nvlink"): False, (0, 3, "nvlink"): False}
+    step(sampler, clock, cycles=2)
+    assert newest[0] == 2 and newest[1] == 0
+    sampler.session.p2p = {key: True for key in sampler.session.p2p}
+    step(sampler, clock)
+    assert newest[0] == 0
+
+
 def test_hung_call_times_out_one_gpu_and_never_blocks_the_cycle(make_node, make_sampler, clock):
     node = make_node("healthy")
     sampler, errors = make_sampler(node, collect_timeout_s=0.3)

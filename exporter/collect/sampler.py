@@ -55,6 +55,8 @@ class Sampler:
         self._host_reading: HostReading | None = None
         self._readings: dict[str, object] = {}  # every polled source's latest reading, published as is
         self._host_done = False
+        self._p2p_table: object = None  # the P2P table whose failed peers per GPU are in _p2p_failed
+        self._p2p_failed: dict[int, int] = {}
         self.job = JobSignals()  # the job's own word about its progress
         self.analyzer = Analyzer(window_s=settings.window_s)  # owns the windows of points
         self.events: list[VerdictEvent] = []  # verdict changes of the last cycle
@@ -168,7 +170,9 @@ class Sampler:
             harvest = self.session.harvest(mono)
             for index in harvest.returned:
                 self.analyzer.reset(str(index))
-            failed = p2p_failures(harvest.p2p) if harvest.readings else {}
+            if harvest.p2p is not self._p2p_table:  # a new P2P table (every few minutes): count afresh
+                self._p2p_table, self._p2p_failed = harvest.p2p, p2p_failures(harvest.p2p)
+            failed = self._p2p_failed
             for reading, prev in harvest.readings:
                 self._feed(reading, prev, failed.get(reading.identity.index))
         outcomes: dict[str, Outcome] = {o.source: o for o in self.poller.harvest()}
