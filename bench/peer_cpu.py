@@ -13,7 +13,8 @@ Both exporters run at once, each as its own process over its own copy of the sim
 peer), sampling every second. Two phases: scraped every second, then every 15 s, with Prometheus'
 request headers. Per phase and process: CPU seconds per minute of the whole process, less the
 simulator's own CPU (the fake driver's time is counted inside it; ours also runs the simulated /proc
-writer); a real node spends that time in libnvidia-ml and the kernel instead. Then scrape latency
+writer); a real node spends that time in libnvidia-ml and the kernel instead. Our simulated kubelet
+runs as a child process, as a node's kubelet does, and is not counted. Then scrape latency
 p50/p99 (the 1 s phase), RSS at the end, and series per scrape.
 """
 
