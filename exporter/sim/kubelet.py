@@ -129,6 +129,10 @@ class KubeletProcess:
             self.stop()
             raise RuntimeError(f"the simulated kubelet did not start serving on {socket_path}")
 
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
     def _ready(self, timeout_s: float) -> bool:
         assert self._proc.stdout is not None
         answer: list[str] = []

@@ -59,7 +59,8 @@ def test_the_pods_are_served_from_another_process_and_follow_churn():
     now = [1_000_000.0]
     node = SimulatedNode("pod_churn:churn=30", n_gpus=2, clock=lambda: now[0], kubelet_process=True)
     try:
-        (child,) = _children(os.getpid())
+        child = node.kubelet.pid  # type: ignore[union-attr]
+        assert child in _children(os.getpid()) and child != os.getpid()
         source = PodResourcesSource(ErrorCounter(), node.kubelet_socket)
         assert _pods(source) == {"llm-train-0"}
         now[0] += 31
