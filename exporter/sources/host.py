@@ -89,6 +89,8 @@ class HostSource:
         self.pod_index_every_s = pod_index_every_s
         self._pod_index: runtime.PodIndex | None = None
         self._pod_index_at = float("-inf")
+        self._mounts_text: str | None = None  # the mount table last parsed, and what was found in it
+        self._mounts: list[str] = list(shm_paths)
 
     def collect(self) -> HostReading:
         iowait, busy_max, cpus = self._cpu()
@@ -208,27 +210,37 @@ class HostSource:
 
     # ---- shared memory -----------------------------------------------------------------------
 
-    def _mount_table(self) -> list[tuple[str, str]]:
-        """(mountpoint, fstype) of the node's mounts: PID 1's view when the host /proc is mounted."""
+    def _mount_text(self) -> str | None:
+        """The node's mount table: PID 1's view when the host /proc is mounted."""
         for path in (self.proc / "1" / "mounts", self.proc / "self" / "mounts"):
             try:
-                text = path.read_text()
+                return path.read_text()
             except OSError:
                 continue
-            rows = []
-            for line in text.splitlines():
-                parts = line.split()
-                if len(parts) >= 3:
-                    rows.append((_octal_unescape(parts[1]), parts[2]))
-            return rows
-        return []
+        return None
+
+    def _memory_mounts(self) -> list[str]:
+        """The configured shm paths, then the table's memory-backed mounts worth watching. The table is
+        parsed again only when its text changes: a node with a hundred pods lists over a thousand mounts,
+        and parsing and matching them every second cost more than the rest of the collection."""
+        text = self._mount_text()
+        if text != self._mounts_text:
+            self._mounts_text, self._mounts = text, self._wanted(text or "")
+        return self._mounts
+
+    def _wanted(self, table: str) -> list[str]:
+        points = dict.fromkeys(self.shm_paths)  # in order, once each
+        for line in table.splitlines():
+            parts = line.split()
+            if len(parts) < 3 or parts[2] not in MEMORY_FS:
+                continue
+            mountpoint = _octal_unescape(parts[1])
+            if runtime.is_pod_mount(mountpoint) or not self.mount_exclude.search(mountpoint):
+                points.setdefault(mountpoint)
+        return list(points)
 
     def _shm(self) -> tuple[ShmReading, ...]:
-        points = list(self.shm_paths)
-        for mountpoint, fstype in self._mount_table():
-            wanted = runtime.is_pod_mount(mountpoint) or not self.mount_exclude.search(mountpoint)
-            if fstype in MEMORY_FS and wanted and mountpoint not in points:
-                points.append(mountpoint)
+        points = self._memory_mounts()
         index = None
         out = []
         for mountpoint in points:

@@ -122,6 +122,36 @@ def test_shm_mounts_discovered_and_system_tmpfs_skipped(tmp_path):
     }
 
 
+def test_mounts_that_come_and_go_are_followed_and_an_unchanged_table_is_not_parsed_again(
+    tmp_path, monkeypatch
+):
+    proc, sys = tree(tmp_path)
+    sizes = {
+        "/dev/shm": (1 << 30, 0),
+        "/dshm": (8 << 30, 0),
+        "scratch space": (1 << 20, 0),
+        "/new": (1 << 20, 0),
+    }
+    source = HostSource(
+        ErrorCounter(), proc_root=proc, sys_root=sys, host_root="/h", statvfs=fake_statvfs(sizes)
+    )
+    parsed = []
+    wanted = source._wanted
+    monkeypatch.setattr(source, "_wanted", lambda text: parsed.append(text) or wanted(text))
+
+    def seen() -> set[str]:
+        return {s.mountpoint.rsplit("/", 1)[-1] for s in source.collect().shm}
+
+    assert seen() == seen() == {"shm", "dshm", "scratch space"} and len(parsed) == 1
+    mounts = Path(proc) / "1" / "mounts"
+    mounts.write_text(MOUNTS + "tmpfs /new tmpfs rw 0 0\n")  # a pod starts with a memory-backed volume
+    assert seen() == {"shm", "dshm", "scratch space", "new"} and len(parsed) == 2
+    mounts.write_text(MOUNTS.replace("dshm", "gone"))  # its pod went away, another came
+    assert seen() == {"shm", "scratch space"} and len(parsed) == 3
+    mounts.unlink()  # the table cannot be read: the configured paths alone
+    assert seen() == {"shm"} and len(parsed) == 4
+
+
 def test_missing_proc_files_are_counted_and_the_rest_reported(tmp_path):
     proc, sys = tree(tmp_path)
     os.remove(Path(proc, "stat"))
