@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -134,12 +135,11 @@ class KubeletProcess:
         return self._proc.pid
 
     def _ready(self, timeout_s: float) -> bool:
-        assert self._proc.stdout is not None
-        answer: list[str] = []
-        reader = threading.Thread(target=lambda: answer.append(self._proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
-        reader.start()
-        reader.join(timeout_s)
-        return bool(answer) and answer[0].strip() == "serving"
+        """Has the child said it is serving within ``timeout_s``? (It says nothing else on stdout.)"""
+        out = self._proc.stdout
+        assert out is not None
+        readable, _, _ = select.select([out], [], [], timeout_s)
+        return bool(readable) and out.readline().strip() == "serving"
 
     def _send(self, message: dict[str, object]) -> None:
         with self._lock:

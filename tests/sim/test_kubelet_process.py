@@ -17,6 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.sim import SimulatedNode
+from exporter.sim.kubelet import KubeletProcess
 from exporter.sources.errors import ErrorCounter
 from exporter.sources.kubelet import PodResourcesSource
 from scripts.stack import free_port, start_exporter, wait_http
@@ -123,3 +124,10 @@ def test_serve_simulate_reads_its_pods_from_the_kubelet_process_and_takes_it_alo
     finally:
         exporter.kill()
         exporter.wait()
+
+
+def test_a_kubelet_that_cannot_serve_is_a_clear_error_not_a_hang(tmp_path):
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="did not start serving"):
+        KubeletProcess(str(tmp_path / "no-such-dir" / "kubelet.sock"), [], ready_s=20.0)
+    assert time.monotonic() - started < 15
