@@ -34,6 +34,7 @@ from exporter.policy.thresholds import (
     SCORE_ENTER,
     STARVATION_IDLE_FRACTION,
     UTIL_IDLE_LINE,
+    VERDICT_INTERVAL,
     WINDOW_POINTS_PER_SECOND,
 )
 
@@ -96,6 +97,10 @@ class Analyzer:
         self.host_features = HostFeatures()
         self.missing: dict[str, str] = {}  # kind -> why its detector was silent (while it has been)
         self.had_inputs: set[str] = set()  # kinds whose detector saw its inputs at least once
+        # the last judgement: when, of which GPUs, and its verdicts (they stand until the next one)
+        self._judged_at: float | None = None
+        self._judged_gpus: list[str] = []
+        self._judged: dict[str, dict[str, KindState]] = {}
 
     # ---- input ---------------------------------------------------------------------------------
 
@@ -150,6 +155,7 @@ class Analyzer:
         state.window.clear()
         state.idle_since = None
         state.ledger.forget_run()
+        self._judged_at = None  # judged afresh at the next evaluation
 
     def window(self, gpu: str) -> Window[GpuPoint]:
         return self._gpu(gpu).window
@@ -211,15 +217,19 @@ class Analyzer:
     def evaluate(
         self, now: float, gpus: Iterable[str] | None = None
     ) -> tuple[dict[str, dict[str, KindState]], list[VerdictEvent]]:
-        """Verdict states of the given GPUs (default: all) at time ``now``, and the changes."""
+        """Verdict states of the given GPUs (default: all) at time ``now``, and the changes. Every call
+        takes the ledgers' seconds; the verdicts are judged every VERDICT_INTERVAL, and between two
+        judgements the last one's stand (with no changes)."""
         chosen = list(self._gpus) if gpus is None else [g for g in gpus if g in self._gpus]
+        self._tick_ledgers(now, chosen)
+        if not self._judging_due(now, chosen):  # the verdicts of the last judgement stand
+            return self._judged, []
         cutoff = now - self.evidence_s
         self.host_window.evict(now)
         host_points = self.host_window.since(cutoff)
         host = host_features(host_points) if host_points else None
         self.host_features = host or HostFeatures()
         evidence: dict[str, dict[str, d.Evidence]] = {}
-        self._tick_ledgers(now, chosen)
         held: dict[str, int] = {}
         for gpu in chosen:
             state = self._gpus[gpu]
@@ -261,7 +271,19 @@ class Analyzer:
                 else:
                     self.had_inputs.add(kind)
                     self.missing.pop(kind, None)
-        return self._decide(now, chosen, evidence)
+        verdicts, events = self._decide(now, chosen, evidence)
+        self._judged_at, self._judged_gpus, self._judged = now, chosen, verdicts
+        return verdicts, events
+
+    def _judging_due(self, now: float, chosen: list[str]) -> bool:
+        """Verdicts are judged every VERDICT_INTERVAL (steps of EVAL_INTERVAL; half a step of slack for a
+        live clock's jitter), and at once when the GPUs judged change or a GPU was reset."""
+        last = self._judged_at
+        return (
+            last is None
+            or chosen != self._judged_gpus
+            or not last <= now < last + VERDICT_INTERVAL.value - EVAL_INTERVAL.value / 2
+        )
 
     def _decide(
         self, now: float, chosen: list[str], evidence: dict[str, dict[str, d.Evidence]]

@@ -28,6 +28,10 @@ from exporter.sim.faults import FaultPlan
 from exporter.sim.physics import NodeModel
 
 _DEVICE_BASE = 0x7F0000001000
+# an event wait advances the model itself this often: the exporter's own calls advance it every second,
+# and a poll every 50 ms cost the simulator 0.2 s of CPU a minute and woke the exporter's process 20
+# times a second (a driver's wait sleeps in the kernel until an event comes)
+EVENT_WAIT_ADVANCE_S = 1.0
 _ERROR_TYPES = {0: "replay", 1: "recovery", 2: "crc_flit", 3: "crc_data"}
 _FIELD_ERROR_TYPES = {
     N.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY: "replay",
@@ -741,9 +745,10 @@ class FakeNvmlLibrary:
         return N.NVML_SUCCESS
 
     def nvmlEventSetFree(self, event_set: object) -> int:
-        return (
-            N.NVML_SUCCESS if self._event_sets.pop(_addr(event_set), None) else N.NVML_ERROR_INVALID_ARGUMENT
-        )
+        if self._event_sets.pop(_addr(event_set), None) is None:
+            return N.NVML_ERROR_INVALID_ARGUMENT
+        self.model.xid_raised.notify_all()  # a wait on the set ends now
+        return N.NVML_SUCCESS
 
     def nvmlDeviceRegisterEvents(self, handle: object, types: object, event_set: object) -> int:
         g = self._gpu(handle)
@@ -758,32 +763,27 @@ class FakeNvmlLibrary:
         return N.NVML_SUCCESS
 
     def nvmlEventSetWait_v2(self, event_set: object, ref: object, timeout_ms: object) -> int:
-        """Wait for an XID on a registered GPU, in real time, without holding the model lock."""
-        address = _addr(event_set)
+        """Wait for an XID on a registered GPU, in real time. Like the driver's wait it sleeps until an
+        event comes: the model raises XIDs as it advances, so the wait advances it itself only every
+        EVENT_WAIT_ADVANCE_S (a node whose exporter makes no other call still raises them)."""
         deadline = time.monotonic() + _int(timeout_ms) / 1000.0
-        self.model.lock.release()  # _dispatch holds it; waiting must not block other calls
-        try:
-            while True:
-                with self.model.lock:
-                    self.model.advance()
-                    es = self._event_sets.get(address)
-                    if es is None:
-                        return N.NVML_ERROR_INVALID_ARGUMENT
-                    events = list(self.model.xid_events)
-                    while es["cursor"] < len(events):  # type: ignore[operator]
-                        _, gpu, xid = events[es["cursor"]]  # type: ignore[index]
-                        es["cursor"] += 1  # type: ignore[operator]
-                        if gpu in es["devices"]:  # type: ignore[operator]
-                            data = _obj(ref)
-                            data.device = ctypes.cast(
-                                ctypes.c_void_p(_DEVICE_BASE + gpu * 0x40), N.c_nvmlDevice_t
-                            )
-                            data.eventType = N.nvmlEventTypeXidCriticalError
-                            data.eventData = xid
-                            return N.NVML_SUCCESS
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return N.NVML_ERROR_TIMEOUT
-                time.sleep(min(0.05, remaining))
-        finally:
-            self.model.lock.acquire()
+        address, model = _addr(event_set), self.model
+        while True:  # _dispatch holds the model's lock: the condition's wait lets other calls in
+            es = self._event_sets.get(address)
+            if es is None:  # freed while waiting
+                return N.NVML_ERROR_INVALID_ARGUMENT
+            model.advance()
+            events = model.xid_events
+            while es["cursor"] < len(events):  # type: ignore[operator]
+                _, gpu, xid = events[es["cursor"]]  # type: ignore[index]
+                es["cursor"] += 1  # type: ignore[operator]
+                if gpu in es["devices"]:  # type: ignore[operator]
+                    data = _obj(ref)
+                    data.device = ctypes.cast(ctypes.c_void_p(_DEVICE_BASE + gpu * 0x40), N.c_nvmlDevice_t)
+                    data.eventType = N.nvmlEventTypeXidCriticalError
+                    data.eventData = xid
+                    return N.NVML_SUCCESS
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return N.NVML_ERROR_TIMEOUT
+            model.xid_raised.wait(min(EVENT_WAIT_ADVANCE_S, remaining))

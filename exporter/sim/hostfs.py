@@ -47,7 +47,8 @@ class SimHost:
         self.host_root = str(self.root / "host")
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
-        self.cpu_s = 0.0
+        self.cpu_s = 0.0  # the writer's and statvfs' CPU (two threads: added under _cpu_lock)
+        self._cpu_lock = threading.Lock()
         for d in ("proc/pressure", "proc/1", *(f"sys/block/{name}" for name in DISKS), "host/dev/shm"):
             (self.root / d).mkdir(parents=True, exist_ok=True)
         (self.root / "sys/block/loop0").mkdir(exist_ok=True)
@@ -65,7 +66,12 @@ class SimHost:
                 self.before_refresh()
             self._refresh()
         finally:
-            self.cpu_s += time.thread_time() - started
+            self._count_cpu(started)
+
+    def _count_cpu(self, started: float) -> None:
+        spent = time.thread_time() - started
+        with self._cpu_lock:
+            self.cpu_s += spent
 
     def _refresh(self) -> None:
         with self.model.lock:
@@ -99,11 +105,16 @@ class SimHost:
         return mounts
 
     def statvfs(self, path: str) -> os.statvfs_result:
-        """statvfs for the simulated memory-backed mounts; other paths are the real ones."""
-        rel = "/" + os.path.relpath(os.path.normpath(path), self.host_root)
-        with self.model.lock:
-            self.model.advance()
-            found = self._shm_mounts().get(rel)
+        """statvfs for the simulated memory-backed mounts; other paths are the real ones. The model's
+        work here is the simulator's CPU (the kernel's on a node), like the writer's."""
+        started = time.thread_time()
+        try:
+            rel = "/" + os.path.relpath(os.path.normpath(path), self.host_root)
+            with self.model.lock:
+                self.model.advance()
+                found = self._shm_mounts().get(rel)
+        finally:
+            self._count_cpu(started)
         if found is None:
             return os.statvfs(path)
         size, used = found

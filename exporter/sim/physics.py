@@ -267,6 +267,7 @@ class NodeModel:
         self.gpus = [self._new_gpu(i) for i in range(n_gpus)]
         self.host = HostState()
         self.xid_events: list[tuple[float, int, int]] = []  # append-only: readers keep a cursor
+        self.xid_raised = threading.Condition(self.lock)  # notified with every new XID event
         self._xid_sent: set[tuple[float, int]] = set()
         self._settle()
 
@@ -431,6 +432,7 @@ class NodeModel:
         if key not in self._xid_sent:
             self._xid_sent.add(key)
             self.xid_events.append((t, g.index, 79))
+            self.xid_raised.notify_all()
 
     def _power_and_heat(self, g: GpuState, f: Factors, nz: float, dt: float, hot: bool) -> int:
         """Power (held under the enforced limit), temperature and the clock factor; returns the clock-event

@@ -128,6 +128,44 @@ def test_gpu_lost_scenario_fails_every_call_and_raises_xid_79(make_node, clock):
         pynvml.nvmlEventSetWait_v2(es, 50)
 
 
+def test_an_event_wait_sleeps_until_an_event_and_ends_when_its_set_is_freed(make_node, clock):
+    """Like the driver's, the wait does not poll: it wakes for an XID or a freed set, not 20 times a
+    second (which the exporter's process would pay for in switches)."""
+    node = make_node("gpu_lost:onset=2")
+    pynvml.nvmlInit()
+    h7 = pynvml.nvmlDeviceGetHandleByIndex(7)
+    es = pynvml.nvmlEventSetCreate()
+    pynvml.nvmlDeviceRegisterEvents(h7, pynvml.nvmlEventTypeXidCriticalError, es)
+    advances = []
+    inner = node.model.advance
+    node.model.advance = lambda now=None: advances.append(1) or inner(now)
+    outcome: dict[str, object] = {}
+
+    def wait() -> None:
+        started = time.monotonic()
+        try:
+            outcome["data"] = pynvml.nvmlEventSetWait_v2(es, 5000)
+        except pynvml.NVMLError as exc:
+            outcome["error"] = exc
+        outcome["took"] = time.monotonic() - started
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    time.sleep(0.4)
+    assert waiter.is_alive() and len(advances) <= 2  # asleep, not polling
+    clock.advance(3.0)
+    pynvml.nvmlDeviceGetCount()  # any call advances the model, which raises the XID: the wait wakes
+    waiter.join(2)
+    assert outcome["data"].eventData == 79 and outcome["took"] < 2  # type: ignore[union-attr]
+    outcome.clear()
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    time.sleep(0.2)
+    pynvml.nvmlEventSetFree(es)
+    waiter.join(2)
+    assert isinstance(outcome["error"], pynvml.NVMLError_InvalidArgument) and outcome["took"] < 1
+
+
 def test_p2p_caps_tuple_constant_is_rejected_like_ctypes_would(make_node):
     """pynvml spells NVML_P2P_CAPS_INDEX_READ as (0,); the real library call fails on it too."""
     make_node("healthy")
