@@ -431,8 +431,9 @@ class NodeModel:
         key = (plan.start + sc.onset_s, g.index)
         if key not in self._xid_sent:
             self._xid_sent.add(key)
-            self.xid_events.append((t, g.index, 79))
-            self.xid_raised.notify_all()
+            with self.xid_raised:  # the model's lock (held already while it advances; not while it settles)
+                self.xid_events.append((t, g.index, 79))
+                self.xid_raised.notify_all()
 
     def _power_and_heat(self, g: GpuState, f: Factors, nz: float, dt: float, hot: bool) -> int:
         """Power (held under the enforced limit), temperature and the clock factor; returns the clock-event

@@ -140,8 +140,67 @@ _SAMPLE_FORMATS = {0: "d", 1: "I", 2: "L", 3: "Q", 4: "q", 5: "i", 6: "H"}
 
 
 @functools.cache
-def _sample_layout(value_type: int) -> Callable[[object], tuple[int, float]]:
-    return struct.Struct("@Q" + _SAMPLE_FORMATS.get(value_type, "Q")).unpack_from  # type: ignore[return-value]
+def _sample_layout(value_type: int, size: int = 0) -> struct.Struct:
+    """An ``nvmlSample_t`` as (timestamp, value) for a value type; ``size``: the entry's size in an array
+    (the union's widest member sets it), padded to so that a whole array unpacks in one call."""
+    fmt = "@Q" + _SAMPLE_FORMATS.get(value_type, "Q")
+    return struct.Struct(fmt + "x" * max(0, size - struct.calcsize(fmt)))
+
+
+SAMPLE_BUFFER_MAX = 1 << 16  # entries: a driver that keeps filling any buffer is not followed further
+
+
+class SampleReader:
+    """``nvmlDeviceGetSamples`` in one driver call into an array kept per sample type. The bindings'
+    function calls the driver twice every time (how many samples are new, then those into a new array);
+    the driver fills as many entries as the array holds and says how many it wrote, so an array as large
+    as the driver's own buffer takes every new sample in one call. One that comes back full is grown and
+    read again."""
+
+    def __init__(self, N: ModuleType) -> None:
+        self.N = N
+        self._lookup = getattr(N, "_nvmlGetFunctionPointer", None)
+        self._check = getattr(N, "_nvmlCheckReturn", None)
+        entry = getattr(N, "c_nvmlSample_t", None)
+        self._entry = _plain(entry) if entry is not None else None
+        self._arrays: dict[int, ctypes.Array] = {}  # by sample type
+
+    @property
+    def direct(self) -> bool:
+        """Are the bindings' lookup, return check and sample layout there (else theirs is used)?"""
+        return self._lookup is not None and self._check is not None and self._entry is not None
+
+    def read(self, handle: object, kind: int, last: int) -> list[tuple[int, float]]:
+        """(timestamp, value) of each sample newer than ``last``, in the driver's order. Raises the
+        bindings' NVMLError (NotFound: nothing newer)."""
+        if not self.direct:
+            value_type, raw = self.N.nvmlDeviceGetSamples(handle, kind, last)
+            unpack = _sample_layout(value_type).unpack_from
+            return [unpack(entry) for entry in raw]
+        fn = self._lookup("nvmlDeviceGetSamples")  # type: ignore[misc]
+        value_type, count = ctypes.c_uint(0), ctypes.c_uint(0)
+        array = self._arrays.get(kind)
+        if array is None:  # the first read: twice what the driver's buffer holds now, room to spare
+            self._call(fn, handle, kind, 0, value_type, count, None)
+            array = self._grow(kind, 2 * count.value)
+        while True:
+            count.value = len(array)
+            self._call(fn, handle, kind, last, value_type, count, array)
+            if count.value < len(array) or len(array) >= SAMPLE_BUFFER_MAX:
+                break
+            array = self._grow(kind, len(array) * 2)  # full: there may be more
+        layout = _sample_layout(value_type.value, ctypes.sizeof(self._entry))  # type: ignore[arg-type]
+        return list(layout.iter_unpack(memoryview(array).cast("B")[: count.value * layout.size]))
+
+    def _call(self, fn: Callable[..., int], handle: object, kind: int, last: int, *out: object) -> None:
+        value_type, count, array = out
+        args = (ctypes.byref(value_type), ctypes.byref(count), array)  # type: ignore[arg-type]
+        self._check(fn(handle, ctypes.c_uint(kind), ctypes.c_ulonglong(last), *args))  # type: ignore[misc]
+
+    def _grow(self, kind: int, entries: int) -> ctypes.Array:
+        size = max(1, min(entries, SAMPLE_BUFFER_MAX))
+        array = self._arrays[kind] = (self._entry * size)()  # type: ignore[operator]
+        return array
 
 
 def _union_value(value_type: int, union: object) -> float:
@@ -213,6 +272,7 @@ class Device:
     slow_fields: list[tuple[int, int]] = field(default_factory=list)  # read every slow interval
     link_count: int = 0
     cursors: dict[int, int] = field(default_factory=dict)
+    samples: SampleReader | None = None  # its sample buffers' reader (None: lost at discovery)
     last: dict[str, float] = field(default_factory=dict)
     last_t: dict[str, float] = field(default_factory=dict)  # when each ``last`` value was read
     default_limit_w: float | None = None
@@ -294,7 +354,12 @@ class NvmlSource:
             if name in SESSION_ERRORS and not self.session_answers():
                 raise SessionError(name) from exc
             return Device(index=index, handle=None, identity=GpuIdentity(index=index, uuid=""), lost=True)
-        dev = Device(index=index, handle=handle, identity=GpuIdentity(index=index, uuid=uuid))
+        dev = Device(
+            index=index,
+            handle=handle,
+            identity=GpuIdentity(index=index, uuid=uuid),
+            samples=SampleReader(self.N),
+        )
         try:
             self._probe(dev)
         except (GpuLost, GpuReadFailed):  # it failed half-way: down, and re-probed like a lost GPU
@@ -545,11 +610,11 @@ class NvmlSource:
 
     def _samples(self, dev: Device, kind: int, key: str, scale: float) -> tuple[Sample, ...] | None:
         """New driver samples since the last call; () when there are none, None when unsupported."""
-        if self._off(dev, key):
+        if self._off(dev, key) or dev.samples is None:
             return None
         last = dev.cursors.get(kind, 0)
         try:
-            value_type, raw = self.N.nvmlDeviceGetSamples(dev.handle, kind, last)
+            raw = dev.samples.read(dev.handle, kind, last)
         except self.N.NVMLError_NotFound:
             dev.retry.pop(key, None)
             return ()  # no sample newer than the cursor: not an error
@@ -557,9 +622,8 @@ class NvmlSource:
             self._handle(dev, key, "nvmlDeviceGetSamples", exc)
             return None  # nothing read: the instantaneous fallback may still answer
         dev.retry.pop(key, None)
-        unpack, out, newest = _sample_layout(value_type), [], last
-        for entry in raw:
-            stamp, value = unpack(entry)
+        out, newest = [], last
+        for stamp, value in raw:
             if stamp > last:
                 out.append(Sample(stamp / 1e6, value * scale))
                 newest = max(newest, stamp)

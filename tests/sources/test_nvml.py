@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+
 import pynvml
 import pytest
 
@@ -11,6 +13,7 @@ from exporter.sources.nvml import (
     _UNION_MEMBERS,
     GpuLost,
     NvmlSource,
+    SampleReader,
     SessionError,
     _sample_layout,
     _union_value,
@@ -283,15 +286,63 @@ def test_an_entry_the_driver_leaves_unfilled_is_no_value(make_node, clock, monke
 
 
 @pytest.mark.parametrize("value_type", sorted(_UNION_MEMBERS))
-def test_a_sample_unpacks_as_the_bindings_read_it_for_every_value_type(value_type):
+def test_a_sample_array_unpacks_as_the_bindings_read_it_for_every_value_type(value_type):
     member = _UNION_MEMBERS[value_type]
     entries = (3 * pynvml.c_nvmlSample_t)()
     values = {"dVal": (0.1, 1e300, -2.5), "sllVal": (-1, 2**62, 0), "siVal": (-7, 2**31 - 1, 0)}.get(
         member, (0, 1, 65535)
     )
-    for entry, value in zip(entries, values, strict=True):
-        entry.timeStamp = 1_700_000_000_123_456
+    for i, (entry, value) in enumerate(zip(entries, values, strict=True)):
+        entry.timeStamp = 1_700_000_000_123_456 + i
         setattr(entry.sampleValue, member, value)
-    unpack = _sample_layout(value_type)
-    for entry in entries[0:3]:
-        assert unpack(entry) == (entry.timeStamp, _union_value(value_type, entry.sampleValue))
+    layout = _sample_layout(value_type, ctypes.sizeof(pynvml.c_nvmlSample_t))
+    unpacked = list(layout.iter_unpack(memoryview(entries).cast("B")))  # the whole array in one call
+    assert unpacked == [(e.timeStamp, _union_value(value_type, e.sampleValue)) for e in entries[0:3]]
+    assert [_sample_layout(value_type).unpack_from(e) for e in entries[0:3]] == unpacked  # one by one
+
+
+def test_samples_are_read_in_one_driver_call_into_a_kept_array(make_node, clock):
+    """The bindings' function asks the driver twice per read; the reader asks once (after a first size
+    query), reads what the bindings read, grows its array when a read fills it, and says NotFound the
+    same way when nothing is newer."""
+    node = make_node("healthy")
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    kind = pynvml.NVML_GPU_UTILIZATION_SAMPLES
+    reader = SampleReader(pynvml)
+    assert reader.direct
+    clock.advance(5.0)
+    calls = node.library.calls
+    before = calls["nvmlDeviceGetSamples"]
+    first = reader.read(handle, kind, 0)
+    assert calls["nvmlDeviceGetSamples"] - before == 2  # the size query, once, then the read
+    _, theirs = pynvml.nvmlDeviceGetSamples(handle, kind, 0)
+    assert first == [(s.timeStamp, s.sampleValue.uiVal) for s in theirs] and len(first) > 3
+    clock.advance(3.0)
+    before = calls["nvmlDeviceGetSamples"]
+    newer = reader.read(handle, kind, first[-1][0])
+    assert calls["nvmlDeviceGetSamples"] - before == 1
+    assert newer and all(stamp > first[-1][0] for stamp, _ in newer)
+    reader._grow(kind, 2)  # an array smaller than what is new: filled, grown, read again
+    assert reader.read(handle, kind, 0) == [(s.timeStamp, s.sampleValue.uiVal) for s in theirs] + newer
+    with pytest.raises(pynvml.NVMLError_NotFound):
+        reader.read(handle, kind, newer[-1][0])
+
+
+def test_samples_are_read_through_the_bindings_when_their_internals_are_not_offered(make_node, clock):
+    make_node("healthy")
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    clock.advance(3.0)
+
+    class Bindings:  # bindings without the lookup the direct read uses
+        def __getattr__(self, name):
+            if name == "_nvmlGetFunctionPointer":
+                raise AttributeError(name)
+            return getattr(pynvml, name)
+
+    reader = SampleReader(Bindings())  # type: ignore[arg-type]
+    assert not reader.direct
+    _, theirs = pynvml.nvmlDeviceGetSamples(handle, pynvml.NVML_TOTAL_POWER_SAMPLES, 0)
+    got = reader.read(handle, pynvml.NVML_TOTAL_POWER_SAMPLES, 0)
+    assert got == [(s.timeStamp, s.sampleValue.uiVal) for s in theirs]
