@@ -217,10 +217,22 @@ UNANSWERED = 999  # NVML_ERROR_UNKNOWN: what an entry the driver did not fill in
 
 @functools.cache
 def _plain(entry: type) -> type:
-    """The bindings' ``c_nvmlFieldValue_t`` layout as a plain ctypes structure: the same fields, without
-    the Python-level attribute hooks of nvml-py's ``_PrintableStructure``, which cost more than the rest
-    of a 40-field batch."""
-    return type("FieldValue", (ctypes.Structure,), {"_fields_": list(entry._fields_)})
+    """A structure of the bindings (``c_nvmlFieldValue_t``, ``c_nvmlGpmMetricsGet_t``...) as a plain ctypes
+    structure: the same fields, nested structures and arrays of them plain too, so the same layout,
+    without the Python-level attribute hooks of nvml-py's ``_PrintableStructure`` on every field read and
+    write, which cost more than the rest of a 40-field batch or a GPM read."""
+    fields = []
+    for name, kind, *bits in entry._fields_:
+        if (
+            isinstance(kind, type)
+            and issubclass(kind, ctypes.Array)
+            and issubclass(kind._type_, ctypes.Structure)
+        ):
+            kind = _plain(kind._type_) * kind._length_
+        elif isinstance(kind, type) and issubclass(kind, ctypes.Structure):
+            kind = _plain(kind)
+        fields.append((name, kind, *bits))
+    return type(entry.__name__, (ctypes.Structure,), {"_fields_": fields})
 
 
 class FieldBatch:
@@ -739,7 +751,7 @@ class NvmlSource:
                 self._quiet(self.N.nvmlGpmSampleFree, first)
             return
         dev.gpm_samples = [first, second]
-        dev.gpm_buffer = self.N.c_nvmlGpmMetricsGet_t()
+        dev.gpm_buffer = _plain(self.N.c_nvmlGpmMetricsGet_t)()  # the same layout, read without hooks
         if self._call(dev, "gpm", "nvmlGpmSampleGet", dev.handle, first) is None and "gpm" in dev.unsupported:
             dev.gpm_samples = []
 

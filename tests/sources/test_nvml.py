@@ -15,6 +15,7 @@ from exporter.sources.nvml import (
     NvmlSource,
     SampleReader,
     SessionError,
+    _plain,
     _sample_layout,
     _union_value,
 )
@@ -346,3 +347,27 @@ def test_samples_are_read_through_the_bindings_when_their_internals_are_not_offe
     _, theirs = pynvml.nvmlDeviceGetSamples(handle, pynvml.NVML_TOTAL_POWER_SAMPLES, 0)
     got = reader.read(handle, pynvml.NVML_TOTAL_POWER_SAMPLES, 0)
     assert got == [(s.timeStamp, s.sampleValue.uiVal) for s in theirs]
+
+
+@pytest.mark.parametrize(
+    "name", ["c_nvmlFieldValue_t", "c_nvmlSample_t", "c_nvmlGpmMetricsGet_t", "c_nvmlGpmMetric_t"]
+)
+def test_a_plain_mirror_of_a_bindings_structure_has_its_layout(name):
+    """The reads go through plain copies of the bindings' structures: the driver must find every field
+    where the bindings put it, nested ones included."""
+    theirs = getattr(pynvml, name)
+    ours = _plain(theirs)
+
+    def layout(kind: type) -> list:
+        out = []
+        for field_name, field_kind, *_ in kind._fields_:
+            field = getattr(kind, field_name)
+            out.append((field_name, field.offset, field.size))
+            is_array = isinstance(field_kind, type) and issubclass(field_kind, ctypes.Array)
+            inner = field_kind._type_ if is_array else field_kind  # an array's element, or the field
+            if isinstance(inner, type) and issubclass(inner, ctypes.Structure):
+                out.append(layout(inner))
+        return out
+
+    assert ctypes.sizeof(ours) == ctypes.sizeof(theirs) and layout(ours) == layout(theirs)
+    assert not any(issubclass(k, pynvml._PrintableStructure) for k in ours.__mro__)
