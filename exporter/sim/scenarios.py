@@ -195,15 +195,17 @@ def _apply_param(s: Scenario, key: str, value: str) -> Scenario:
 
 # Each fault phase of the short tour lasts until its page has arrived with room to spare: the verdict's
 # evidence (about 30-80 s), the demo's 30 s `for`, a scrape, an evaluation and Alertmanager's group_wait.
+# comm_bound needs the most: the hang before it resolves only after its phase has begun, and one run
+# beside the test suite paged 141 s into it.
 SHORT_TOUR: tuple[tuple[str, float], ...] = (
     ("healthy", 30.0),
     ("data_starvation", 100.0),
     ("healthy", 30.0),
     ("comm_hang", 150.0),
     ("healthy", 30.0),
-    ("comm_bound", 130.0),
+    ("comm_bound", 150.0),
     ("healthy", 30.0),
-    ("thermal_throttle", 110.0),
+    ("thermal_throttle", 100.0),
     ("healthy", 30.0),
     ("shm_exhaustion", 100.0),
 )
