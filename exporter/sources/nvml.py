@@ -23,6 +23,7 @@ import ctypes
 import functools
 import logging
 import struct
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -215,6 +216,52 @@ def _text(value: object) -> str:
 UNANSWERED = 999  # NVML_ERROR_UNKNOWN: what an entry the driver did not fill in reads as
 
 
+def _signed(bits: int, width: int) -> int:
+    bits &= (1 << width) - 1
+    return bits - (1 << width) if bits >> (width - 1) else bits
+
+
+_DOUBLE, _U64 = struct.Struct("=d"), struct.Struct("=Q")
+# an nvmlValue_t union's value from its eight bytes read as one unsigned 64-bit integer (little-endian:
+# the narrower members are its low bytes), by nvmlValueType_t; ullVal (3), and any type this table does
+# not know, is the integer itself, as the bindings' own reading falls back to ullVal
+_FROM_BITS: dict[int, Callable[[int], float]] = {
+    0: lambda bits: _DOUBLE.unpack(_U64.pack(bits))[0],
+    1: lambda bits: bits & 0xFFFFFFFF,
+    4: lambda bits: _signed(bits, 64),
+    5: lambda bits: _signed(bits, 32),
+    6: lambda bits: bits & 0xFFFF,
+}
+if ctypes.sizeof(ctypes.c_ulong) != 8:  # ulVal is as wide as the platform's C long
+    _FROM_BITS[2] = _FROM_BITS[1]
+
+
+def _from_bits(value_type: int, bits: int) -> float:
+    """An nvmlValue_t union's value by its type, from its bits (inlined where fields are read)."""
+    convert = _FROM_BITS.get(value_type)
+    return bits if convert is None else convert(bits)
+
+
+def _field_layout(entry: type) -> struct.Struct | None:
+    """An ``nvmlFieldValue_t`` as (valueType, nvmlReturn, the value union's bits) in one C call per batch;
+    None where the layout is not the one this reads (then each entry is read through its structure)."""
+    try:
+        kind, ret, value = entry.valueType, entry.nvmlReturn, entry.value  # type: ignore[attr-defined]
+    except AttributeError:
+        return None
+    offsets = (kind.offset, ret.offset, value.offset)
+    if (
+        sys.byteorder != "little"
+        or (kind.size, ret.size, value.size) != (4, 4, 8)
+        or not offsets[0] + 4 <= offsets[1] <= offsets[2] - 4
+        or offsets[2] + 8 > ctypes.sizeof(entry)
+    ):
+        return None
+    gaps = (offsets[0], offsets[1] - offsets[0] - 4, offsets[2] - offsets[1] - 4)
+    tail = ctypes.sizeof(entry) - offsets[2] - 8
+    return struct.Struct(f"={gaps[0]}xI{gaps[1]}xI{gaps[2]}xQ{tail}x")
+
+
 @functools.cache
 def _plain(entry: type) -> type:
     """A structure of the bindings (``c_nvmlFieldValue_t``, ``c_nvmlGpmMetricsGet_t``...) as a plain ctypes
@@ -246,7 +293,9 @@ class FieldBatch:
         entry = getattr(N, "c_nvmlFieldValue_t", None)
         self.array: ctypes.Array | None = None  # None: bindings without these parts, read through theirs
         self._blank = b""  # the array as each call starts it: the requests, every entry unanswered
+        self._layout: struct.Struct | None = None  # the entries' (type, return, bits), where known
         if self._lookup is not None and self._check is not None and entry is not None:
+            self._layout = _field_layout(_plain(entry))
             self.array = (_plain(entry) * len(requests))()
             for item, (field_id, scope) in zip(self.array, requests, strict=True):
                 item.fieldId, item.scopeId = field_id, scope
@@ -269,6 +318,13 @@ class FieldBatch:
 
         return read
 
+    def rows(self, values: object) -> Iterable[tuple[int, int, int]]:
+        """(valueType, nvmlReturn, the value union's bits) of each entry a read returned: the batch's own
+        array unpacked in one call, or the bindings' structures one by one (their ullVal is the bits)."""
+        if values is self.array and self._layout is not None:
+            return self._layout.iter_unpack(values)  # type: ignore[arg-type]
+        return ((fv.valueType, fv.nvmlReturn, fv.value.ullVal) for fv in values)  # type: ignore[attr-defined]
+
 
 @dataclass(eq=False)
 class Device:
@@ -283,6 +339,7 @@ class Device:
     batches: dict[str, FieldBatch] = field(default_factory=dict)  # by list name: its ready-made array
     slow_fields: list[tuple[int, int]] = field(default_factory=list)  # read every slow interval
     link_count: int = 0
+    link_keys: list[tuple[int, tuple[int, int], tuple[int, int]]] = field(default_factory=list)  # _nvlinks'
     cursors: dict[int, int] = field(default_factory=dict)
     samples: SampleReader | None = None  # its sample buffers' reader (None: lost at discovery)
     last: dict[str, float] = field(default_factory=dict)
@@ -675,11 +732,11 @@ class NvmlSource:
             return {}
         out: dict[tuple[int, int], float] = {}
         dropped: list[tuple[int, int]] = []
-        retry, members = dev.retry, _UNION_MEMBERS
-        for request, fv in zip(requests, values, strict=False):
-            ret = fv.nvmlReturn
-            if ret == 0:  # _union_value, inlined: this runs for every field of every GPU each second
-                out[request] = getattr(fv.value, members.get(fv.valueType, "ullVal"))
+        retry, convert = dev.retry, _FROM_BITS
+        for request, (kind, ret, bits) in zip(requests, batch.rows(values), strict=False):
+            if ret == 0:  # _from_bits, inlined: this runs for every field of every GPU each second
+                conv = convert.get(kind)
+                out[request] = bits if conv is None else conv(bits)
                 if retry:
                     retry.pop(request, None)
                 continue
@@ -718,21 +775,28 @@ class NvmlSource:
         return count
 
     def _nvlinks(self, dev: Device, values: dict[tuple[int, int], float]) -> tuple[NvLinkReading, ...]:
-        """Per-link traffic from this collection, state and errors from the last slow read."""
+        """Per-link traffic from this collection, state and errors from the last slow read (their dicts
+        are made new by each slow read and never changed after, so the readings share them)."""
         links = []
         states: dict[int, bool] = dev.slow.get("link_states", {})  # type: ignore[assignment]
         errors: dict[int, dict[str, int]] = dev.slow.get("link_errors", {})  # type: ignore[assignment]
-        for link in range(dev.link_count):
-            tx, rx = values.get((FI_NVLINK_TX_KIB, link)), values.get((FI_NVLINK_RX_KIB, link))
-            reading = NvLinkReading(
-                link=link,
-                up=states.get(link),
-                tx_bytes=int(tx) * 1024 if tx is not None else None,
-                rx_bytes=int(rx) * 1024 if rx is not None else None,
-                errors=dict(errors.get(link, {})),
-            )
-            if reading.up is not None or reading.tx_bytes is not None or reading.errors:
-                links.append(reading)
+        get, keys = values.get, dev.link_keys
+        if len(keys) != dev.link_count:  # each link's traffic fields, made once
+            keys = dev.link_keys = [
+                (n, (FI_NVLINK_TX_KIB, n), (FI_NVLINK_RX_KIB, n)) for n in range(dev.link_count)
+            ]
+        for link, tx_key, rx_key in keys:  # eighteen links a GPU each second: built positionally
+            up, tx, rx, errs = states.get(link), get(tx_key), get(rx_key), errors.get(link)
+            if up is not None or tx is not None or errs:
+                links.append(
+                    NvLinkReading(
+                        link,
+                        up,
+                        int(tx) * 1024 if tx is not None else None,
+                        int(rx) * 1024 if rx is not None else None,
+                        errs if errs is not None else {},
+                    )
+                )
         return tuple(links)
 
     # ---- GPM (Hopper and later) ----------------------------------------------------------------

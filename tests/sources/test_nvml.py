@@ -11,10 +11,12 @@ from exporter.sim import Capabilities
 from exporter.sources.errors import ErrorCounter
 from exporter.sources.nvml import (
     _UNION_MEMBERS,
+    FieldBatch,
     GpuLost,
     NvmlSource,
     SampleReader,
     SessionError,
+    _from_bits,
     _plain,
     _sample_layout,
     _union_value,
@@ -300,6 +302,34 @@ def test_a_sample_array_unpacks_as_the_bindings_read_it_for_every_value_type(val
     unpacked = list(layout.iter_unpack(memoryview(entries).cast("B")))  # the whole array in one call
     assert unpacked == [(e.timeStamp, _union_value(value_type, e.sampleValue)) for e in entries[0:3]]
     assert [_sample_layout(value_type).unpack_from(e) for e in entries[0:3]] == unpacked  # one by one
+
+
+@pytest.mark.parametrize("value_type", [*sorted(_UNION_MEMBERS), 99])
+def test_a_field_batch_unpacks_as_the_bindings_read_it_for_every_value_type(value_type):
+    """A batch's array is read in one unpacking call as (type, return, bits); the value from the bits is
+    what the bindings' union says for every value type (an unknown type reads as ullVal, as theirs)."""
+    member = _UNION_MEMBERS.get(value_type, "ullVal")
+    values = {
+        "dVal": (0.1, 1e300, -2.5),
+        "sllVal": (-1, 2**62, -(2**63)),
+        "siVal": (-7, 2**31 - 1, -(2**31)),
+        "uiVal": (0, 2**32 - 1, 12345),
+        "usVal": (0, 1, 65535),
+    }.get(member, (0, 2**64 - 1, 2**40 + 3))
+    batch = FieldBatch([(1, 0), (2, 0), (3, 1)], pynvml)
+    for i, (entry, value) in enumerate(zip(batch.array, values, strict=True)):
+        entry.value.ullVal = 0xFFFF_FFFF_FFFF_FFFF  # bits a narrower member leaves as they were
+        setattr(entry.value, member, value)
+        entry.valueType, entry.nvmlReturn = value_type, i  # returns: told apart per entry
+    union = pynvml.c_nvmlValue_t
+    rows = list(batch.rows(batch.array))
+    assert [(kind, ret) for kind, ret, _ in rows] == [(value_type, 0), (value_type, 1), (value_type, 2)]
+    read = [_from_bits(kind, bits) for kind, _, bits in rows]
+    assert read == [_union_value(value_type, e.value) for e in batch.array]
+    assert read == [_union_value(value_type, union.from_buffer_copy(e.value)) for e in batch.array]
+    # the bindings' own structures (their function's answer, where there is no batch array): the same
+    theirs = (3 * pynvml.c_nvmlFieldValue_t).from_buffer_copy(batch.array)
+    assert list(batch.rows(theirs)) == rows
 
 
 def test_samples_are_read_in_one_driver_call_into_a_kept_array(make_node, clock):
