@@ -18,7 +18,10 @@ from exporter.sources.readings import GpuReading, HostReading, NvLinkReading, Sa
 NO_EXTRA: Mapping[str, float] = MappingProxyType({})
 
 
-@dataclass(frozen=True, slots=True)
+# not frozen, like the readings' samples: five to ten are made for every GPU each second, and a frozen
+# dataclass costs five times as much to make (every field set through object.__setattr__); never changed
+# once made
+@dataclass(slots=True)
 class GpuPoint:  # gpu_points builds these positionally: a new field goes into _SHARED's order too
     t: float
     util: float | None = None

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
+import operator
 import struct
 import sys
 import time
@@ -148,6 +149,7 @@ def _sample_layout(value_type: int, size: int = 0) -> struct.Struct:
     return struct.Struct(fmt + "x" * max(0, size - struct.calcsize(fmt)))
 
 
+_STAMP = operator.itemgetter(0)  # a (timestamp, value) sample's time stamp
 SAMPLE_BUFFER_MAX = 1 << 16  # entries: a driver that keeps filling any buffer is not followed further
 
 
@@ -691,15 +693,12 @@ class NvmlSource:
             self._handle(dev, key, "nvmlDeviceGetSamples", exc)
             return None  # nothing read: the instantaneous fallback may still answer
         dev.retry.pop(key, None)
-        out, newest = [], last
-        for stamp, value in raw:
-            if stamp > last:
-                out.append(Sample(stamp / 1e6, value * scale))
-                newest = max(newest, stamp)
-        out.sort(key=lambda s: s.t)
-        if out:
-            dev.cursors[kind] = newest
-        return tuple(out)
+        # the driver's buffer is circular: its order is not time order
+        fresh = sorted([entry for entry in raw if entry[0] > last], key=_STAMP)
+        if not fresh:
+            return ()
+        dev.cursors[kind] = fresh[-1][0]
+        return tuple([Sample(stamp / 1e6, value * scale) for stamp, value in fresh])
 
     # ---- field values (one batched call per collection) ---------------------------------------
 

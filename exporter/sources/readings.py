@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# Sample and NvLinkReading are values like the rest, never changed once made, but not frozen: hundreds
+# are made every second (each sample, each link of each GPU), and a frozen dataclass costs three to five
+# times as much to make (every field set through object.__setattr__)
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True)
 class Sample:
     """One driver sample: seconds since the epoch and a value in base units."""
 
@@ -14,7 +18,7 @@ class Sample:
     value: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made for every link of every GPU each second (see Sample)
 class NvLinkReading:
     link: int
     up: bool | None = None
