@@ -12,8 +12,9 @@ Both exporters run at once, each as its own process over its own copy of the sim
 (exporter/sim: the fake libnvidia-ml under the real nvidia-ml-py; bench/peer_sim.py puts it under the
 peer), sampling every second. Two phases: scraped every second, then every 15 s, with Prometheus'
 request headers. Per phase and process: CPU seconds per minute of the whole process, less the
-simulator's own CPU (the fake driver's time is counted inside it; ours also runs the simulated /proc
-writer); a real node spends that time in libnvidia-ml and the kernel instead. Our simulated kubelet
+simulator's own CPU over the same phase (the fake driver's time is counted inside it; ours also runs the
+simulated /proc writer; each process says how much so far on SIGUSR1, at both ends of a phase); a real
+node spends that time in libnvidia-ml and the kernel instead. Our simulated kubelet
 runs as a child process, as a node's kubelet does, and is not counted. Then scrape latency
 p50/p99 (the 1 s phase), RSS at the end, and series per scrape.
 """
@@ -64,14 +65,12 @@ def peer_python() -> Path:
 class Proc:
     name: str
     argv: list[str]
-    sim_pattern: str  # the line the process prints at exit with its simulator's CPU seconds
+    sim_pattern: str  # the line the process prints on SIGUSR1 and at exit: its simulator's CPU seconds
     port: int = field(default_factory=free_port)
     popen: subprocess.Popen | None = None
     log: object = None
-    started: float = 0.0
     latencies: dict[str, list[float]] = field(default_factory=dict)
-    cpu: dict[str, tuple[float, float]] = field(default_factory=dict)  # phase -> (cpu s, wall s)
-    sim_per_s: float = float("nan")
+    cpu: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # phase -> cpu, sim, wall s
     rss_mib: float = 0.0
     series: int = 0
 
@@ -84,24 +83,30 @@ class Proc:
         argv = [a.replace("{port}", str(self.port)) for a in self.argv]
         self.popen = subprocess.Popen(argv, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT)
         self.ps = psutil.Process(self.popen.pid)
-        self.started = time.monotonic()
 
     def cpu_s(self) -> float:
         return sum(self.ps.cpu_times()[:2])
 
+    def sim_s(self, timeout: float = 10.0) -> float:
+        """The simulator's CPU seconds so far: asked with SIGUSR1, read from the line it logs."""
+        assert self.popen is not None
+        self.log.seek(0)  # type: ignore[attr-defined]
+        before = len(re.findall(self.sim_pattern, self.log.read()))  # type: ignore[attr-defined]
+        self.popen.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.log.seek(0)  # type: ignore[attr-defined]
+            found = re.findall(self.sim_pattern, self.log.read())  # type: ignore[attr-defined]
+            if len(found) > before:
+                return float(found[-1])
+            time.sleep(0.02)
+        raise SystemExit(f"{self.name} did not say its simulator's CPU within {timeout:g} s")
+
     def stop(self) -> None:
         assert self.popen is not None
         self.rss_mib = self.ps.memory_info().rss / 2**20
-        lifetime = time.monotonic() - self.started
         self.popen.send_signal(signal.SIGTERM)
         self.popen.wait(20)
-        self.log.seek(0)  # type: ignore[attr-defined]
-        text = self.log.read()  # type: ignore[attr-defined]
-        match = re.search(self.sim_pattern, text)
-        if match is None:
-            sys.stderr.write(f"{self.name}: no simulator CPU line in its log:\n{text[-3000:]}\n")
-        else:  # the simulator's load is steady (driver calls each second), so it is an average rate
-            self.sim_per_s = float(match.group(1)) / lifetime
 
 
 def wait_ready(client: httpx.Client, procs: list[Proc]) -> None:
@@ -120,6 +125,7 @@ def wait_ready(client: httpx.Client, procs: list[Proc]) -> None:
 
 def phase(client: httpx.Client, procs: list[Proc], name: str, seconds: float, every: float) -> None:
     print(f"phase {name}: {seconds:g} s, a scrape of each every {every:g} s ...", flush=True)
+    sim0 = {p.name: p.sim_s() for p in procs}
     start, cpu0 = time.monotonic(), {p.name: p.cpu_s() for p in procs}
     for i in range(int(seconds / every)):
         time.sleep(max(0.0, start + (i + 1) * every - time.monotonic()))
@@ -131,8 +137,9 @@ def phase(client: httpx.Client, procs: list[Proc], name: str, seconds: float, ev
             p.series = sum(1 for line in response.text.splitlines() if line and not line.startswith("#"))
     time.sleep(max(0.0, start + seconds - time.monotonic()))
     wall = time.monotonic() - start
+    cpu1 = {p.name: p.cpu_s() for p in procs}
     for p in procs:
-        p.cpu[name] = (p.cpu_s() - cpu0[p.name], wall)
+        p.cpu[name] = (cpu1[p.name] - cpu0[p.name], p.sim_s() - sim0[p.name], wall)
 
 
 def main() -> int:
@@ -208,8 +215,11 @@ def main() -> int:
 
 def report(procs: list[Proc]) -> None:
     def per_min(p: Proc, name: str, less_sim: bool) -> float:
-        cpu, wall = p.cpu[name]
-        return (cpu / wall - (p.sim_per_s if less_sim else 0.0)) * 60
+        cpu, sim, wall = p.cpu[name]
+        return (cpu - (sim if less_sim else 0.0)) / wall * 60
+
+    def sim_per_min(p: Proc) -> float:
+        return sum(sim for _, sim, _ in p.cpu.values()) / sum(wall for *_, wall in p.cpu.values()) * 60
 
     rows: list[tuple[str, list[str]]] = []
     for name in ("1s", "15s"):
@@ -223,7 +233,7 @@ def report(procs: list[Proc]) -> None:
             (f"CPU s/min, scraped every {name}, raw", [f"{per_min(p, name, False):.2f}" for p in procs])
         )
     rows += [
-        ("simulator's own CPU s/min", [f"{p.sim_per_s * 60:.2f}" for p in procs]),
+        ("simulator's own CPU s/min", [f"{sim_per_min(p):.2f}" for p in procs]),
         (
             "scrape latency p50 (ms), 1 s scrapes",
             [f"{percentile(p.latencies['1s'], 0.5):.2f}" for p in procs],

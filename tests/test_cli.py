@@ -156,7 +156,9 @@ def test_errors_from_a_variable_name_the_variable(env, words):
     assert "--simulate" not in result.stderr and "--interval" not in result.stderr
 
 
-def test_uvicorn_lines_share_the_exporters_log_format():
+def test_uvicorn_lines_share_the_exporters_log_format_and_sigusr1_tells_the_simulations_cpu():
+    """One simulated exporter: every line in one format; SIGUSR1 logs the simulation's CPU so far (the
+    benchmarks take it out of the exporter's, phase by phase) and the exporter keeps serving."""
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "exporter", "--simulate", "healthy", "--sim-gpus", "1"],
@@ -175,13 +177,18 @@ def test_uvicorn_lines_share_the_exporters_log_format():
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
-        time.sleep(1.0)
+        for _ in range(2):
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(0.5)
+        assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200
     finally:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=15)
     assert proc.returncode == 0, out
     lines = out.splitlines()
     assert any("uvicorn" in line and "Application startup complete" in line for line in lines), out
+    used = [float(m) for m in re.findall(r"simulated driver and /proc used ([0-9.]+) s of CPU", out)]
+    assert len(used) == 3 and 0 < used[0] <= used[1] <= used[2], out  # twice asked, then at exit
     assert [line for line in lines if not LOG_LINE.match(line)] == []
     assert "INFO:" not in out
 
