@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# Sample and NvLinkReading are values like the rest, never changed once made, but not frozen: hundreds
-# are made every second (each sample, each link of each GPU), and a frozen dataclass costs three to five
-# times as much to make (every field set through object.__setattr__)
+# Sample, NvLinkReading and GpuReading are values like the rest, never changed once made, but not frozen:
+# hundreds are made every second (each sample, each link of each GPU, each GPU's reading), and a frozen
+# dataclass costs three to five times as much to make (every field set through object.__setattr__)
 
 
 @dataclass(slots=True)
@@ -47,7 +47,7 @@ class GpuIdentity:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one per GPU each second, 34 fields (see Sample)
 class GpuReading:
     """Everything one collection learnt about one GPU. ``t`` is when the collection ended."""
 
