@@ -239,7 +239,7 @@ if ctypes.sizeof(ctypes.c_ulong) != 8:  # ulVal is as wide as the platform's C l
 
 
 def _from_bits(value_type: int, bits: int) -> float:
-    """An nvmlValue_t union's value by its type, from its bits (inlined where fields are read)."""
+    """An nvmlValue_t union's value by its type, from its bits."""
     convert = _FROM_BITS.get(value_type)
     return bits if convert is None else convert(bits)
 
@@ -262,6 +262,12 @@ def _field_layout(entry: type) -> struct.Struct | None:
     gaps = (offsets[0], offsets[1] - offsets[0] - 4, offsets[2] - offsets[1] - 4)
     tail = ctypes.sizeof(entry) - offsets[2] - 8
     return struct.Struct(f"={gaps[0]}xI{gaps[1]}xI{gaps[2]}xQ{tail}x")
+
+
+@functools.cache
+def _link_keys(count: int) -> tuple[tuple[int, tuple[int, int], tuple[int, int]], ...]:
+    """Each of ``count`` links with the keys of its traffic fields (TX, RX), made once per link count."""
+    return tuple((n, (FI_NVLINK_TX_KIB, n), (FI_NVLINK_RX_KIB, n)) for n in range(count))
 
 
 @functools.cache
@@ -341,7 +347,6 @@ class Device:
     batches: dict[str, FieldBatch] = field(default_factory=dict)  # by list name: its ready-made array
     slow_fields: list[tuple[int, int]] = field(default_factory=list)  # read every slow interval
     link_count: int = 0
-    link_keys: list[tuple[int, tuple[int, int], tuple[int, int]]] = field(default_factory=list)  # _nvlinks'
     cursors: dict[int, int] = field(default_factory=dict)
     samples: SampleReader | None = None  # its sample buffers' reader (None: lost at discovery)
     last: dict[str, float] = field(default_factory=dict)
@@ -731,11 +736,10 @@ class NvmlSource:
             return {}
         out: dict[tuple[int, int], float] = {}
         dropped: list[tuple[int, int]] = []
-        retry, convert = dev.retry, _FROM_BITS
+        retry = dev.retry
         for request, (kind, ret, bits) in zip(requests, batch.rows(values), strict=False):
-            if ret == 0:  # _from_bits, inlined: this runs for every field of every GPU each second
-                conv = convert.get(kind)
-                out[request] = bits if conv is None else conv(bits)
+            if ret == 0:
+                out[request] = _from_bits(kind, bits)
                 if retry:
                     retry.pop(request, None)
                 continue
@@ -779,12 +783,8 @@ class NvmlSource:
         links = []
         states: dict[int, bool] = dev.slow.get("link_states", {})  # type: ignore[assignment]
         errors: dict[int, dict[str, int]] = dev.slow.get("link_errors", {})  # type: ignore[assignment]
-        get, keys = values.get, dev.link_keys
-        if len(keys) != dev.link_count:  # each link's traffic fields, made once
-            keys = dev.link_keys = [
-                (n, (FI_NVLINK_TX_KIB, n), (FI_NVLINK_RX_KIB, n)) for n in range(dev.link_count)
-            ]
-        for link, tx_key, rx_key in keys:  # eighteen links a GPU each second: built positionally
+        get = values.get
+        for link, tx_key, rx_key in _link_keys(dev.link_count):  # 18 links a GPU a second: positionally
             up, tx, rx, errs = states.get(link), get(tx_key), get(rx_key), errors.get(link)
             if up is not None or tx is not None or errs:
                 links.append(
