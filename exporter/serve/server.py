@@ -7,9 +7,10 @@ import logging
 import signal
 import socket
 import threading
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from types import FrameType
+from email.utils import formatdate
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -136,40 +137,68 @@ def server_config(
     )
 
 
-class QuietServer(uvicorn.Server):
-    """uvicorn's server, its housekeeping tick once a second instead of ten times: the tick only renews
-    the Date header (once a second either way) and looks for a shutdown request, and ten wake-ups a
-    second cost an idle exporter 0.1 s of CPU a minute. A shutdown request wakes the loop at once. Each
-    tick waits on a bare future with a timer (no task, no cancellation, no exception when it times out)."""
+class DatedState(uvicorn.server.ServerState):
+    """uvicorn's shared server state, its default headers made when a response asks for them: the Date
+    header of the second the answer is made, with no timer renewing it while nobody asks."""
 
-    _wake: asyncio.Future[None] | None = None
-    _loop: asyncio.AbstractEventLoop | None = None
+    def __init__(self, date_header: bool = True) -> None:
+        self._date_header = date_header
+        self._second: int | None = None
+        self._dated: list[tuple[bytes, bytes]] = []
+        self._rest: list[tuple[bytes, bytes]] = []
+        super().__init__()
+
+    @property
+    def default_headers(self) -> list[tuple[bytes, bytes]]:
+        second = int(time.time())
+        if second != self._second:
+            date = [(b"date", formatdate(second, usegmt=True).encode())] if self._date_header else []
+            self._second, self._dated = second, date + self._rest
+        return self._dated
+
+    @default_headers.setter
+    def default_headers(self, headers: list[tuple[bytes, bytes]]) -> None:
+        """uvicorn's own renewal: its date is dropped, the other headers kept."""
+        self._rest = [header for header in headers if header[0] != b"date"]
+        self._second = None
+
+
+class QuietServer(uvicorn.Server):
+    """uvicorn's server with no housekeeping tick. uvicorn wakes ten times a second to renew the Date
+    header and look for a shutdown request; an idle exporter paid 0.1 s of CPU a minute for that, and
+    0.02 s at one tick a second. Here the Date header is made when an answer asks for it
+    (``DatedState``), and a shutdown request (a signal or ``should_exit``) wakes the loop itself, so an
+    idle server sleeps until a request or a signal comes."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        self._wake: asyncio.Future[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._exit = False
+        super().__init__(config)
+        self.server_state = DatedState(config.date_header)
+
+    @property
+    def should_exit(self) -> bool:
+        return self._exit
+
+    @should_exit.setter
+    def should_exit(self, value: bool) -> None:
+        """Set from a signal handler or another thread: the loop is woken through its own queue."""
+        self._exit = value
+        loop = self._loop
+        if value and loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._ring)
 
     async def main_loop(self) -> None:
         loop = self._loop = asyncio.get_running_loop()
-        counter = 0  # on_tick renews the Date header when counter % 10 == 0: every tick here
-        should_exit = await self.on_tick(counter)
-        while not should_exit:
-            counter = (counter + 10) % 864000
-            self._wake = wake = loop.create_future()
-            timer = loop.call_later(1.0, _settle, wake)
-            await wake
-            timer.cancel()
-            should_exit = await self.on_tick(counter)
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        super().handle_exit(sig, frame)
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._ring)
+        self._wake = loop.create_future()
+        while not await self.on_tick(0):  # on_tick: uvicorn's checks (max requests, shutdown asked)
+            await self._wake
+            self._wake = loop.create_future()
 
     def _ring(self) -> None:
-        if self._wake is not None:
-            _settle(self._wake)
-
-
-def _settle(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
 
 
 def serve(application: Application, sock: socket.socket | None = None, web: WebState | None = None) -> None:

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from email.utils import formatdate
 
 import httpx
 import pytest
@@ -236,29 +237,48 @@ def test_scenarios_are_listed():
     assert "short_tour" in result.stdout  # the demo's default tour is listed with its phases
 
 
-def test_the_quiet_server_serves_dated_answers_and_stops_at_once_when_asked():
-    """One housekeeping tick a second, not ten: the Date header still moves, and a shutdown request
-    does not wait for the next tick."""
+def test_the_quiet_server_sleeps_while_idle_serves_dated_answers_and_stops_at_once_when_asked():
+    """No housekeeping tick: an idle server runs uvicorn's checks once, the Date header is still the
+    second of each answer, and a shutdown request, by signal or by ``should_exit`` from another thread,
+    stops it at once."""
     from fastapi import FastAPI
 
     from exporter.serve.server import QuietServer
 
-    port = free_port()
+    class Counted(QuietServer):
+        ticks = 0
+
+        async def on_tick(self, counter: int) -> bool:
+            self.ticks += 1
+            return await super().on_tick(counter)
+
+    def started(server: QuietServer) -> threading.Thread:
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return thread
+
     app = FastAPI()
     app.get("/")(lambda: {"ok": True})
-    server = QuietServer(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    first = httpx.get(url, timeout=2).headers["date"]
-    time.sleep(2.1)
-    assert httpx.get(url, timeout=2).headers["date"] != first
-    time.sleep(0.3)  # well inside a tick
-    asked = time.monotonic()
-    server.handle_exit(signal.SIGTERM, None)
-    thread.join(5)
-    assert not thread.is_alive()
-    assert time.monotonic() - asked < 0.8, "the server waited for its next tick to stop"
+    for stop in ("signal", "should_exit"):
+        port = free_port()
+        server = Counted(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        thread = started(server)
+        url = f"http://127.0.0.1:{port}/"
+        first = httpx.get(url, timeout=2).headers["date"]
+        assert first == formatdate(time.time(), usegmt=True) or first == formatdate(
+            time.time() - 1, usegmt=True
+        )
+        time.sleep(2.1)
+        assert httpx.get(url, timeout=2).headers["date"] != first
+        assert server.ticks == 1, "the idle server woke up for housekeeping"
+        asked = time.monotonic()
+        if stop == "signal":
+            server.handle_exit(signal.SIGTERM, None)
+        else:
+            server.should_exit = True  # as a test or an embedding program stops uvicorn
+        thread.join(5)
+        assert not thread.is_alive()
+        assert time.monotonic() - asked < 0.8, f"the server did not stop at once ({stop})"
