@@ -15,6 +15,7 @@ from email.utils import formatdate
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
+from uvicorn.server import ServerState
 
 from exporter import __version__
 from exporter.policy.thresholds import HTTP_KEEPALIVE
@@ -137,7 +138,7 @@ def server_config(
     )
 
 
-class DatedState(uvicorn.server.ServerState):
+class DatedState(ServerState):
     """uvicorn's shared server state, its default headers made when a response asks for them: the Date
     header of the second the answer is made, with no timer renewing it while nobody asks."""
 
