@@ -193,7 +193,7 @@ class QuietServer(uvicorn.Server):
     async def main_loop(self) -> None:
         loop = self._loop = asyncio.get_running_loop()
         self._wake = loop.create_future()
-        while not await self.on_tick(0):  # on_tick: uvicorn's checks (max requests, shutdown asked)
+        while not await self.on_tick(0):  # uvicorn's housekeeping, at the start and after each wake
             await self._wake
             self._wake = loop.create_future()
 
