@@ -24,7 +24,6 @@ import functools
 import logging
 import operator
 import struct
-import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -132,20 +131,20 @@ def error_name(exc: BaseException, nvml: ModuleType) -> str:
     return name
 
 
-_UNION_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
-
+# nvmlValueType_t -> the struct format of its nvmlValue_t member (dVal, uiVal, ulVal, ullVal, sllVal, siVal,
+# usVal; native sizes: ulVal is a C long); a type not listed reads as ullVal, as in the bindings
+_VALUE_FORMATS = {0: "d", 1: "I", 2: "L", 3: "Q", 4: "q", 5: "i", 6: "H"}
 
 # an nvmlSample_t (an unsigned long long time stamp, then the nvmlValue_t union at offset 8) unpacked by
 # its value type in one C call: reading it through the bindings' structure costs three Python-level
 # attribute hooks and a union object per sample (8 -> 3 us for a call's six samples)
-_SAMPLE_FORMATS = {0: "d", 1: "I", 2: "L", 3: "Q", 4: "q", 5: "i", 6: "H"}
 
 
 @functools.cache
 def _sample_layout(value_type: int, size: int = 0) -> struct.Struct:
     """An ``nvmlSample_t`` as (timestamp, value) for a value type; ``size``: the entry's size in an array
     (the union's widest member sets it), padded to so that a whole array unpacks in one call."""
-    fmt = "@Q" + _SAMPLE_FORMATS.get(value_type, "Q")
+    fmt = "@Q" + _VALUE_FORMATS.get(value_type, "Q")
     return struct.Struct(fmt + "x" * max(0, size - struct.calcsize(fmt)))
 
 
@@ -206,11 +205,6 @@ class SampleReader:
         return array
 
 
-def _union_value(value_type: int, union: object) -> float:
-    """Read an nvmlValue_t union by its nvmlValueType_t."""
-    return getattr(union, _UNION_MEMBERS.get(value_type, "ullVal"))
-
-
 def _text(value: object) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
@@ -218,28 +212,22 @@ def _text(value: object) -> str:
 UNANSWERED = 999  # NVML_ERROR_UNKNOWN: what an entry the driver did not fill in reads as
 
 
-def _signed(bits: int, width: int) -> int:
-    bits &= (1 << width) - 1
-    return bits - (1 << width) if bits >> (width - 1) else bits
+_U64 = struct.Struct("=Q")
 
 
-_DOUBLE, _U64 = struct.Struct("=d"), struct.Struct("=Q")
-# an nvmlValue_t union's value from its eight bytes read as one unsigned 64-bit integer (little-endian:
-# the narrower members are its low bytes), by nvmlValueType_t; ullVal (3), and any type this table does
-# not know, is the integer itself, as the bindings' own reading falls back to ullVal
-_FROM_BITS: dict[int, Callable[[int], float]] = {
-    0: lambda bits: _DOUBLE.unpack(_U64.pack(bits))[0],
-    1: lambda bits: bits & 0xFFFFFFFF,
-    4: lambda bits: _signed(bits, 64),
-    5: lambda bits: _signed(bits, 32),
-    6: lambda bits: bits & 0xFFFF,
-}
-if ctypes.sizeof(ctypes.c_ulong) != 8:  # ulVal is as wide as the platform's C long
-    _FROM_BITS[2] = _FROM_BITS[1]
+def _member(fmt: str) -> Callable[[int], float]:
+    layout = struct.Struct("@" + fmt)
+    return lambda bits: layout.unpack_from(_U64.pack(bits))[0]
+
+
+# an nvmlValue_t union's value from its eight bytes read as one unsigned 64-bit integer in the machine's
+# byte order (packed back, the bytes are the union's own, and a member is read from their start), by
+# nvmlValueType_t; ullVal, and a type not listed, is the integer itself
+_FROM_BITS: dict[int, Callable[[int], float]] = {t: _member(f) for t, f in _VALUE_FORMATS.items() if f != "Q"}
 
 
 def _from_bits(value_type: int, bits: int) -> float:
-    """An nvmlValue_t union's value by its type, from its bits."""
+    """An nvmlValue_t union's value by its type, from its bits (a union's ``ullVal``)."""
     convert = _FROM_BITS.get(value_type)
     return bits if convert is None else convert(bits)
 
@@ -253,8 +241,7 @@ def _field_layout(entry: type) -> struct.Struct | None:
         return None
     offsets = (kind.offset, ret.offset, value.offset)
     if (
-        sys.byteorder != "little"
-        or (kind.size, ret.size, value.size) != (4, 4, 8)
+        (kind.size, ret.size, value.size) != (4, 4, 8)
         or not offsets[0] + 4 <= offsets[1] <= offsets[2] - 4
         or offsets[2] + 8 > ctypes.sizeof(entry)
     ):
@@ -766,7 +753,7 @@ class NvmlSource:
     def _link_count(self, dev: Device) -> int:
         values = self._call(dev, "link_count", "nvmlDeviceGetFieldValues", dev.handle, [FI_NVLINK_LINK_COUNT])
         if values is not None and values[0].nvmlReturn == 0:
-            return int(_union_value(values[0].valueType, values[0].value))
+            return int(_from_bits(values[0].valueType, values[0].value.ullVal))
         # older drivers: probe link states until the driver says there is no such link
         count = 0
         for link in range(getattr(self.N, "NVML_NVLINK_MAX_LINKS", 18)):

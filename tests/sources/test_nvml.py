@@ -10,7 +10,6 @@ import pytest
 from exporter.sim import Capabilities
 from exporter.sources.errors import ErrorCounter
 from exporter.sources.nvml import (
-    _UNION_MEMBERS,
     FieldBatch,
     GpuLost,
     NvmlSource,
@@ -19,10 +18,11 @@ from exporter.sources.nvml import (
     _from_bits,
     _plain,
     _sample_layout,
-    _union_value,
 )
 
 MIB = 1 << 20
+# the bindings' nvmlValue_t member for each nvmlValueType_t: what the readers are checked against
+UNION_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 
 
 def opened(node, clock, **kw):
@@ -288,9 +288,9 @@ def test_an_entry_the_driver_leaves_unfilled_is_no_value(make_node, clock, monke
     assert ("nvml", "Unknown") in errors.snapshot()
 
 
-@pytest.mark.parametrize("value_type", sorted(_UNION_MEMBERS))
+@pytest.mark.parametrize("value_type", sorted(UNION_MEMBERS))
 def test_a_sample_array_unpacks_as_the_bindings_read_it_for_every_value_type(value_type):
-    member = _UNION_MEMBERS[value_type]
+    member = UNION_MEMBERS[value_type]
     entries = (3 * pynvml.c_nvmlSample_t)()
     values = {"dVal": (0.1, 1e300, -2.5), "sllVal": (-1, 2**62, 0), "siVal": (-7, 2**31 - 1, 0)}.get(
         member, (0, 1, 65535)
@@ -300,15 +300,15 @@ def test_a_sample_array_unpacks_as_the_bindings_read_it_for_every_value_type(val
         setattr(entry.sampleValue, member, value)
     layout = _sample_layout(value_type, ctypes.sizeof(pynvml.c_nvmlSample_t))
     unpacked = list(layout.iter_unpack(memoryview(entries).cast("B")))  # the whole array in one call
-    assert unpacked == [(e.timeStamp, _union_value(value_type, e.sampleValue)) for e in entries[0:3]]
+    assert unpacked == [(e.timeStamp, getattr(e.sampleValue, member)) for e in entries[0:3]]
     assert [_sample_layout(value_type).unpack_from(e) for e in entries[0:3]] == unpacked  # one by one
 
 
-@pytest.mark.parametrize("value_type", [*sorted(_UNION_MEMBERS), 99])
+@pytest.mark.parametrize("value_type", [*sorted(UNION_MEMBERS), 99])
 def test_a_field_batch_unpacks_as_the_bindings_read_it_for_every_value_type(value_type):
     """A batch's array is read in one unpacking call as (type, return, bits); the value from the bits is
     what the bindings' union says for every value type (an unknown type reads as ullVal, as theirs)."""
-    member = _UNION_MEMBERS.get(value_type, "ullVal")
+    member = UNION_MEMBERS.get(value_type, "ullVal")
     values = {
         "dVal": (0.1, 1e300, -2.5),
         "sllVal": (-1, 2**62, -(2**63)),
@@ -325,8 +325,8 @@ def test_a_field_batch_unpacks_as_the_bindings_read_it_for_every_value_type(valu
     rows = list(batch.rows(batch.array))
     assert [(kind, ret) for kind, ret, _ in rows] == [(value_type, 0), (value_type, 1), (value_type, 2)]
     read = [_from_bits(kind, bits) for kind, _, bits in rows]
-    assert read == [_union_value(value_type, e.value) for e in batch.array]
-    assert read == [_union_value(value_type, union.from_buffer_copy(e.value)) for e in batch.array]
+    assert read == [getattr(e.value, member) for e in batch.array]
+    assert read == [getattr(union.from_buffer_copy(e.value), member) for e in batch.array]
     # the bindings' own structures (their function's answer, where there is no batch array): the same
     theirs = (3 * pynvml.c_nvmlFieldValue_t).from_buffer_copy(batch.array)
     assert list(batch.rows(theirs)) == rows
