@@ -515,3 +515,228 @@ def test_hosts_are_bounded():
         [f"gpu-node-{i}:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC" for i in range(100)]
     )
     assert len(s.hosts) == lp.HOSTS_KEPT
+
+
+# ---- what a pod runs, and an inference server's load -------------------------------------------------
+
+# each server's periodic load line, worded as its source prints it (numbers made up)
+VLLM_V0 = (
+    "INFO 11-27 01:02:03 metrics.py:351] Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: "
+    "212.4 tokens/s, Running: 3 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 4.1%, CPU KV "
+    "cache usage: 0.0%."
+)
+VLLM_V0_SWAPPED = VLLM_V0.replace("Swapped: 0", "Swapped: 2").replace("Pending: 0", "Pending: 5")
+VLLM_V1 = (
+    "INFO 11-27 01:02:03 [loggers.py:116] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation "
+    "throughput: 212.4 tokens/s, Running: 3 reqs, Waiting: 0 reqs, GPU KV cache usage: 4.1%, Prefix cache "
+    "hit rate: 0.0%"
+)
+# V1 as an API server process prints it, KV usage not measured yet
+VLLM_V1_API = (
+    "(APIServer pid=460954) INFO 12-18 06:01:05 [loggers.py:123] Engine 001: Avg prompt throughput: 812.0 "
+    "tokens/s, Avg generation throughput: 0.0 tokens/s, Running: 0 reqs, Waiting: 12 reqs, GPU KV cache "
+    "usage: n/a, Prefix cache hit rate: n/a"
+)
+SGLANG_DECODE_OLD = (
+    "[2024-11-27 01:02:03 TP0] Decode batch. #running-req: 3, #token: 1234, token usage: 0.05, "
+    "gen throughput (token/s): 210.5, #queue-req: 0"
+)
+SGLANG_DECODE = (
+    "[2025-07-27 08:54:43 DP1 TP0] Decode batch [4020], #running-req: 8, #token: 9216, token usage: 0.11, "
+    "cuda graph: True, gen throughput (token/s): 301.2, #queue-req: 4, "
+)
+SGLANG_PREFILL = (
+    "[2025-07-27 08:54:43 TP0] Prefill batch, #new-seq: 1, #new-token: 6, #cached-token: 0, token usage: "
+    "0.00, #running-req: 2, #queue-req: 7, "
+)
+
+
+@pytest.mark.parametrize(
+    ("line", "load", "evidence"),
+    [
+        (VLLM_V0, lp.ServerLoad(3, 0), "vLLM engine stats"),
+        (VLLM_V0_SWAPPED, lp.ServerLoad(3, 7), "vLLM engine stats"),  # swapped requests wait too
+        (VLLM_V1, lp.ServerLoad(3, 0), "vLLM engine stats"),
+        (VLLM_V1_API, lp.ServerLoad(0, 12), "vLLM engine stats"),
+        (SGLANG_DECODE_OLD, lp.ServerLoad(3, 0), "SGLang batch stats"),
+        (SGLANG_DECODE, lp.ServerLoad(8, 4), "SGLang batch stats"),
+        (SGLANG_PREFILL, lp.ServerLoad(2, 7), "SGLang batch stats"),
+    ],
+)
+def test_the_load_lines_of_inference_servers(line, load, evidence):
+    assert lp.server_load(line) == load
+    assert lp.workload_hint(line) == lp.WorkloadHint("serving", evidence)
+    assert lp.server_load("[rank0]: " + line) == load  # behind a launcher's prefix as well
+
+
+@pytest.mark.parametrize(
+    ("line", "kind", "evidence"),
+    [
+        (
+            "INFO 04-30 17:52:43 [api_server.py:1090] Starting vLLM API server on http://0.0.0.0:8000",
+            "serving",
+            "vLLM API server start-up",
+        ),
+        (
+            "(APIServer pid=460954) INFO 12-18 06:01:05 [api_server.py:1945] Starting vLLM API server 0 on "
+            "http://0.0.0.0:8080",
+            "serving",
+            "vLLM API server start-up",
+        ),
+        (
+            "INFO 06-01 10:00:00 api_server.py:219] vLLM API server version 0.4.2",
+            "serving",
+            "vLLM API server start-up",
+        ),
+        ("[2026-03-11 13:53:33] The server is fired up and ready to roll!", "serving", "SGLang server ready"),
+        (
+            "2023-04-28T17:06:15.281755Z  INFO text_generation_launcher: Starting Webserver",
+            "serving",
+            "TGI launcher or router",
+        ),
+        (
+            "2024-09-23T12:10:56.485234Z  INFO text_generation_router::server: router/src/server.rs:2477: "
+            "Connected",
+            "serving",
+            "TGI launcher or router",
+        ),
+        (  # --json-output
+            '{"timestamp":"2024-09-23T12:10:56.485234Z","level":"INFO","fields":{"message":"Connected"},'
+            '"target":"text_generation_router::server","filename":"router/src/server.rs","line_number":2477}',
+            "serving",
+            "TGI launcher or router",
+        ),
+        (  # coloured, as on a terminal
+            "\x1b[2m2024-04-18T22:43:58.111453Z\x1b[0m \x1b[32m INFO\x1b[0m \x1b[1mshard-manager\x1b[0m: "
+            "\x1b[2mtext_generation_launcher\x1b[0m\x1b[2m:\x1b[0m Waiting for shard to be ready...",
+            "serving",
+            "TGI launcher or router",
+        ),
+        (
+            "I1002 21:58:57.891440 62 grpc_server.cc:3914] Started GRPCInferenceService at 0.0.0.0:8001",
+            "serving",
+            "Triton server start-up",
+        ),
+        (
+            "I1002 21:58:57.893177 62 http_server.cc:2717] Started HTTPService at 0.0.0.0:8000",
+            "serving",
+            "Triton server start-up",
+        ),
+        (
+            'INFO:     10.0.0.7:51234 - "POST /v1/completions HTTP/1.1" 200 OK',
+            "serving",
+            "inference API requests",
+        ),
+        (
+            'INFO:     10.0.0.7:51234 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
+            "serving",
+            "inference API requests",
+        ),
+        (
+            '[2026-07-27 08:54:44] INFO:     127.0.0.1:58310 - "POST /generate HTTP/1.1" 200 OK',
+            "serving",
+            "inference API requests",
+        ),
+        (
+            "[I 2024-08-02 09:49:50.063 ServerApp] Kernel started: 1acc847a-7cca-40d6-87ab-cbb78fe00e79",
+            "interactive",
+            "Jupyter kernel started",
+        ),
+        (
+            "[I 2024-07-31 16:28:49.302 ServerApp] Package jupyter_lsp took 0.0114s to import",
+            "interactive",
+            "Jupyter server",
+        ),
+        (
+            "[I 10:00:00.123 NotebookApp] Serving notebooks from local directory: /home/jovyan",
+            "interactive",
+            "Jupyter server",
+        ),
+        (
+            "[I 2023-09-12 12:00:00.000 SingleUserNotebookApp mixins:557] Starting jupyterhub single-user "
+            "server",
+            "interactive",
+            "Jupyter server",
+        ),
+        (
+            "Processed prompts:  45%|####5     | 450/1000 [00:10<00:12, 44.10it/s, est. speed input: 9.1 "
+            "toks/s]",
+            "batch",
+            "vLLM offline batch",
+        ),
+    ],
+)
+def test_the_lines_that_say_what_a_pod_runs(line, kind, evidence):
+    assert lp.match_workload(line) == (lp.WorkloadHint(kind, evidence), None)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "***** Running training *****",  # HF Trainer's banner
+        "step 120 | Running: 3 reqs, Waiting: 0 reqs | loss 2.31",  # a loop's own words, no server's
+        VLLM_V0[: VLLM_V0.index("Swapped") + 3],  # cut before its numbers: not a load line
+        VLLM_V1[: VLLM_V1.index("Waiting") + 4],
+        SGLANG_DECODE_OLD[: SGLANG_DECODE_OLD.index("#queue-req")],
+        # SGLang's flush refusal names the same counters, but no batch
+        "Cache not flushed because there are pending requests. #queue-req: 2, #running-req: 3",
+        'INFO:     10.0.0.7:51234 - "GET /v1/models HTTP/1.1" 200 OK',  # a probe, not inference
+        "Kernel was started by the driver",
+    ],
+)
+def test_lines_that_say_nothing_of_the_workload(line):
+    assert lp.match_workload(line) is None
+
+
+# the lines bench/podlogs.py writes: a training pod's every line must stop at the workload prefilter
+BENCH_LINES = [
+    "n1:403:403 [3] NCCL INFO Channel 00/0 : 3[3] -> 4[4] via P2P/CUMEM",
+    "{'loss': 2.4999, 'grad_norm': 1.02, 'learning_rate': 4.9e-05, 'epoch': 0.12}",
+    " 12%|#         | 1233/1000000 [01:23<10:12,  9.44it/s]",
+    "rank 3 step 1234 | loss 2.49877 | tokens/s 41230 | mem 61.2 GiB",
+    " iteration      100/  500000 | consumed samples: 51200 | elapsed time per iteration (ms): 812.3 |",
+]
+
+
+def test_the_prefilter_stops_training_lines():
+    assert [line for line in BENCH_LINES if lp._WORKLOAD_KEYS.search(line)] == []
+
+
+def test_every_entry_is_reached_through_its_keys():
+    """An entry's regex must never match a line without one of its keys: the prefilter would hide it."""
+    for entry in lp.WORKLOAD_LINES:
+        assert entry.keys and all(lp._WORKLOAD_KEYS.search(k) for k in entry.keys)
+    assert {e.hint.kind for e in lp.WORKLOAD_LINES} <= set(lp.WORKLOAD_KINDS) == set(lp.WORKLOAD_RANK)
+
+
+def test_log_state_keeps_the_newest_load_with_its_time():
+    s = lp.LogState()
+    s.feed(VLLM_V1, t=100.0)
+    s.feed('INFO:     10.0.0.7:51234 - "POST /v1/completions HTTP/1.1" 200 OK', t=101.0)
+    s.feed(VLLM_V1_API, t=110.0)
+    s.feed("INFO 11-27 01:02:13 [logger.py:43] Received request cmpl-1", t=111.0)
+    assert (s.load, s.load_t, s.load_line) == (lp.ServerLoad(0, 12), 110.0, 3)
+    assert s.workload == lp.WorkloadHint("serving", "vLLM engine stats")  # the first of the serving lines
+    s.feed(VLLM_V1[: VLLM_V1.index("Waiting")], t=120.0)  # a cut line changes nothing
+    assert (s.load, s.load_t) == (lp.ServerLoad(0, 12), 110.0)
+
+
+def test_serving_and_notebooks_outrank_training_signs_and_the_first_of_equals_stays():
+    s = lp.LogState()
+    s.feed("Loading safetensors checkpoint shards: 100% 4/4 [00:02<00:00,  1.52it/s]", t=1.0)
+    assert s.workload == lp.WorkloadHint("training", "progress lines (tqdm)")
+    s.feed(H + "NCCL version 2.21.5+cuda12.4", t=2.0)  # tensor parallel: NCCL is no proof of training
+    assert s.workload == lp.WorkloadHint("training", "progress lines (tqdm)")
+    s.feed("INFO 04-30 17:52:43 [api_server.py:1090] Starting vLLM API server on http://0.0.0.0:8000", t=3.0)
+    assert s.workload == lp.WorkloadHint("serving", "vLLM API server start-up")
+    s.feed("[I 2024-08-02 09:49:50.063 ServerApp] Kernel started: 1acc847a", t=4.0)
+    s.feed("step 7 loss 2.1", t=5.0)
+    assert s.workload == lp.WorkloadHint("serving", "vLLM API server start-up")
+    s.feed(SGLANG_DECODE, t=6.0)  # settled: hints stay, load lines still count
+    assert (s.workload.evidence, s.load, s.load_t) == ("vLLM API server start-up", lp.ServerLoad(8, 4), 6.0)
+
+
+def test_nccl_init_alone_says_training():
+    s = _state(NCCL_220_IB_NVLS)
+    assert s.workload == lp.WorkloadHint("training", "NCCL init")
+    assert lp.summary(s)["version"] == "2.20.5"  # the checklist is unchanged

@@ -1,10 +1,12 @@
 """The pod-log source through the real sampler over a simulated node: the sampler names the GPU pods,
-takes the source's numbers at publish, gives each GPU's points the seconds since its pod's last line,
-and the renderer exports the derived numbers. The scrape path reads no file."""
+takes the source's numbers at publish, gives each GPU's points the seconds since its pod's last line (and
+its pod's workload and server load to the analysis), and the renderer exports the derived numbers. The
+scrape path reads no file."""
 
 from __future__ import annotations
 
 from exporter.collect.sampler import Sampler
+from exporter.podlogs.logparse import ServerLoad, WorkloadHint
 from exporter.serve.metrics import Renderer
 from exporter.sources.errors import ErrorCounter
 from exporter.sources.kubelet import PodResourcesSource
@@ -12,6 +14,21 @@ from exporter.sources.nvml import NvmlSource
 from exporter.sources.podlogs import PodLogSource
 from tests.conftest import FAST, RefreshingHostSource, step
 from tests.sources.test_podlogs import rec
+from tests.test_logparse import VLLM_V1
+
+
+def _sampler(node, errors, source, clock) -> Sampler:
+    return Sampler(
+        FAST,
+        errors,
+        {
+            "host": RefreshingHostSource(node, errors, clock=clock, **node.host_options()),  # type: ignore[arg-type]
+            "nvml": NvmlSource(node.install(), errors, clock=clock, slow_interval_s=FAST.slow_interval_s),
+            "kubelet": PodResourcesSource(errors, node.kubelet_socket, timeout_s=0.5),
+            "podlogs": source,
+        },
+        clock=clock,
+    )
 
 
 def test_points_carry_the_silence_of_their_pods_log(make_node, clock, tmp_path):
@@ -23,17 +40,7 @@ def test_points_carry_the_silence_of_their_pods_log(make_node, clock, tmp_path):
     last_line = clock()
     log.write_text(rec(last_line - 5, "step 40") + rec(last_line, "step 41"))
     source = PodLogSource(str(pods), errors, sys_root=str(tmp_path / "sys"))
-    sampler = Sampler(
-        FAST,
-        errors,
-        {
-            "host": RefreshingHostSource(node, errors, clock=clock, **node.host_options()),  # type: ignore[arg-type]
-            "nvml": NvmlSource(node.install(), errors, clock=clock, slow_interval_s=FAST.slow_interval_s),
-            "kubelet": PodResourcesSource(errors, node.kubelet_socket, timeout_s=0.5),
-            "podlogs": source,
-        },
-        clock=clock,
-    )
+    sampler = _sampler(node, errors, source, clock)
     try:
         step(sampler, clock, cycles=2)  # the sampler learns which pods hold GPUs and names them
         source.poll()  # the source's own thread does this once a second
@@ -47,5 +54,34 @@ def test_points_carry_the_silence_of_their_pods_log(make_node, clock, tmp_path):
         body = Renderer().render(snap)[0].decode()
         assert 'gpu_pod_training_step{namespace="ml",pod="llm-train-0",container="trainer"} 41' in body
         assert 'gpu_pod_nccl_warnings_total{namespace="ml",pod="llm-train-0"} 0' in body
+    finally:
+        sampler.stop()
+
+
+def test_the_sampler_hands_each_gpu_its_pods_workload_and_server_load(make_node, clock, tmp_path):
+    """The analysis reads ``JobSignals.workload`` and ``server_load`` after each publication."""
+    node = make_node("healthy", n_gpus=2)
+    errors = ErrorCounter()
+    pods = tmp_path / "pods"
+    log = pods / "ml_llm-train-0_6f1c2d3e" / "trainer" / "0.log"
+    log.parent.mkdir(parents=True)
+    now = clock()
+    log.write_text(
+        rec(now - 5, "INFO 11-27 01:00:00 Starting vLLM API server on http://0.0.0.0:8000")
+        + rec(now, VLLM_V1)
+    )
+    source = PodLogSource(str(pods), errors, sys_root=str(tmp_path / "sys"))
+    sampler = _sampler(node, errors, source, clock)
+    try:
+        step(sampler, clock, cycles=2)
+        source.poll()
+        step(sampler, clock, seconds=3.0, cycles=2)
+        held = set(sampler.job.last_sign)
+        assert held  # the simulated pod holds GPUs
+        serving = WorkloadHint("serving", "vLLM API server start-up")  # its log outranks its names
+        assert sampler.job.workload == dict.fromkeys(held, serving)
+        assert {
+            i: (round(t - now, 3), load) for i, (t, load) in sampler.job.server_load.items()
+        } == dict.fromkeys(held, (0.0, ServerLoad(3, 0)))
     finally:
         sampler.stop()

@@ -8,9 +8,13 @@ Three layers:
   line (``[rank3]:``, ``[1,0]<stdout>:``, ``[default0]:``).
 - ``PATTERNS``: the progress table, one regex per log style and what it yields (a step, seconds per step,
   or only a sign of progress). Users extend it from a values file (``load_patterns``).
+- ``WORKLOAD_LINES``: what a pod runs (``WorkloadHint``: serving, a notebook, batch inference; training
+  from the progress table and NCCL's init), and the periodic load lines of inference servers (``ServerLoad``:
+  requests running and waiting).
 - ``LogState``: fed lines, it keeps derived numbers only (last line time, step, seconds per step, NCCL
-  version, network, transports, warning and error counts, a few evidence lines for the offline
-  checklist) with bounded memory. Label values it yields come from closed vocabularies.
+  version, network, transports, warning and error counts, the newest server load, the workload hint, a
+  few evidence lines for the offline checklist) with bounded memory. Label values it yields come from
+  closed vocabularies.
 """
 
 from __future__ import annotations
@@ -386,6 +390,166 @@ KNOWN_BAD: dict[str, tuple[re.Pattern[str], str, str]] = {
     ),
 }
 
+# ---- what a pod runs: inference servers' load, notebooks ------------------------------------------
+
+# what a pod runs: "batch" is offline (batch) inference, "evaluation" an evaluation run
+WORKLOAD_KINDS = ("training", "batch", "evaluation", "serving", "interactive")
+# a stronger hint replaces a weaker one; of equal ones the first stays. Training is the weakest: its
+# signs (progress bars, step counters, NCCL's init) also show in servers loading or sharding a model,
+# and in batch inference.
+WORKLOAD_RANK = {"training": 1, "batch": 2, "evaluation": 2, "serving": 2, "interactive": 2}
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadHint:
+    kind: str  # one of WORKLOAD_KINDS
+    evidence: str  # what said so: a fixed text of the tables, never log text
+    source: str = "log"  # log: the job's own word (its log, its progress reports); name: its pod's names
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLoad:
+    """An inference server's periodic load line: requests being run, and requests waiting for the GPU
+    (queued, and vLLM V0's swapped ones: preempted, they wait for KV cache to come back)."""
+
+    running: int
+    waiting: int
+
+
+@dataclass(frozen=True)
+class WorkloadLine:
+    """One kind of line that shows what a pod runs. ``keys``: literals of which every line the regex
+    matches holds one (the prefilter is made of them). A regex with the groups ``running`` and ``waiting``
+    (and optionally ``swapped``) is a server's load line."""
+
+    hint: WorkloadHint
+    regex: re.Pattern[str]
+    keys: tuple[str, ...]
+
+    @property
+    def load(self) -> bool:
+        return "running" in self.regex.groupindex
+
+
+def _w(kind: str, evidence: str, regex: str, *keys: str) -> WorkloadLine:
+    return WorkloadLine(WorkloadHint(kind, evidence), re.compile(regex), keys)
+
+
+# First match wins: the load lines first (they also carry numbers). Servers print them only while they
+# work (vLLM logs an idle engine at DEBUG; SGLang per batch), so a load's time says how current it is.
+# TGI and Triton print no periodic load line; their start-up and router lines say what they are.
+WORKLOAD_LINES: tuple[WorkloadLine, ...] = (
+    # vLLM V0 (metrics.py): "Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 212.4
+    # tokens/s, Running: 3 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 4.1%, ..."; V1
+    # (loggers.py): "Engine 000: Avg prompt throughput: ..., Running: 3 reqs, Waiting: 0 reqs, ..."
+    _w(
+        "serving",
+        "vLLM engine stats",
+        r"Avg prompt throughput: [\d.]+ tokens/s, .*?Running: (?P<running>\d+) reqs, "
+        r"(?:Swapped: (?P<swapped>\d+) reqs, )?(?:Pending|Waiting): (?P<waiting>\d+) reqs",
+        "Avg prompt throughput",
+    ),
+    # SGLang's scheduler: "Decode batch. #running-req: 3, #token: 1234, token usage: 0.05, gen throughput
+    # (token/s): 210.5, #queue-req: 0"; "Prefill batch, #new-seq: 1, ..., #running-req: 2, #queue-req: 0"
+    _w(
+        "serving",
+        "SGLang batch stats",
+        r"(?:Prefill|Decode) batch\b.*?#running-req: (?P<running>\d+),.*?#queue-req: (?P<waiting>\d+)",
+        "#running-req",
+    ),
+    # "Starting vLLM API server 0 on http://0.0.0.0:8000"; older: "vLLM API server version 0.6.3"
+    _w(
+        "serving",
+        "vLLM API server start-up",
+        r"Starting vLLM API server|vLLM API server version",
+        "Starting vLLM API server",
+        "vLLM API server version",
+    ),
+    _w(
+        "serving",
+        "SGLang server ready",
+        r"The server is fired up and ready to roll",
+        "The server is fired up and ready to roll",
+    ),
+    # TGI's launcher and router name themselves in every line, plain or JSON:
+    # "INFO text_generation_launcher: Starting Webserver",
+    # "INFO text_generation_router::server: router/src/server.rs:2477: Connected"
+    _w(
+        "serving",
+        "TGI launcher or router",
+        r"text_generation_(?:launcher|router)",  # no \b before it: ANSI colour codes touch it
+        "_generation_launcher",
+        "_generation_router",
+    ),
+    # "I1002 21:58:57.891440 62 grpc_server.cc:3914] Started GRPCInferenceService at 0.0.0.0:8001"
+    _w(
+        "serving",
+        "Triton server start-up",
+        r"Started (?:GRPCInferenceService|HTTPService) at ",
+        "Started GRPCInferenceService",
+        "Started HTTPService",
+    ),
+    # uvicorn's access log (vLLM, SGLang, most Python servers):
+    # 'INFO:     10.0.0.7:51234 - "POST /v1/chat/completions HTTP/1.1" 200 OK'
+    _w(
+        "serving",
+        "inference API requests",
+        r'"POST /(?:v1/(?:chat/)?completions|generate) HTTP/',
+        '"POST /',
+    ),
+    # "[I 2024-08-02 09:49:50.063 ServerApp] Kernel started: 1acc847a-...", "[I 10:00:00.123 NotebookApp] ..."
+    _w("interactive", "Jupyter kernel started", r"\bKernel started: ", "Kernel started: "),
+    _w(
+        "interactive",
+        "Jupyter server",
+        r"\[[DIWEC] [^\]]*(?:ServerApp|NotebookApp)\b",  # JupyterHub's SingleUserNotebookApp too
+        "ServerApp",
+        "NotebookApp",
+    ),
+    # vLLM's offline LLM.generate bar: "Processed prompts:  45%|####5     | 450/1000 [00:10<00:12, ...]"
+    _w("batch", "vLLM offline batch", r"Processed prompts: +\d+%", "Processed prompts"),
+)
+_WORKLOAD_KEYS = re.compile("|".join(re.escape(k) for line in WORKLOAD_LINES for k in line.keys))
+_LOAD_LINES = tuple(line for line in WORKLOAD_LINES if line.load)
+_LOAD_KEYS = re.compile("|".join(re.escape(k) for line in _LOAD_LINES for k in line.keys))
+NCCL_HINT = WorkloadHint("training", "NCCL init")
+_TOP_RANK = max(WORKLOAD_RANK.values())
+
+
+def _match_workload(text: str, loads_only: bool = False) -> tuple[WorkloadHint, ServerLoad | None] | None:
+    """The first WORKLOAD_LINES entry the line matches (the prefilter already passed), with its load."""
+    for line in _LOAD_LINES if loads_only else WORKLOAD_LINES:
+        m = line.regex.search(text)
+        if m is None:
+            continue
+        if not line.load:
+            return line.hint, None
+        waiting = int(m.group("waiting")) + int(m.groupdict().get("swapped") or 0)
+        return line.hint, ServerLoad(int(m.group("running")), waiting)
+    return None
+
+
+def match_workload(text: str) -> tuple[WorkloadHint, ServerLoad | None] | None:
+    """What one line says a pod runs, and the load it reports when it is a server's load line."""
+    if _WORKLOAD_KEYS.search(text) is None:
+        return None
+    return _match_workload(text)
+
+
+def workload_hint(text: str) -> WorkloadHint | None:
+    found = match_workload(text)
+    return found[0] if found is not None else None
+
+
+def server_load(text: str) -> ServerLoad | None:
+    found = match_workload(text)
+    return found[1] if found is not None else None
+
+
+def progress_hint(found: Progress) -> WorkloadHint:
+    return WorkloadHint("training", f"progress lines ({found.pattern})")
+
+
 _KEYS = re.compile(
     r"NCCL|[Bb]us error|DataLoader worker|out of memory|OutOfMemoryError|Watchdog caught|DistBackendError"
     r"|Connection closed by remote peer|Rem Allocator"
@@ -420,6 +584,14 @@ class LogState:
     nodes: int = 0  # the most nNodes of any communicator (0: not said)
     hosts: set[str] = field(default_factory=set)  # hosts NCCL lines come from, at most HOSTS_KEPT
     no_ib: bool = False  # "NET/IB : No device found."
+    load: ServerLoad | None = None  # the newest load line of an inference server
+    load_t: float | None = None  # its time (None: not known yet, see load_line)
+    # the load line's number among the lines fed (``lines``): a caller feeding without times stamps it
+    # afterwards from that line's own timestamp
+    load_line: int = 0
+    workload: WorkloadHint | None = None  # the strongest hint of what runs (the first of equals)
+    # the hint is of the strongest rank: no other line can change it, only load lines are looked for
+    _settled: bool = field(default=False, init=False, repr=False)
 
     def feed(
         self,
@@ -437,12 +609,18 @@ class LogState:
             self.last_t = t if self.last_t is None else max(self.last_t, t)
         if _KEYS.search(text) is not None:
             self._keyed(strip_prefix(text), count)
+        # a settled hint needs only load lines: a busy server's access log passes the whole table's
+        # prefilter with every request
+        if (_LOAD_KEYS if self._settled else _WORKLOAD_KEYS).search(text) is not None:
+            self._workload_line(text, t)
         if progress:
             self.see_progress(match_progress(text, patterns), t)
 
     def see_progress(self, found: Progress | None, t: float | None) -> None:
         if found is None:
             return
+        if self.workload is None:  # training is the weakest hint: only where nothing else was said
+            self.see_hint(progress_hint(found))
         if found.seconds is not None:
             self.step_seconds = found.seconds
         if found.step is None:
@@ -452,6 +630,21 @@ class LogState:
             self.step_seconds = (t - self.step_t) / (found.step - self.step)
         if found.step != self.step:
             self.step, self.step_t = found.step, t
+
+    def see_hint(self, hint: WorkloadHint) -> None:
+        if self.workload is None or WORKLOAD_RANK[hint.kind] > WORKLOAD_RANK[self.workload.kind]:
+            self.workload = hint
+            self._settled = WORKLOAD_RANK[hint.kind] == _TOP_RANK
+
+    def _workload_line(self, text: str, t: float | None) -> None:
+        """A line the workload prefilter let through: a hint, and a server's load."""
+        found = _match_workload(text, loads_only=self._settled)
+        if found is None:
+            return
+        hint, load = found
+        self.see_hint(hint)
+        if load is not None:
+            self.load, self.load_t, self.load_line = load, t, self.lines
 
     def _keyed(self, text: str, count: bool) -> None:
         if "NCCL" in text:
@@ -493,6 +686,7 @@ class LogState:
         if not self.version and (m := _VERSION.search(text)):
             self.version = m.group(1)
             self.evidence["version"] = _cut(text)
+            self.see_hint(NCCL_HINT)
         if (m := _HOST.match(text)) and len(self.hosts) < HOSTS_KEPT and m.group(1) not in self.hosts:
             self.hosts.add(m.group(1))
             if len(self.hosts) == 2:

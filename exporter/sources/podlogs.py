@@ -2,7 +2,8 @@
 ``<namespace>_<pod>_<uid>/<container>/<n>.log``, followed on a thread of their own.
 
 Only derived numbers leave this module (the last line's time, the step, seconds per step, NCCL's version,
-network and transports, warning and error counts); log text never does. It follows what the kubelet and
+network and transports, warning and error counts, an inference server's newest load, what the pod runs
+with the fixed text of the table entry that said so); log text never does. It follows what the kubelet and
 the runtime do to the files: partial records (``P``) are joined; a rotated file (renamed to
 ``<n>.log.<timestamp>``, later gzipped) is drained through the descriptor still open on it before the new
 ``<n>.log`` is opened; a restarted container's ``<n+1>.log`` takes over; a truncated file is read again
@@ -33,7 +34,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import BinaryIO
 
-from exporter.podlogs.logparse import PATTERNS, LogState, Pattern, match_progress, parse_timestamp
+from exporter.podlogs.logparse import (
+    PATTERNS,
+    WORKLOAD_RANK,
+    LogState,
+    Pattern,
+    ServerLoad,
+    WorkloadHint,
+    match_progress,
+    parse_timestamp,
+)
 from exporter.policy.thresholds import (
     PODLOG_LINE_BYTES,
     PODLOG_LINES_PER_SECOND,
@@ -112,6 +122,9 @@ class ContainerLog:
     last_line_t: float | None
     step: int | None
     step_seconds: float | None
+    load: ServerLoad | None = None  # the newest load line of an inference server
+    load_t: float | None = None  # that line's time
+    workload: WorkloadHint | None = None  # what the container's log says it runs
 
 
 @dataclass(frozen=True)
@@ -144,6 +157,25 @@ class PodLogsView:
         times = [c.last_line_t for c in self.containers if c.namespace == namespace and c.pod == pod]
         known = [t for t in times if t is not None]
         return max(known) if known else None
+
+    def server_load(self, namespace: str, pod: str) -> tuple[float, ServerLoad] | None:
+        """The newest load line of an inference server in any container of the pod, with its time."""
+        best: tuple[float, ServerLoad] | None = None
+        for c in self.containers:
+            if c.namespace != namespace or c.pod != pod or c.load is None or c.load_t is None:
+                continue
+            if best is None or c.load_t > best[0]:
+                best = (c.load_t, c.load)
+        return best
+
+    def workload(self, namespace: str, pod: str) -> WorkloadHint | None:
+        """What the pod's logs say it runs: the strongest hint of its containers (of equals, the first)."""
+        hints = [
+            c.workload
+            for c in self.containers
+            if c.namespace == namespace and c.pod == pod and c.workload is not None
+        ]
+        return max(hints, key=lambda hint: WORKLOAD_RANK[hint.kind]) if hints else None
 
 
 @dataclass
@@ -318,6 +350,7 @@ class Follower:
             records = records[-budget:]
             self.pending, self.pending_len = [], 0
         state = self.state
+        first = state.lines  # the number of the line before this read's first
         lines: list[tuple[str, bytes]] = []  # (text, timestamp bytes) of whole lines
         for record in records:
             parts = record.split(b" ", 3)
@@ -344,6 +377,9 @@ class Follower:
                 t = parse_timestamp(stamp.decode("ascii", "replace"))
                 state.feed(text, None, count=t is not None and t >= self.since, progress=False)
             self.counting = True
+        if state.load_line > first:  # a load line in this read: the newest one's own time, parsed once
+            stamp = lines[state.load_line - first - 1][1]
+            state.load_t = parse_timestamp(stamp.decode("ascii", "replace"))
         # time of the last line, and the newest line that shows progress
         for _, stamp in reversed(lines):
             t = parse_timestamp(stamp.decode("ascii", "replace"))
@@ -522,7 +558,11 @@ class PodLogSource:
         pods: dict[tuple[str, str], list[LogState]] = {}
         for (namespace, pod, container), f in sorted(self._followers.items()):
             s = f.state
-            containers.append(ContainerLog(namespace, pod, container, s.last_t, s.step, s.step_seconds))
+            containers.append(
+                ContainerLog(
+                    namespace, pod, container, s.last_t, s.step, s.step_seconds, s.load, s.load_t, s.workload
+                )
+            )
             pods.setdefault((namespace, pod), []).append(s)
         pod_views = []
         for (namespace, pod), states in pods.items():

@@ -1,0 +1,58 @@
+"""What kind of GPU work a pod runs, from the names the kubelet gives its pod and container: the hint for
+when its log says nothing (a hint from the log, ``LogState.workload``, wins over it). Pure."""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from exporter.podlogs.logparse import WorkloadHint
+
+# kind -> the words that say it, each matched as whole words of a name (separated by -, _ or .), a
+# multi-word entry as consecutive words. Tried in this order, in both names: a notebook or an evaluation
+# may well run a serving engine inside ("vllm-eval-7"), so the more particular kinds come first.
+NAME_WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("interactive", ("jupyter", "notebook")),
+    ("evaluation", ("eval", "evaluation")),
+    ("batch", ("batch-inference",)),  # before serving's "inference"
+    ("training", ("train", "trainer", "training", "pytorchjob", "finetune", "finetuning")),
+    (
+        "serving",
+        (
+            "vllm",
+            "tgi",
+            "text-generation-inference",
+            "triton",
+            "sglang",
+            "llama-cpp",
+            "ollama",
+            "inference",
+            "serving",
+            "predictor",  # KServe's pods: <service>-predictor-...
+            "kserve",  # KServe's model container: kserve-container
+        ),
+    ),
+)
+_SEPARATORS = re.compile(r"[-_.]+")
+_ENTRIES = tuple((kind, word, tuple(_SEPARATORS.split(word))) for kind, words in NAME_WORDS for word in words)
+
+
+def _words(name: str) -> tuple[str, ...]:
+    return tuple(w for w in _SEPARATORS.split(name.lower()) if w)
+
+
+def _holds(words: tuple[str, ...], entry: tuple[str, ...]) -> bool:
+    """Whether ``entry`` appears in ``words`` as consecutive whole words."""
+    n = len(entry)
+    return any(words[i : i + n] == entry for i in range(len(words) - n + 1))
+
+
+@functools.lru_cache(maxsize=256)  # the same few pods are asked about every cycle
+def name_hint(pod: str, container: str = "") -> WorkloadHint | None:
+    """The first NAME_WORDS word found in the container's or the pod's name."""
+    names = (("container", _words(container)), ("pod", _words(pod)))
+    for kind, word, entry in _ENTRIES:
+        for where, words in names:
+            if _holds(words, entry):
+                return WorkloadHint(kind, f"{where} name: {word}", "name")
+    return None
