@@ -169,15 +169,15 @@ def test_verdict_ranks_must_be_distinct(monkeypatch):
 
 
 def test_a_new_kind_reaches_the_dashboards_without_an_edit(monkeypatch):
-    new = dataclasses.replace(KINDS["nvlink_degraded"], name="pcie_degraded", label="PCIe degraded", rank=9)
+    new = dataclasses.replace(KINDS["nvlink_degraded"], name="pcie_degraded", label="PCIe degraded", rank=10)
     monkeypatch.setattr(dashboards, "KINDS", {**KINDS, new.name: new})
     monkeypatch.setattr(dashboards, "VERDICT_CODES", dashboards._verdict_codes())
     monkeypatch.setattr(recording, "KINDS", {**KINDS, new.name: new})
     panes = by_title(json.loads(dashboards.to_json(dashboards.fleet())))
     timeline = panes["Verdict by node and GPU"]
-    assert timeline["fieldConfig"]["defaults"]["mappings"][0]["options"]["9"]["text"] == "PCIe degraded"
+    assert timeline["fieldConfig"]["defaults"]["mappings"][0]["options"]["10"]["text"] == "PCIe degraded"
     assert recording.WORST in timeline["targets"][0]["expr"]  # the recorded worst verdict, which...
-    assert 'kind="pcie_degraded"} * 9' in recording.worst_verdict_expr()  # ...ranks the new kind
+    assert 'kind="pcie_degraded"} * 10' in recording.worst_verdict_expr()  # ...ranks the new kind
     assert "pcie_degraded" in panes["Other verdicts"]["targets"][0]["expr"]
 
 

@@ -239,6 +239,8 @@ def test_writer_output_reads_back_as_the_same_points():
         p2p_failed=0.0,
         fabric_ready=True,
         log_silent_s=12.5,
+        requests_running=3.0,
+        requests_waiting=0.0,
     )
     writer.host(host)
     writer.gpu("3", "NVIDIA H100 80GB HBM3", point)

@@ -41,6 +41,7 @@ from exporter.policy.thresholds import (
     STARVATION_GAPS,
     STARVATION_IDLE_FRACTION,
     STARVATION_PAUSE,
+    STARVATION_SUSTAINED,
     STARVATION_SWING_MEAN,
     STARVATION_SWING_SPREAD,
     TEMP_HOT,
@@ -101,6 +102,9 @@ class Context:
     longest_pause_s: float = 0.0  # ...and the longest of them
     peers: int = 0  # other GPUs held by the same job
     silent_s: float | None = None  # seconds since the job's last log line or progress report
+    workload: str = ""  # the job's class (exporter/analysis/workload.py; "" judged as training)
+    idle_gaps: bool = False  # its no-kernel time is idle capacity, not a wait for input
+    undecided: bool = False  # its job may be a pipeline taking turns: not yet known
 
 
 def covered(
@@ -359,6 +363,8 @@ def detect_starvation(c: Context) -> Evidence:
     shape = starvation(c.f, c.host, _forgiven(c.recent, c) if c.recent.counted_s else None)
     if shape.missing:
         return shape
+    if c.idle_gaps:
+        return Evidence()  # a server without requests, a stage between turns, a notebook: nothing waits
     waiting = SCORE_ENTER.value * c.recent.get("input_wait") / RECENT_WAIT_SHARE.value
     score = max(
         shape.score,
@@ -367,6 +373,10 @@ def detect_starvation(c: Context) -> Evidence:
     )
     if score <= 0:
         return Evidence()
+    if c.fast.family("input") < STARVATION_SUSTAINED.value or c.undecided:
+        # a loss too small or too short to page starts no verdict, nor one of a job that may be a
+        # pipeline (its stages' turns are decided within the pipeline hold)
+        score = min(score, BELOW_ENTER)
     if c.slow.get("checkpoint") >= c.slow.get("input_wait") and c.slow.get("checkpoint") > 0:
         return Evidence(score=score, cause="checkpoint")
     return Evidence(score=score, cause=starvation_cause(c.f, c.host))
@@ -442,8 +452,19 @@ def detect_shm(c: Context) -> Evidence:
     return shm_exhaustion(c.host)
 
 
+IDLE_CAUSES = {"serving": "no_requests", "interactive": "notebook"}  # what an idle GPU of each class is
+
+
 def detect_idle(c: Context) -> Evidence:
-    return idle_allocated(c.idle_s, c.idle_horizon_s)
+    ev = idle_allocated(c.idle_s, c.idle_horizon_s)
+    return Evidence(ev.score, IDLE_CAUSES.get(c.workload, ""), ev.missing) if ev.score else ev
+
+
+def detect_pipeline(c: Context) -> Evidence:
+    """Stages of a layer-split model waiting for their turn: the job's class says it (its turns)."""
+    if c.f.util_mean is None:
+        return Evidence(missing="needs utilization.gpu")
+    return Evidence(score=FIRM if c.workload == "pipeline" else 0.0)
 
 
 def detect_nvlink(c: Context) -> Evidence:

@@ -24,6 +24,7 @@ from exporter.analysis.ledger import GpuLedger, Shares, Tick, holding_back, meas
 from exporter.analysis.points import GpuPoint, HostPoint
 from exporter.analysis.verdicts import Track, step
 from exporter.analysis.window import Window
+from exporter.analysis.workload import UNKNOWN, ServingShape, Turns, Workload, decide
 from exporter.policy.thresholds import (
     EVAL_INTERVAL,
     EVIDENCE_WINDOW,
@@ -82,6 +83,11 @@ class _Gpu:
     ticked: float | None = None  # the last second the ledger took
     held: bool = False  # did a job hold it at the last tick
     shares: tuple[Shares, Shares, Shares] = (Shares(), Shares(), Shares())
+    active_at: float | None = None  # the last second it worked or sat in a collective
+    serving: ServingShape = field(default_factory=ServingShape)
+    workload: Workload = UNKNOWN
+    turns_pending: bool = False  # its job looks like a pipeline's turns, not yet for long enough
+    waiting: float | None = None  # requests its server last reported waiting
 
 
 class Analyzer:
@@ -101,6 +107,8 @@ class Analyzer:
         self._judged_at: float | None = None
         self._judged_gpus: list[str] = []
         self._judged: dict[str, dict[str, KindState]] = {}
+        self._hints: dict[str, Workload] = {}  # job -> what it says it is (flag, log, name)
+        self._turns: dict[str, Turns] = {}  # job -> its GPUs' utilization second by second
 
     # ---- input ---------------------------------------------------------------------------------
 
@@ -117,6 +125,17 @@ class Analyzer:
     def set_group(self, gpu: str, group: str) -> None:
         """GPUs of one job (pod); the node is one group until pod labels exist."""
         self._gpu(gpu).group = group
+
+    def set_workload(self, group: str, hint: Workload | None) -> None:
+        """What a job says it is (``--workload``, its pod's log or name); None: it says nothing."""
+        if hint is None or not hint.kind:
+            self._hints.pop(group, None)
+        else:
+            self._hints[group] = hint
+
+    def workload(self, gpu: str) -> Workload:
+        """The class the GPU's time is judged as, and what decided it."""
+        return self._gpu(gpu).workload
 
     def add_gpu_points(self, gpu: str, points: Iterable[GpuPoint]) -> None:
         state = self._gpu(gpu)
@@ -185,8 +204,10 @@ class Analyzer:
         groups: dict[str, list[str]] = {}
         for gpu in chosen:
             groups.setdefault(self._gpus[gpu].group, []).append(gpu)
-        for members in groups.values():
-            held = sum(self._gpus[g].held for g in members)
+        for group, members in groups.items():
+            # a collective needs a peer that works or waits in one too: GPUs that only hold memory
+            # (a resident model nobody uses) are no peers to wait for
+            active = sum(self._gpus[g].held and self._active(self._gpus[g], now) for g in members)
             for gpu in members:
                 state = self._gpus[gpu]
                 start = state.ticked if state.ticked is not None else now - EVAL_INTERVAL.value
@@ -196,7 +217,7 @@ class Analyzer:
                 if fresh:  # after a hole in the data (a lost GPU, a gap in a log) count from the samples
                     start = max(start, fresh[0].t - LEDGER_STALE.value)
                 points = state.ledger.points_for(fresh, now)
-                peers = held - 1 if state.held else held
+                peers = active - (1 if state.held and self._active(state, now) else 0)
                 state.power.see(points)
                 envelope = state.power.envelope(state.name)
                 ticks[gpu] = measure(points, start, now, peers, envelope, state.slowdown_c)
@@ -206,11 +227,39 @@ class Analyzer:
             job = [ticks[g] for g in members if g in ticks and ticks[g].span > 0 and ticks[g].held]
             stopped = bool(job) and all(t.stopped for t in job)
             quiet = stopped and not any(t.off_kernel for t in job)
+            self._classify(group, now, members, ticks)
             for gpu in members:
                 if gpu in ticks:
-                    tick = ticks[gpu]
-                    self._gpus[gpu].held = tick.span > 0 and tick.held
-                    self._gpus[gpu].ledger.commit(tick, stopped, quiet, alone=len(job) < 2)
+                    tick, state = ticks[gpu], self._gpus[gpu]
+                    state.held = tick.span > 0 and tick.held
+                    if tick.work + tick.comm_quiet > UTIL_IDLE_LINE.value * tick.span:
+                        state.active_at = now
+                    state.ledger.commit(tick, stopped, quiet, alone=len(job) < 2, idle_gaps=_idle_gaps(state))
+
+    @staticmethod
+    def _active(state: _Gpu, now: float) -> bool:
+        return state.active_at is not None and state.active_at > now - EVIDENCE_WINDOW.value
+
+    def _classify(self, group: str, now: float, members: list[str], ticks: dict[str, Tick]) -> None:
+        """The job's class this second: its word, its turns, each GPU's server shape."""
+        held = {g: ticks[g] for g in members if g in ticks and ticks[g].span > 0 and ticks[g].held}
+        turns = self._turns.setdefault(group, Turns())
+        turns.see(
+            now,
+            {g: t.util or 0.0 for g, t in held.items()},
+            {g: t.busy_at for g, t in held.items()},
+            max((t.samples for t in held.values()), default=0),
+        )
+        pipeline = turns.workload()
+        pending = pipeline is None and turns.pending()
+        hint = self._hints.get(group)
+        for gpu in members:
+            state, tick = self._gpus[gpu], ticks.get(gpu)
+            if tick is not None and tick.span > 0:
+                state.serving.see(now, tick.mem_bytes, tick.mem_total, tick.stopped, tick.span)
+                state.waiting = tick.waiting
+            state.workload = decide(hint, pipeline, state.serving.workload())
+            state.turns_pending = pending and not state.workload.kind
 
     # ---- evaluation ----------------------------------------------------------------------------
 
@@ -262,6 +311,9 @@ class Analyzer:
                 longest_pause_s=longest_pause,
                 peers=held.get(state.group, 0) - (1 if state.held else 0),
                 silent_s=_silent(points, now),
+                workload=state.workload.kind,
+                idle_gaps=_idle_gaps(state),
+                undecided=state.turns_pending,
             )
             evidence[gpu] = {name: kind.detector(ctx) for name, kind in KINDS.items()}
             for kind, ev in evidence[gpu].items():
@@ -411,6 +463,13 @@ def _silent(points: list[GpuPoint], now: float) -> float | None:
 def _off_kernel(recent: Shares) -> float:
     """The share of the recent window a GPU held memory with no kernel: waiting, pausing or starting."""
     return recent.get("input_wait") + recent.get("checkpoint") + recent.get("idle")
+
+
+def _idle_gaps(state: _Gpu) -> bool:
+    """No-kernel time is idle capacity for its class, unless its server says requests are waiting."""
+    if not state.workload.idle_gaps:
+        return False
+    return not (state.workload.kind == "serving" and (state.waiting or 0.0) > 0)
 
 
 def _since(window: Window[GpuPoint], t: float) -> list[GpuPoint]:

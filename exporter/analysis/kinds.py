@@ -29,6 +29,8 @@ from exporter.policy.thresholds import (
     NVLINK_FIRE,
     NVLINK_RESOLVE,
     PCIE_BUSY,
+    PIPELINE_FIRE,
+    PIPELINE_RESOLVE,
     POWER_CAP_BELOW_DEFAULT,
     POWER_FIRE,
     POWER_RESOLVE,
@@ -41,6 +43,7 @@ from exporter.policy.thresholds import (
     SHM_WARNING,
     STARVATION_FIRE,
     STARVATION_RESOLVE,
+    STARVATION_SUSTAINED,
     TEMP_HOT,
     THERMAL_FIRE,
     THERMAL_RESOLVE,
@@ -172,7 +175,7 @@ _ALL = (
         "the GPU waits for its input (loader, offload, copies) or for checkpoints to be written",
         "starving",
         "red",
-        7,
+        8,
         Inputs(
             "utilization and framebuffer use; its cause needs the host signals",
             "`gpu_utilization_ratio`, `gpu_memory_used_bytes`; causes from `gpu_node_cpu_iowait_ratio`, "
@@ -209,7 +212,7 @@ _ALL = (
         "stuck in a collective: util pinned, power near idle, no NVLink/PCIe traffic, for minutes",
         "hung",
         "dark-red",
-        8,
+        9,
         Inputs(
             "utilization; power, SM activity, copy and link traffic as further evidence of a quiet GPU",
             "`gpu_utilization_ratio`; `gpu_power_watts`, `gpu_sm_active_ratio`, "
@@ -246,7 +249,7 @@ _ALL = (
         "steps dominated by slow collectives: kernels resident, few SMs active, traffic flowing",
         "comm-bound",
         "light-red",
-        6,
+        7,
         Inputs(
             "utilization and GPM SM activity, or power with a limit",
             "`gpu_utilization_ratio` and `gpu_sm_active_ratio` (Hopper or newer), or `gpu_power_watts` "
@@ -275,7 +278,7 @@ _ALL = (
         "clocks lowered for heat, or heading for the slowdown point",
         "thermal",
         "orange",
-        3,
+        4,
         Inputs("clock-event reasons or temperature", "`gpu_clock_event_active`, `gpu_temperature_celsius`"),
         "**`thermal_throttle`** and **`power_throttle`**: the ledger's `throttled` time, split by reason, "
         "plus the thermal shapes (reasons in the last 10 s, clocks cut near the slowdown point, a GPU above "
@@ -297,7 +300,7 @@ _ALL = (
         "held at a power cap below the board's default limit, clocks reduced",
         "power capped",
         "purple",
-        2,
+        3,
         Inputs(
             "clock-event reasons, or power with its limit; `cap_below_default` also the default limit",
             "`gpu_clock_event_active`, `gpu_power_watts`, `gpu_power_limit_watts`, "
@@ -322,7 +325,7 @@ _ALL = (
         "/dev/shm or a shm volume nearly full: DataLoader workers about to die with Bus error",
         "shm full",
         "dark-orange",
-        5,
+        6,
         Inputs(
             "shm size and use",
             "`gpu_node_shm_used_bytes` and `gpu_node_shm_size_bytes`: the node's `/dev/shm` needs "
@@ -340,19 +343,24 @@ _ALL = (
         Timing(FULL, FULL, 0.0, 0.0),
         IDLE_ALERT,
         "idle",
-        (),
+        ("no_requests", "notebook"),
         "memory resident, no kernel for 5 minutes: a reserved GPU doing nothing",
         "idle allocated",
         "blue",
-        1,
+        2,
         Inputs("utilization and framebuffer use", "`gpu_utilization_ratio`, `gpu_memory_used_bytes`"),
         f"**`idle_allocated`**: memory resident and no kernel for {_s(IDLE_AFTER)}. Start-up (the "
-        "ledger's `idle` before the job trains) is not a verdict until it lasts that long.",
+        "ledger's `idle` before the job trains) is not a verdict until it lasts that long. The `cause` says "
+        "what kind of job holds it: `no_requests` for an inference server that has had no request (idle "
+        "serving capacity: scale it down or share the GPU), `notebook` for an interactive session waiting "
+        "for its user; none for a training or batch job.",
         AlertText(
             "GPU is allocated but idle.",
             " has held memory without running a kernel for more than "
             + _minutes(IDLE_AFTER, ALERT_POLICIES[IDLE_ALERT].for_)
-            + " minutes.",
+            + ' minutes{{ if eq $labels.cause "no_requests" }}: an inference server with no requests (idle '
+            'serving capacity){{ else if eq $labels.cause "notebook" }}: a notebook session waiting for its '
+            "user{{ end }}.",
         ),
         score="idle time over five minutes",
     ),
@@ -366,7 +374,7 @@ _ALL = (
         "links down, fabric not ready, P2P failing, NVLink errors climbing",
         "NVLink degraded",
         "yellow",
-        4,
+        5,
         Inputs(
             "NVLink link state, P2P status or fabric state",
             "`gpu_nvlink_up`, `gpu_p2p_status`, `gpu_fabric_state` (absent on PCIe GPUs without NVLink: no "
@@ -377,6 +385,32 @@ _ALL = (
         "peer is not blamed.",
         # P2P failing only toward peers that lost their own links or fabric is their fault
         peer_fault=PeerFault("p2p", ("links_down", "fabric"), _p2p_failed),
+    ),
+    Kind(
+        "pipeline_bubble",
+        d.detect_pipeline,
+        _timing(PIPELINE_FIRE, PIPELINE_RESOLVE),
+        "GpuPipelineBubble",
+        "idle",
+        (),
+        "a stage of a layer-split model waiting for its turn: the GPUs of the job take turns",
+        "pipeline turns",
+        "light-blue",
+        1,
+        Inputs("utilization of every GPU of the job", "`gpu_utilization_ratio`"),
+        "**`pipeline_bubble`** (information, never a page to act on at night): the GPUs of one job take "
+        "turns, one busy while the others wait, their utilizations summing to about one GPU's: a model "
+        'split layer-wise (`device_map="auto"`, naive pipeline parallelism). Their waiting is booked '
+        "`idle` in the ledger, and neither `data_starvation` nor `comm_bound` is called on them. More "
+        "micro-batches in flight, fewer stages or tensor parallelism win the time back. A job's other "
+        "losses are judged as for any job, except input waits: a starvation verdict also needs "
+        f"{_pct(STARVATION_SUSTAINED)} of the last two minutes lost to input waits before it starts.",
+        AlertText(
+            "GPUs of a layer-split model take turns.",
+            " waits for its turn most of the time: the job's GPUs compute one at a time (pipeline or "
+            "layer-split model parallelism), together worth about one GPU.",
+        ),
+        score="1 while the job's GPUs take turns",
     ),
 )
 

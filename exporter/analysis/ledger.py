@@ -129,8 +129,10 @@ def comm_part(p: GpuPoint, resident_all_tick: bool, tick_intensity: float | None
     intensity: the share of the envelope's headroom drawn per unit of the second's utilization. Power
     alone calls a wait only in a job with peers to wait for."""
     util = p.util or 0.0
-    if util < LEDGER_BUSY_UTIL.value:
-        return 0.0  # a short resident stretch in a waiting sample: too little to call
+    if util < LEDGER_BUSY_UTIL.value or peers <= 0:
+        # a short resident stretch in a waiting sample: too little to call; and a GPU with no peer has no
+        # collective to wait in (memory-bound work, decode, keeps few SMs and little power busy too)
+        return 0.0
     if p.sm_active is not None and p.sm_active < LEDGER_COMM_SM.value * util:
         return 1.0
     # SM activity is an average over the collection (about a second), memory utilization a driver sample
@@ -140,7 +142,7 @@ def comm_part(p: GpuPoint, resident_all_tick: bool, tick_intensity: float | None
         return 1.0 if p.mem_util < LEDGER_COMM_MEM_UTIL.value else 0.0
     if p.sm_active is not None or p.mem_util is not None:
         return 0.0
-    if tick_intensity is not None and peers > 0:  # alone, low power is light compute, not a wait
+    if tick_intensity is not None:
         low, high = LEDGER_COMM_POWER_LOW.value, LEDGER_COMM_POWER_HIGH.value
         return min(1.0, max(0.0, (high - tick_intensity) / (high - low)))
     return 0.0
@@ -198,6 +200,11 @@ class Tick:
     throttled: float = 0.0
     thermal: float = 0.0
     mem_bytes: float | None = None
+    mem_total: float | None = None
+    util: float | None = None  # mean utilization of the second's points
+    waiting: float | None = None  # requests its server reported waiting (None: no such report)
+    busy_at: tuple[float, ...] = ()  # when its busy points were sampled (a pipeline's turns, or not)
+    samples: int = 0  # points in the second
 
     @property
     def work(self) -> float:
@@ -263,11 +270,17 @@ def measure(
         return tick
     tick.span = t1 - t0
     weight = tick.span / len(usable)
-    resident_all = sum(p.util or 0.0 for p in usable) / len(usable) >= LEDGER_STEADY_UTIL.value
+    tick.util = sum(p.util or 0.0 for p in usable) / len(usable)
+    tick.samples = len(usable)
+    tick.busy_at = tuple(p.t for p in usable if (p.util or 0.0) >= LEDGER_BUSY_UTIL.value)
+    resident_all = tick.util >= LEDGER_STEADY_UTIL.value
     power_intensity = intensity(usable, envelope)
     for p in usable:
         util = p.util or 0.0
         tick.mem_bytes = p.mem_used_bytes if p.mem_used_bytes is not None else tick.mem_bytes
+        tick.mem_total = p.mem_total_bytes if p.mem_total_bytes is not None else tick.mem_total
+        if p.requests_waiting is not None:
+            tick.waiting = max(tick.waiting or 0.0, p.requests_waiting)
         if (
             p.mem_used_bytes is not None
             and p.mem_used_bytes < IDLE_MEMORY.value
@@ -396,10 +409,14 @@ class GpuLedger:
             return [self.last]
         return []
 
-    def commit(self, tick: Tick, job_stopped: bool, job_quiet: bool, alone: bool = False) -> None:
+    def commit(
+        self, tick: Tick, job_stopped: bool, job_quiet: bool, alone: bool = False, idle_gaps: bool = False
+    ) -> None:
         """Give the second its states, from the run it belongs to and the job's GPUs: ``job_stopped``
         when every GPU of the job stopped this second, ``job_quiet`` when all of them sit in a quiet
-        collective, ``alone`` when the job has no other GPU."""
+        collective, ``alone`` when the job has no other GPU, ``idle_gaps`` when its no-kernel time is idle
+        capacity rather than a wait for input (a server without requests, a pipeline stage between turns,
+        a notebook waiting for its user: exporter/analysis/workload.py)."""
         if tick.span <= 0:
             return
         if not tick.held:
@@ -417,17 +434,19 @@ class GpuLedger:
                 self.bursts += 1
             self.run_s = 0.0
             self.worked_s += tick.span
-            self._add(tick.t, _vector(tick, self._stepping(loading)))
+            self._add(tick.t, _vector(tick, self._stepping(loading) and not idle_gaps))
             return
         self.run_s += tick.span
         if self.run_s <= STARVATION_PAUSE.value:
-            self.pending.append((tick, self._stepping(loading)))
+            self.pending.append((tick, self._stepping(loading) and not idle_gaps))
             return
         if self.pending:
             self.long_runs.append([self.pending[0][0].t, 0.0])
         if self.long_runs:
             self.long_runs[-1][1] = self.run_s
         state_gap, state_comm = self._long_run(loading, job_stopped and not alone, job_quiet)
+        if idle_gaps:
+            state_gap = "idle"
         for held_tick, _ in self.pending:
             self._add(held_tick.t, _vector(held_tick, True, state_gap, state_comm))
         self.pending.clear()

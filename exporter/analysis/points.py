@@ -48,6 +48,9 @@ class GpuPoint:  # gpu_points builds these positionally: a new field goes into _
     p2p_failed: float | None = None  # peers this GPU cannot reach peer-to-peer
     fabric_ready: bool | None = None  # NVSwitch fabric registration completed
     log_silent_s: float | None = None  # seconds since the job's last log line or progress report
+    # an inference server's own count of requests in flight and queued (its periodic log line)
+    requests_running: float | None = None
+    requests_waiting: float | None = None
     # catalog signals read generically (exporter/policy/catalog.py), by name; the reading's, never copied
     extra: Mapping[str, float] = field(default_factory=lambda: NO_EXTRA, hash=False)
 
@@ -134,10 +137,13 @@ def gpu_points(
     prev: GpuReading | None,
     p2p_failed: int | None = None,
     last_sign: float | None = None,
+    load: tuple[float, float] | None = None,
 ) -> list[GpuPoint]:
     """Points for one collection: one per new utilization sample, or one at the collection time.
     ``p2p_failed``: the GPU's NVLink peers it cannot reach (``p2p_failures``; None: not checked);
-    ``last_sign``: wall time of the job's last sign of life (None: no log signal)."""
+    ``last_sign``: wall time of the job's last sign of life (None: no log signal); ``load``: its inference
+    server's requests (running, waiting) from its latest load line (None: no such line)."""
+    running, waiting = load if load is not None else (None, None)
     dt = reading.t - prev.t if prev is not None else 0.0
     nv_tx, nv_rx = _link_totals(reading.nvlinks)
     prev_tx, prev_rx = _link_totals(prev.nvlinks) if prev else (None, None)
@@ -167,7 +173,11 @@ def gpu_points(
     extra = reading.extra or NO_EXTRA
     if not reading.util_samples:
         silent = _silent(reading.t, last_sign)
-        return [GpuPoint(reading.t, None, reading.mem_util, reading.power_w, *shared, silent, extra)]
+        return [
+            GpuPoint(
+                reading.t, None, reading.mem_util, reading.power_w, *shared, silent, running, waiting, extra
+            )
+        ]
     mem_times = [s.t for s in reading.mem_util_samples]
     power_times = [s.t for s in reading.power_samples]
     points = []
@@ -182,6 +192,8 @@ def gpu_points(
                 power if power is not None else reading.power_w,
                 *shared,
                 _silent(sample.t, last_sign),
+                running,
+                waiting,
                 extra,
             )
         )

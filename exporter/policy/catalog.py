@@ -63,6 +63,7 @@ LINKS = _upto(th.TRACE_LINKS_MAX, 1.0, "links", "no GPU has more NVLinks")
 PEERS = _upto(th.TRACE_PEERS_MAX, 1.0, "peers", "a trace holds at most 1,024 GPUs")
 COUNTER = _upto(th.TRACE_COUNTER_MAX, 1.0, "", "a 64-bit counter, never negative")
 SILENCE = _upto(th.TRACE_SILENCE_MAX, 1.0, "s", "ten years")
+REQUESTS = _upto(th.TRACE_REQUESTS_MAX, 1.0, "", "no server queues ten million requests")
 
 # nvidia-smi's units of a column -> the factor from base units to it (what the writer multiplies by)
 _TO_UNIT = {"%": 100.0, "MiB": 1 / MIB, "MiB/s": 1 / MIB, "W": 1.0, "MHz": 1e-6, "s": 1.0, "": 1.0}
@@ -354,6 +355,18 @@ SIGNALS: tuple[Signal, ...] = (
         column_unit="s",
         fmt="{:.1f}",
         bounds=SILENCE,
+    ),
+    # an inference server's own request counts, from its periodic log line (exporter/podlogs)
+    *(
+        Signal(
+            f"requests_{state}",
+            "requests",
+            point=f"requests_{state}",
+            column=f"serving.{state}",
+            fmt="{:.0f}",
+            bounds=REQUESTS,
+        )
+        for state in ("running", "waiting")
     ),
     # nvmlDeviceGetTotalEccErrors(handle, nvmlMemoryErrorType_t, nvmlEccCounterType_t), read every
     # --slow-interval: ECC counts change rarely and a board without ECC says NotSupported once

@@ -663,6 +663,108 @@ COMM_BOUND_RESOLVE = _t(
     "seconds",
     "A minute of fast collectives resolves it.",
 )
+
+# ---- the workload class: what a GPU's idle time means depends on what the job is -------------------
+
+STARVATION_SUSTAINED = _t(
+    "starvation.sustained_share",
+    0.2,
+    "ratio",
+    "A starvation verdict starts only while a fifth of the last two minutes went to input waits: a job "
+    "at 86 % utilization with a 5-10 s pause every minute or two (evaluation scoring, the next subset "
+    "loading) books 5-15 % and runs at nearly full speed, nothing a person should be woken for (a real "
+    "evaluation on a 4090 paged twice at 15 %); a job losing a third of its time reaches a fifth within "
+    "75 s of the onset, inside the time the verdict needs anyway. A verdict already on holds on its own "
+    "evidence, so the gate never breaks a page.",
+)
+SERVING_RESERVED = _t(
+    "workload.serving_reserved_ratio",
+    0.85,
+    "ratio",
+    "An inference server reserves its KV cache up front (vLLM: 90 % of the framebuffer by default; TGI, "
+    "SGLang likewise) and never gives it back: 85 % or more of the framebuffer held...",
+)
+SERVING_FLAT = _t(
+    "workload.serving_memory_flat_ratio",
+    0.01,
+    "ratio",
+    "...unchanged within 1 % of the framebuffer while it is held (a pre-allocated pool, not a caching "
+    "allocator growing with batches)...",
+)
+SERVING_QUIET = _t(
+    "workload.serving_quiet_seconds",
+    10.0,
+    "seconds",
+    "...and the GPU idle for longer than a step-level wait at least once while holding it (no request "
+    "came): a server, by its shape. A training job waits for its input in step-sized gaps; a save "
+    "usually grows or frees memory. In replay `--workload` says it for certain, live the pod's log does.",
+)
+PIPELINE_TURNS_SUM = _t(
+    "workload.pipeline_sum_ratio",
+    0.5,
+    "ratio",
+    "A model split layer-wise over several GPUs computes on one stage at a time: the job's utilizations "
+    "sum to about one GPU's. Between half a GPU and one and a half...",
+)
+PIPELINE_TURNS_SUM_MAX = _t(
+    "workload.pipeline_sum_max_ratio",
+    1.5,
+    "ratio",
+    "...(a stage waits for its input now and then; overlapping micro-batches keep two stages busy at "
+    "once)...",
+)
+PIPELINE_TURNS_CV = _t(
+    "workload.pipeline_sum_cv",
+    0.5,
+    "ratio",
+    "...and that sum steady, its coefficient of variation second to second under 0.5: someone is always "
+    "busy. Data-parallel ranks starving together move as one (the sum swings from none to all: 1-2 on "
+    "real offload and loader-bound traces), so they never look like turns.",
+)
+PIPELINE_STAGE_MAX = _t(
+    "workload.pipeline_stage_util_ratio",
+    0.6,
+    "ratio",
+    "Each stage busy well under full, at most 60 % of the time on average (a 2-stage split at 50 %, a "
+    "4-stage one at 16-27 %).",
+)
+PIPELINE_MIN_STAGES = _t(
+    "workload.pipeline_min_gpus",
+    3.0,
+    "count",
+    "Turns are called on three GPUs of a job or more. Two ranks of a data-parallel job waiting together "
+    "on a slow all-reduce read like two stages at 1 s (a real gloo-bound pair sits at 24 % each, summing "
+    "to half a GPU, steadily); three or more ranks moving together make their sum swing, three stages "
+    "taking turns keep it level. A two-stage split is judged as training.",
+)
+PIPELINE_TOGETHER = _t(
+    "workload.pipeline_together_ratio",
+    0.5,
+    "ratio",
+    "Where samples are finer than the work (0.1 s logs, the driver's own samples), who is busy when "
+    "shows: stages hand over, so few of a GPU's busy samples meet another GPU busy at the same moment; "
+    "ranks of one job compute together. More than half of them together: not turns.",
+)
+PIPELINE_HOLD = _t(
+    "workload.pipeline_hold_seconds",
+    120.0,
+    "seconds",
+    "The turns must hold over two minutes of the job (the fast window) before the class is decided: a "
+    "warm-up or one slow batch is not a parallelism choice.",
+)
+PIPELINE_FIRE = _t(
+    "pipeline.fire_after_seconds",
+    60.0,
+    "seconds",
+    "A minute of stages taking turns on top of the two minutes that decided the class fires the "
+    "informational verdict.",
+)
+PIPELINE_RESOLVE = _t(
+    "pipeline.resolve_after_seconds",
+    60.0,
+    "seconds",
+    "A minute without turns resolves it.",
+)
 # the exporter's own health, for the alert rules
 COLLECT_STALE = _t(
     "exporter.stale_seconds",
@@ -847,6 +949,13 @@ TRACE_COUNTER_MAX = _t(
     "count",
     "NVML's error counters (ECC, NVLink) are 64-bit and never negative: a count outside 0..2^64 is a "
     "corrupt cell.",
+)
+TRACE_REQUESTS_MAX = _t(
+    "replay.bound.requests_max",
+    1e7,
+    "count",
+    "An inference server's running or waiting requests, from its log: ten million in one server's queue "
+    "is a corrupt cell, not a load.",
 )
 TRACE_SILENCE_MAX = _t(
     "replay.bound.log_silence_max_seconds",
@@ -1208,6 +1317,14 @@ _alert(
     "info",
     "A reserved GPU doing nothing is waste, not breakage: the verdict needs five idle minutes (longer than "
     "any save, evaluation or restart), five more make ten idle minutes before an informational page.",
+)
+_alert(
+    "GpuPipelineBubble",
+    600.0,
+    "info",
+    "Stages of a layer-split model waiting for their turn is the parallelism chosen, not a failure: "
+    "information for whoever sizes the job (more micro-batches, fewer stages, or tensor parallelism), "
+    "after ten minutes so a short run never raises it.",
 )
 _alert(
     "GpuShmNearlyFull",

@@ -1,0 +1,194 @@
+"""The workload class of a job: what its GPUs' idle time means. Pure: no clocks, no I/O.
+
+A training step waits for its input when the GPU has no kernel; an inference server with no kernel has
+no request, which is idle capacity, not a pipeline that cannot keep up; a notebook waits for its user;
+a stage of a layer-split model waits for its turn. The class comes from what the job says of itself
+(``--workload`` in replay, the pod's log or name live: a *hint*), else from the telemetry's shape:
+
+* ``pipeline``: the GPUs of one job take turns, one busy while the others wait, their utilizations
+  summing to about one GPU's, steadily (data-parallel ranks move together instead);
+* ``serving``: the framebuffer reserved up front and never moved, and the GPU idle past a step-level
+  wait while holding it (no request came).
+
+Everything else is judged as training (``""``: not known). A serving GPU whose requests are waiting in
+its queue (the server's log says so) while it has no kernel *is* starved: its gaps are input waits.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from exporter.policy.thresholds import (
+    PIPELINE_HOLD,
+    PIPELINE_MIN_STAGES,
+    PIPELINE_STAGE_MAX,
+    PIPELINE_TOGETHER,
+    PIPELINE_TURNS_CV,
+    PIPELINE_TURNS_SUM,
+    PIPELINE_TURNS_SUM_MAX,
+    SERVING_FLAT,
+    SERVING_QUIET,
+    SERVING_RESERVED,
+)
+
+CLASSES: tuple[str, ...] = ("training", "serving", "batch", "evaluation", "interactive", "pipeline")
+# what each class means, for the docs, the replay summary and the dashboards
+CLASS_MEANING: dict[str, str] = {
+    "training": "a step rhythm; with peers, collectives: idle time is waiting for input or for peers",
+    "serving": "an inference server: memory reserved up front, request-shaped bursts; idle time is idle "
+    "capacity, unless requests wait in its queue",
+    "batch": "batch inference: long busy stretches with natural pauses",
+    "evaluation": "an evaluation pass: long busy stretches with natural pauses",
+    "interactive": "a notebook or shell: long idle stretches holding memory, waiting for its user",
+    "pipeline": "a model split layer-wise over the job's GPUs: the stages take turns",
+}
+# classes whose no-kernel time is idle capacity (the ledger's `idle`), not waiting for input
+IDLE_GAPS: frozenset[str] = frozenset({"serving", "interactive", "pipeline"})
+SOURCES: tuple[str, ...] = ("flag", "log", "name", "shape")  # strongest first
+HOLD_FULL = 0.9  # the hold window counts as full at 90 % (a missed second or two)
+HOLD_PENDING = 1 / 6  # ...and as suggestive from a sixth of it
+HALF_SPACING = 0.45  # GPUs' samples of one moment lie within half a sample period (less a margin)
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A job's class and what decided it (``kind`` "" while nothing has: judged as training)."""
+
+    kind: str = ""
+    source: str = ""  # flag | log | name | shape
+    evidence: str = ""  # a short text: the flag, the log line's kind, the shape that decided it
+
+    @property
+    def idle_gaps(self) -> bool:
+        return self.kind in IDLE_GAPS
+
+
+UNKNOWN = Workload()
+
+
+def decide(hint: Workload | None, pipeline: Workload | None, serving: Workload | None) -> Workload:
+    """The flag is the user's word; the turns of a pipeline are physics whatever the job says it is;
+    then the job's own word (log, then name); then a server's shape."""
+    if hint is not None and hint.source == "flag":
+        return hint
+    return pipeline or hint or serving or UNKNOWN
+
+
+# ---- a server, by its shape ----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ServingShape:
+    """One GPU's memory reservation and the quiet stretches while it holds it."""
+
+    since: float | None = None  # when the reservation began (None: not reserved)
+    low: float = 0.0  # the least and most memory used since then
+    high: float = 0.0
+    quiet_s: float = 0.0  # the current run of seconds without work
+    quiet_seen: bool = False  # a run longer than a step-level wait happened while reserved
+    total: float = 0.0  # the framebuffer's size
+
+    def see(self, t: float, used: float | None, total: float | None, stopped: bool, span: float) -> None:
+        self.total = total or self.total
+        if used is None or not total or used < SERVING_RESERVED.value * total:
+            self.since, self.quiet_s, self.quiet_seen = None, 0.0, False
+            return
+        if self.since is None or max(self.high, used) - min(self.low, used) > SERVING_FLAT.value * total:
+            self.since, self.low, self.high, self.quiet_seen = t, used, used, False  # a new reservation
+        self.low, self.high = min(self.low, used), max(self.high, used)
+        self.quiet_s = self.quiet_s + span if stopped else 0.0
+        if self.quiet_s > SERVING_QUIET.value:
+            self.quiet_seen = True
+
+    def workload(self) -> Workload | None:
+        if self.since is None or not self.quiet_seen or not self.total:
+            return None
+        share = self.high / self.total
+        return Workload("serving", "shape", f"{share:.0%} of memory reserved and flat, idle between bursts")
+
+
+# ---- a pipeline, by its turns --------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Second:
+    """One second of a job for the turns: its summed utilization, each GPU's, and how many of its busy
+    samples had another GPU busy at the same moment (within half a sample period)."""
+
+    t: float
+    total: float
+    utils: dict[str, float]
+    busy: int
+    together: int
+
+
+def together(busy_at: Mapping[str, tuple[float, ...]], span: float) -> tuple[int, int]:
+    """Busy samples, and those with another GPU busy within ``span`` of them: data-parallel ranks
+    compute at the same moments, pipeline stages in turn."""
+    busy = together_n = 0
+    for gpu, times in busy_at.items():
+        others = sorted(t for g, ts in busy_at.items() if g != gpu for t in ts)
+        for t in times:
+            busy += 1
+            i = bisect.bisect_left(others, t - span)
+            together_n += i < len(others) and others[i] <= t + span
+    return busy, together_n
+
+
+@dataclass(slots=True)
+class Turns:
+    """A job's seconds over the hold window: are its GPUs taking turns?"""
+
+    seconds: deque[Second] = field(default_factory=deque)
+
+    def see(
+        self, t: float, utils: Mapping[str, float], busy_at: Mapping[str, tuple[float, ...]], samples: int
+    ) -> None:
+        """One second of the job: each held GPU's utilization and busy sample times, and the most samples
+        any GPU had in it (too few GPUs for turns: reset)."""
+        if len(utils) < PIPELINE_MIN_STAGES.value:
+            self.seconds.clear()
+            return
+        # under half the finest sample spacing of the second: samples of one moment, not neighbours
+        slack = HALF_SPACING / samples if samples else 0.0
+        busy, with_other = together(busy_at, slack) if any(busy_at.values()) else (0, 0)
+        self.seconds.append(Second(t, sum(utils.values()), dict(utils), busy, with_other))
+        while self.seconds and self.seconds[0].t <= t - PIPELINE_HOLD.value:
+            self.seconds.popleft()
+
+    def workload(self) -> Workload | None:
+        """Pipeline when the hold window is (nearly) full of steady turns."""
+        return self._turns(PIPELINE_HOLD.value * HOLD_FULL)
+
+    def pending(self) -> bool:
+        """The turns so far (a sixth of the hold window or more) look like a pipeline's, not yet for
+        long enough to decide: what the job loses meanwhile is not called starvation yet."""
+        return self._turns(PIPELINE_HOLD.value * HOLD_PENDING) is not None
+
+    def _turns(self, span: float) -> Workload | None:
+        """Turns over the last ``span`` seconds (the window must reach that far back)."""
+        if len(self.seconds) < 2 or self.seconds[-1].t - self.seconds[0].t < span:
+            return None
+        recent = [s for s in self.seconds if s.t >= self.seconds[-1].t - span]
+        n = len(recent)
+        sums = [s.total for s in recent]
+        mean = sum(sums) / n
+        if not PIPELINE_TURNS_SUM.value <= mean <= PIPELINE_TURNS_SUM_MAX.value:
+            return None
+        cv = math.sqrt(sum((s - mean) ** 2 for s in sums) / n) / mean
+        if cv > PIPELINE_TURNS_CV.value:
+            return None
+        members = set(recent[-1].utils)
+        per_gpu = {g: sum(s.utils.get(g, 0.0) for s in recent) / n for g in members}
+        if max(per_gpu.values()) > PIPELINE_STAGE_MAX.value:
+            return None
+        busy = sum(s.busy for s in recent)
+        if busy >= n and sum(s.together for s in recent) > PIPELINE_TOGETHER.value * busy:
+            return None  # fine samples show the GPUs busy at the same moments: ranks, not stages
+        return Workload(
+            "pipeline", "shape", f"{len(members)} GPUs take turns: utilization sums to {mean:.2f} of one GPU"
+        )
