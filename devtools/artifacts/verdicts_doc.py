@@ -8,6 +8,7 @@ import re
 
 from devtools.artifacts.chart import REPO, _replace_block
 from exporter.analysis.kinds import KINDS
+from exporter.analysis.workload import CLASSES, SOURCES
 
 TROUBLESHOOTING = "docs/troubleshooting.md"
 
@@ -39,6 +40,17 @@ def _verdict_row() -> str:
     )
 
 
+def _workload_row() -> str:
+    return (
+        f"| `gpu_workload_class` | gauge 1 | | `workload` = {_code(list(CLASSES))}; `source` = "
+        f"{_code([*SOURCES, 'default'])} | the class the GPU's time is judged as (what its idle time "
+        "means: waiting for input, idle capacity, a stage's turn), and what decided it: `flag` (replay's "
+        "`--workload`), `log` (the pod's log: vLLM, SGLang, TGI, Triton, Jupyter lines), `name` (its pod "
+        "or container name), `shape` (a server's memory reserved up front, a pipeline's turns); "
+        "`training` with `default` while nothing says otherwise. One series per GPU |"
+    )
+
+
 def _score_row() -> str:
     scores = ", ".join(f"for `{k.name}` {k.score}" for k in KINDS.values() if k.score)
     return (
@@ -49,7 +61,12 @@ def _score_row() -> str:
 
 def metrics_rows(text: str) -> str:
     """docs/metrics.md with its verdict rows as the registry has them."""
-    for family, row in (("gpu_bottleneck", _verdict_row()), ("gpu_bottleneck_score", _score_row())):
+    rows = (
+        ("gpu_bottleneck", _verdict_row()),
+        ("gpu_bottleneck_score", _score_row()),
+        ("gpu_workload_class", _workload_row()),
+    )
+    for family, row in rows:
         text, n = re.subn(rf"^\| `{family}` \|.*$", lambda _, row=row: row, text, count=1, flags=re.M)
         if n != 1:
             raise ValueError(f"docs/metrics.md has no row of {family}")

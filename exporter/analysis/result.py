@@ -15,6 +15,7 @@ from functools import cached_property
 from exporter.analysis.engine import Analyzer, KindState, VerdictEvent
 from exporter.analysis.points import GpuPoint
 from exporter.analysis.window import Stats, summarize
+from exporter.analysis.workload import UNKNOWN, Workload
 
 HOST_STATS = ("iowait", "core_busy_max")  # the host columns exported as window means
 
@@ -31,6 +32,7 @@ class GpuStats:
     verdicts: dict[str, KindState] = field(default_factory=dict)
     ledger: dict[str, float] = field(default_factory=dict)  # state -> seconds of this GPU's time so far
     held_back_s: float = 0.0  # seconds it kept peers of its job waiting in a collective
+    workload: Workload = UNKNOWN  # the class its time is judged as, and what decided it
 
     @cached_property
     def util_window(self) -> Stats | None:
@@ -60,6 +62,7 @@ def analyze(analyzer: Analyzer, now: float, up: Iterable[str], window_s: float) 
             verdicts=verdicts.get(gpu, {}),
             ledger=dict(analyzer.ledger(gpu).totals),
             held_back_s=analyzer.ledger(gpu).held_back_s,
+            workload=analyzer.workload(gpu),
         )
     host_recent = analyzer.host_window.since(cutoff)
     host = {

@@ -22,12 +22,14 @@ from exporter.analysis.engine import Analyzer, VerdictEvent
 from exporter.analysis.pods import gpu_owners
 from exporter.analysis.points import GpuPoint, HostPoint, gpu_points, host_point, p2p_failures
 from exporter.analysis.result import analyze
+from exporter.analysis.workload import Workload
 from exporter.collect.job_signals import JobSignals
 from exporter.collect.nvml_session import NvmlSession
 from exporter.collect.pod_assignments import PodAssignments
 from exporter.collect.poller import Every, Outcome, Poller, run_every
 from exporter.collect.snapshot import EMPTY_SNAPSHOT, GpuView, Snapshot, Sources, build
 from exporter.config.settings import Settings
+from exporter.policy.thresholds import SERVER_LOAD_FRESH
 from exporter.sources.errors import ErrorCounter
 from exporter.sources.kubelet import PodResourcesSource
 from exporter.sources.readings import GpuIdentity, GpuReading, HostReading
@@ -199,8 +201,12 @@ class Sampler:
                 self._host_reading = None
 
     def _feed(self, reading: GpuReading, prev: GpuReading | None, p2p_failed: int | None) -> None:
-        gpu, last = str(reading.identity.index), self.job.last_sign.get(reading.identity.index)
-        points = gpu_points(reading, prev, p2p_failed, last)
+        index = reading.identity.index
+        gpu, last = str(index), self.job.last_sign.get(index)
+        seen = self.job.server_load.get(index)
+        fresh = seen is not None and reading.t - seen[0] <= SERVER_LOAD_FRESH.value
+        load = (float(seen[1].running), float(seen[1].waiting)) if fresh and seen else None
+        points = gpu_points(reading, prev, p2p_failed, last, load)
         self.analyzer.set_identity(gpu, reading.identity.name, reading.temp_slowdown_c)
         self.analyzer.add_gpu_points(gpu, points)
         for listener in self.gpu_listeners:
@@ -215,9 +221,16 @@ class Sampler:
             [(i, s.device.identity.uuid, s.reading.mig_uuids if s.reading else ()) for i, s in slots.items()],
         )
         # the GPUs of one pod are one job; GPUs no pod is known to hold are taken as one job (as in replay)
+        hints: dict[str, Workload | None] = {}
         for index in slots:
             ref = owners.get(index)
-            self.analyzer.set_group(str(index), f"{ref.namespace}/{ref.pod}" if ref else "node")
+            group = f"{ref.namespace}/{ref.pod}" if ref else "node"
+            self.analyzer.set_group(str(index), group)
+            hint = self.job.workload.get(index)  # what the pod's log or name says it is
+            if hint is not None or group not in hints:
+                hints[group] = Workload(hint.kind, hint.source, hint.evidence) if hint else None
+        for group, said in hints.items():
+            self.analyzer.set_workload(group, said)
         up = [str(i) for i, slot in slots.items() if slot.status == "ok"]
         result = analyze(self.analyzer, now, up, self.settings.window_s)
         self.events = result.events

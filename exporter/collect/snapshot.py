@@ -14,6 +14,7 @@ from exporter.analysis.engine import KindState
 from exporter.analysis.pods import default_shm
 from exporter.analysis.result import GpuStats, Result
 from exporter.analysis.window import Stats
+from exporter.analysis.workload import UNKNOWN, Workload
 from exporter.collect.poller import Books
 from exporter.sources.kubelet import Assignment, PodRef
 from exporter.sources.podlogs import PodLogsView
@@ -35,6 +36,7 @@ class GpuView:
     verdicts: dict[str, KindState] = field(default_factory=dict)  # kind -> score, firing, cause
     ledger: dict[str, float] = field(default_factory=dict)  # state -> seconds of this GPU's time so far
     held_back_s: float = 0.0  # seconds it kept peers of its job waiting in a collective
+    workload: Workload = UNKNOWN  # the class its time is judged as, and what decided it
     pod: PodRef | None = None  # the container holding the whole GPU, when exactly one does
     assignments: tuple[
         tuple[Assignment, str], ...
@@ -128,6 +130,7 @@ def gpu_view(
         verdicts=stats.verdicts,
         ledger=stats.ledger,
         held_back_s=stats.held_back_s,
+        workload=stats.workload,
         pod=src.owners.get(gpu.index),
         assignments=tuple(src.held.get(gpu.index, ())),
         collected_t=gpu.collected_t,

@@ -699,6 +699,14 @@ SERVING_QUIET = _t(
     "came): a server, by its shape. A training job waits for its input in step-sized gaps; a save "
     "usually grows or frees memory. In replay `--workload` says it for certain, live the pod's log does.",
 )
+SERVER_LOAD_FRESH = _t(
+    "workload.server_load_fresh_seconds",
+    30.0,
+    "seconds",
+    "An inference server's load line (vLLM's engine stats every 5-10 s, SGLang's per batch) says how "
+    "many requests wait only while it is recent: servers stop printing when idle, so a line older than "
+    "half a minute says nothing about now.",
+)
 PIPELINE_TURNS_SUM = _t(
     "workload.pipeline_sum_ratio",
     0.5,

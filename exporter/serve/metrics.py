@@ -104,6 +104,7 @@ def _gpu(fams: _Families, view: GpuView, snapshot: Snapshot, detail: frozenset[s
         return
     for render in (
         _gpu_time,
+        _gpu_workload,
         _gpu_verdicts,
         _readings,
         _gpu_windows,
@@ -164,6 +165,16 @@ def _gpu_time(fams: _Families, view: GpuView, base: str, detail: frozenset[str])
             "Seconds the GPU spent off-kernel (its rank on the host) while other GPUs of its job waited "
             "for it in a collective: the rank holding the job back.",
         ).add(base, round(view.held_back_s, 3))
+
+
+def _gpu_workload(fams: _Families, view: GpuView, base: str, detail: frozenset[str]) -> None:
+    """The class the GPU's time is judged as (one series; ``training`` while nothing says otherwise)."""
+    w = view.workload
+    fams.gauge(
+        "gpu_workload_class",
+        "The workload class the GPU's time is judged as (training, serving, batch, evaluation, interactive, "
+        "pipeline) and what decided it (source: flag, log, name, shape; default: nothing said otherwise).",
+    ).add(f"{base},{labels(workload=w.kind or 'training', source=w.source or 'default')}", 1)
 
 
 def _gpu_verdicts(fams: _Families, view: GpuView, base: str, detail: frozenset[str]) -> None:
