@@ -349,7 +349,20 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     replay.add_argument("trace", help="the log file, in any of the formats below")
-    replay.add_argument("--gpus", type=int, help="GPU count, for logs without an index or uuid column")
+    replay.add_argument(
+        "--gpus",
+        type=int,
+        help="GPU count, for logs without an index or uuid column (default: read from rows that repeat one "
+        "timestamp, N rows per sample)",
+    )
+    replay.add_argument(
+        "--columns",
+        metavar="LIST",
+        help="the columns of a CSV without a header line, in order: nvidia-smi's query fields, "
+        "comma-separated (timestamp,utilization.gpu,power.draw,memory.used,memory.total), each with or "
+        "without its unit ('utilization.gpu [%%]'), '-' for a column to skip; values without units are in "
+        "nvidia-smi's (%%, W, MiB, MHz, C)",
+    )
     replay.add_argument("--json", action="store_true", help="JSON lines on stdout instead of a summary")
     replay.add_argument(
         "--report",
@@ -428,6 +441,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _start(args.start),
                 _fail_on(args.fail_on),
                 _prices(args.price, args.currency),
+                _columns(args.columns),
             )
         if args.command == "doctor":
             from exporter.doctor.command import run as doctor
@@ -511,6 +525,18 @@ def _start(text: str | None) -> float | None:
             f"--start: {text!r} is not a time (ISO 8601 like 2026-11-24T10:00:00, 2026/11/24 10:00:00, "
             "'Tue Nov 24 10:00:00 2026' or Unix seconds, from 1970 to 9999)"
         ) from None
+
+
+def _columns(text: str | None) -> list[str] | None:
+    """replay --columns, checked before the file is opened."""
+    if text is None:
+        return None
+    from exporter.offline.traces import parse_columns
+
+    try:
+        return parse_columns(text)
+    except ValueError as exc:
+        raise UsageError(f"--columns: {exc}") from None
 
 
 def _kind_names() -> list[str]:
@@ -599,11 +625,12 @@ def _replay(
     start: float | None = None,
     fail_on: FailOn = FailOn(),
     prices: Prices | None = DEFAULT_PRICES,
+    columns: list[str] | None = None,
 ) -> int:
     made = _claim_output(report, "--report") if report else False
     status = 2
     try:
-        status = _replay_checked(path, gpus, as_json, report, period, start, fail_on, prices)
+        status = _replay_checked(path, gpus, as_json, report, period, start, fail_on, prices, columns)
     finally:
         if made and status == 2 and report:  # nothing replayed: no empty report left behind
             with contextlib.suppress(OSError):
@@ -620,10 +647,13 @@ def _replay_checked(
     start: float | None,
     fail_on: FailOn,
     prices: Prices | None = DEFAULT_PRICES,
+    columns: list[str] | None = None,
 ) -> int:
+    from dataclasses import replace as replaced
+
     from exporter.offline.replay import event_json, gap_text, human, replay, summary
     from exporter.offline.report import ReportData, write_report
-    from exporter.offline.traces import MAX_GPUS, TraceError, clipped_warnings
+    from exporter.offline.traces import MAX_GPUS, TraceError, clipped_warnings, reading_notes
     from exporter.policy.thresholds import EVAL_INTERVAL, TRACE_GAP_PERIODS
 
     if gpus is not None and not 1 <= gpus <= MAX_GPUS:
@@ -639,6 +669,7 @@ def _replay_checked(
             period=period,
             start=start,
             prices=prices,
+            columns=columns,
             **(data.hooks() if data else {}),  # type: ignore[arg-type]
         )
     except TraceError as exc:
@@ -671,13 +702,17 @@ def _replay_checked(
             f"gpu-bottleneck-exporter: {stats.skipped - len(stats.warnings)} more rows skipped",
             file=sys.stderr,
         )
-    if stats.gap_count:
+    forward = stats.gap_count - stats.back_steps  # the gaps in time; reading_notes tells the steps back
+    if forward:
+        gaps = replaced(stats, gap_count=forward, gaps=[g for g in stats.gaps if g[1] >= 0])
         print(
-            f"gpu-bottleneck-exporter: {path}: {stats.gap_count} gap(s) longer than "
+            f"gpu-bottleneck-exporter: {path}: {forward} gap(s) longer than "
             f"{TRACE_GAP_PERIODS.value * EVAL_INTERVAL.value:.0f} s, each starting a new segment: "
-            + gap_text(stats),
+            + gap_text(gaps),
             file=sys.stderr,
         )
+    for note in reading_notes(stats):
+        print(f"gpu-bottleneck-exporter: {path}: {note}", file=sys.stderr)
     fired = _fired(result, fail_on.kinds)
     if as_json:
         record = summary(result)

@@ -66,14 +66,16 @@ def replay(
     period: float | None = None,
     start: float | None = None,
     prices: Prices | None = DEFAULT_PRICES,
+    columns: list[str] | None = None,
 ) -> ReplayResult:
     """Replay a trace. ``on_row`` sees every row read; ``on_tick(t, gpu, state)`` the ledger state that
     took most of each GPU's evaluated second (see ``TickStates``). Both only observe. ``period`` and
-    ``start`` place the samples of a log without times (see ``TraceReader``).
+    ``start`` place the samples of a log without times, ``columns`` names those of a CSV without a header
+    (see ``TraceReader``).
 
     A gap in the trace (see TRACE_GAP_PERIODS) ends a segment: its verdicts end where its samples end,
     and the rows after the gap are analysed afresh, so the silence is never evaluated second by second."""
-    reader = TraceReader(path, gpus, period=period, start=start)
+    reader = TraceReader(path, gpus, period=period, start=start, columns=columns)
     result = ReplayResult(path=Path(path), stats=reader.stats, seconds=0.0, prices=prices)
     segment: _Segment | None = None
     had_inputs: set[str] = set()

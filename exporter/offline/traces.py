@@ -15,7 +15,9 @@ into the same rows, with the same bounds and accounting.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import difflib
 import gzip
 import io
 import math
@@ -29,6 +31,7 @@ from typing import IO
 
 from exporter.analysis.points import NO_EXTRA, GpuPoint, HostPoint
 from exporter.offline import traceformats
+from exporter.offline.traceformats import interleave
 from exporter.offline.traceformats.base import (
     MAX_GPUS,
     Context,
@@ -39,7 +42,7 @@ from exporter.offline.traceformats.base import (
     strip_ansi,
 )
 from exporter.policy import catalog
-from exporter.policy.thresholds import EVAL_INTERVAL, TRACE_GAP_PERIODS
+from exporter.policy.thresholds import CLI_SUGGESTION_SIMILARITY, EVAL_INTERVAL, TRACE_GAP_PERIODS
 
 MIB = catalog.MIB
 UNIT_SCALE = {"%": 0.01, "mib": MIB, "mib/s": MIB, "w": 1.0, "mhz": 1e6, "": 1.0, "c": 1.0, "s": 1.0}
@@ -111,6 +114,29 @@ MAX_FIELD_CHARS = 1024
 MAX_UNKNOWN_COLUMNS = 100
 # the largest clock event reasons mask: a 64-bit word
 MAX_REASONS = float(1 << 64)
+# A GPU's row at most this much earlier than its previous one is clock jitter (an NTP step; the rows of
+# one sample, stamped ms apart, read as one GPU): skipped, as always. Further back is another run appended
+# to the file: it starts a new segment and is kept whole (see _see_step).
+BACK_JITTER_S = 1.0
+# the cells fixed per GPU: in a log without an index they repeat with the GPUs (interleave.guess's evidence)
+PER_GPU_COLUMNS = ("name", "uuid", "pci.bus_id", "serial", "memory.total", "power.limit")
+# --columns: a column not to read, and bounds on the list (a header is a few dozen names of a few dozen
+# characters)
+SKIP_COLUMN = "-"
+MAX_COLUMN_NAMES = 512
+MAX_COLUMN_NAME_CHARS = 100
+# what --columns suggests when a name resembles none it knows
+COMMON_COLUMNS = (
+    "timestamp",
+    "index",
+    "name",
+    "utilization.gpu",
+    "power.draw",
+    "memory.used",
+    "memory.total",
+    "temperature.gpu",
+    "clocks.sm",
+)
 
 _NUMBER = re.compile(r"^([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z%/]*)$")
 _HEADER = re.compile(r"^(.*?)\s*(?:\[(.*)\])?$")
@@ -144,9 +170,11 @@ class ReadStats:
     rows: int = 0
     skipped: int = 0
     unknown_columns: list[str] = field(default_factory=list)
-    backwards: int = 0  # rows skipped because their timestamp is earlier than the previous row's
-    gap_count: int = 0  # gaps in the samples, each starting a new segment
+    backwards: int = 0  # rows skipped: their time is up to BACK_JITTER_S before their GPU's previous row's
+    gap_count: int = 0  # gaps in the samples and times going back, each starting a new segment
     gaps: list[tuple[int, float]] = field(default_factory=list)  # (line, seconds) of the first few
+    back_steps: int = 0  # of gap_count, the times that went back (their seconds in gaps are negative)
+    gpus_hint: int | None = None  # a log without an index that looks like this many GPUs, not surely
     first_timestamp: float | None = None
     last_timestamp: float | None = None
     gpus: list[str] = field(default_factory=list)
@@ -182,6 +210,71 @@ def parse_cell(text: str, unit: str) -> float | None:
     return value
 
 
+def parse_columns(text: str) -> list[str]:
+    """``--columns``: a headerless CSV's column names, comma-separated, checked (``check_columns``)."""
+    return check_columns(text.split(","))
+
+
+def check_columns(names: list[str] | tuple[str, ...]) -> list[str]:
+    """Column names for a CSV without a header: nvidia-smi's query fields, each with or without its unit
+    (``utilization.gpu [%]``), ``-`` for a column not to read. A mistake is a ValueError of one line."""
+    if len(names) > MAX_COLUMN_NAMES:
+        raise ValueError(f"{len(names)} names; a trace has at most {MAX_COLUMN_NAMES} columns")
+    seen: set[str] = set()
+    for raw in names:
+        name = _column_name(raw)
+        if not name:
+            raise ValueError(f"an empty name among {len(names)}: write {SKIP_COLUMN} for a column to skip")
+        if name == SKIP_COLUMN:
+            continue
+        if name not in GPU_COLUMNS and name not in META_COLUMNS:
+            raise ValueError(_unknown_column(raw.strip()))
+        if name in seen:
+            raise ValueError(f"{name} is named twice")
+        seen.add(name)
+    if "timestamp" not in seen:
+        raise ValueError("no timestamp: name the column with each row's time (replay places rows by it)")
+    if not seen & set(GPU_COLUMNS):
+        raise ValueError("no column with a GPU's values (utilization.gpu, power.draw, memory.used, ...)")
+    return [raw.strip() for raw in names]
+
+
+def _column_name(raw: str) -> str:
+    """A header cell's name without its unit, lower case: ``utilization.gpu [%]`` -> ``utilization.gpu``."""
+    match = _HEADER.match(raw.strip())
+    return (match.group(1) if match else raw).strip().lower()
+
+
+def _unknown_column(raw: str) -> str:
+    """One line for a --columns name replay does not know, with the names it resembles or starts."""
+    word = _column_name(raw)[:MAX_COLUMN_NAME_CHARS]
+    known = [*GPU_COLUMNS, *sorted(META_COLUMNS)]
+    close = difflib.get_close_matches(word, known, n=3, cutoff=CLI_SUGGESTION_SIMILARITY.value)
+    if len(word) >= 3:  # "util", "power": the fields it abbreviates
+        close += [name for name in known if name.startswith(word) and name not in close]
+    hint = f"did you mean {', '.join(close[:4])}?" if close else f"such as {', '.join(COMMON_COLUMNS)}"
+    return (
+        f"{raw[:MAX_COLUMN_NAME_CHARS]!r} is not a column replay reads ({hint}); names are nvidia-smi's "
+        f"query fields (docs/commands.md), '{SKIP_COLUMN}' for a column to skip"
+    )
+
+
+def _looks_like_data(fields: list[str]) -> bool:
+    """A first line of values, not names: most cells are numbers, times or missing values."""
+    cells = [f.strip() for f in fields if f.strip()]
+    return len(cells) >= 2 and 2 * sum(map(_is_value, cells)) >= len(cells)
+
+
+def _is_value(cell: str) -> bool:
+    for parse in (parse_timestamp, lambda text: parse_cell(text, "")):
+        try:
+            parse(cell[:MAX_FIELD_CHARS])
+        except (ValueError, OverflowError):
+            continue
+        return True
+    return False
+
+
 def clipped_warnings(stats: ReadStats) -> list[str]:
     """One line per column that had impossible values."""
     lines = []
@@ -189,6 +282,33 @@ def clipped_warnings(stats: ReadStats) -> list[str]:
         _, _, shown, why = BOUNDS[stats.clipped_attrs.get(name) or GPU_COLUMNS[name][1]]
         lines.append(f"{name}: {count} value(s) outside {shown} ({why}) read as missing")
     return lines
+
+
+def gap_seconds() -> float:
+    """The longest step between samples that is not a gap (TRACE_GAP_PERIODS evaluation periods)."""
+    return TRACE_GAP_PERIODS.value * EVAL_INTERVAL.value
+
+
+def reading_notes(stats: ReadStats) -> list[str]:
+    """One line each for what a person should know of how the rows were placed: the times that went
+    back (each a run kept as a new segment) and a GPU count the rows suggest but do not prove."""
+    notes = []
+    if stats.back_steps:
+        back = [(line, -seconds) for line, seconds in stats.gaps if seconds < 0]
+        shown = ", ".join(f"line {line} ({seconds:.0f} s back)" for line, seconds in back[:5])
+        more = f" and {stats.back_steps - min(len(back), 5)} more" if stats.back_steps > len(back[:5]) else ""
+        notes.append(
+            f"time went back {stats.back_steps} time(s), at {shown}{more}: each later run is kept as a new "
+            f"segment, placed {gap_seconds():.0f} s after the samples before it"
+        )
+    if stats.gpus_hint is not None:
+        hint = stats.gpus_hint
+        notes.append(
+            f"the rows look like {hint} GPUs interleaved without an index column (most samples are {hint} "
+            f"rows with one timestamp, but not all); read as {len(stats.gpus)} GPU(s): if the log has {hint} "
+            f"GPUs, pass --gpus {hint}"
+        )
+    return notes
 
 
 class _CutGzip(io.RawIOBase):
@@ -224,7 +344,9 @@ class TraceReader:
 
     The format comes from the file's first few KiB (``traceformats.detect``). ``period`` and ``start``
     place the samples of a log without times: ``start`` (Unix seconds, default 0) plus the sample's number
-    times ``period`` (default: the tool's own interval). Logs with times ignore both."""
+    times ``period`` (default: the tool's own interval). Logs with times ignore both. ``columns`` names the
+    columns of a CSV without a header line (``check_columns``): the file is then read as nvidia-smi's CSV
+    under that header."""
 
     MAX_WARNINGS = 20
 
@@ -234,6 +356,7 @@ class TraceReader:
         gpus: int | None = None,
         period: float | None = None,
         start: float | None = None,
+        columns: list[str] | tuple[str, ...] | None = None,
     ) -> None:
         if period is not None and not (math.isfinite(period) and period > 0):
             raise ValueError(f"period must be a positive number of seconds, not {period!r}")
@@ -242,6 +365,8 @@ class TraceReader:
         self.path = Path(path)
         self.gpus = gpus
         self.period, self.start = period, start
+        self.columns = check_columns(columns) if columns is not None else None
+        self._offset = 0.0  # added to the times of the rows after a time going back (see _see_step)
         self.format: ModuleType | None = None  # the reader of a log other than nvidia-smi's CSV
         self._gpus_given = gpus is not None
         self.stats = ReadStats()
@@ -352,6 +477,17 @@ class TraceReader:
                 f"{self.gpus} of --gpus; --gpus is only for logs without an index or uuid column"
             )
 
+    def _take_header(self, fields: list[str], line: int, needs_count: bool) -> None:
+        """A header read (or given by --columns): its columns, and the GPU count where no column names
+        the GPUs."""
+        self._parse_header(fields, line)
+        identified = "index" in self._by_name or "uuid" in self._by_name
+        if needs_count and not identified:
+            self.gpus = self._infer_gpu_count()
+        elif identified and self._gpus_given and not self._checked:
+            self._check_gpu_count()
+            self._checked = True  # once: the whole file was read for it
+
     def _is_header(self, fields: list[str]) -> bool:
         return fields[0].strip().lower().startswith("timestamp") or not self._columns
 
@@ -362,12 +498,19 @@ class TraceReader:
             name = (match.group(1) if match else raw).strip().lower()
             unit = ((match.group(2) if match else "") or "").strip()
             target = GPU_COLUMNS.get(name)
-            if target is None and name not in META_COLUMNS:
+            if target is None and name not in META_COLUMNS and name != SKIP_COLUMN:
                 unknown.append(raw.strip())
             columns.append(
                 Column(i, name, unit or DEFAULT_UNITS.get(target[1], "") if target else unit, target)
             )
         by_name = {c.name: c.index for c in columns}
+        if "timestamp" not in by_name and _looks_like_data(fields):
+            count = len(fields)
+            raise TraceError(
+                f"{self.path}:{line}: no header line (the first line is data, {count} fields): name the "
+                f"{count} columns with --columns, nvidia-smi's query fields in order, e.g. "
+                "--columns timestamp,utilization.gpu,power.draw,memory.used,memory.total"
+            )
         if "timestamp" not in by_name:
             raise TraceError(
                 f"{self.path}:{line}: not a log replay reads: the first line is not a header with a "
@@ -381,20 +524,53 @@ class TraceReader:
         self._columns, self._by_name = columns, by_name
 
     def _infer_gpu_count(self) -> int:
-        """Without index or uuid: rows sharing the first timestamp are one sample of every GPU."""
-        first, count = None, 0
-        for _, fields in self._lines():
-            if fields[0].strip().lower().startswith("timestamp"):
-                if first is not None:
-                    break
+        """Without index or uuid: the GPUs the rows interleave (traceformats/interleave.py). Where that is
+        not clear, as many as rows share the first timestamp, as replay always read them, with a hint
+        (``stats.gpus_hint``) when the rows look like another count."""
+        with contextlib.closing(self._stamped_rows()) as rows:
+            found = interleave.guess(rows)
+        if found.gpus is not None:
+            return found.gpus
+        count = self._first_time_rows()
+        if found.looks_like is not None and found.looks_like != count:
+            self.stats.gpus_hint = found.looks_like
+        return count
+
+    def _data_rows(self) -> Iterator[list[str]]:
+        """The rows under the first header (the first line; none under --columns) up to a repeated one,
+        with as many fields as it has, each bounded."""
+        lines = self._lines()
+        if self.columns is None:
+            next(lines, None)
+        for _, fields in lines:
+            if self.columns is None and fields[0].strip().lower().startswith("timestamp"):
+                return  # a restart: what follows is another run
+            if len(fields) == len(self._columns) and all(len(f) <= MAX_FIELD_CHARS for f in fields):
+                yield fields
+
+    def _stamped_rows(self) -> Iterator[tuple[float, tuple[str, ...]]]:
+        """(time, per-GPU cells) of each row with a readable time: what interleave.guess reads."""
+        at = self._by_name["timestamp"]
+        keys = [self._by_name[name] for name in PER_GPU_COLUMNS if name in self._by_name]
+        for fields in self._data_rows():
+            try:
+                ts = parse_timestamp(fields[at])
+            except (ValueError, OverflowError):
                 continue
-            if first is None:
-                first = fields[0].strip()
-            if fields[0].strip() != first:
-                break
-            count += 1
-            if count >= MAX_GPUS:
-                break
+            yield ts, tuple(fields[i].strip() for i in keys)
+
+    def _first_time_rows(self) -> int:
+        """The rows that share the first row's timestamp (exactly as written), up to MAX_GPUS."""
+        at = self._by_name["timestamp"]
+        first, count = None, 0
+        with contextlib.closing(self._data_rows()) as rows:
+            for fields in rows:
+                stamp = fields[at].strip()
+                if first is None:
+                    first = stamp
+                if stamp != first or count >= MAX_GPUS:
+                    break
+                count += 1
         return max(count, 1)
 
     def _check_gpu_count(self) -> None:
@@ -415,12 +591,33 @@ class TraceReader:
     # ---- rows ----------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[TraceRow]:
-        self.format = traceformats.detect(self._head(), set(GPU_COLUMNS))
+        head = self._head()
+        self.format = traceformats.detect(head, set(GPU_COLUMNS))
         self.stats.format = self.format.NAME if self.format else traceformats.NVIDIA_SMI_CSV
-        if self.format is None:
+        if self.columns is not None:
+            self._check_headerless(head)
+            yield from self._csv_rows()
+        elif self.format is None:
             yield from self._csv_rows()
         else:
             yield from self._format_rows(self.format)
+
+    def _check_headerless(self, head: list[str]) -> None:
+        """--columns names the columns of a CSV without a header: a file with its own is refused, as its
+        header and the flag could disagree."""
+        if self.format is not None:
+            raise TraceError(
+                f"{self.path}: the file is {self.format.NAME}, not a CSV without a header line: "
+                "--columns is only for those"
+            )
+        first = next((line for line in head if line.strip()), "")
+        with contextlib.suppress(csv.Error):
+            cells = next(csv.reader([first], skipinitialspace=True), [])
+            if any(_column_name(c) in GPU_COLUMNS or _column_name(c) in META_COLUMNS for c in cells):
+                raise TraceError(
+                    f"{self.path}:1: the file has a header line of its own: --columns is only for a CSV "
+                    "without one (leave it out)"
+                )
 
     def _format_rows(self, reader: ModuleType) -> Iterator[TraceRow]:
         """The rows of a log another module reads: its samples, bounded and accounted like CSV rows."""
@@ -467,23 +664,18 @@ class TraceReader:
         return self._finish(sample.line, ts, sample.gpu, sample.name, values, {}, {}, clipped)
 
     def _csv_rows(self) -> Iterator[TraceRow]:
-        needs_count = self.gpus is None
+        if self.columns is not None:  # the header --columns gives
+            self._take_header(self.columns, 0, needs_count=self.gpus is None)
+        needs_count = self.gpus is None and self.columns is None
+        header = "--columns names" if self.columns is not None else "the header has"
         for line, fields in self._lines():
-            if self._is_header(fields):
+            if self.columns is None and self._is_header(fields):
                 self._restarted = self._max_ts is not None
-                self._parse_header(fields, line)
-                identified = "index" in self._by_name or "uuid" in self._by_name
-                if needs_count and not identified:
-                    self.gpus = self._infer_gpu_count()
-                elif identified and self._gpus_given and not self._checked:
-                    self._check_gpu_count()
-                    self._checked = True  # once: the whole file was read for it
+                self._take_header(fields, line, needs_count)
                 needs_count = False
                 continue
             if len(fields) != len(self._columns):
-                self._warn(
-                    f"{self.path}:{line}: {len(fields)} fields where the header has {len(self._columns)}"
-                )
+                self._warn(f"{self.path}:{line}: {len(fields)} fields where {header} {len(self._columns)}")
                 continue
             if any(len(f) > MAX_FIELD_CHARS for f in fields):
                 self._warn(f"{self.path}:{line}: a field longer than {MAX_FIELD_CHARS} characters")
@@ -554,7 +746,7 @@ class TraceReader:
     ) -> TraceRow:
         """A row from its values, whatever the format: time order and gaps checked, counted."""
         last = self._last_ts.get(gpu)
-        if last is not None and ts < last and not self._restarted:
+        if last is not None and last - BACK_JITTER_S <= ts < last and not self._restarted:
             self.stats.backwards += 1
             raise ValueError(f"timestamp {ts - last:+g} s before GPU {gpu}'s previous row's (time goes back)")
         if "reasons" in gpu_values and gpu_values["reasons"] is not None:
@@ -570,7 +762,7 @@ class TraceReader:
             self._first_ts = ts
             self.stats.first_timestamp = ts
         self.stats.last_timestamp = ts
-        t = ts - self._first_ts
+        t = ts + self._offset - self._first_ts
         if gpu not in self.stats.gpus:
             self.stats.gpus.append(gpu)
         if name and gpu not in self.stats.names:
@@ -593,19 +785,31 @@ class TraceReader:
 
     def _see_step(self, ts: float, gpu: str, line: int) -> None:
         """A step past the latest timestamp longer than TRACE_GAP_PERIODS evaluation periods is a gap: the
-        next segment starts. So does a restart of nvidia-smi into the same file (a repeated header) whose
-        clock went back. (GPUs' rows may interleave in time; each GPU's own go forward.)"""
+        next segment starts. So does a time going back: a GPU's row more than BACK_JITTER_S before its
+        previous one, or any step back after a restart of nvidia-smi into the same file (a repeated
+        header): another run appended. (GPUs' rows may interleave in time; each GPU's own go forward.)"""
         if self._max_ts is not None:
             step = ts - self._max_ts
-            if step > TRACE_GAP_PERIODS.value * EVAL_INTERVAL.value or (self._restarted and step < 0):
+            back = ts < self._last_ts.get(gpu, ts) or (self._restarted and step < 0)
+            if back or step > gap_seconds():
                 self.stats.gap_count += 1
                 if len(self.stats.gaps) < self.MAX_WARNINGS:
                     self.stats.gaps.append((line, step))
+                if back:
+                    self._place_after(ts)
                 self._max_ts = ts
                 self._last_ts.clear()
         self._max_ts = ts if self._max_ts is None else max(self._max_ts, ts)
         self._last_ts[gpu] = ts
         self._restarted = False
+
+    def _place_after(self, ts: float) -> None:
+        """Rows whose time went back are another run: replay's clock has no room for them where their
+        times fall, so they are moved after everything read so far, one gap after the latest sample. The
+        seam then reads as the shortest gap would: a segment apart, its silence never evaluated."""
+        assert self._max_ts is not None
+        self.stats.back_steps += 1
+        self._offset += self._max_ts - ts + gap_seconds()
 
 
 class TraceWriter:

@@ -19,7 +19,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from exporter.offline.replay import replay
-from exporter.offline.traces import MAX_GPUS, MAX_LINE_CHARS, MAX_REASONS, TraceError, TraceReader
+from exporter.offline.traces import (
+    BACK_JITTER_S,
+    MAX_GPUS,
+    MAX_LINE_CHARS,
+    MAX_REASONS,
+    TraceError,
+    TraceReader,
+)
 from exporter.policy.thresholds import EVAL_INTERVAL, TRACE_GAP_PERIODS
 from tests.conftest import REPO
 
@@ -175,12 +182,14 @@ def test_a_verdict_firing_before_a_gap_ends_where_the_samples_end(tmp_path):
     assert [line for line, _ in result.stats.gaps] == [len(before) + 2]
 
 
-def test_decreasing_timestamps_are_reported_and_skipped(tmp_path):
+def test_timestamps_a_moment_back_are_reported_and_skipped(tmp_path):
+    """Up to BACK_JITTER_S back is clock jitter: the row is skipped. (Further back is another run: a new
+    segment, tests/test_trace_awkward.py.)"""
     path = tmp_path / "t.csv"
-    path.write_text(HEADER + "10, 0, 50 %, 0x0\n11, 0, 50 %, 0x0\n5, 0, 50 %, 0x0\n12, 0, 50 %, 0x0\n")
+    path.write_text(HEADER + "10, 0, 50 %, 0x0\n11, 0, 50 %, 0x0\n10.5, 0, 50 %, 0x0\n12, 0, 50 %, 0x0\n")
     result = _replay(path, "--json")
     assert result.returncode == 0, result.stderr
-    assert "t.csv:4: timestamp -6 s before GPU 0's previous row's (time goes back); row skipped" in (
+    assert "t.csv:4: timestamp -0.5 s before GPU 0's previous row's (time goes back); row skipped" in (
         result.stderr
     )
     summary = json.loads(result.stdout.splitlines()[-1])
@@ -257,23 +266,25 @@ def test_any_bytes_read_as_rows_or_one_trace_error(data):
 )
 def test_time_goes_forward_within_a_segment_and_gaps_are_counted(steps):
     """Each GPU's rows go forward in time within a segment; every step longer than the gap starts a
-    segment; a step back is a skipped row."""
-    ts, lines, expected_gaps, expected_back, latest = 1000.0, ["1000, 0, 50 %, 0x0"], 0, 0, 1000.0
+    segment, and so does a step back of more than BACK_JITTER_S (another run, kept); a step back within it
+    is a skipped row. Replay's clock goes forward across segments."""
+    ts, lines, expected_gaps, expected_back, went_back = 1000.0, ["1000, 0, 50 %, 0x0"], 0, 0, 0
     for step in steps:
         candidate = ts + step
-        if step < 0:
+        if ts - BACK_JITTER_S <= candidate < ts:
             expected_back += 1
         else:
+            went_back += candidate < ts
+            expected_gaps += candidate < ts or step > GAP_S
             ts = candidate
-            expected_gaps += step > GAP_S
         lines.append(f"{candidate!r}, 0, 50 %, 0x0")
-        latest = max(latest, ts)
     rows, reader = _read(HEADER + "\n".join(lines) + "\n")
     assert reader.stats.gap_count == expected_gaps and reader.stats.backwards == expected_back
+    assert reader.stats.back_steps == went_back
     assert len(reader.stats.gaps) == min(expected_gaps, TraceReader.MAX_WARNINGS)
     assert len(rows) == len(steps) + 1 - expected_back
     for before, after in itertools.pairwise(rows):
-        assert after.segment >= before.segment
+        assert after.segment >= before.segment and after.t >= before.t
         if after.segment == before.segment:
             assert 0 <= after.t - before.t <= GAP_S
 
