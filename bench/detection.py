@@ -50,7 +50,9 @@ from exporter.offline.replay import replay  # noqa: E402
 from exporter.offline.traces import TraceReader  # noqa: E402
 from exporter.policy.thresholds import board_tdp  # noqa: E402
 
-DEFAULT_DIRS = [REPO / "examples" / "traces", REPO / "examples" / "traces" / "real"]
+TRACES = REPO / "examples" / "traces"
+# synthetic training, real training (two sets), synthetic and real work that is not training
+DEFAULT_DIRS = [TRACES, TRACES / "real", TRACES / "real2", TRACES / "workloads", TRACES / "real_inference"]
 HELD_TARGET = 0.90  # share of a labelled episode covered by its verdicts
 LEDGER_TARGET_POINTS = 5.0  # worst |share - truth| of any GPU and state, in percentage points
 LIST_LIMIT = 12
@@ -465,6 +467,7 @@ class TraceResult:
     ours: TraceScore
     ledger: LedgerError | None  # None: the trace has no ledger truth (a real trace)
     naive: TraceScore
+    workload: str = "training"  # the labels' class of the job (judged by its shape: no --workload)
 
 
 def trace_name(path: Path) -> str:
@@ -494,11 +497,13 @@ def judge(path: Path) -> TraceResult:
     result = replay(path)
     ours = [Verdict(e.gpu, e.kind, e.start, e.end) for e in result.episodes]
     base, base_end = naive(path)
+    workload = json.loads((path.parent / f"{name}.labels.json").read_text()).get("workload") or "training"
     return TraceResult(
         name,
         score_trace(name, labels, ours, for_s, result.seconds, judged),
         ledger_error(result.ledger, truth) if truth else None,
         score_trace(name, labels, base, for_s, base_end, judged),
+        workload,
     )
 
 
@@ -598,6 +603,27 @@ def shortfalls(scores: list[TraceScore], ledger_points: float) -> list[str]:
     return out
 
 
+def class_table(results: list[TraceResult]) -> str:
+    """Ours per workload class: what paged, what paged falsely, how fast."""
+    lines = [
+        "per workload class (ours):",
+        f"  {'class':12s} {'traces':>6s} {'episodes':>8s} {'paged':>5s} {'min held':>8s} {'false':>5s} "
+        f"{'false pages':>11s} {'time-to-page':>13s} {'time-to-resolve':>15s}",
+    ]
+    for workload in sorted({r.workload for r in results}):
+        of = [r.ours for r in results if r.workload == workload]
+        episodes = [e for s in of for e in s.episodes]
+        false = [f for s in of for f in s.false]
+        ttp = [e.ttp for e in episodes if e.ttp is not None]
+        ttr = [e.ttr for e in episodes if e.ttr is not None]
+        lines.append(
+            f"  {workload:12s} {len(of):6d} {len(episodes):8d} {sum(e.paged for e in episodes):5d} "
+            f"{_held_text(episodes):>8s} {len(false):5d} {sum(f.paged for f in false):11d} "
+            f"{_spread(ttp):>13s} {_spread(ttr):>15s}"
+        )
+    return "\n".join(lines)
+
+
 def report(folder: Path, results: list[TraceResult], seconds: float) -> list[str]:
     """Print one set of traces' tables; return what keeps its targets from being met."""
     for_s = alert_for()
@@ -606,6 +632,8 @@ def report(folder: Path, results: list[TraceResult], seconds: float) -> list[str
     print(f"==== {shown}: {len(results)} traces")
     title = "gpu-bottleneck-exporter: verdicts judged as pages (alert `for` per kind)"
     print(paging_table(title, ours, for_s))
+    print()
+    print(class_table(results))
     print()
     ledger_text, ledger_points = ledger_table(results)
     if ledger_text:

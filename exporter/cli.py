@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn
 
 from exporter import __version__
+from exporter.analysis.workload import CLASSES
 from exporter.config.settings import ENV_PREFIX, Settings, SettingsError
 from exporter.config.usage import CommandError, UsageError
 from exporter.policy.cost import DEFAULT as DEFAULT_PRICES
@@ -363,6 +364,12 @@ def build_parser() -> argparse.ArgumentParser:
         "without its unit ('utilization.gpu [%%]'), '-' for a column to skip; values without units are in "
         "nvidia-smi's (%%, W, MiB, MHz, C)",
     )
+    replay.add_argument(
+        "--workload",
+        choices=CLASSES,
+        help="what the job in the log is, when its shape cannot tell (a notebook's pauses, a two-stage "
+        "split): its idle time is then judged as that class's (default: decided from the telemetry's shape)",
+    )
     replay.add_argument("--json", action="store_true", help="JSON lines on stdout instead of a summary")
     replay.add_argument(
         "--report",
@@ -442,6 +449,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _fail_on(args.fail_on),
                 _prices(args.price, args.currency),
                 _columns(args.columns),
+                args.workload or "",
             )
         if args.command == "doctor":
             from exporter.doctor.command import run as doctor
@@ -626,11 +634,14 @@ def _replay(
     fail_on: FailOn = FailOn(),
     prices: Prices | None = DEFAULT_PRICES,
     columns: list[str] | None = None,
+    workload: str = "",
 ) -> int:
     made = _claim_output(report, "--report") if report else False
     status = 2
     try:
-        status = _replay_checked(path, gpus, as_json, report, period, start, fail_on, prices, columns)
+        status = _replay_checked(
+            path, gpus, as_json, report, period, start, fail_on, prices, columns, workload
+        )
     finally:
         if made and status == 2 and report:  # nothing replayed: no empty report left behind
             with contextlib.suppress(OSError):
@@ -648,6 +659,7 @@ def _replay_checked(
     fail_on: FailOn,
     prices: Prices | None = DEFAULT_PRICES,
     columns: list[str] | None = None,
+    workload: str = "",
 ) -> int:
     from dataclasses import replace as replaced
 
@@ -670,6 +682,7 @@ def _replay_checked(
             start=start,
             prices=prices,
             columns=columns,
+            workload=workload,
             **(data.hooks() if data else {}),  # type: ignore[arg-type]
         )
     except TraceError as exc:

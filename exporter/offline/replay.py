@@ -16,6 +16,7 @@ from exporter.analysis.engine import Analyzer, VerdictEvent
 from exporter.analysis.envelope import Envelope
 from exporter.analysis.kinds import KINDS, NAMES
 from exporter.analysis.ledger import LOST_STATES, STATES
+from exporter.analysis.workload import Workload
 from exporter.offline.traceformats import NVIDIA_SMI_CSV
 from exporter.offline.traces import ReadStats, TraceReader, TraceRow
 from exporter.policy.cost import DEFAULT as DEFAULT_PRICES
@@ -54,6 +55,10 @@ class ReplayResult:
     models: dict[str, str] = field(default_factory=dict)  # gpu -> its board name, as the log gives it
     cost: dict[str, dict[str, float]] = field(default_factory=dict)  # gpu -> state -> what its time cost
     job_cost: dict[str, dict[str, float]] = field(default_factory=dict)  # job (group) -> state -> cost
+    workload: str = ""  # --workload: the class the user says the trace is ("": judged by its shape)
+    # gpu -> (class, source) -> seconds judged so, and the latest evidence of each
+    classes: dict[str, dict[tuple[str, str], float]] = field(default_factory=dict)
+    class_evidence: dict[tuple[str, str, str], str] = field(default_factory=dict)
 
 
 def replay(
@@ -67,16 +72,17 @@ def replay(
     start: float | None = None,
     prices: Prices | None = DEFAULT_PRICES,
     columns: list[str] | None = None,
+    workload: str = "",
 ) -> ReplayResult:
     """Replay a trace. ``on_row`` sees every row read; ``on_tick(t, gpu, state)`` the ledger state that
     took most of each GPU's evaluated second (see ``TickStates``). Both only observe. ``period`` and
     ``start`` place the samples of a log without times, ``columns`` names those of a CSV without a header
-    (see ``TraceReader``).
+    (see ``TraceReader``). ``workload``: the class the user says the trace's job is (``--workload``).
 
     A gap in the trace (see TRACE_GAP_PERIODS) ends a segment: its verdicts end where its samples end,
     and the rows after the gap are analysed afresh, so the silence is never evaluated second by second."""
     reader = TraceReader(path, gpus, period=period, start=start, columns=columns)
-    result = ReplayResult(path=Path(path), stats=reader.stats, seconds=0.0, prices=prices)
+    result = ReplayResult(path=Path(path), stats=reader.stats, seconds=0.0, prices=prices, workload=workload)
     segment: _Segment | None = None
     had_inputs: set[str] = set()
     last_t = 0.0
@@ -109,6 +115,10 @@ class _Segment:
     ) -> None:
         self.number, self.result, self.on_event, self.on_job = number, result, on_event, on_job
         self.analyzer = Analyzer()
+        if result.workload:  # replay has no pods: the whole trace is one job
+            self.analyzer.set_workload(
+                "node", Workload(result.workload, "flag", f"--workload {result.workload}")
+            )
         self.start = start
         self.step = EVAL_INTERVAL.value
         self.next_eval = start + self.step
@@ -167,6 +177,12 @@ class _Segment:
         states, events = self.analyzer.evaluate(t)
         if self.ticks:
             self.ticks.after(t)
+        for gpu in states:
+            w = self.analyzer.workload(gpu)
+            key = (w.kind, w.source)
+            seconds = result.classes.setdefault(gpu, {})
+            seconds[key] = seconds.get(key, 0.0) + self.step
+            result.class_evidence[(gpu, *key)] = w.evidence
         for event in events:
             result.events.append(event)
             key = (event.gpu, event.kind)
@@ -286,6 +302,7 @@ def summary(result: ReplayResult) -> dict[str, object]:
             for e in result.episodes
         ],
         "jobs": result.jobs,
+        "workload": workload_summary(result),
         "silent": result.silent,
         "ledger": {gpu: _rounded(states) for gpu, states in result.ledger.items()},
         "job_ledger": {job: _rounded(states) for job, states in result.job_ledger.items()},
@@ -304,6 +321,34 @@ def summary(result: ReplayResult) -> dict[str, object]:
             for gpu, e in result.envelopes.items()
         },
     }
+
+
+def workload_summary(result: ReplayResult) -> dict[str, dict[str, object]]:
+    """Per GPU, the class its time was judged as most (``training`` where nothing said otherwise), what
+    decided it, and the share of its judged seconds."""
+    out: dict[str, dict[str, object]] = {}
+    for gpu in sorted(result.classes, key=_gpu_order):
+        seconds = result.classes[gpu]
+        (kind, source), most = max(seconds.items(), key=lambda kv: kv[1])
+        out[gpu] = {
+            "class": kind or "training",
+            "source": source or "default",
+            "evidence": result.class_evidence.get((gpu, kind, source)) or "nothing said otherwise",
+            "share": round(most / sum(seconds.values()), 3),
+        }
+    return out
+
+
+def workload_lines(result: ReplayResult) -> list[str]:
+    """The class each GPU was judged as, GPUs alike on one line."""
+    alike: dict[tuple[str, str, str], list[str]] = {}
+    for gpu, w in workload_summary(result).items():
+        alike.setdefault((str(w["class"]), str(w["source"]), str(w["evidence"])), []).append(gpu)
+    lines = []
+    for (kind, source, evidence), gpus in alike.items():
+        why = f"{source}: {evidence}" if source != "default" else evidence
+        lines.append(f"  GPU {_gpu_list(gpus)}: judged as {kind} ({why})")
+    return ["workload:", *lines] if lines else []
 
 
 def cost_summary(result: ReplayResult) -> dict[str, object] | None:
@@ -432,6 +477,7 @@ def human(result: ReplayResult) -> str:
         lines.append(f"  GPU {_gpu_list(quiet)}: no verdict")
     lines += unpaged_losses(result, quiet)
     lines += _job_lines(result)
+    lines += workload_lines(result)
     lines += _reading_lines(result.stats)
     if result.ledger:
         lines += ledger_lines(result)

@@ -10,7 +10,17 @@ from exporter.sources.readings import GpuIdentity, GpuReading, NvLinkReading, Sa
 
 def test_points_are_built_in_the_order_of_their_fields():
     names = tuple(f.name for f in fields(GpuPoint))
-    assert names == ("t", "util", "mem_util", "power_w", *_SHARED, "log_silent_s", "requests_running", "requests_waiting", "extra")
+    assert names == (
+        "t",
+        "util",
+        "mem_util",
+        "power_w",
+        *_SHARED,
+        "log_silent_s",
+        "requests_running",
+        "requests_waiting",
+        "extra",
+    )
 
 
 def test_every_field_of_a_point_comes_from_its_reading():

@@ -1,0 +1,48 @@
+"""The synthetic workload traces are what their generator makes, and replay judges them by their shape."""
+
+from __future__ import annotations
+
+import json
+
+from devtools import workload_traces
+from exporter.offline.replay import replay
+from tests.conftest import REPO
+
+FOLDER = REPO / "examples" / "traces" / "workloads"
+
+
+def test_the_checked_in_traces_are_the_generators_output(tmp_path):
+    assert workload_traces.main([str(tmp_path)]) == 0
+    made = sorted(p.name for p in tmp_path.iterdir())
+    assert made == sorted(p.name for p in FOLDER.iterdir() if p.name != "README.md")
+    for name in made:
+        assert (tmp_path / name).read_bytes() == (FOLDER / name).read_bytes(), f"stale: {name}"
+
+
+def test_a_serving_gpu_idle_between_requests_is_idle_capacity_not_starvation():
+    result = replay(FOLDER / "w02_l4_serving_busy.csv.gz")
+    assert not result.episodes
+    ledger = result.ledger["0"]
+    assert ledger["input_wait"] < 0.02 * sum(ledger.values()) < ledger["idle"]
+    assert result.classes["0"][("serving", "shape")] > 0.8 * sum(result.classes["0"].values())
+
+
+def test_a_server_with_requests_queued_is_starved():
+    result = replay(FOLDER / "w03_h100_serving_queued_cpu.csv.gz")
+    assert {e.kind for e in result.episodes} == {"data_starvation"}
+
+
+def test_a_pipeline_is_named_and_never_starved():
+    for name in ("w06_a100x4_pipeline_1s", "w07_a100x4_pipeline_100ms"):
+        result = replay(FOLDER / f"{name}.csv.gz")
+        assert {e.kind for e in result.episodes} == {"pipeline_bubble"}, name
+        assert {e.gpu for e in result.episodes} == {"0", "1", "2", "3"}
+
+
+def test_the_workload_flag_says_what_the_shape_cannot():
+    """A notebook's long pauses read as a single GPU's input waits by shape; --workload says otherwise."""
+    labels = json.loads((FOLDER / "w08_l4_notebook.labels.json").read_text())
+    assert labels["workload"] == "interactive"
+    result = replay(FOLDER / "w08_l4_notebook.csv.gz", workload="interactive")
+    assert {e.kind for e in result.episodes} == {"idle_allocated"}
+    assert all(e.cause == "notebook" for e in result.episodes)
