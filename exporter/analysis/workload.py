@@ -144,15 +144,19 @@ class Turns:
     """A job's seconds over the hold window: are its GPUs taking turns?"""
 
     seconds: deque[Second] = field(default_factory=deque)
+    decided: Workload | None = None  # turns decided hold while the job keeps its GPUs
 
     def see(
         self, t: float, utils: Mapping[str, float], busy_at: Mapping[str, tuple[float, ...]], samples: int
     ) -> None:
         """One second of the job: each held GPU's utilization and busy sample times, and the most samples
         any GPU had in it (too few GPUs for turns: reset)."""
-        if len(utils) < PIPELINE_MIN_STAGES.value:
-            self.seconds.clear()
-            return
+        changed = bool(self.seconds) and set(utils) != set(self.seconds[-1].utils)
+        if len(utils) < PIPELINE_MIN_STAGES.value or changed:
+            self.seconds.clear()  # too few GPUs for turns, or the job's GPUs changed: a new job's shape
+            self.decided = None
+            if len(utils) < PIPELINE_MIN_STAGES.value:
+                return
         # under half the finest sample spacing of the second: samples of one moment, not neighbours
         slack = HALF_SPACING / samples if samples else 0.0
         busy, with_other = together(busy_at, slack) if any(busy_at.values()) else (0, 0)
@@ -161,8 +165,10 @@ class Turns:
             self.seconds.popleft()
 
     def workload(self) -> Workload | None:
-        """Pipeline when the hold window is (nearly) full of steady turns."""
-        return self._turns(PIPELINE_HOLD.value * HOLD_FULL)
+        """Pipeline once the hold window was (nearly) full of steady turns, for as long as the job holds
+        the same GPUs: a layer split is how the job was built, its turns only get uneven at its ends."""
+        self.decided = self.decided or self._turns(PIPELINE_HOLD.value * HOLD_FULL)
+        return self.decided
 
     def pending(self) -> bool:
         """The turns so far (a sixth of the hold window or more) look like a pipeline's, not yet for

@@ -1,0 +1,87 @@
+"""The workload class from the telemetry's shape: a server's reserved memory, a pipeline's turns."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from exporter.analysis.workload import ServingShape, Turns, Workload, decide
+from tests.analysis.synth import GIB, IDLE, WORKING, alternating, run, steady
+
+RESERVED = 72 * GIB  # 90 % of an 80 GB board, as vLLM reserves it
+
+
+def test_a_server_is_known_by_its_reserved_memory_and_a_quiet_stretch():
+    shape = ServingShape()
+    for t in range(5):
+        shape.see(float(t), RESERVED, 80 * GIB, stopped=False, span=1.0)
+    assert shape.workload() is None  # busy so far: nothing says no request came
+    for t in range(5, 17):
+        shape.see(float(t), RESERVED, 80 * GIB, stopped=True, span=1.0)
+    assert shape.workload() is not None and shape.workload().kind == "serving"
+    shape.see(17.0, RESERVED + 2 * GIB, 80 * GIB, stopped=False, span=1.0)  # memory moved: a new reservation
+    assert shape.workload() is None
+    shape.see(18.0, 40 * GIB, 80 * GIB, stopped=True, span=1.0)
+    assert shape.workload() is None and shape.since is None
+
+
+def _second(turns: Turns, t: float, utils: dict[str, float], busy: dict[str, tuple[float, ...]]) -> None:
+    turns.see(t, utils, busy, samples=10)
+
+
+def test_stages_taking_turns_are_a_pipeline_and_ranks_moving_together_are_not():
+    stages, ranks = Turns(), Turns()
+    for k in range(130):
+        t = float(k)
+        # four stages, one busy per tenth of a second in turn; four ranks busy in the same tenths
+        own = {str(g): tuple(t + i / 10 for i in range(10) if i % 4 == g) for g in range(4)}
+        same = {str(g): tuple(t + i / 10 for i in range(10) if i % 4 == 0) for g in range(4)}
+        _second(stages, t + 1, {g: 0.25 for g in own}, own)
+        _second(ranks, t + 1, {g: 0.25 for g in same}, same)
+        if k == 30:
+            assert stages.pending() and stages.workload() is None
+    assert stages.workload() is not None and stages.workload().kind == "pipeline"
+    assert ranks.workload() is None and not ranks.pending()
+
+
+def test_two_gpus_are_never_called_a_pipeline():
+    turns = Turns()
+    for k in range(130):
+        _second(turns, float(k), {"0": 0.5, "1": 0.5}, {})
+    assert turns.workload() is None
+
+
+def test_the_users_flag_wins_and_the_turns_outrank_the_jobs_own_word():
+    flag, log = Workload("serving", "flag", "--workload serving"), Workload("training", "log", "steps")
+    pipeline = Workload("pipeline", "shape", "turns")
+    assert decide(flag, pipeline, None) is flag
+    assert decide(log, pipeline, None) is pipeline
+    assert decide(log, None, Workload("serving", "shape", "memory")) is log
+    assert decide(None, None, None).kind == ""
+
+
+def test_a_serving_gpu_idle_between_requests_pages_nothing_and_a_queued_one_starves():
+    busy = replace(WORKING, mem_used_bytes=RESERVED, power_w=330.0)
+    idle = replace(IDLE, mem_used_bytes=RESERVED)
+    bursts = alternating(busy_s=3.0, idle_s=12.0, busy=busy, idle=idle)  # a request every 15 s
+    quiet = run({"0": bursts}, 400, dt=0.5)
+    assert not quiet.kinds()
+    assert quiet.analyzer.workload("0").kind == "serving"
+    _, _, slow = quiet.analyzer.ledger("0").shares(400)
+    assert slow.get("input_wait") < 0.05 < slow.get("idle")
+
+    def queued(t: float):
+        return replace(bursts(t), requests_waiting=6.0, requests_running=1.0)
+
+    starved = run({"0": queued}, 400, dt=0.5)
+    assert starved.kinds() == {"data_starvation"}
+
+
+def test_a_lone_gpu_running_memory_bound_work_is_computing_not_in_a_collective():
+    """Decode on one GPU: utilization pinned, power at 40 % of the limit, few SMs busy, no peer."""
+    decode = replace(
+        WORKING, power_w=290.0, sm_active=0.15, mem_util=0.05, nvlink_tx_bps=0.0, nvlink_rx_bps=0.0
+    )
+    r = run({"0": steady(decode)}, 400)
+    assert not r.kinds() - {"comm_hang"} and "comm_bound" not in r.kinds()
+    _, _, slow = r.analyzer.ledger("0").shares(400)
+    assert slow.get("comm_wait") == 0.0
