@@ -399,6 +399,11 @@ def detect_comm_bound(c: Context) -> Evidence:
         return Evidence(missing="needs utilization.gpu")
     if c.f.sm_mean is None and c.f.power_ratio is None:
         return Evidence(missing="needs GPM SM activity or power.draw with a power limit")
+    traffic = [x for x in (c.f.nvlink_bps, c.f.pcie_bps) if x is not None]
+    if traffic and max(traffic) < HANG_TRAFFIC.value:
+        # nothing moves: a rank waiting for peers that are not in the collective (hung, or elsewhere),
+        # which the hang rules judge; slow collectives move data
+        return Evidence()
     fast = SCORE_ENTER.value * c.recent.get("comm_wait") / RECENT_WAIT_SHARE.value
     if c.recent.get("computing") + c.recent.get("throttled") <= 0:
         fast = 0.0  # nothing computed between the collectives: not a step pattern

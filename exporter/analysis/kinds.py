@@ -258,7 +258,8 @@ _ALL = (
         "**`comm_bound`**: steps dominated by slow collectives (NCCL over sockets instead of NVLink or EFA, "
         "P2P disabled). The ledger's `comm_wait` time: kernels resident, few SMs active or the memory "
         "controller quiet, traffic flowing, the job still computing between collectives. Not a hang: it "
-        "progresses.",
+        "progresses. A collective where nothing moves over NVLink or PCIe (where they are measured) is "
+        "no slow transport but a wait for peers that are not in it: the hang rules judge that.",
         AlertText(
             "GPU steps are dominated by slow collectives.",
             " spends much of every step inside collectives: kernels stay resident while few SMs are active "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from exporter.analysis.workload import ServingShape, Turns, Workload, decide
-from tests.analysis.synth import GIB, IDLE, WORKING, alternating, run, steady
+from tests.analysis.synth import GIB, IDLE, NCCL_SPIN, WORKING, alternating, run, steady, switch
 
 RESERVED = 72 * GIB  # 90 % of an 80 GB board, as vLLM reserves it
 
@@ -85,3 +85,14 @@ def test_a_lone_gpu_running_memory_bound_work_is_computing_not_in_a_collective()
     assert not r.kinds() - {"comm_hang"} and "comm_bound" not in r.kinds()
     _, _, slow = r.analyzer.ledger("0").shares(400)
     assert slow.get("comm_wait") == 0.0
+
+
+def test_half_a_node_hung_while_the_other_half_computes_is_a_hang_not_slow_collectives():
+    """Replay sees the node as one job: four GPUs sit in a quiet collective, four compute. Nothing moves
+    over their links, so it is not comm-bound: the peers are not in the collective."""
+    spin = replace(NCCL_SPIN)
+    shapes = {str(g): switch(120, steady(WORKING), steady(spin)) for g in range(4)}
+    shapes |= {str(g): steady(WORKING) for g in range(4, 8)}
+    r = run(shapes, 600)
+    assert "comm_bound" not in r.kinds()
+    assert {e.gpu for e in r.fired("comm_hang")} == {"0", "1", "2", "3"}
