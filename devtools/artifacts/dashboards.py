@@ -880,6 +880,7 @@ def node_panels(s: Scope) -> list[Item]:
             target(ledger_share(g)),
             (8, 7),
         ),
+        Custom(lambda: _workload_table(s), (24, 6)),
         Row("Utilization"),
         utilization(
             s,
@@ -1130,6 +1131,7 @@ def job_panels(s: Scope) -> list[Item]:
             target(recorded_verdict_code(p, "pod, node, gpu"), "{{pod}} {{node}} / GPU {{gpu}}"),
             (14, 9),
         ),
+        Custom(lambda: _workload_table(s), (24, 6)),
         Spec(
             "shares",
             "Where the job's GPU time goes",
@@ -1224,6 +1226,37 @@ def _job_gpus(s: Scope) -> table.Panel:
                         "stat": True,
                     },
                     "renameByName": {"Value": "utilization (window mean)"},
+                },
+            )
+        )
+    )
+
+
+def _workload_table(s: Scope) -> table.Panel:
+    """The class each GPU's time is judged as, and what decided it."""
+    return (
+        table.Panel()
+        .title("Workload class")
+        .unit("none")
+        .description(
+            "What each GPU's time is judged as, and what decided it: training (idle time is waiting for "
+            "input or peers), serving (an inference server: idle time is idle capacity unless requests "
+            "wait), batch, evaluation, interactive (a notebook), pipeline (the GPUs of a layer-split "
+            "model take turns). Source: the pod's log, its name, the telemetry's shape, or default."
+        )
+        .with_target(query(f"gpu_workload_class{{{s.sel}}}", instant=True, fmt="table"))
+        .with_transformation(
+            dm.DataTransformerConfig(
+                id_val="organize",
+                options={
+                    "excludeByName": {
+                        "Time": True,
+                        "__name__": True,
+                        "job": True,
+                        "instance": True,
+                        "uuid": True,
+                        "Value": True,
+                    },
                 },
             )
         )
