@@ -104,7 +104,7 @@ class Context:
     silent_s: float | None = None  # seconds since the job's last log line or progress report
     workload: str = ""  # the job's class (exporter/analysis/workload.py; "" judged as training)
     idle_gaps: bool = False  # its no-kernel time is idle capacity, not a wait for input
-    undecided: bool = False  # its job may be a pipeline taking turns: not yet known
+    undecided: bool = False  # it may be a pipeline's stage or a server: not yet known
 
 
 def covered(
@@ -374,8 +374,8 @@ def detect_starvation(c: Context) -> Evidence:
     if score <= 0:
         return Evidence()
     if c.fast.family("input") < STARVATION_SUSTAINED.value or c.undecided:
-        # a loss too small or too short to page starts no verdict, nor one of a job that may be a
-        # pipeline (its stages' turns are decided within the pipeline hold)
+        # a loss too small or too short to page starts no verdict, nor one of a GPU that may be a
+        # pipeline's stage or a server (decided within the pipeline hold, or the server's first minutes)
         score = min(score, BELOW_ENTER)
     if c.slow.get("checkpoint") >= c.slow.get("input_wait") and c.slow.get("checkpoint") > 0:
         return Evidence(score=score, cause="checkpoint")

@@ -86,7 +86,7 @@ class _Gpu:
     active_at: float | None = None  # the last second it worked or sat in a collective
     serving: ServingShape = field(default_factory=ServingShape)
     workload: Workload = UNKNOWN
-    turns_pending: bool = False  # its job looks like a pipeline's turns, not yet for long enough
+    undecided: bool = False  # it looks like a pipeline's stage or a server, not yet for long enough
     waiting: float | None = None  # requests its server last reported waiting
 
 
@@ -259,7 +259,7 @@ class Analyzer:
                 state.serving.see(now, tick.mem_bytes, tick.mem_total, tick.stopped, tick.span)
                 state.waiting = tick.waiting
             state.workload = decide(hint, pipeline, state.serving.workload())
-            state.turns_pending = pending and not state.workload.kind
+            state.undecided = not state.workload.kind and (pending or state.serving.pending(now))
 
     # ---- evaluation ----------------------------------------------------------------------------
 
@@ -313,7 +313,7 @@ class Analyzer:
                 silent_s=_silent(points, now),
                 workload=state.workload.kind,
                 idle_gaps=_idle_gaps(state),
-                undecided=state.turns_pending,
+                undecided=state.undecided,
             )
             evidence[gpu] = {name: kind.detector(ctx) for name, kind in KINDS.items()}
             for kind, ev in evidence[gpu].items():

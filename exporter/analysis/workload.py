@@ -31,6 +31,7 @@ from exporter.policy.thresholds import (
     PIPELINE_TURNS_SUM,
     PIPELINE_TURNS_SUM_MAX,
     SERVING_FLAT,
+    SERVING_PENDING,
     SERVING_QUIET,
     SERVING_RESERVED,
 )
@@ -103,6 +104,10 @@ class ServingShape:
         self.quiet_s = self.quiet_s + span if stopped else 0.0
         if self.quiet_s > SERVING_QUIET.value:
             self.quiet_seen = True
+
+    def pending(self, now: float) -> bool:
+        """Reserved like a server, too recently to know: no quiet stretch yet, but not for long."""
+        return self.since is not None and not self.quiet_seen and now - self.since < SERVING_PENDING.value
 
     def workload(self) -> Workload | None:
         if self.since is None or not self.quiet_seen or not self.total:

@@ -699,6 +699,16 @@ SERVING_QUIET = _t(
     "came): a server, by its shape. A training job waits for its input in step-sized gaps; a save "
     "usually grows or frees memory. In replay `--workload` says it for certain, live the pod's log does.",
 )
+SERVING_PENDING = _t(
+    "workload.serving_pending_seconds",
+    120.0,
+    "seconds",
+    "A GPU whose framebuffer was reserved flat at that share is not called starved in its first two "
+    "minutes unless it keeps working: a server goes quiet between its first requests within seconds "
+    "(a real vLLM replay paged starvation at 49 s before its shape was known), a training job that "
+    "starves keeps its rhythm and pages at most two minutes later; a reservation older than that "
+    "changes nothing.",
+)
 SERVER_LOAD_FRESH = _t(
     "workload.server_load_fresh_seconds",
     30.0,
