@@ -80,8 +80,43 @@ SCENARIOS: dict[str, tuple[str, tuple[int, ...], str]] = {
     "missing_gpu": ("one GPU on the PCI bus is not visible to NVML (7 of 8)", (7,), ""),
     "no_efa": ("the training pod holds GPUs but none of the node's EFA devices", (), ""),
     "persistence_off": ("persistence mode is off on every GPU", (), ""),
+    # the other work that shares a fleet with training (physics.py's workloads): each GPU of the pod outside
+    # the workload's GPUs holds no process (with pods=2 the second pod trains on its half)
+    "serving": (
+        "a vLLM server, one engine per GPU (data parallel): its KV cache holds 90 % of memory; Poisson "
+        "requests (rate=PER_S per GPU, default 0.125) decode at 70-100 % util, 40-70 % of TDP; idle between",
+        (),
+        "",
+    ),
+    "serving_starved": (
+        "the same server on too few CPU cores (rate default 0.5): requests queue (Waiting grows), the GPUs "
+        "sit mostly idle, the pod's four cores are pinned",
+        (),
+        "cpu",
+    ),
+    "evaluation": (
+        "data-parallel evaluation, one shard per GPU: ~95 % util near TDP, a 5-10 s pause every 60-120 s "
+        "(scoring, loading the next subset); mean util ~87 %",
+        (),
+        "",
+    ),
+    "pipeline": (
+        "a 70B model split layer-wise over GPUs 0-3 (accelerate device_map=auto): one GPU computes at a "
+        "time, in turn; each ~22 % util, together about one GPU",
+        (0, 1, 2, 3),
+        "",
+    ),
+    "notebook": (
+        "a Jupyter kernel on GPU 0: 20-40 % of memory held, idle for minutes between 10-60 s cells",
+        (0,),
+        "",
+    ),
 }
 POD_CHURN_S = 10.0  # pod_churn's default: a new pod every 10 s
+# the scenarios of physics.py's workloads (everything else is training); their default request rates
+WORKLOADS = frozenset({"serving", "serving_starved", "evaluation", "pipeline", "notebook"})
+REQUEST_RATES = {"serving": 0.125, "serving_starved": 0.5}  # requests per second per GPU (engine)
+MAX_RATE = 10.0  # requests per second per engine: about what an 8B engine decodes at all (~25 at once)
 
 CAUSES = ("io", "cpu", "shm", "host_transfer", "unknown")
 
@@ -120,6 +155,7 @@ class Scenario:
     pods: int = 1  # jobs on the node: 1 pod holding every GPU, or 2 splitting them (the 2nd on default shm)
     churn_s: float = 0.0  # a new pod (or pair) takes the GPUs every this many seconds; 0 = never
     logs: str = "stop"  # comm_hang: the job's log stops (a hang), or keeps flowing (an idle server)
+    rate: float = 0.0  # serving, serving_starved: requests per second to each GPU's engine; 0 = the default
     params: dict[str, str] = field(default_factory=dict)
 
     def affected(self, n_gpus: int) -> tuple[int, ...]:
@@ -133,6 +169,9 @@ class Scenario:
 
     def effective_churn(self) -> float:
         return self.churn_s or (POD_CHURN_S if self.name == "pod_churn" else 0.0)
+
+    def effective_rate(self) -> float:
+        return self.rate or REQUEST_RATES.get(self.name, REQUEST_RATES["serving"])
 
 
 class ScenarioError(ValueError):
@@ -156,6 +195,8 @@ def parse_scenario(text: str) -> Scenario:
 
 
 def _apply_param(s: Scenario, key: str, value: str) -> Scenario:
+    if key == "rate":
+        return replace(s, rate=_rate(value))
     try:
         if key == "onset":
             return replace(s, onset_s=float(value))
@@ -189,8 +230,20 @@ def _apply_param(s: Scenario, key: str, value: str) -> Scenario:
             raise
         raise ScenarioError(f"bad value {value!r} for scenario parameter {key!r}") from exc
     raise ScenarioError(
-        f"unknown scenario parameter {key!r} (onset, gpus, cause, fill, shm_gib, cap, pods, churn, logs)"
+        f"unknown scenario parameter {key!r} "
+        "(onset, gpus, cause, fill, shm_gib, cap, pods, churn, logs, rate)"
     )
+
+
+def _rate(value: str) -> float:
+    """A request rate: a positive number of requests per second, at most MAX_RATE."""
+    try:
+        rate = float(value)
+    except ValueError:
+        raise ScenarioError(f"bad value {value!r} for scenario parameter 'rate'") from None
+    if not 0.0 < rate <= MAX_RATE:  # also rejects nan and inf
+        raise ScenarioError(f"rate must be requests per second per GPU, above 0 and at most {MAX_RATE:g}")
+    return rate
 
 
 # Each fault phase of the short tour lasts until its page has arrived with room to spare: the verdict's
