@@ -146,6 +146,16 @@ class SimulatedNode:
         self.close()
 
 
+# the first pod's name and container for the workloads that are not training
+POD_NAMES = {
+    "serving": ("vllm-llama-8b", "vllm"),
+    "serving_starved": ("vllm-llama-8b", "vllm"),
+    "evaluation": ("llm-eval", "evaluator"),
+    "pipeline": ("llama-70b-generate", "generate"),
+    "notebook": ("jupyter-alice", "notebook"),
+}
+
+
 def pod_layout(
     model: NodeModel, pods: int, cond: NodeConditions | None = None, generation: int = 0
 ) -> list[SimPod]:
@@ -158,7 +168,9 @@ def pod_layout(
     n = model.n_gpus
     split = n if pods == 1 else (n + 1) // 2
     volume = "" if cond.pod_shm_default else "dshm"
-    specs = [("ml", f"llm-train-{generation}", "trainer", volume, range(split))]
+    # the first pod is named for its work, as a deployment would be (a vLLM server is no trainer)
+    stem, container = POD_NAMES.get(model.timeline[0][1].name, ("llm-train", "trainer"))
+    specs = [("ml", f"{stem}-{generation}", container, volume, range(split))]
     if pods == 2:
         specs.append(("research", f"finetune-{generation}", "worker", "", range(split, n)))
     out = []

@@ -47,8 +47,18 @@ SCENARIOS = {
     # picture with lines flowing (an idle tensor-parallel server) pages nothing
     "hang_logs": ("comm_hang", "GpuCommHang", {"kind": "comm_hang", "cause": "no_progress", **POD}),
     "serving": ("comm_hang:logs=flow", None, {}),
+    # a vLLM pod (its log's engine stats) idling between bursts of requests pages no starvation; the same
+    # pod on too few CPU cores, requests queued while its GPUs idle, is starved, for the CPU
+    "vllm": ("serving", None, {}),
+    "vllm_starved": (
+        "serving_starved",
+        "GpuDataStarvation",
+        {"kind": "data_starvation", "cause": "cpu", "namespace": "ml", "pod": "vllm-llama-8b-0"},
+    ),
 }
-POD_LOGS = {name: ["--pod-logs", "on"] for name in ("hang_logs", "serving")}  # on: the simulated pods' logs
+SERVERS = ("serving", "vllm")  # idle servers: busy at low power now and then, which raw-signal rules report
+# on: the simulated pods' logs
+POD_LOGS = {name: ["--pod-logs", "on"] for name in ("hang_logs", "serving", "vllm", "vllm_starved")}
 # the idle server is busy at low power, which the raw-signal rules (GpuPowerFarBelowTdp) rightly report;
 # what it must not get is a verdict's page
 VERDICT_ALERTS = {kind.alert for kind in KINDS.values()}
@@ -62,7 +72,10 @@ def test_each_failure_pages_with_its_labels_and_healthy_pages_nothing(tmp_path):
     rules = tmp_path / "rules.yml"
     rules.write_text(alerts.render(for_override="0s"))  # the verdicts carry their own hold times
     scenarios = {name: simulate for name, (simulate, _, _) in SCENARIOS.items()}
-    with simulated_fleet(tmp_path, rules, scenarios, label="scenario", extra_args=POD_LOGS) as (_, receiver):
+    with simulated_fleet(tmp_path, rules, scenarios, label="scenario", extra_args=POD_LOGS) as (
+        stack,
+        receiver,
+    ):
         wanted = {name: exp for name, (_, exp, _) in SCENARIOS.items() if exp}
         start = time.monotonic()
         deadline = start + 300  # the checkpoint and hang verdicts need about two minutes of evidence
@@ -79,7 +92,7 @@ def test_each_failure_pages_with_its_labels_and_healthy_pages_nothing(tmp_path):
         for name, (_, expected, labels) in SCENARIOS.items():
             mine = [p for p in pages if p.labels.get("scenario") == name and p.status == "firing"]
             if expected is None:
-                mine = [p for p in mine if name != "serving" or p.labels["alertname"] in VERDICT_ALERTS]
+                mine = [p for p in mine if name not in SERVERS or p.labels["alertname"] in VERDICT_ALERTS]
                 assert mine == [], f"healthy node paged: {[p.labels for p in mine]}"
                 continue
             hits = [p for p in mine if p.labels["alertname"] == expected]
@@ -92,4 +105,9 @@ def test_each_failure_pages_with_its_labels_and_healthy_pages_nothing(tmp_path):
                 description = page.annotations["description"]
                 assert "127.0.0.1" in description  # names the node (the target here)...
                 if "pod" in labels:  # ...and the pod, for a GPU's alert (a node check has none)
-                    assert "(pod ml/llm-train-0)" in description
+                    assert f"(pod {labels['namespace']}/{labels['pod']})" in description
+        # the vLLM pods are judged as inference servers, as their logs say (the dashboards' workload table)
+        for name in ("vllm", "vllm_starved"):
+            series = stack.query(f'gpu_workload_class{{scenario="{name}"}}')
+            classes = {(s["metric"]["workload"], s["metric"]["source"]) for s in series}
+            assert classes == {("serving", "log")}, f"{name}: {classes}"
