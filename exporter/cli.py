@@ -620,6 +620,7 @@ def _scenarios() -> int:
         print(f"{name:22s} cycles through: " + ", ".join(f"{n} ({s:.0f} s)" for n, s in tour))
     print(
         "\nparameters: onset=SECONDS gpus=3+5 cause=io|cpu|shm|host_transfer fill=SECONDS shm_gib=N cap=WATTS"
+        "\n            pods=1|2 churn=SECONDS logs=stop|flow rate=REQUESTS_PER_S (serving, serving_starved)"
     )
     return 0
 

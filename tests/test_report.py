@@ -333,3 +333,13 @@ def test_the_page_budget_holds_for_a_long_trace():
         assert len(gpu["x"]) == MAX_POINTS
         assert all(len(values) == MAX_POINTS and None not in values for _, values in gpu["series"])
         assert gpu["ledger"] == [[0.0, 3600.0, 0]]
+
+
+def test_the_summary_says_what_each_gpu_was_judged_as_and_why():
+    data = ReportData()
+    result = replay(
+        REPO / "examples" / "traces" / "workloads" / "w06_a100x4_pipeline_1s.csv.gz", **data.hooks()
+    )
+    page = render(result, data)
+    assert page.count("judged as pipeline") == 4
+    assert 'title="shape: 4 GPUs take turns' in page

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from exporter.analysis.kinds import KINDS
 from exporter.analysis.ledger import STATE_MEANING, STATES
-from exporter.offline.replay import Episode, ReplayResult, _gpu_list, _gpu_order
+from exporter.offline.replay import Episode, ReplayResult, _gpu_list, _gpu_order, workload_summary
 from exporter.offline.traces import TraceRow
 from exporter.policy.thresholds import REPORT_ALIKE_SHARE
 
@@ -299,6 +299,14 @@ def _shares_cells(states: dict[str, float], shown: list[str]) -> str:
     return "".join(cells) + f'<td class="seconds num">{total:.0f} s</td><td><div class="bar">{bar}</div></td>'
 
 
+def _class_cell(w: dict[str, object] | None) -> str:
+    """The class the GPU's time was judged as, and what decided it (its title)."""
+    if w is None:
+        return ""
+    why = f"{w['source']}: {w['evidence']}" if w["source"] != "default" else str(w["evidence"])
+    return f'<div class="dim small" title="{html.escape(why)}">judged as {html.escape(str(w["class"]))}</div>'
+
+
 def _summary(result: ReplayResult, data: ReportData) -> str:
     ledgers = [*result.ledger.values(), *result.job_ledger.values()]
     shown = [s for s in STATES if any(states.get(s, 0.0) > 0.5 for states in ledgers)] or ["computing"]
@@ -311,6 +319,7 @@ def _summary(result: ReplayResult, data: ReportData) -> str:
     for e in result.episodes:
         by_gpu.setdefault(e.gpu, []).append(e)
     rows = []
+    classes = workload_summary(result)
     for gpu in sorted(set(result.stats.gpus) | set(result.ledger), key=_gpu_order):
         verdicts = (
             "".join(_verdict(result, e) for e in by_gpu.get(gpu, [])) or '<span class="dim">none</span>'
@@ -318,7 +327,8 @@ def _summary(result: ReplayResult, data: ReportData) -> str:
         name = data.gpus[gpu].name if gpu in data.gpus else result.stats.names.get(gpu, "")
         rows.append(
             f'<tr><td><a href="#gpu-{html.escape(gpu)}">GPU {html.escape(gpu)}</a>'
-            f'<div class="dim small">{html.escape(name)}</div></td><td class="verdicts">{verdicts}</td>'
+            f'<div class="dim small">{html.escape(name)}</div>{_class_cell(classes.get(gpu))}</td>'
+            f'<td class="verdicts">{verdicts}</td>'
             + _shares_cells(result.ledger.get(gpu, {}), shown)
             + "</tr>"
         )
