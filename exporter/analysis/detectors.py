@@ -39,6 +39,7 @@ from exporter.policy.thresholds import (
     SHM_WARNING,
     STARVATION_BUSY_FRACTION,
     STARVATION_GAPS,
+    STARVATION_HEAVY,
     STARVATION_IDLE_FRACTION,
     STARVATION_PAUSE,
     STARVATION_SUSTAINED,
@@ -373,13 +374,23 @@ def detect_starvation(c: Context) -> Evidence:
     )
     if score <= 0:
         return Evidence()
-    if c.fast.family("input") < STARVATION_SUSTAINED.value or c.undecided:
+    if _unsustained(c) or c.undecided:
         # a loss too small or too short to page starts no verdict, nor one of a GPU that may be a
         # pipeline's stage or a server (decided within the pipeline hold, or the server's first minutes)
         score = min(score, BELOW_ENTER)
     if c.slow.get("checkpoint") >= c.slow.get("input_wait") and c.slow.get("checkpoint") > 0:
         return Evidence(score=score, cause="checkpoint")
     return Evidence(score=score, cause=starvation_cause(c.f, c.host))
+
+
+def _unsustained(c: Context) -> bool:
+    """Too small or too short a loss to start a page: under a fifth of the last two minutes, or a fifth
+    of them but not of five minutes unless it is heavier (a loss that started within the five minutes
+    reaches their fifth late; a heavy one pages at once, a light one must last)."""
+    fast, slow = c.fast.family("input"), c.slow.family("input")
+    if fast < STARVATION_SUSTAINED.value:
+        return True
+    return slow < STARVATION_SUSTAINED.value and fast < STARVATION_HEAVY.value
 
 
 def _forgiven(s: Shares, c: Context) -> float:

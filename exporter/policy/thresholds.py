@@ -673,9 +673,17 @@ STARVATION_SUSTAINED = _t(
     "A starvation verdict starts only while a fifth of the last two minutes went to input waits: a job "
     "at 86 % utilization with a 5-10 s pause every minute or two (evaluation scoring, the next subset "
     "loading) books 5-15 % and runs at nearly full speed, nothing a person should be woken for (a real "
-    "evaluation on a 4090 paged twice at 15 %); a job losing a third of its time reaches a fifth within "
-    "75 s of the onset, inside the time the verdict needs anyway. A verdict already on holds on its own "
-    "evidence, so the gate never breaks a page.",
+    "evaluation on a 4090 paged twice at 15 %). A verdict already on holds on its own evidence, so the "
+    "gate never breaks a page...",
+)
+STARVATION_HEAVY = _t(
+    "starvation.heavy_share",
+    0.3,
+    "ratio",
+    "...and a fifth of the last five minutes too, unless the last two lost 30 % or more: a minute at "
+    "half speed in a 48-minute evaluation (a real one on a 4090 dipped to 50 % for a minute while it "
+    "loaded a subset, a fifth of two minutes but a tenth of five) is a phase, a job losing a third of "
+    "its time pages as soon as two minutes show it.",
 )
 SERVING_RESERVED = _t(
     "workload.serving_reserved_ratio",

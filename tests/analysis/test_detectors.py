@@ -53,7 +53,7 @@ def test_coarse_sampling_swing_is_starvation_too():
         odd = int(t) % 2
         return replace(WORKING, util=0.5 if odd else 0.8, power_w=330.0 if odd else 470.0)
 
-    r = run({"0": swing}, 150, dt=1.0)
+    r = run({"0": swing}, 240, dt=1.0)
     assert r.first("data_starvation") is not None
 
 
