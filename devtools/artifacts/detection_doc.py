@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from exporter.analysis.kinds import KINDS
 from exporter.analysis.ledger import FAMILIES, STATE_MEANING, STATES
+from exporter.analysis.workload import CLASS_MEANING, IDLE_GAPS
 from exporter.policy import thresholds as th
 
 
@@ -129,6 +130,54 @@ def _kinds() -> list[str]:
     return lines
 
 
+def _workloads() -> list[str]:
+    return [
+        "## The workload class: what idle time means",
+        "",
+        "A GPU with no kernel is not always waiting for something. Each job gets a class, and its GPUs' "
+        "idle time is booked and judged by it (`gpu_workload_class{workload,source}`; replay's `workload:` "
+        "lines):",
+        "",
+        "| class | what it is |",
+        "|---|---|",
+        *[f"| `{name}` | {meaning} |" for name, meaning in CLASS_MEANING.items()],
+        "",
+        "The class comes from what the job says of itself, strongest first: `replay --workload`; the pod's "
+        "log (vLLM's engine stats `Running: N reqs, Waiting: M reqs`, SGLang's batches, TGI and Triton "
+        "start-up lines, completions requests, Jupyter's server); its pod and container names (`vllm`, "
+        "`triton`, `jupyter`, `eval`, `train`...). A pipeline's turns are physics and outrank a name or a "
+        "log. Otherwise the shape decides: a **server** holds "
+        f"{_pct(th.SERVING_RESERVED)} or more of its framebuffer, unchanged within "
+        f"{_pct(th.SERVING_FLAT)}, and has been idle for more than {_s(th.SERVING_QUIET)} while holding "
+        "it; a **pipeline** is "
+        f"{th.PIPELINE_MIN_STAGES.value:g} or more GPUs of one job whose utilizations sum to "
+        f"{th.PIPELINE_TURNS_SUM.value:g}-{th.PIPELINE_TURNS_SUM_MAX.value:g} of one GPU, steadily "
+        f"(coefficient of variation under {th.PIPELINE_TURNS_CV.value:g}), each under "
+        f"{_pct(th.PIPELINE_STAGE_MAX)}, over {_s(th.PIPELINE_HOLD)}, and where samples are fine enough, "
+        f"busy together with another GPU in no more than {_pct(th.PIPELINE_TOGETHER)} of their busy "
+        "samples (ranks compute at the same moments, stages in turn). Anything else is judged as "
+        "training.",
+        "",
+        f"For {', '.join(f'`{c}`' for c in sorted(IDLE_GAPS))} the no-kernel time is idle capacity (the "
+        "ledger's `idle`), never `data_starvation`: a server waiting for requests, a notebook waiting for "
+        "its user, a stage waiting for its turn. A server whose own log says requests are waiting (a load "
+        f"line under {_s(th.SERVER_LOAD_FRESH)} old) while the GPU has no kernel *is* starved: its gaps are "
+        "`input_wait` and the cause comes from the node (`cpu` for a tokenizer or scheduler short of "
+        "cores). While a GPU may still turn out to be a server (reserved, for its first "
+        f"{_s(th.SERVING_PENDING)}) or a pipeline stage, no starvation verdict starts. A GPU with no peer "
+        "that works or waits in a collective has no collective to wait in: memory-bound work (LLM decode, "
+        "busy at 40-70 % of its power) is computing.",
+        "",
+        "**Pages only for losses that matter.** A starvation verdict starts only while "
+        f"{_pct(th.STARVATION_SUSTAINED)} of the last two minutes went to input waits, and, under "
+        f"{_pct(th.STARVATION_HEAVY)}, {_pct(th.STARVATION_SUSTAINED)} of the last five too: an evaluation "
+        "at 86 % with a pause every minute or two, or a minute at half speed while it loads a subset, "
+        "pages nothing; a job losing a third of its time or more pages as soon as two minutes show it. A "
+        "verdict already on holds on its own evidence.",
+        "",
+    ]
+
+
 EXAMPLES = """## Worked examples (the labelled traces in `examples/traces`)
 
 **Input, host-bound offload** (`offload_starvation_h100x8`, 10 Hz): from 120 s every H100 sits at 0-12 %
@@ -230,4 +279,4 @@ def render() -> str:
         "number below lives in the [threshold table](thresholds.md) with its reason.",
         "",
     ]
-    return "\n".join(head + _ledger() + _coverage() + _kinds()) + "\n" + EXAMPLES + REPLAY
+    return "\n".join(head + _ledger() + _coverage() + _kinds() + _workloads()) + "\n" + EXAMPLES + REPLAY

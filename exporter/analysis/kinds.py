@@ -191,7 +191,10 @@ _ALL = (
         f"(PCIe carrying {PCIE_BUSY.value / GIGA:g} GB/s, or the memory controller busy while no kernel "
         "runs: offload, pageable copies), else `unknown`. *Peers are not blamed*: the other ranks of a "
         "data-parallel job wait for a starved rank inside NCCL (their time is `comm_wait`), and they get "
-        "neither this verdict nor `comm_bound`; replay names them next to the starved rank.",
+        "neither this verdict nor `comm_bound`; replay names them next to the starved rank. A verdict "
+        f"starts only on a loss that matters ({_pct(STARVATION_SUSTAINED)} of the last two minutes at "
+        "least; see the workload class below), and never on a server waiting for requests, a notebook or a "
+        "pipeline stage.",
         AlertText(
             "GPU is starving for input data.",
             ' {{ if eq $labels.cause "checkpoint" }}stalls with every rank of its job while checkpoints are '
@@ -403,9 +406,7 @@ _ALL = (
         "turns, one busy while the others wait, their utilizations summing to about one GPU's: a model "
         'split layer-wise (`device_map="auto"`, naive pipeline parallelism). Their waiting is booked '
         "`idle` in the ledger, and neither `data_starvation` nor `comm_bound` is called on them. More "
-        "micro-batches in flight, fewer stages or tensor parallelism win the time back. A job's other "
-        "losses are judged as for any job, except input waits: a starvation verdict also needs "
-        f"{_pct(STARVATION_SUSTAINED)} of the last two minutes lost to input waits before it starts.",
+        "micro-batches in flight, fewer stages or tensor parallelism win the time back.",
         AlertText(
             "GPUs of a layer-split model take turns.",
             " waits for its turn most of the time: the job's GPUs compute one at a time (pipeline or "
