@@ -6,7 +6,7 @@ trace on a virtual clock); it never reads a clock or a file itself.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from exporter.analysis import detectors as d
@@ -133,6 +133,10 @@ class Analyzer:
         else:
             self._hints[group] = hint
 
+    def set_workloads(self, hints: Mapping[str, Workload | None]) -> None:
+        """What every job now on the node says it is: jobs gone are forgotten (pods come and go)."""
+        self._hints = {group: hint for group, hint in hints.items() if hint is not None and hint.kind}
+
     def workload(self, gpu: str) -> Workload:
         """The class the GPU's time is judged as, and what decided it."""
         return self._gpu(gpu).workload
@@ -204,6 +208,8 @@ class Analyzer:
         groups: dict[str, list[str]] = {}
         for gpu in chosen:
             groups.setdefault(self._gpus[gpu].group, []).append(gpu)
+        for gone in self._turns.keys() - groups.keys():  # a job that left: its turns go with it
+            del self._turns[gone]
         for group, members in groups.items():
             # a collective needs a peer that works or waits in one too: GPUs that only hold memory
             # (a resident model nobody uses) are no peers to wait for

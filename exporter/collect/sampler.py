@@ -229,8 +229,7 @@ class Sampler:
             hint = self.job.workload.get(index)  # what the pod's log or name says it is
             if hint is not None or group not in hints:
                 hints[group] = Workload(hint.kind, hint.source, hint.evidence) if hint else None
-        for group, said in hints.items():
-            self.analyzer.set_workload(group, said)
+        self.analyzer.set_workloads(hints)
         up = [str(i) for i, slot in slots.items() if slot.status == "ok"]
         result = analyze(self.analyzer, now, up, self.settings.window_s)
         self.events = result.events

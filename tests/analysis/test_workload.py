@@ -96,3 +96,18 @@ def test_half_a_node_hung_while_the_other_half_computes_is_a_hang_not_slow_colle
     r = run(shapes, 600)
     assert "comm_bound" not in r.kinds()
     assert {e.gpu for e in r.fired("comm_hang")} == {"0", "1", "2", "3"}
+
+
+def test_jobs_that_leave_take_their_class_and_turns_with_them():
+    """Pods come and go (a new name each time): what the analysis keeps per job stays bounded."""
+    from exporter.analysis.engine import Analyzer
+
+    a = Analyzer()
+    for k in range(50):
+        pod = f"ml/job-{k}"
+        for g in range(4):
+            a.set_group(str(g), pod)
+        a.set_workloads({pod: Workload("serving", "log", "vLLM engine stats")})
+        run({str(g): steady(WORKING) for g in range(4)}, 3, analyzer=a, start=3.0 * k)
+        assert a.workload("0").kind == "serving"
+    assert len(a._hints) == 1 and len(a._turns) == 1
