@@ -3,6 +3,7 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import replace
@@ -51,6 +52,18 @@ def real_nvml_present() -> bool:
     except OSError:
         return False
     return True
+
+
+def run_replay(path: Path | str, *args: str) -> subprocess.CompletedProcess:
+    """The real ``replay`` command on a file, as a user runs it. The timeout only keeps a regression from
+    hanging the suite; it is not what is tested."""
+    return subprocess.run(
+        [sys.executable, "-m", "exporter", "replay", str(path), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def require_tool(name: str) -> str:

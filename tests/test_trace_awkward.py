@@ -8,7 +8,6 @@ import gzip
 import itertools
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,21 +22,11 @@ from exporter.offline.traces import (
     read_text,
 )
 from exporter.policy.thresholds import EVAL_INTERVAL, TRACE_GAP_PERIODS
-from tests.conftest import REPO
+from tests.conftest import REPO, run_replay
 
 GAP_S = TRACE_GAP_PERIODS.value * EVAL_INTERVAL.value
 T0 = 1772359200.0  # 2026-03-01 10:00:00 UTC
 POLLER = "timestamp,utilization.gpu,power.draw,memory.used,memory.total"
-
-
-def _replay(path: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "exporter", "replay", str(path), *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def _summary(result: subprocess.CompletedProcess) -> dict:
@@ -70,7 +59,7 @@ def _poller(path: Path, rows: int = 30) -> Path:
 
 def test_a_headerless_csv_reads_with_columns(tmp_path):
     path = _poller(tmp_path / "poller.csv")
-    result = _replay(path, "--json", "--columns", POLLER)
+    result = run_replay(path, "--json", "--columns", POLLER)
     summary = _summary(result)
     assert summary["rows"] == 30 and summary["gpus"] == 1 and summary["skipped_rows"] == 0
     assert summary["seconds"] == 29.0 and result.stderr == ""
@@ -95,7 +84,7 @@ def test_columns_take_units_index_nvidia_smi_times_and_skipped_columns(tmp_path)
     ]
     path.write_bytes(gzip.compress("".join(lines).encode()))
     columns = "timestamp,index,-,utilization.gpu [%],power.draw [W],clocks.sm [MHz],temperature.gpu"
-    summary = _summary(_replay(path, "--json", "--columns", columns))
+    summary = _summary(run_replay(path, "--json", "--columns", columns))
     assert summary["gpus"] == 2 and summary["rows"] == 10 and summary["unknown_columns"] == []
     rows = list(TraceReader(path, columns=columns.split(",")))
     assert [(r.gpu, r.t) for r in rows[:3]] == [("1", 0.0), ("0", 0.0), ("1", 1.0)]
@@ -103,27 +92,27 @@ def test_columns_take_units_index_nvidia_smi_times_and_skipped_columns(tmp_path)
 
 
 def test_a_headerless_csv_without_columns_is_one_line_suggesting_them(tmp_path):
-    line = _one_line_error(_replay(_poller(tmp_path / "poller.csv")), "poller.csv:1: no header line")
+    line = _one_line_error(run_replay(_poller(tmp_path / "poller.csv")), "poller.csv:1: no header line")
     assert "5 fields" in line and "--columns" in line and "name the 5 columns" in line
 
 
 def test_a_header_that_is_not_data_keeps_its_own_message(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("epoch,fan,watts_now\n1,2,3\n")
-    line = _one_line_error(_replay(path), "not a log replay reads")
+    line = _one_line_error(run_replay(path), "not a log replay reads")
     assert "--columns" not in line
 
 
 def test_an_unknown_column_name_is_one_line_with_close_matches(tmp_path):
     path = _poller(tmp_path / "poller.csv")
     line = _one_line_error(
-        _replay(path, "--columns", "timestamp,utilisation.gpu,power.draw,memory.used,memory.total"),
+        run_replay(path, "--columns", "timestamp,utilisation.gpu,power.draw,memory.used,memory.total"),
         "--columns: 'utilisation.gpu' is not a column replay reads",
     )
     assert "did you mean utilization.gpu" in line
-    line = _one_line_error(_replay(path, "--columns", "timestamp,util,power"), "'util'")
+    line = _one_line_error(run_replay(path, "--columns", "timestamp,util,power"), "'util'")
     assert "utilization.gpu, utilization.memory" in line  # the fields it abbreviates
-    line = _one_line_error(_replay(path, "--columns", "timestamp,zzz"), "'zzz'")
+    line = _one_line_error(run_replay(path, "--columns", "timestamp,zzz"), "'zzz'")
     assert "such as timestamp, index" in line
 
 
@@ -144,22 +133,22 @@ def test_columns_mistakes_say_what_is_wrong(columns, said):
 
 def test_columns_mistakes_on_the_command_line_are_one_line(tmp_path):
     _one_line_error(
-        _replay(_poller(tmp_path / "p.csv"), "--columns", "power.draw"), "--columns: no timestamp"
+        run_replay(_poller(tmp_path / "p.csv"), "--columns", "power.draw"), "--columns: no timestamp"
     )
 
 
 def test_columns_for_a_file_with_its_own_header_or_another_format_is_one_line(tmp_path):
     with_header = tmp_path / "h.csv"
     with_header.write_text("timestamp, utilization.gpu [%]\n1772359200, 50 %\n")
-    _one_line_error(_replay(with_header, "--columns", POLLER), "h.csv:1: the file has a header line")
+    _one_line_error(run_replay(with_header, "--columns", POLLER), "h.csv:1: the file has a header line")
     dmon = REPO / "tests" / "data" / "trace_formats" / "dmon_dt_h100.log"
-    _one_line_error(_replay(dmon, "--columns", POLLER), "the file is nvidia-smi dmon", "--columns is only")
+    _one_line_error(run_replay(dmon, "--columns", POLLER), "the file is nvidia-smi dmon", "--columns is only")
 
 
 def test_columns_that_do_not_fit_the_rows_say_so(tmp_path):
     path = _poller(tmp_path / "poller.csv", rows=3)
     _one_line_error(
-        _replay(path, "--columns", "timestamp,utilization.gpu,power.draw,memory.used"),
+        run_replay(path, "--columns", "timestamp,utilization.gpu,power.draw,memory.used"),
         "no readable rows",
         "5 fields where --columns names 4",
     )
@@ -199,7 +188,7 @@ def test_a_real_trace_without_its_index_reads_as_with_it(tmp_path):
 def test_interleaved_gpus_with_times_ms_apart_read_as_that_many(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text(_interleaved(gpus=4, samples=20))
-    result = _replay(path, "--json")
+    result = run_replay(path, "--json")
     summary = _summary(result)
     assert summary["gpus"] == 4 and summary["rows"] == 80 and summary["skipped_rows"] == 0
     assert result.stderr == ""
@@ -210,7 +199,7 @@ def test_interleaved_gpus_with_times_ms_apart_read_as_that_many(tmp_path):
 def test_gpus_given_always_wins(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text(_interleaved(gpus=4, samples=20))
-    assert _summary(_replay(path, "--json", "--gpus", "2"))["gpus"] == 2
+    assert _summary(run_replay(path, "--json", "--gpus", "2"))["gpus"] == 2
     assert {r.gpu for r in read_text(path.read_text(), gpus=1)} == {"0"}
 
 
@@ -221,12 +210,12 @@ def test_group_sizes_that_vary_read_as_before_with_one_hint(tmp_path):
     lines = text.splitlines(keepends=True)
     path = tmp_path / "t.csv"
     path.write_text("".join(line for i, line in enumerate(lines) if i not in (16, 42)))  # GPU 1, twice
-    result = _replay(path, "--json")
+    result = run_replay(path, "--json")
     assert _summary(result)["gpus"] == 1
     hints = [line for line in result.stderr.splitlines() if "interleaved" in line]
     assert len(hints) == 1 and "pass --gpus 2" in hints[0] and "read as 1 GPU(s)" in hints[0]
     assert result.stderr.strip() == hints[0]  # nothing else said
-    assert "interleaved" not in _replay(path, "--json", "--gpus", "2").stderr
+    assert "interleaved" not in run_replay(path, "--json", "--gpus", "2").stderr
 
 
 def test_per_gpu_cells_that_cycle_settle_ragged_times(tmp_path):
@@ -301,7 +290,7 @@ def test_two_runs_appended_are_both_kept_and_said_once(tmp_path):
     clock; one line says where time went back, instead of a warning per row."""
     path = tmp_path / "t.csv"
     path.write_text(INDEXED + _run(T0 + 5000, 100, "95 %") + _run(T0, 65, "96 %"))
-    result = _replay(path, "--json")
+    result = run_replay(path, "--json")
     summary = _summary(result)
     assert summary["rows"] == 330 and summary["skipped_rows"] == 0 and summary["backward_rows"] == 0
     assert summary["gap_count"] == 1 and summary["gaps"] == [{"line": 202, "seconds": -5099.0}]
@@ -317,7 +306,7 @@ def test_many_runs_appended_are_one_line(tmp_path):
     """A poller restarted 129 times, each run's clock from zero (seconds since it started)."""
     path = tmp_path / "t.csv"
     path.write_text("".join(f"{1 + s}, {50 + s} %\n" for _ in range(130) for s in range(5)))
-    result = _replay(path, "--json", "--columns", "timestamp,utilization.gpu")
+    result = run_replay(path, "--json", "--columns", "timestamp,utilization.gpu")
     summary = _summary(result)
     assert summary["rows"] == 650 and summary["gap_count"] == 129 and summary["skipped_rows"] == 0
     lines = result.stderr.strip().splitlines()
@@ -348,7 +337,7 @@ def test_a_restart_going_back_is_placed_after_the_first_run(tmp_path):
 def test_bad_input_in_an_awkward_file_is_still_one_line(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("1772359200," + "9" * 70000 + "\n")
-    _one_line_error(_replay(path, "--columns", "timestamp,utilization.gpu"), "a line longer than")
+    _one_line_error(run_replay(path, "--columns", "timestamp,utilization.gpu"), "a line longer than")
     with pytest.raises(TraceError, match="not a UTF-8"):
         path.write_bytes(b"\xff\xfe1,2\n")
         list(TraceReader(path, columns=["timestamp", "utilization.gpu"]))

@@ -18,7 +18,7 @@ from exporter.offline import traceformats
 from exporter.offline.traceformats import dcgmi, dmon, gpustat, plain_csv, smi_screen
 from exporter.offline.traceformats.base import find_ctime, parse_time, strip_ansi
 from exporter.offline.traces import TraceError, TraceReader, TraceRow
-from tests.conftest import EXAMPLES, REPO
+from tests.conftest import EXAMPLES, REPO, run_replay
 
 DATA = REPO / "tests" / "data" / "trace_formats"
 MIB = 2**20
@@ -32,16 +32,6 @@ def _read(path: Path | str, **kwargs) -> tuple[list[TraceRow], TraceReader]:
 
 def _column(rows: list[TraceRow], gpu: str, attr: str) -> list[float | None]:
     return [getattr(r.point, attr) for r in rows if r.gpu == gpu]
-
-
-def _replay(path: Path | str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "exporter", "replay", str(path), *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 # ---- nvidia-smi screens ------------------------------------------------------------------------------
@@ -419,7 +409,7 @@ def test_unknown_content_is_one_line_naming_the_formats(tmp_path):
     path.write_text("training started\nloss 2.31 step 10\n")
     with pytest.raises(TraceError, match="not a log replay reads"):
         list(TraceReader(path))
-    result = _replay(path)
+    result = run_replay(path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("gpu-bottleneck-exporter: ")
@@ -442,7 +432,7 @@ def test_times_from_the_tools():
 
 @pytest.mark.parametrize("name", sorted(SAMPLES))
 def test_replay_command_reads_each_format(name):
-    result = _replay(DATA / name, "--json")
+    result = run_replay(DATA / name, "--json")
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout.splitlines()[-1])
     module, period = SAMPLES[name]
@@ -450,20 +440,20 @@ def test_replay_command_reads_each_format(name):
     assert summary["rows"] >= 6 and summary["gpus"] >= 2 and summary["skipped_rows"] == 0
     assert summary["period"] == period and summary["seconds"] > 0
     assert set(summary["ledger"]) == {str(g) for g in range(summary["gpus"])}
-    human = _replay(DATA / name)
+    human = run_replay(DATA / name)
     assert human.returncode == 0 and f"rows read as {module.NAME}" in human.stdout
 
 
 def test_replay_period_and_start_place_a_log_without_times():
-    result = _replay(
+    result = run_replay(
         DATA / "dcgmi_dmon_h100.log", "--json", "--period", "2.5", "--start", "2026-11-24T10:00:00"
     )
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout.splitlines()[-1])
     assert summary["period"] == 2.5 and summary["seconds"] == 5.0
-    human = _replay(DATA / "dcgmi_dmon_h100.log", "--start", "Tue Nov 24 10:00:00 2026")
+    human = run_replay(DATA / "dcgmi_dmon_h100.log", "--start", "Tue Nov 24 10:00:00 2026")
     assert "samples 1 s apart, --period), from 2026-11-24 10:00:00" in human.stdout
-    timed = _replay(DATA / "gpustat_v100.log", "--json", "--period", "7")  # a log with times ignores it
+    timed = run_replay(DATA / "gpustat_v100.log", "--json", "--period", "7")  # a log with times ignores it
     assert json.loads(timed.stdout.splitlines()[-1])["seconds"] == 4.0
 
 
@@ -480,7 +470,7 @@ def test_replay_period_and_start_place_a_log_without_times():
     ],
 )
 def test_replay_period_start_and_gpus_mistakes_are_one_line(args, said):
-    result = _replay(DATA / "dcgmi_dmon_h100.log", *args)
+    result = run_replay(DATA / "dcgmi_dmon_h100.log", *args)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and said in lines[0] and "Traceback" not in result.stderr

@@ -1204,62 +1204,52 @@ def job_panels(s: Scope) -> list[Item]:
     ]
 
 
-def _job_gpus(s: Scope) -> table.Panel:
-    """Every GPU the selected pods hold, as a table."""
+def _instant_table(
+    title: str, description: str, expr: str, unit: str, hidden: tuple[str, ...], rename: dict[str, str]
+) -> table.Panel:
+    """One row per series of an instant query, its labels as columns (``hidden`` ones left out)."""
     return (
         table.Panel()
-        .title("GPUs of the job")
-        .description("Every GPU the selected pods hold, where, and how busy.")
-        .unit("percentunit")
-        .with_target(
-            query(f'gpu_utilization_window_ratio{{{s.sel}, stat="mean"}}', instant=True, fmt="table")
-        )
+        .title(title)
+        .description(description)
+        .unit(unit)
+        .with_target(query(expr, instant=True, fmt="table"))
         .with_transformation(
             dm.DataTransformerConfig(
                 id_val="organize",
                 options={
-                    "excludeByName": {
-                        "Time": True,
-                        "__name__": True,
-                        "job": True,
-                        "instance": True,
-                        "stat": True,
-                    },
-                    "renameByName": {"Value": "utilization (window mean)"},
+                    "excludeByName": dict.fromkeys(("Time", "__name__", "job", "instance", *hidden), True),
+                    "renameByName": rename,
                 },
             )
         )
     )
 
 
+def _job_gpus(s: Scope) -> table.Panel:
+    """Every GPU the selected pods hold, as a table."""
+    return _instant_table(
+        "GPUs of the job",
+        "Every GPU the selected pods hold, where, and how busy.",
+        f'gpu_utilization_window_ratio{{{s.sel}, stat="mean"}}',
+        "percentunit",
+        ("stat",),
+        {"Value": "utilization (window mean)"},
+    )
+
+
 def _workload_table(s: Scope) -> table.Panel:
     """The class each GPU's time is judged as, and what decided it."""
-    return (
-        table.Panel()
-        .title("Workload class")
-        .unit("none")
-        .description(
-            "What each GPU's time is judged as, and what decided it: training (idle time is waiting for "
-            "input or peers), serving (an inference server: idle time is idle capacity unless requests "
-            "wait), batch, evaluation, interactive (a notebook), pipeline (the GPUs of a layer-split "
-            "model take turns). Source: the pod's log, its name, the telemetry's shape, or default."
-        )
-        .with_target(query(f"gpu_workload_class{{{s.sel}}}", instant=True, fmt="table"))
-        .with_transformation(
-            dm.DataTransformerConfig(
-                id_val="organize",
-                options={
-                    "excludeByName": {
-                        "Time": True,
-                        "__name__": True,
-                        "job": True,
-                        "instance": True,
-                        "uuid": True,
-                        "Value": True,
-                    },
-                },
-            )
-        )
+    return _instant_table(
+        "Workload class",
+        "What each GPU's time is judged as, and what decided it: training (idle time is waiting for "
+        "input or peers), serving (an inference server: idle time is idle capacity unless requests "
+        "wait), batch, evaluation, interactive (a notebook), pipeline (the GPUs of a layer-split "
+        "model take turns). Source: the pod's log, its name, the telemetry's shape, or default.",
+        f"gpu_workload_class{{{s.sel}}}",
+        "none",
+        ("uuid", "Value"),
+        {},
     )
 
 

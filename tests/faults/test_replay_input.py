@@ -10,9 +10,7 @@ import json
 import math
 import os
 import subprocess
-import sys
 import tempfile
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -28,21 +26,10 @@ from exporter.offline.traces import (
     TraceReader,
 )
 from exporter.policy.thresholds import EVAL_INTERVAL, TRACE_GAP_PERIODS
-from tests.conftest import REPO
+from tests.conftest import REPO, run_replay
 
 HEADER = "timestamp, index, utilization.gpu [%], clocks_event_reasons.active\n"
 GAP_S = TRACE_GAP_PERIODS.value * EVAL_INTERVAL.value
-
-
-def _replay(path: Path | str, *args: str) -> subprocess.CompletedProcess:
-    # the timeout only keeps a regression from hanging the suite; it is not what is tested
-    return subprocess.run(
-        [sys.executable, "-m", "exporter", "replay", str(path), *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def _one_line_error(result: subprocess.CompletedProcess, *words: str) -> str:
@@ -75,13 +62,13 @@ def _one_line_error(result: subprocess.CompletedProcess, *words: str) -> str:
 def test_a_trace_whose_only_row_is_bad_is_one_line_and_status_2(tmp_path, row, said):
     path = tmp_path / "t.csv"
     path.write_text(HEADER + row + "\n")
-    _one_line_error(_replay(path), "no readable rows", said, "t.csv:2")
+    _one_line_error(run_replay(path), "no readable rows", said, "t.csv:2")
 
 
 def test_bad_rows_among_good_ones_are_skipped_and_named(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text(HEADER + "1, 0, 50 %, 0x0\n2, inf, 50 %, 0x0\n3, 0, 50 %, 1e999\n4, 0, 50 %, 0x0\n")
-    result = _replay(path, "--json")
+    result = run_replay(path, "--json")
     assert result.returncode == 0, result.stderr
     assert "t.csv:3: index 'inf' is not a GPU index" in result.stderr
     assert "t.csv:4: column 'clocks_event_reasons.active': not a finite number" in result.stderr
@@ -91,7 +78,7 @@ def test_bad_rows_among_good_ones_are_skipped_and_named(tmp_path):
 def test_dev_zero_ends_at_the_first_line_bound():
     """/dev/zero is one endless line: reading stops at the bound instead of growing to gigabytes."""
     said = f"/dev/zero:1: a line longer than {MAX_LINE_CHARS} characters: not a trace"
-    _one_line_error(_replay("/dev/zero"), said)
+    _one_line_error(run_replay("/dev/zero"), said)
 
 
 def test_a_gzip_bomb_of_one_endless_line_ends_at_the_bound(tmp_path):
@@ -101,13 +88,13 @@ def test_a_gzip_bomb_of_one_endless_line_ends_at_the_bound(tmp_path):
         for _ in range(64):  # 64 MiB of one line, about 64 KiB compressed
             handle.write(chunk)
     assert path.stat().st_size < 1 << 20
-    _one_line_error(_replay(path), "bomb.csv.gz:1: a line longer than")
+    _one_line_error(run_replay(path), "bomb.csv.gz:1: a line longer than")
 
 
 def test_a_binary_file_is_not_utf8(tmp_path):
     path = tmp_path / "t.csv"
     path.write_bytes("timestamp, utilization.gpu\n1, 50\n".encode("utf-16"))
-    _one_line_error(_replay(path), "not a UTF-8 text file")
+    _one_line_error(run_replay(path), "not a UTF-8 text file")
 
 
 def test_a_gzip_file_cut_short_is_replayed_up_to_its_last_complete_line(tmp_path):
@@ -118,7 +105,7 @@ def test_a_gzip_file_cut_short_is_replayed_up_to_its_last_complete_line(tmp_path
     path = tmp_path / "cut.csv.gz"
     path.write_bytes(data[: len(data) // 2])
     report = tmp_path / "cut.html"
-    result = _replay(path, "--json", "--report", str(report))
+    result = run_replay(path, "--json", "--report", str(report))
     assert result.returncode == 0, result.stderr
     said = [line for line in result.stderr.splitlines() if "cut short" in line]
     summary = json.loads(result.stdout.splitlines()[-1])
@@ -132,7 +119,7 @@ def test_a_gzip_file_cut_short_is_replayed_up_to_its_last_complete_line(tmp_path
     assert f"replayed up to line {line}," in report.read_text()
     # the whole file: nothing said
     path.write_bytes(data)
-    result = _replay(path, "--json")
+    result = run_replay(path, "--json")
     assert result.returncode == 0 and "cut short" not in result.stderr
     assert json.loads(result.stdout.splitlines()[-1])["cut_after_line"] is None
 
@@ -140,7 +127,7 @@ def test_a_gzip_file_cut_short_is_replayed_up_to_its_last_complete_line(tmp_path
 def test_a_gzip_file_cut_before_its_first_line_is_one_line(tmp_path):
     path = tmp_path / "cut.csv.gz"
     path.write_bytes(gzip.compress((HEADER + "1, 0, 50 %, 0x0\n").encode())[:30])
-    _one_line_error(_replay(path), "no readable rows (the file is cut short after line 0)")
+    _one_line_error(run_replay(path), "no readable rows (the file is cut short after line 0)")
 
 
 @pytest.mark.parametrize("suffix", [".csv", ".csv.gz"])
@@ -148,7 +135,7 @@ def test_a_utf8_bom_is_read_as_the_start_of_the_header(tmp_path, suffix):
     path = tmp_path / f"t{suffix}"
     data = ("\ufeff" + HEADER + "1, 0, 50 %, 0x0\n2, 0, 60 %, 0x0\n").encode()
     path.write_bytes(gzip.compress(data) if suffix.endswith(".gz") else data)
-    result = _replay(path, "--json")
+    result = run_replay(path, "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.splitlines()[-1])["rows"] == 2
 
@@ -159,12 +146,12 @@ def test_a_jump_in_time_starts_a_new_segment_and_is_reported(tmp_path, second, g
     path = tmp_path / "t.csv"
     rows = [f"{t}, 0, 97 %, 0x0\n" for t in (1, 2, 3)] + [f"{second + i}, 0, 97 %, 0x0\n" for i in range(3)]
     path.write_text(HEADER + "".join(rows))
-    result = _replay(path, "--json")
+    result = run_replay(path, "--json")
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout.splitlines()[-1])
     assert summary["gaps"] == [{"line": 5, "seconds": round(gap, 1)}] and summary["rows"] == 6
     assert f"1 gap(s) longer than {GAP_S:.0f} s, each starting a new segment" in result.stderr
-    human = _replay(path)
+    human = run_replay(path)
     assert "4.0 s of samples over" in human.stdout and "1 gap(s) in the samples" in human.stdout
 
 
@@ -187,7 +174,7 @@ def test_timestamps_a_moment_back_are_reported_and_skipped(tmp_path):
     segment, tests/test_trace_awkward.py.)"""
     path = tmp_path / "t.csv"
     path.write_text(HEADER + "10, 0, 50 %, 0x0\n11, 0, 50 %, 0x0\n10.5, 0, 50 %, 0x0\n12, 0, 50 %, 0x0\n")
-    result = _replay(path, "--json")
+    result = run_replay(path, "--json")
     assert result.returncode == 0, result.stderr
     assert "t.csv:4: timestamp -0.5 s before GPU 0's previous row's (time goes back); row skipped" in (
         result.stderr
@@ -319,7 +306,7 @@ def test_what_a_hostile_file_makes_the_reader_remember_is_bounded(tmp_path):
     assert len(list(reader)) == 300
     assert reader.stats.gap_count == 299 and len(reader.stats.gaps) == TraceReader.MAX_WARNINGS
     assert len(reader.stats.unknown_columns) == 100
-    result = _replay(path, "--json")
+    result = run_replay(path, "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.splitlines()[-1])["gap_count"] == 299
     assert "299 gap(s) longer than" in result.stderr and "and 294 more" in result.stderr
@@ -352,7 +339,7 @@ def test_an_endless_line_after_a_format_header_ends_at_the_bound(tmp_path, name)
         chunk = b"9" * (1 << 20)
         for _ in range(64):
             handle.write(chunk)
-    _one_line_error(_replay(path), "a line longer than", "not a trace")
+    _one_line_error(run_replay(path), "a line longer than", "not a trace")
 
 
 def _mutated(lines: list[str]) -> st.SearchStrategy[str]:
