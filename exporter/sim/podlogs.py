@@ -71,7 +71,7 @@ EVAL_BATCH_SIZE = 8
 EVAL_BAR_EVERY_S = 5.0  # how often rank 0's bar is written to the log while it advances
 PIPE_SHARDS = 30  # a 70B checkpoint's safetensors shards
 PIPE_BATCHES = 128  # batches of prompts to generate for
-NOTEBOOK = "/work/train.ipynb"
+NOTEBOOK = "/home/jovyan/train.ipynb"
 AUTOSAVE_S = 120.0  # JupyterLab saves a changed notebook this often
 
 

@@ -344,4 +344,4 @@ def test_the_notebooks_log_is_the_jupyter_servers():
     jupyter = re.compile(r"^\[I \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} ServerApp\] ")
     assert texts and all(jupyter.match(text) for text in texts)
     assert any(re.search(r"Kernel started: [0-9a-f]{8}-[0-9a-f]{4}-", text) for text in texts)
-    assert any(text.endswith("Saving file at /work/train.ipynb") for text in texts)
+    assert any(text.endswith("Saving file at /home/jovyan/train.ipynb") for text in texts)
