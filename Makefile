@@ -1,7 +1,7 @@
 # Two commands do everything on a fresh machine:
 #   make demo   a simulated 8 x H100 node touring failure scenarios, watched by the exporter, a real
 #               Prometheus with the alert rules and a real Alertmanager whose pages are printed; one
-#               tour of about twelve minutes, then it stops (DEMO_ARGS=--loop repeats it until Ctrl-C)
+#               tour of about thirteen minutes, then it stops (DEMO_ARGS=--loop repeats it until Ctrl-C)
 #   make test   lint + the whole test suite (installs what it needs; CI runs exactly this)
 
 PYTHON ?= python3

@@ -3,7 +3,7 @@ Prometheus with the alert rules and a real Alertmanager whose pages are printed 
 
     python scripts/demo.py [--port 9400] [--full] [--loop] [--exporter-only]
 
-By default one short tour (about twelve minutes) in which every fault phase pages its alert, then the
+By default one short tour (about thirteen minutes) in which every fault phase pages its alert, then the
 demo stops: the demo's Prometheus loads the shipped rules with the `for` of the alerts the tour pages
 shortened to 30 s (a demo-only copy; every other rule, and the shipped file, keep their timings).
 ``--full`` tours every scenario with the shipped rules as they are (about fifty minutes). ``--loop``

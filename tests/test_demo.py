@@ -28,7 +28,7 @@ from scripts.stack import Notification, Page, PageReceiver, Stack, free_port
 from tests.conftest import REPO, require_tool
 
 
-def test_the_short_tour_pages_every_phase_and_lasts_about_twelve_minutes():
+def test_the_short_tour_pages_every_phase_and_lasts_about_thirteen_minutes():
     lines = plan("short_tour", shortened=True)
     faults = [name for name, _ in SHORT_TOUR if name != "healthy"]
     assert faults and all(name in PAGES for name in faults)
@@ -232,7 +232,7 @@ TOUR_TEST = "test_one_tour_pages_what_its_plan_promises_in_its_phases_then_stops
 
 
 def start_tour() -> Demo:
-    """The whole tour takes twelve minutes of wall time, nearly all of it waiting: tests/conftest.py starts
+    """The whole tour takes thirteen minutes of wall time, nearly all of it waiting: tests/conftest.py starts
     it as soon as the test is collected, so it runs beside the rest of the suite, and the test (run
     last) only reads what it printed."""
     return Demo()
@@ -240,7 +240,7 @@ def start_tour() -> Demo:
 
 @pytest.mark.slow
 def test_one_tour_pages_what_its_plan_promises_in_its_phases_then_stops(request):
-    """The whole short tour (about twelve minutes), as `make demo` runs it: each fault phase pages its
+    """The whole short tour (about thirteen minutes), as `make demo` runs it: each fault phase pages its
     alert once, while the node is in that phase; nothing else pages; the demo ends by itself and
     removes its files."""
     require_tool("prometheus")

@@ -122,7 +122,7 @@ CAUSES = ("io", "cpu", "shm", "host_transfer", "unknown")
 
 # The tours: (scenario, seconds). Healthy stretches between faults let verdicts resolve. ``tour`` shows
 # every scenario with the shipped alert timings; ``short_tour`` is the demo's default: the phases that page
-# within a few minutes each (with the demo's shortened `for`), about twelve minutes in all.
+# within a few minutes each (with the demo's shortened `for`), about thirteen minutes in all.
 TOUR: tuple[tuple[str, float], ...] = (
     ("healthy", 90.0),
     ("data_starvation", 240.0),
@@ -256,7 +256,7 @@ SHORT_TOUR: tuple[tuple[str, float], ...] = (
     ("healthy", 30.0),
     ("comm_hang", 150.0),
     ("healthy", 30.0),
-    ("comm_bound", 150.0),
+    ("comm_bound", 180.0),
     ("healthy", 30.0),
     ("thermal_throttle", 100.0),
     ("healthy", 30.0),
