@@ -604,23 +604,19 @@ def shortfalls(scores: list[TraceScore], ledger_points: float) -> list[str]:
 
 
 def class_table(results: list[TraceResult]) -> str:
-    """Ours per workload class: what paged, what paged falsely, how fast."""
+    """Ours per workload class (traces in brackets): the paging columns, then time to page and resolve."""
+    header = f"  {'class (traces)':28s} {'episodes':>8s} {'detected':>8s} {'paged':>5s} {'min held':>8s} "
     lines = [
         "per workload class (ours):",
-        f"  {'class':12s} {'traces':>6s} {'episodes':>8s} {'paged':>5s} {'min held':>8s} {'false':>5s} "
-        f"{'false pages':>11s} {'time-to-page':>13s} {'time-to-resolve':>15s}",
+        header + f"{'false':>5s} {'false pages':>11s} {'time-to-page':>13s} {'time-to-resolve':>15s}",
     ]
     for workload in sorted({r.workload for r in results}):
         of = [r.ours for r in results if r.workload == workload]
         episodes = [e for s in of for e in s.episodes]
-        false = [f for s in of for f in s.false]
         ttp = [e.ttp for e in episodes if e.ttp is not None]
         ttr = [e.ttr for e in episodes if e.ttr is not None]
-        lines.append(
-            f"  {workload:12s} {len(of):6d} {len(episodes):8d} {sum(e.paged for e in episodes):5d} "
-            f"{_held_text(episodes):>8s} {len(false):5d} {sum(f.paged for f in false):11d} "
-            f"{_spread(ttp):>13s} {_spread(ttr):>15s}"
-        )
+        row = _row(f"{workload} ({len(of)})", episodes, [f for s in of for f in s.false])
+        lines.append(f"{row} {_spread(ttp):>13s} {_spread(ttr):>15s}")
     return "\n".join(lines)
 
 

@@ -5,6 +5,7 @@ scrape path reads no file."""
 
 from __future__ import annotations
 
+from exporter.analysis.workload import Workload
 from exporter.collect.sampler import Sampler
 from exporter.podlogs.logparse import ServerLoad, WorkloadHint
 from exporter.serve.metrics import Renderer
@@ -31,15 +32,20 @@ def _sampler(node, errors, source, clock) -> Sampler:
     )
 
 
-def test_points_carry_the_silence_of_their_pods_log(make_node, clock, tmp_path):
-    node = make_node("healthy", n_gpus=2)
-    errors = ErrorCounter()
+def _pod_log(tmp_path, errors: ErrorCounter, text: str) -> PodLogSource:
+    """The simulated training pod's container log holding ``text``, and a pod-log source over it."""
     pods = tmp_path / "pods"
     log = pods / "ml_llm-train-0_6f1c2d3e" / "trainer" / "0.log"
     log.parent.mkdir(parents=True)
+    log.write_text(text)
+    return PodLogSource(str(pods), errors, sys_root=str(tmp_path / "sys"))
+
+
+def test_points_carry_the_silence_of_their_pods_log(make_node, clock, tmp_path):
+    node = make_node("healthy", n_gpus=2)
+    errors = ErrorCounter()
     last_line = clock()
-    log.write_text(rec(last_line - 5, "step 40") + rec(last_line, "step 41"))
-    source = PodLogSource(str(pods), errors, sys_root=str(tmp_path / "sys"))
+    source = _pod_log(tmp_path, errors, rec(last_line - 5, "step 40") + rec(last_line, "step 41"))
     sampler = _sampler(node, errors, source, clock)
     try:
         step(sampler, clock, cycles=2)  # the sampler learns which pods hold GPUs and names them
@@ -62,15 +68,9 @@ def test_the_sampler_hands_each_gpu_its_pods_workload_and_server_load(make_node,
     """The analysis reads ``JobSignals.workload`` and ``server_load`` after each publication."""
     node = make_node("healthy", n_gpus=2)
     errors = ErrorCounter()
-    pods = tmp_path / "pods"
-    log = pods / "ml_llm-train-0_6f1c2d3e" / "trainer" / "0.log"
-    log.parent.mkdir(parents=True)
     now = clock()
-    log.write_text(
-        rec(now - 5, "INFO 11-27 01:00:00 Starting vLLM API server on http://0.0.0.0:8000")
-        + rec(now, VLLM_V1)
-    )
-    source = PodLogSource(str(pods), errors, sys_root=str(tmp_path / "sys"))
+    start_up = rec(now - 5, "INFO 11-27 01:00:00 Starting vLLM API server on http://0.0.0.0:8000")
+    source = _pod_log(tmp_path, errors, start_up + rec(now, VLLM_V1))
     sampler = _sampler(node, errors, source, clock)
     try:
         step(sampler, clock, cycles=2)
@@ -83,5 +83,10 @@ def test_the_sampler_hands_each_gpu_its_pods_workload_and_server_load(make_node,
         assert {
             i: (round(t - now, 3), load) for i, (t, load) in sampler.job.server_load.items()
         } == dict.fromkeys(held, (0.0, ServerLoad(3, 0)))
+        step(sampler, clock, seconds=1.0, cycles=1)  # what the sampler took, the analysis now has
+        for gpu in map(str, held):
+            assert sampler.analyzer.workload(gpu) == Workload("serving", "log", "vLLM API server start-up")
+            newest = list(sampler.analyzer.window(gpu))[-1]
+            assert (newest.requests_running, newest.requests_waiting) == (3.0, 0.0)
     finally:
         sampler.stop()
