@@ -136,14 +136,18 @@ def build(settings: Settings) -> Built:
     return Built(Application(settings, module, host_options), node)
 
 
-def web_state(settings: Settings) -> WebState:
-    """TLS and basic authentication from --web.config.file (none without it); SIGHUP re-reads it."""
-    from exporter.serve.webconfig import WebConfigError, WebState
+def web_state(settings: Settings, origins: dict[str, str] | None = None) -> WebState:
+    """TLS and basic authentication from --web.config.file (none without it) and the push token;
+    SIGHUP re-reads them. ``origins``: the flag or variable each setting came from, for the message."""
+    from exporter.serve.webconfig import PushTokenError, WebConfigError, WebState
 
+    origins = origins or {}
     try:
-        return WebState(settings.web_config_file or None)
+        return WebState(settings.web_config_file or None, settings.progress_token_file or None)
+    except PushTokenError as exc:
+        raise UsageError(f"{origins.get('progress_token_file', '--progress-token-file')}: {exc}") from None
     except WebConfigError as exc:
-        raise UsageError(f"--web.config.file: {exc}") from None
+        raise UsageError(f"{origins.get('web_config_file', '--web.config.file')}: {exc}") from None
 
 
 def listen(address: str, port: int) -> socket.socket:
@@ -162,12 +166,12 @@ def listen(address: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(settings: Settings) -> None:
+def serve(settings: Settings, origins: dict[str, str] | None = None) -> None:
     """``serve``: everything built from ``settings``, served until SIGTERM or SIGINT. The web config is
     read and the port bound before the sources start, so either mistake is one line and nothing else."""
     from exporter.serve.server import serve as serve_http
 
-    web = web_state(settings)
+    web = web_state(settings, origins)
     configure_logging(settings.log_level)
     sock = listen(settings.listen_address, settings.port)
     try:

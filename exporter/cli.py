@@ -138,6 +138,13 @@ SERVE_FLAGS = (
     ),
     Flag("--progress-api", "progress_api", _onoff, "on: accept POST /v1/progress {namespace, pod, step}"),
     Flag(
+        "--progress-token-file",
+        "progress_token_file",
+        str,
+        "a file holding the token a push must carry (Authorization: Bearer), apart from the scrape "
+        "credentials; SIGHUP re-reads it; empty: pushes follow the web config's rules",
+    ),
+    Flag(
         "--web.config.file",
         "web_config_file",
         str,
@@ -168,7 +175,7 @@ SERVE_FLAGS = (
     ),
 )
 # record samples like serve but serves nothing: it takes every serve flag except these
-LISTEN_FLAGS = frozenset({"--listen-address", "--port", "--web.config.file"})
+LISTEN_FLAGS = frozenset({"--listen-address", "--port", "--web.config.file", "--progress-token-file"})
 RECORD_FLAGS = tuple(f for f in SERVE_FLAGS if f.flag not in LISTEN_FLAGS)
 
 
@@ -221,6 +228,11 @@ def settings_from(
     return settings
 
 
+def _origin(args: argparse.Namespace, f: Flag) -> str:
+    """Where a setting's value came from: its flag, else its variable when that is set, else the flag."""
+    return f.env if getattr(args, f.field, None) is None and f.env in os.environ else f.flag
+
+
 def _doctor_flags() -> tuple[Flag, ...]:
     """The serve flags of the Settings fields the doctor reads (it names them)."""
     from exporter.doctor.command import FIELDS
@@ -230,11 +242,10 @@ def _doctor_flags() -> tuple[Flag, ...]:
 
 def _check_patterns(path: str, origin: str) -> None:
     """The progress patterns file reads and every entry compiles."""
-    from exporter.podlogs.logparse import PatternError, load_patterns
+    from exporter.podlogs.logparse import PatternError, read_patterns
 
     try:
-        with open(path, encoding="utf-8") as f:
-            load_patterns(f.read(1 << 20))
+        read_patterns(path)
     except OSError as exc:
         raise UsageError(f"{origin}: cannot read {path} ({exc.strerror})") from None
     except (PatternError, UnicodeDecodeError) as exc:
@@ -469,7 +480,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = settings_from(args, dict(os.environ))
         from exporter.app import serve
 
-        serve(settings)
+        serve(settings, {f.field: _origin(args, f) for f in SERVE_FLAGS})
         return 0
     except UsageError as exc:
         print(f"gpu-bottleneck-exporter: {exc}", file=sys.stderr)

@@ -74,6 +74,7 @@ class Settings:
     log_patterns: str = ""  # a JSON file of extra progress patterns
     progress_api: bool = False  # accept POST /v1/progress
     web_config_file: str = ""  # TLS and basic auth (the exporter toolkit's web config); empty: plain HTTP
+    progress_token_file: str = ""  # the bearer token POST /v1/progress needs; empty: the scrape rules apply
     detail: frozenset[str] = frozenset()  # --detail categories (exporter/policy/detail.py)
     price: str = ""  # --price MODEL=PRICE,... over the example prices (exporter/policy/cost.py)
     currency: str = COST_CURRENCY.value  # the prices' currency
@@ -89,6 +90,8 @@ class Settings:
             problem = duration_problem(name, getattr(self, name))
             if problem and not any(field == name for field, _ in problems):
                 problems.append((name, problem))
+        if self.progress_token_file and not self.progress_api:
+            problems.append(("progress_token_file", "a push token without --progress-api on guards nothing"))
         if self.window_s < self.interval_s:
             problems.append(("window_s", "window must be at least one interval"))
         if self.sim_gpus < 1 or self.sim_gpus > 64:

@@ -213,7 +213,7 @@ def serve(application: Application, sock: socket.socket | None = None, web: WebS
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, _exit_cleanly)
-        signal.signal(signal.SIGHUP, lambda *_: web.reload())  # re-read the web config, keep serving
+        signal.signal(signal.SIGHUP, lambda *_: web.reload_soon())  # re-read on a thread, keep serving
     config = server_config(application, web)
     listener = GuardedListener(sock) if sock is not None else None
     QuietServer(config).run(sockets=[listener] if listener is not None else None)

@@ -15,10 +15,13 @@ import difflib
 import hashlib
 import hmac
 import logging
+import os
 import re
 import secrets
 import ssl
+import stat
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
@@ -88,6 +91,14 @@ AUTH_WAIT = WEB_AUTH_WAIT.value
 BCRYPT_PASSWORD_BYTES = 72
 PATH_MAX = 4096  # Linux's longest path: a longer "path" is something else pasted into the file
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})  # kubelet probes carry no credentials; they reveal nothing
+PUSH_PATHS = frozenset({"/v1/progress"})  # with a push token, authorised by it alone, apart from scrapes
+# Reading the files of a web config (and the push token) is given this long, on a worker thread: a hung
+# network mount or a secret volume being swapped must not hold the start, nor any request on SIGHUP.
+READ_DEADLINE_S = 10.0
+MAX_PEM_BYTES = 1 << 20  # a certificate chain or key is a few KiB; a larger "certificate" is another file
+MAX_TOKEN_BYTES = 4096
+MIN_TOKEN_CHARS = 16  # a guessable push token protects nothing
+_TOKEN = re.compile(r"^[\x21-\x7e]+$")  # printable ASCII without spaces: what an HTTP header carries whole
 
 
 class WebConfigError(ValueError):
@@ -123,6 +134,36 @@ class _Map(dict[str, Any]):
         return f"line {self.lines[key]}" if key in self.lines else "a default"
 
 
+def read_regular(path: Path, limit: int, origin: str) -> bytes:
+    """A regular file's bytes, at most ``limit``: a FIFO, a device or a directory is refused before it is
+    read (opening a FIFO without O_NONBLOCK waits for a writer forever)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise WebConfigError(f"{origin}: cannot read ({exc.strerror or type(exc).__name__})") from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise WebConfigError(f"{origin}: not a regular file")
+        raw = handle.read(limit + 1)
+    if len(raw) > limit:
+        raise WebConfigError(f"{origin}: larger than {limit} bytes")
+    return raw
+
+
+def _regular(path: Path, origin: str) -> None:
+    """``path`` is a regular file of at most MAX_PEM_BYTES, before OpenSSL opens it by name."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return  # OpenSSL's own error names the file
+    if not stat.S_ISREG(info.st_mode):
+        raise WebConfigError(f"{origin}: {path} is not a regular file")
+    if info.st_size > MAX_PEM_BYTES:
+        raise WebConfigError(
+            f"{origin}: {path} is larger than {MAX_PEM_BYTES} bytes: not a certificate or key"
+        )
+
+
 def _document(text: str, origin: str) -> Any:
     """The file as plain values, mappings as ``_Map``. Bounded before anything recursive reads it: the
     parser's events stream by first, and nesting deeper than ``web.max_depth`` or an alias (a web config
@@ -149,8 +190,22 @@ def _document(text: str, origin: str) -> Any:
         raise WebConfigError(f"{origin}: not valid YAML{where}") from None
 
 
+_CORE = "tag:yaml.org,2002:"
+# what a node of each kind may be tagged: the tags plain YAML gives it; another (!!python/object:...,
+# !custom) is a mistake the safe loader would otherwise read past as a plain mapping
+_PLAIN_TAGS = {
+    yaml.MappingNode: {_CORE + "map"},
+    yaml.SequenceNode: {_CORE + "seq"},
+    yaml.ScalarNode: {_CORE + name for name in ("str", "int", "float", "bool", "null")},
+}
+
+
 def _plain(node: yaml.Node, loader: yaml.SafeLoader, origin: str) -> Any:
     line = node.start_mark.line + 1
+    if node.tag not in _PLAIN_TAGS.get(type(node), ()):
+        tag = node.tag.removeprefix(_CORE)
+        shown = tag if len(tag) <= 64 and tag.isprintable() else "too long to show"
+        raise WebConfigError(f"{origin}: line {line}: a YAML tag ({shown}): a web config uses none")
     if isinstance(node, yaml.MappingNode):
         out = _Map()
         for key_node, value_node in node.value:
@@ -315,6 +370,9 @@ def _no_passphrase() -> bytes:
 
 def ssl_context(tls: TlsSettings, origin: str) -> ssl.SSLContext:
     """The server context for ``tls``; every file is read now, so a bad one is an error here."""
+    for path in (tls.cert_file, tls.key_file, tls.client_ca_file):
+        if path is not None:
+            _regular(path, f"{origin}: tls_server_config")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = TLS_VERSIONS[tls.min_version]
     context.maximum_version = TLS_VERSIONS[tls.max_version]
@@ -441,6 +499,36 @@ class Loaded:
     config: WebConfig
     context: ssl.SSLContext | None
     auth: Authenticator | None
+    push_token: bytes | None = None  # POST /v1/progress: this bearer token, not the scrape users
+
+
+class PushTokenError(WebConfigError):
+    """The push token file cannot be used (named apart from the web config's own errors)."""
+
+
+def read_token(path: str | Path) -> bytes:
+    """The push token: one word of printable ASCII, of at least MIN_TOKEN_CHARS, around it only
+    whitespace (a Secret's value often ends in a newline)."""
+    origin = str(path)
+    try:
+        raw = read_regular(Path(path), MAX_TOKEN_BYTES, origin)
+    except WebConfigError as exc:
+        raise PushTokenError(str(exc)) from None
+    text = raw.strip()
+    if not text:
+        raise PushTokenError(f"{origin}: empty: no token to compare pushes with")
+    if not _TOKEN.match(text.decode("latin-1")):
+        raise PushTokenError(f"{origin}: not one token of printable ASCII without spaces")
+    if len(text) < MIN_TOKEN_CHARS:
+        raise PushTokenError(f"{origin}: a token of {len(text)} characters; at least {MIN_TOKEN_CHARS}")
+    return text
+
+
+def bearer_matches(header: str | None, token: bytes) -> bool:
+    """``Authorization: Bearer <token>``, compared in constant time."""
+    if not header or header[:7].lower() != "bearer ":
+        return False
+    return hmac.compare_digest(header[7:].strip().encode("latin-1", "replace"), token)
 
 
 def load(path: str | Path, previous: Authenticator | None = None) -> Loaded:
@@ -448,13 +536,7 @@ def load(path: str | Path, previous: Authenticator | None = None) -> Loaded:
     ``previous``, the authenticator in force, with what it remembers of unchanged users)."""
     path = Path(path)
     origin = str(path)
-    try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise WebConfigError(f"{origin}: cannot read ({exc.strerror or type(exc).__name__})") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise WebConfigError(f"{origin}: larger than {MAX_FILE_BYTES} bytes: not a web config")
+    raw = read_regular(path, MAX_FILE_BYTES, origin)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -468,16 +550,50 @@ def load(path: str | Path, previous: Authenticator | None = None) -> Loaded:
 
 
 class WebState:
-    """The web config in force. Without a file: plain HTTP, no authentication."""
+    """The web config and push token in force. Without a file: plain HTTP, no authentication.
 
-    def __init__(self, path: str | Path | None = None) -> None:
+    Files are read on a worker thread with a deadline (READ_DEADLINE_S), at start and on SIGHUP
+    (``reload_soon``): a slow mount or a costly bcrypt dummy hash never holds the event loop."""
+
+    def __init__(self, path: str | Path | None = None, token_path: str | Path | None = None) -> None:
         self.path = Path(path) if path else None
-        self.current = load(self.path) if self.path else Loaded(WebConfig(), None, None)
+        self.token_path = Path(token_path) if token_path else None
+        self.current = self._within_deadline(lambda: self._load(None))
         self.reloads = 0
         self.reload_errors = 0
         self.auth_failures = 0
+        self.push_refused = 0
+        self._reloading: float | None = None  # when the re-read in progress began
+        self._again = False  # a SIGHUP came while one ran: read once more when it ends
+        self._reload_lock = threading.Lock()
         # bcrypt checks at once, off the event loop: a flood of guesses waits its turn
         self._checks = asyncio.Semaphore(int(WEB_AUTH_CHECKS.value))
+
+    def _load(self, previous: Authenticator | None) -> Loaded:
+        loaded = load(self.path, previous) if self.path else Loaded(WebConfig(), None, None)
+        if self.token_path is None:
+            return loaded
+        return Loaded(loaded.config, loaded.context, loaded.auth, read_token(self.token_path))
+
+    def _within_deadline(self, work: Callable[[], Loaded]) -> Loaded:
+        """``work`` on a daemon thread, given READ_DEADLINE_S; a thread stuck in a hung read is left."""
+        box: list[Loaded | BaseException] = []
+
+        def run() -> None:
+            try:
+                box.append(work())
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                box.append(exc)
+
+        thread = threading.Thread(target=run, name="web-config-read", daemon=True)
+        thread.start()
+        thread.join(READ_DEADLINE_S)
+        if not box:
+            what = ", ".join(str(p) for p in (self.path, self.token_path) if p is not None)
+            raise WebConfigError(f"{what}: not read within {READ_DEADLINE_S:g} s (a hung mount?)")
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        return box[0]
 
     @property
     def tls(self) -> bool:
@@ -486,27 +602,57 @@ class WebState:
     def ssl_context(self) -> ssl.SSLContext | None:
         return self.current.context
 
+    def reload_soon(self) -> None:
+        """SIGHUP: the re-read on a thread of its own; the handler returns at once. A SIGHUP during a
+        re-read asks for one more after it (the files may have changed again), never a second thread."""
+        with self._reload_lock:
+            if self._reloading is not None:
+                self._again = True
+                return
+            self._reloading = time.monotonic()
+        threading.Thread(target=self._reload_loop, name="web-config-reload", daemon=True).start()
+
+    def _reload_loop(self) -> None:
+        while True:
+            self.reload()
+            with self._reload_lock:
+                if not self._again:
+                    self._reloading = None
+                    return
+                self._again = False
+
     def reload(self) -> bool:
-        """Re-read the file; on an error the old settings stay in force and the error is logged and
+        """Re-read the files; on an error the old settings stay in force and the error is logged and
         counted. TLS cannot be turned on or off by a reload (the listener's scheme is fixed at start).
-        Runs in the SIGHUP handler: it never raises."""
-        if self.path is None:
+        Never raises."""
+        if self.path is None and self.token_path is None:
             log.info("SIGHUP: no --web.config.file to re-read")
             return False
+        what = ", ".join(str(p) for p in (self.path, self.token_path) if p is not None)
         try:
-            loaded = load(self.path, self.current.auth)
+            loaded = self._within_deadline(lambda: self._load(self.current.auth))
             if (loaded.context is None) != (self.current.context is None):
                 raise WebConfigError(f"{self.path}: turning TLS on or off needs a restart")
         except Exception as exc:  # noqa: BLE001 - whatever the file does, the server keeps serving
             self.reload_errors += 1
-            said = str(exc) if isinstance(exc, WebConfigError) else f"{self.path}: {type(exc).__name__}"
+            said = str(exc) if isinstance(exc, WebConfigError) else f"{what}: {type(exc).__name__}"
             # the text is the message: the log's flood limit holds back repeats of one error, not the next
             log.error(f"SIGHUP: keeping the web config in force: {said}")
             return False
         self.current = loaded
         self.reloads += 1
-        log.info("SIGHUP: re-read %s", self.path)
+        log.info("SIGHUP: re-read %s", what)
         return True
+
+    def push_allowed(self, authorization: str | None) -> bool | None:
+        """A push with the push token: True or False; None: no push token, the scrape rules apply."""
+        token = self.current.push_token
+        if token is None:
+            return None
+        if bearer_matches(authorization, token):
+            return True
+        self.push_refused += 1
+        return False
 
     async def allowed(
         self, path: str, authorization: str | None, client: ReadAhead | None = None
@@ -514,6 +660,10 @@ class WebState:
         """True: let in; False: refused (401); None: a bcrypt check could not start within
         ``web.auth_wait_seconds`` behind others (503): the asker has given up by then. A client that
         went away while it waited is not checked: a flood that stops leaves no work behind."""
+        if path in PUSH_PATHS:
+            push = self.push_allowed(authorization)
+            if push is not None:
+                return push
         auth = self.current.auth
         if auth is None or path in OPEN_PATHS:
             return True
@@ -630,17 +780,21 @@ class WebMiddleware:
             await send({"type": "http.response.body", "body": b"Too many password checks waiting\n"})
             return
         if not verdict:
-            self.state.auth_failures += 1
+            pushed = scope.get("path", "") in PUSH_PATHS and self.state.current.push_token is not None
+            if not pushed:
+                self.state.auth_failures += 1
+            challenge = b"Bearer" if pushed else b'Basic realm="gpu-bottleneck-exporter", charset="UTF-8"'
             await send(
                 {
                     "type": "http.response.start",
                     "status": 401,
                     "headers": [
                         (b"content-type", b"text/plain; charset=utf-8"),
-                        (b"www-authenticate", b'Basic realm="gpu-bottleneck-exporter", charset="UTF-8"'),
+                        (b"www-authenticate", challenge),
                     ],
                 }
             )
-            await send({"type": "http.response.body", "body": b"Unauthorized\n"})
+            body = b"a push needs the push token (Authorization: Bearer)\n" if pushed else b"Unauthorized\n"
+            await send({"type": "http.response.body", "body": body})
             return
         await self.app(scope, client, send)

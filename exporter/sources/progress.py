@@ -47,6 +47,8 @@ def parse_report(body: bytes) -> tuple[str, str, int]:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError):
         raise ProgressError(400, "body is not JSON") from None
+    except RecursionError:  # "[" * 1000 fits in 1 KiB and runs the parser out of stack
+        raise ProgressError(400, "body is nested too deeply: not a report") from None
     if not isinstance(data, dict) or set(data) != {"namespace", "pod", "step"}:
         raise ProgressError(400, "body must be exactly {namespace, pod, step}")
     namespace, pod, step = data["namespace"], data["pod"], data["step"]
