@@ -8,6 +8,8 @@ import re
 from dataclasses import replace
 
 import pytest
+from prometheus_client.exposition import generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -208,6 +210,31 @@ def test_openmetrics_and_gzip(healthy_body):
     assert gzip.decompress(zipped) == plain
 
 
+# the self metrics whose values move between two writes of the same snapshot
+_MOVING = re.compile(rb"^((?:process_|python_gc_)\S*) \S+$", re.MULTILINE)
+
+
+def test_the_body_is_what_prometheus_client_writes(healthy_body):
+    """/metrics at the default detail is the library's own output for the snapshot's registry, byte for
+    byte in both formats (but for the values of the self metrics that move between two writes: CPU,
+    memory, collections), and both of the library's parsers read it, process_* series included."""
+    _, snap, _, _ = healthy_body
+    renderer = Renderer()
+    for openmetrics, write, parse in (
+        (False, generate_latest, text_string_to_metric_families),
+        (True, generate_openmetrics, parse_openmetrics),
+    ):
+        body, _ = renderer.render(snap, openmetrics=openmetrics)
+        again = write(renderer.registry)
+        assert _MOVING.sub(rb"\1 X", body) == _MOVING.sub(rb"\1 X", again)
+        families = {f.name: f for f in parse(body.decode())}
+        assert families["gpu_up"].type == "gauge" and len(families["gpu_up"].samples) == 8
+        for name in ("process_cpu_seconds", "process_resident_memory_bytes", "process_open_fds"):
+            assert families[name].samples[0].value > 0, name
+        assert families["python_info"].samples[0].labels["implementation"] == "CPython"
+        assert "python_gc_collections" in families
+
+
 def test_render_is_cached_per_snapshot(healthy_body):
     _, snap, _, _ = healthy_body
     renderer = Renderer()
@@ -216,7 +243,9 @@ def test_render_is_cached_per_snapshot(healthy_body):
 
 
 def test_docs_describe_every_exported_metric(make_node, make_sampler, clock):
-    documented = set(re.findall(r"`(gpu_\w+)`", (REPO / "docs" / "metrics.md").read_text()))
+    documented = set(
+        re.findall(r"`((?:gpu|process|python)_\w+)`", (REPO / "docs" / "metrics.md").read_text())
+    )
     exported: set[str] = set()
     for scenario in ("healthy", "nvlink_down", "gpu_lost:onset=0"):
         node = make_node(scenario)

@@ -58,8 +58,8 @@ def test_points_carry_the_silence_of_their_pods_log(make_node, clock, tmp_path):
         assert newest.log_silent_s is not None
         assert abs(newest.log_silent_s - (newest.t - last_line)) < 0.01
         body = Renderer().render(snap)[0].decode()
-        assert 'gpu_pod_training_step{namespace="ml",pod="llm-train-0",container="trainer"} 41' in body
-        assert 'gpu_pod_nccl_warnings_total{namespace="ml",pod="llm-train-0"} 0' in body
+        assert 'gpu_pod_training_step{container="trainer",namespace="ml",pod="llm-train-0"} 41.0' in body
+        assert 'gpu_pod_nccl_warnings_total{namespace="ml",pod="llm-train-0"} 0.0' in body
     finally:
         sampler.stop()
 

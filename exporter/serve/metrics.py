@@ -1,19 +1,29 @@
-"""Snapshot -> Prometheus exposition. Never touches hardware: it only reads the immutable snapshot.
+"""Snapshot -> Prometheus exposition, written by prometheus_client. Never touches hardware: it only reads
+the immutable snapshot.
 
-Rendering happens at most once per snapshot and format; every further scrape of the same snapshot is
-a dictionary lookup.
+The snapshot's families reach the library through one custom collector, registered in a private
+registry beside the library's process, platform and GC collectors (``process_*``, ``python_info``,
+``python_gc_*``); ``generate_latest`` and its OpenMetrics twin write the body. Rendering happens at most
+once per snapshot and format; every further scrape of the same snapshot is a dictionary lookup.
 """
 
 from __future__ import annotations
 
+import functools
 import gzip
 import logging
-import math
 import platform
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from importlib import metadata
+
+from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
+from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.samples import Sample
 
 from exporter import __version__
 from exporter.collect.snapshot import GpuView, Snapshot
@@ -41,31 +51,35 @@ log = logging.getLogger(__name__)
 # a lone surrogate: how Python holds a byte of a file name, an environment variable or /proc text that is
 # not UTF-8 (os.listdir and friends decode with surrogateescape); it cannot be encoded as UTF-8
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_PAIR = re.compile(r'(\w+)="([^"]*)"')
+
+Labels = dict[str, str]
 
 
-def esc(value: str) -> str:
-    """A label value, escaped for the exposition formats."""
-    if "\\" in value or '"' in value or "\n" in value:
-        return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-    return value
-
-
-def labels(**pairs: str) -> str:
-    return ",".join(f'{k}="{esc(v)}"' for k, v in pairs.items())
+def labels(**pairs: str) -> Labels:
+    return pairs
 
 
 class Family:
-    """One metric family of one render. Samples carry their label string already formatted, so a
-    GPU's ``gpu``/``uuid`` pair is escaped once per render, not once per series."""
+    """One metric family of one render: samples carry their label set as a dict (a GPU's ``gpu``/``uuid``
+    pair is one dict shared by its series, merged into each sample's own labels)."""
 
     __slots__ = ("doc", "kind", "name", "samples")
 
     def __init__(self, name: str, kind: str, doc: str) -> None:
         self.name, self.kind, self.doc = name, kind, doc
-        self.samples: list[tuple[str, float]] = []
+        self.samples: list[tuple[Mapping[str, str], float]] = []
 
-    def add(self, label_text: str, value: float) -> None:
-        self.samples.append((label_text, value))
+    def add(self, pairs: Mapping[str, str] | str, value: float) -> None:
+        # "" stands for no labels too (the spelling of the label text this class took before)
+        self.samples.append((pairs or {}, value))  # type: ignore[arg-type]
+
+    def metric(self) -> Metric:
+        """The family as prometheus_client's Metric (a counter's samples named ``_total``)."""
+        metric = Metric(self.name, self.doc, self.kind)
+        name = self.name + "_total" if self.kind == "counter" else self.name
+        metric.samples = [Sample(name, pairs, value) for pairs, value in self.samples]  # type: ignore[misc]
+        return metric
 
 
 class _Families:
@@ -90,7 +104,7 @@ class _Families:
         return iter(self._by_name.values())
 
 
-def _set(fams: _Families, name: str, doc: str, base: str, value: float | None) -> None:
+def _set(fams: _Families, name: str, doc: str, base: Labels, value: float | None) -> None:
     if value is not None:
         fams.gauge(name, doc).add(base, value)
 
@@ -117,25 +131,26 @@ def _gpu(fams: _Families, view: GpuView, snapshot: Snapshot, detail: frozenset[s
         render(fams, view, base, detail)
 
 
-def _gpu_identity(fams: _Families, view: GpuView, snapshot: Snapshot) -> str:
-    """The pod assignments, identity, liveness and last collection of a GPU, up or not; returns the label
-    text of its series (gpu and uuid, and the pod holding it whole)."""
+def _gpu_identity(fams: _Families, view: GpuView, snapshot: Snapshot) -> Labels:
+    """The pod assignments, identity, liveness and last collection of a GPU, up or not; returns the labels
+    of its series (gpu and uuid, and the pod holding it whole)."""
     ident = view.identity
-    base = f'gpu="{view.index}",uuid="{esc(ident.uuid)}"'
+    base = {"gpu": str(view.index), "uuid": ident.uuid}
     for assignment, mig in view.assignments:
         ref = assignment.ref
         fams.gauge("gpu_pod_info", "A GPU (or a MIG slice of it) the kubelet assigned to a container.").add(
-            f"{base},{labels(resource=assignment.resource, device=assignment.device_id, mig_uuid=mig)}"
-            f",{labels(namespace=ref.namespace, pod=ref.pod, container=ref.container)}",
+            base
+            | labels(resource=assignment.resource, device=assignment.device_id, mig_uuid=mig)
+            | labels(namespace=ref.namespace, pod=ref.pod, container=ref.container),
             1,
         )
     if view.pod is not None:  # a GPU held whole by one container: its series name the pod
-        base += "," + labels(namespace=view.pod.namespace, pod=view.pod.pod, container=view.pod.container)
+        base |= labels(namespace=view.pod.namespace, pod=view.pod.pod, container=view.pod.container)
     info = ident.labels() | {
         "driver_version": snapshot.driver.get("driver_version", ""),
         "cuda_version": snapshot.driver.get("cuda_version", ""),
     }
-    fams.gauge("gpu_info", "GPU identity; join on uuid.").add(f"{base},{labels(**info)}", 1)
+    fams.gauge("gpu_info", "GPU identity; join on uuid.").add(base | info, 1)
     fams.gauge(
         "gpu_up", "1 when the GPU answered its last collection; 0 when lost, timed out or erroring."
     ).add(base, 1 if view.up else 0)
@@ -147,7 +162,7 @@ def _gpu_identity(fams: _Families, view: GpuView, snapshot: Snapshot) -> str:
     return base
 
 
-def _gpu_time(fams: _Families, view: GpuView, base: str, detail: frozenset[str]) -> None:
+def _gpu_time(fams: _Families, view: GpuView, base: Labels, detail: frozenset[str]) -> None:
     """The ledger's seconds by state, and the seconds the GPU held its job back."""
     time_fam = fams.counter(
         "gpu_time_seconds",
@@ -158,7 +173,7 @@ def _gpu_time(fams: _Families, view: GpuView, base: str, detail: frozenset[str])
         # a state the GPU has never been in has no series (most GPUs never see half of them: the series
         # budget); it appears with its first second, and the recording rules read a missing state as 0
         if seconds > 0:
-            time_fam.add(f'{base},state="{state}"', round(seconds, 3))
+            time_fam.add(base | {"state": state}, round(seconds, 3))
     if view.held_back_s > 0:  # a series only for a GPU that has held its job back (the series budget)
         fams.counter(
             "gpu_job_holdup_seconds",
@@ -167,29 +182,29 @@ def _gpu_time(fams: _Families, view: GpuView, base: str, detail: frozenset[str])
         ).add(base, round(view.held_back_s, 3))
 
 
-def _gpu_workload(fams: _Families, view: GpuView, base: str, detail: frozenset[str]) -> None:
+def _gpu_workload(fams: _Families, view: GpuView, base: Labels, detail: frozenset[str]) -> None:
     """The class the GPU's time is judged as (one series; ``training`` while nothing says otherwise)."""
     w = view.workload
     fams.gauge(
         "gpu_workload_class",
         "The workload class the GPU's time is judged as (training, serving, batch, evaluation, interactive, "
         "pipeline) and what decided it (source: flag, log, name, shape; default: nothing said otherwise).",
-    ).add(f"{base},{labels(workload=w.kind or 'training', source=w.source or 'default')}", 1)
+    ).add(base | labels(workload=w.kind or "training", source=w.source or "default"), 1)
 
 
-def _gpu_verdicts(fams: _Families, view: GpuView, base: str, detail: frozenset[str]) -> None:
+def _gpu_verdicts(fams: _Families, view: GpuView, base: Labels, detail: frozenset[str]) -> None:
     """One series per verdict kind, with its cause; their scores with ``--detail scores``."""
     for kind, state in view.verdicts.items():
         fams.gauge("gpu_bottleneck", "1 while the verdict of this kind holds, with its probable cause.").add(
-            f'{base},kind="{kind}",cause="{esc(state.cause)}"', 1 if state.firing else 0
+            base | {"kind": kind, "cause": state.cause}, 1 if state.firing else 0
         )
     for kind, state in view.verdicts.items() if "scores" in detail else ():
         fams.gauge("gpu_bottleneck_score", "Strength of the evidence for a verdict of this kind, 0-1.").add(
-            f'{base},kind="{kind}"', round(state.score, 4)
+            base | {"kind": kind}, round(state.score, 4)
         )
 
 
-def _gpu_windows(fams: _Families, view: GpuView, base: str, detail: frozenset[str]) -> None:
+def _gpu_windows(fams: _Families, view: GpuView, base: Labels, detail: frozenset[str]) -> None:
     """Utilization and power over the analysis window: the mean, every statistic with ``--detail window``."""
     if view.util_window is not None:
         fam = fams.gauge(
@@ -197,7 +212,7 @@ def _gpu_windows(fams: _Families, view: GpuView, base: str, detail: frozenset[st
         )
         for stat, value in view.util_window.as_dict().items():
             if stat == "mean" or "window" in detail:
-                fam.add(f'{base},stat="{stat}"', value)
+                fam.add(base | {"stat": stat}, value)
     _set(
         fams,
         "gpu_utilization_idle_fraction",
@@ -208,10 +223,10 @@ def _gpu_windows(fams: _Families, view: GpuView, base: str, detail: frozenset[st
     if view.power_window is not None:
         fam = fams.gauge("gpu_power_window_watts", "Power draw over the analysis window.")
         for stat in POWER_STATS if "window" in detail else ("mean",):
-            fam.add(f'{base},stat="{stat}"', getattr(view.power_window, stat))
+            fam.add(base | {"stat": stat}, getattr(view.power_window, stat))
 
 
-def _gpu_clock_events(fams: _Families, view: GpuView, base: str, detail: frozenset[str]) -> None:
+def _gpu_clock_events(fams: _Families, view: GpuView, base: Labels, detail: frozenset[str]) -> None:
     """Clock-event (throttle) reasons active now and their counted time: ``--detail clocks`` only."""
     r = view.reading
     if r is None or "clocks" not in detail:
@@ -219,38 +234,38 @@ def _gpu_clock_events(fams: _Families, view: GpuView, base: str, detail: frozens
     if r.clock_reasons is not None:
         fam = fams.gauge("gpu_clock_event_active", "1 while a clock-event (throttle) reason is active.")
         for bit, reason in CLOCK_REASONS.items():
-            fam.add(f'{base},reason="{reason}"', 1 if r.clock_reasons & bit else 0)
+            fam.add(base | {"reason": reason}, 1 if r.clock_reasons & bit else 0)
     for reason, seconds in sorted(r.clock_reason_seconds.items()):
         fams.counter("gpu_clock_event_seconds", "Time the clocks were held down, by reason.").add(
-            f'{base},reason="{reason}"', seconds
+            base | {"reason": reason}, seconds
         )
 
 
-def _gpu_nvlinks(fams: _Families, view: GpuView, base: str, detail: frozenset[str]) -> None:
+def _gpu_nvlinks(fams: _Families, view: GpuView, base: Labels, detail: frozenset[str]) -> None:
     """The NVLink aggregates; every link's state, traffic and errors with ``--detail nvlink``."""
     _nvlink_totals(fams, view, base)
     r = view.reading
     for link in r.nvlinks if r is not None and "nvlink" in detail else ():
-        lbase = f'{base},link="{link.link}"'
+        lbase = base | {"link": str(link.link)}
         if link.up is not None:
             fams.gauge("gpu_nvlink_up", "1 while the NVLink is active.").add(lbase, 1 if link.up else 0)
         for direction, value in (("tx", link.tx_bytes), ("rx", link.rx_bytes)):
             if value is not None:
                 fams.counter("gpu_nvlink_bytes", "NVLink data bytes.").add(
-                    f'{lbase},direction="{direction}"', value
+                    lbase | {"direction": direction}, value
                 )
         for kind, value in sorted(link.errors.items()):
-            fams.counter("gpu_nvlink_errors", "NVLink error counters.").add(f'{lbase},type="{kind}"', value)
+            fams.counter("gpu_nvlink_errors", "NVLink error counters.").add(lbase | {"type": kind}, value)
 
 
-def _gpu_pcie(fams: _Families, view: GpuView, base: str, detail: frozenset[str]) -> None:
+def _gpu_pcie(fams: _Families, view: GpuView, base: Labels, detail: frozenset[str]) -> None:
     r = view.reading
     for direction, value in (("tx", r.pcie_tx_bytes), ("rx", r.pcie_rx_bytes)) if r is not None else ():
         if value is not None:
-            fams.counter("gpu_pcie_bytes", "PCIe bytes.").add(f'{base},direction="{direction}"', value)
+            fams.counter("gpu_pcie_bytes", "PCIe bytes.").add(base | {"direction": direction}, value)
 
 
-def _gpu_p2p(fams: _Families, view: GpuView, base: str, detail: frozenset[str]) -> None:
+def _gpu_p2p(fams: _Families, view: GpuView, base: Labels, detail: frozenset[str]) -> None:
     """Failing peer-to-peer pairs; every pair's status with ``--detail p2p``."""
     if view.p2p:
         fams.gauge(
@@ -258,11 +273,11 @@ def _gpu_p2p(fams: _Families, view: GpuView, base: str, detail: frozenset[str]) 
         ).add(base, sum(1 for ok in view.p2p.values() if not ok))
     for (peer, capability), ok in sorted(view.p2p.items()) if "p2p" in detail else ():
         fams.gauge("gpu_p2p_status", "1 when peer-to-peer access to peer_gpu is OK for the capability.").add(
-            f'{base},peer_gpu="{peer}",capability="{capability}"', 1 if ok else 0
+            base | {"peer_gpu": str(peer), "capability": capability}, 1 if ok else 0
         )
 
 
-def _gpu_fabric(fams: _Families, view: GpuView, base: str, detail: frozenset[str]) -> None:
+def _gpu_fabric(fams: _Families, view: GpuView, base: Labels, detail: frozenset[str]) -> None:
     """NVSwitch fabric registration; every state with ``--detail fabric``."""
     r = view.reading
     if r is None or r.fabric_state is None:
@@ -273,10 +288,10 @@ def _gpu_fabric(fams: _Families, view: GpuView, base: str, detail: frozenset[str
     if "fabric" in detail:
         fam = fams.gauge("gpu_fabric_state", "NVSwitch fabric registration; 1 for the current state.")
         for state in FABRIC_STATES.values():
-            fam.add(f'{base},state="{state}"', 1 if state == r.fabric_state else 0)
+            fam.add(base | {"state": state}, 1 if state == r.fabric_state else 0)
 
 
-def _readings(fams: _Families, view: GpuView, base: str, detail: frozenset[str]) -> None:
+def _readings(fams: _Families, view: GpuView, base: Labels, detail: frozenset[str]) -> None:
     """The catalog's plain per-GPU signals (exporter/policy/catalog.py): a series each where a GPU has it."""
     r = view.reading
     if r is None:
@@ -285,25 +300,25 @@ def _readings(fams: _Families, view: GpuView, base: str, detail: frozenset[str])
     for attr, name, kind, doc, label, generic in catalog.metric_rows(detail):
         value = extra.get(attr) if generic else getattr(r, attr)
         if value is not None:
-            fams._family(name, kind, doc).add(base + label, value)
+            fams._family(name, kind, doc).add(base | _pairs(label) if label else base, value)
 
 
-def _xids(fams: _Families, view: GpuView, base: str, detail: frozenset[str]) -> None:
+def _xids(fams: _Families, view: GpuView, base: Labels, detail: frozenset[str]) -> None:
     """XIDs by criticality (the critical class from zero, so increase() sees the first event); one
     counter per code with ``--detail xid``."""
     fam = fams.counter("gpu_xid_errors_by_criticality", "XID events reported by the driver, by criticality.")
     critical = sum(n for xid, n in view.xids.items() if xid in CRITICAL_XIDS)
     other = sum(n for xid, n in view.xids.items() if xid not in CRITICAL_XIDS)
-    fam.add(f'{base},criticality="critical"', critical)
+    fam.add(base | {"criticality": "critical"}, critical)
     if other:
-        fam.add(f'{base},criticality="other"', other)
+        fam.add(base | {"criticality": "other"}, other)
     if "xid" in detail:
         xid_fam = fams.counter("gpu_xid_errors", "XID events reported by the driver, by XID code.")
         for xid in sorted(set(CRITICAL_XIDS) | set(view.xids)):
-            xid_fam.add(f'{base},xid="{xid}"', view.xids.get(xid, 0))
+            xid_fam.add(base | {"xid": str(xid)}, view.xids.get(xid, 0))
 
 
-def _nvlink_totals(fams: _Families, view: GpuView, base: str) -> None:
+def _nvlink_totals(fams: _Families, view: GpuView, base: Labels) -> None:
     """Per-GPU NVLink aggregates: links up of those the GPU has, traffic by direction, errors of all
     links and types. A traffic sum is left out unless every link reported its part (a partial sum would
     look like a counter reset)."""
@@ -318,7 +333,7 @@ def _nvlink_totals(fams: _Families, view: GpuView, base: str) -> None:
         values = [getattr(link, f"{direction}_bytes") for link in r.nvlinks]
         if None not in values:
             fams.counter("gpu_nvlink_traffic_bytes", "NVLink data bytes over all links.").add(
-                f'{base},direction="{direction}"', sum(values)
+                base | {"direction": direction}, sum(values)
             )
     counts = [n for link in r.nvlinks for n in link.errors.values()]
     if counts:
@@ -332,20 +347,22 @@ def _host(fams: _Families, snapshot: Snapshot) -> None:
     if h is None:
         return
     for shm in h.shm:
-        text = labels(mountpoint=shm.mountpoint, namespace=shm.namespace, pod=shm.pod, volume=shm.volume)
+        shm_labels = labels(
+            mountpoint=shm.mountpoint, namespace=shm.namespace, pod=shm.pod, volume=shm.volume
+        )
         fams.gauge("gpu_node_shm_used_bytes", "Used bytes of /dev/shm and memory-backed volumes.").add(
-            text, shm.used_bytes
+            shm_labels, shm.used_bytes
         )
         fams.gauge("gpu_node_shm_size_bytes", "Size of /dev/shm and memory-backed volumes.").add(
-            text, shm.size_bytes
+            shm_labels, shm.size_bytes
         )
     if "iowait" in snapshot.host_window:
         fams.gauge("gpu_node_cpu_iowait_ratio", "Share of CPU time in I/O wait over the window.").add(
-            "", snapshot.host_window["iowait"].mean
+            {}, snapshot.host_window["iowait"].mean
         )
     if "core_busy_max" in snapshot.host_window:
         fams.gauge("gpu_node_cpu_core_busy_max_ratio", "Busy share of the busiest core over the window.").add(
-            "", snapshot.host_window["core_busy_max"].mean
+            {}, snapshot.host_window["core_busy_max"].mean
         )
     for disk in h.disks:
         fams.counter("gpu_node_disk_read_bytes", "Bytes read from the block device.").add(
@@ -357,7 +374,7 @@ def _host(fams: _Families, snapshot: Snapshot) -> None:
         ).add(labels(namespace=namespace, pod=pod), 1 if default else 0)
     for resource, value in sorted(h.pressure.items()):
         fams.gauge("gpu_node_pressure_ratio", 'Pressure stall information, "some" avg10.').add(
-            f'resource="{resource}"', value
+            {"resource": resource}, value
         )
 
 
@@ -367,14 +384,14 @@ def _self(fams: _Families, snapshot: Snapshot) -> None:
         1,
     )
     fams.gauge("gpu_exporter_nvml_up", "1 while an NVML session is open.").add(
-        "", 1 if snapshot.nvml_up else 0
+        {}, 1 if snapshot.nvml_up else 0
     )
     if snapshot.pod_assignment_t is not None:
         fams.gauge(
             "gpu_exporter_pod_assignment_timestamp_seconds",
             "Unix time of the kubelet answer the pod labels come from; older than the poll interval while "
             "the kubelet does not answer and the last assignment is held for its grace period.",
-        ).add("", snapshot.pod_assignment_t)
+        ).add({}, snapshot.pod_assignment_t)
     errors = fams.counter("gpu_exporter_collect_errors", "Collection errors by source and error name.")
     for (source, error), count in sorted(snapshot.errors.items()):
         errors.add(labels(source=source, error=error), count)
@@ -386,21 +403,21 @@ def _sources(fams: _Families, snapshot: Snapshot) -> None:
     stale-collection alert needs (a hung call leaves no new attempt to book)."""
     for source, up in sorted(snapshot.source_up.items()):
         fams.gauge("gpu_exporter_source_up", "1 if the source's last collection succeeded.").add(
-            f'source="{source}"', 1 if up else 0
+            {"source": source}, 1 if up else 0
         )
     for source, seconds in sorted(snapshot.source_durations.items()):
         fams.gauge(
             "gpu_exporter_source_duration_seconds", "Duration of the source's last collection, failed or not."
-        ).add(f'source="{source}"', seconds)
+        ).add({"source": source}, seconds)
     for source, ts in sorted(snapshot.last_success.items()):
         fams.gauge(
             "gpu_exporter_last_collect_timestamp_seconds", "Time of the last successful collection."
-        ).add(f'source="{source}"', ts)
+        ).add({"source": source}, ts)
     for source, seconds in sorted(snapshot.source_intervals.items()):
         fams.gauge(
             "gpu_exporter_source_interval_seconds",
             "Seconds between the source's collections, as configured (the stale-collection alert's scale).",
-        ).add(f'source="{source}"', seconds)
+        ).add({"source": source}, seconds)
 
 
 def _node_checks(fams: _Families, snapshot: Snapshot) -> None:
@@ -428,26 +445,26 @@ def _pod_logs(fams: _Families, snapshot: Snapshot) -> None:
     if v is None:
         return
     for c in v.containers:
-        text = labels(namespace=c.namespace, pod=c.pod, container=c.container)
+        container = labels(namespace=c.namespace, pod=c.pod, container=c.container)
         _set(
             fams,
             "gpu_pod_log_last_line_seconds",
             "Time of the container's newest log line (or progress report), Unix seconds.",
-            text,
+            container,
             c.last_line_t,
         )
         _set(
             fams,
             "gpu_pod_training_step",
             "The newest training step the container's log (or a progress report) shows.",
-            text,
+            container,
             c.step,
         )
         _set(
             fams,
             "gpu_pod_step_seconds",
             "Seconds per training step, as the log says or from successive steps.",
-            text,
+            container,
             c.step_seconds,
         )
     for p in v.pods:
@@ -455,33 +472,33 @@ def _pod_logs(fams: _Families, snapshot: Snapshot) -> None:
         if p.version or p.network:
             fams.gauge(
                 "gpu_pod_nccl_info", "NCCL's version and network plugin, from NCCL_DEBUG=INFO lines."
-            ).add(f"{pod},{labels(version=p.version, network=p.network)}", 1)
+            ).add(pod | labels(version=p.version, network=p.network), 1)
         for scope, name in p.transports:
             fams.gauge(
                 "gpu_pod_nccl_transport", "A transport NCCL set up channels on (scope intra or inter node)."
-            ).add(f"{pod},{labels(scope=scope, transport=name)}", 1)
+            ).add(pod | labels(scope=scope, transport=name), 1)
         fams.counter(
             "gpu_pod_nccl_warnings", "NCCL WARN lines in the pod's logs since the exporter started."
         ).add(pod, p.warnings)
         errors = dict(p.errors)
         fam = fams.counter("gpu_pod_log_errors", "Job-ending errors in the pod's logs, by kind.")
         for kind in ERROR_KINDS:  # from zero, so that increase() sees the first
-            fam.add(f'{pod},kind="{kind}"', errors.get(kind, 0))
+            fam.add(pod | {"kind": kind}, errors.get(kind, 0))
     _set(
         fams,
         "gpu_node_rdma_devices",
         "RDMA devices of the node (/sys/class/infiniband: IB HCAs, EFA).",
-        "",
+        {},
         v.rdma_devices,
     )
     lines = fams.counter("gpu_exporter_pod_log_lines", "Pod log records read, by what became of them.")
-    lines.add('result="parsed"', v.lines - v.skipped_lines - v.junk)
-    lines.add('result="skipped"', v.skipped_lines)
-    lines.add('result="junk"', v.junk)
+    lines.add({"result": "parsed"}, v.lines - v.skipped_lines - v.junk)
+    lines.add({"result": "skipped"}, v.skipped_lines)
+    lines.add({"result": "junk"}, v.junk)
     fams.counter(
         "gpu_exporter_pod_log_skipped_bytes",
         "Pod log bytes jumped over (backlog beyond a read's bound, over-long lines).",
-    ).add("", v.skipped_bytes)
+    ).add({}, v.skipped_bytes)
 
 
 def _prices(fams: _Families, snapshot: Snapshot, prices: Prices | None) -> None:
@@ -511,72 +528,73 @@ def families(
     return list(fams)
 
 
-# ---- exposition formats -----------------------------------------------------------------------
-# Written here rather than through prometheus_client (measured by bench/exposition.py, figures in
-# docs/development.md): on an 8-GPU node the library takes 5x (text) to 8x (OpenMetrics) as long to
-# write the same samples from its own metric objects, before building them, and writes integers as
-# "1.0" with labels re-sorted. The tests parse both formats with prometheus_client.
+# ---- exposition: prometheus_client writes both formats ---------------------------------------------
+# The library takes a few times as long as a hand-written renderer would (bench/exposition.py: about 2 ms
+# for an 8-GPU node's snapshot), but a render happens once per snapshot and format and only when scraped:
+# at 15 s scrapes that is well under 0.01 s of CPU a minute, for the format every client library writes
+# and the self metrics every one of them exposes.
 
 
-def _escape_help(doc: str, openmetrics: bool) -> str:
-    doc = doc.replace("\\", "\\\\").replace("\n", "\\n")
-    return doc.replace('"', '\\"') if openmetrics else doc
+@functools.cache
+def _pairs(text: str) -> Labels:
+    """A catalog row's fixed label text (',sensor="gpu"') as labels: parsed once per row."""
+    return dict(_PAIR.findall(text))
 
 
-def _number(value: float) -> str:
-    if isinstance(value, int):
-        return str(value)
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value))
+class SnapshotCollector(Collector):
+    """The snapshot's families, and the server's own, for the render under way: ``source`` is set by the
+    Renderer before each render (and stays, so a scrape of the registry writes the same snapshot)."""
+
+    def __init__(self) -> None:
+        self.source: Callable[[], list[Family]] = list
+        self.clean = False  # replace bytes that were not UTF-8 (set for a render that could not encode)
+
+    def collect(self) -> Iterator[Metric]:
+        for fam in self.source():
+            metric = fam.metric()
+            if self.clean:
+                _clean(metric)
+            yield metric
 
 
-def expose(fams: list[Family], openmetrics: bool) -> bytes:
-    out: list[str] = []
-    for fam in fams:
-        sample_name = fam.name + "_total" if fam.kind == "counter" else fam.name
-        header_name = fam.name if openmetrics else sample_name
-        out.append(
-            f"# HELP {header_name} {_escape_help(fam.doc, openmetrics)}\n# TYPE {header_name} {fam.kind}\n"
-        )
-        out.extend(
-            f"{sample_name}{{{text}}} {_number(value)}\n" if text else f"{sample_name} {_number(value)}\n"
-            for text, value in fam.samples
-        )
-    if openmetrics:
-        out.append("# EOF\n")
-    text = "".join(out)
-    try:
-        return text.encode()
-    except UnicodeEncodeError:
-        return _replace_surrogates(text)
+def runtime_registry(collector: Collector) -> CollectorRegistry:
+    """A private registry (the library's global one is left alone): the snapshot's families first, then
+    the library's process (process_*, Linux only), platform (python_info) and GC (python_gc_*) metrics."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    return registry
 
 
 _warned_surrogates = False
 
 
-def _replace_surrogates(text: str) -> bytes:
-    """The exposition with every byte that was not UTF-8 as U+FFFD: a name a source let through (a file
-    or mount that is not UTF-8) must not turn every scrape into an error. Said once in the log."""
+def _clean(metric: Metric) -> None:
+    """Every byte that was not UTF-8 as U+FFFD: a name a source let through (a file or mount that is not
+    UTF-8) must not turn every scrape into an error. Said once in the log."""
     global _warned_surrogates
-    if not _warned_surrogates:
-        _warned_surrogates = True
-        line = next((line for line in text.splitlines() if _SURROGATE.search(line)), "")
-        log.warning(
-            "a label value is not UTF-8; exported with U+FFFD in its place: %s",
-            _SURROGATE.sub("\ufffd", line)[:200],
-        )
-    return _SURROGATE.sub("\ufffd", text).encode()
+    for i, sample in enumerate(metric.samples):
+        if any(_SURROGATE.search(v) for v in sample.labels.values()):
+            pairs = {k: _SURROGATE.sub("\ufffd", v) for k, v in sample.labels.items()}
+            metric.samples[i] = sample._replace(labels=pairs)
+            if not _warned_surrogates:
+                _warned_surrogates = True
+                log.warning(
+                    "a label value is not UTF-8; exported with U+FFFD in its place: %s %s", sample.name, pairs
+                )
 
 
 class Renderer:
-    """Renders snapshots, caching the body of the latest one per format and encoding."""
+    """Renders snapshots through prometheus_client, caching the body of the latest one per format and
+    encoding."""
 
     def __init__(self, detail: frozenset[str] = frozenset(), prices: Prices | None = DEFAULT_PRICES) -> None:
         self.detail = detail  # the --detail categories (exporter/policy/detail.py)
         self.prices = prices  # --price (exporter/policy/cost.py); None: no gpu_node_price_per_hour
+        self.collector = SnapshotCollector()
+        self.registry = runtime_registry(self.collector)
         self._lock = threading.Lock()
         self._seq = -1
         self._cache: dict[tuple[bool, bool], bytes] = {}
@@ -597,8 +615,22 @@ class Renderer:
             if body is None:
                 plain = self._cache.get((openmetrics, False))
                 if plain is None:
-                    fams = families(snapshot, self.detail, self.prices) + (extra() if extra else [])
-                    plain = self._cache[(openmetrics, False)] = expose(fams, openmetrics)
+                    self.collector.source = functools.partial(self._families, snapshot, extra)
+                    plain = self._cache[(openmetrics, False)] = self._write(openmetrics)
                 body = gzip.compress(plain, compresslevel=1) if gzipped else plain
                 self._cache[key] = body
         return body, content_type
+
+    def _families(self, snapshot: Snapshot, extra: Callable[[], list[Family]] | None) -> list[Family]:
+        return families(snapshot, self.detail, self.prices) + (extra() if extra else [])
+
+    def _write(self, openmetrics: bool) -> bytes:
+        write = generate_openmetrics if openmetrics else generate_latest
+        try:
+            return write(self.registry)
+        except UnicodeEncodeError:  # a label value with a lone surrogate: write it again, cleaned
+            self.collector.clean = True
+            try:
+                return write(self.registry)
+            finally:
+                self.collector.clean = False

@@ -23,7 +23,7 @@ from exporter.config.settings import Settings
 from exporter.serve.server import create_app
 from exporter.sim import SimulatedNode
 from scripts.stack import free_port
-from tests.conftest import REPO, real_nvml_present
+from tests.conftest import REPO, real_nvml_present, require_tool
 
 
 def wait_ready(url: str, timeout: float = 20.0) -> httpx.Response:
@@ -90,6 +90,21 @@ def test_metrics_over_real_http_parse_as_prometheus_text(served):
     assert {x.labels["gpu"] for x in metrics["gpu_power_watts"]} == {"0", "1", "2", "3"}
     assert metrics["gpu_node_cpu_iowait_ratio"][0].value >= 0
     assert httpx.get(s.url + "/healthz").text == "ok\n"
+
+
+def test_promtool_accepts_the_served_body_with_the_process_metrics(served):
+    """Prometheus 2.42's own checker (its parser and lint) on the body as served, which carries the
+    client library's process and platform metrics beside the exporter's."""
+    promtool = require_tool("promtool")
+    s, _ = served
+    wait_ready(s.url)
+    body = httpx.get(s.url + "/metrics").content
+    check = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, timeout=30)
+    assert check.returncode == 0, check.stdout + check.stderr
+    metrics = families(body.decode())
+    assert metrics["process_cpu_seconds"][0].value > 0  # the counter family, its sample ends in _total
+    assert metrics["process_resident_memory_bytes"][0].value > 0
+    assert metrics["python_info"][0].value == 1
 
 
 def test_openmetrics_and_gzip_on_request(served):

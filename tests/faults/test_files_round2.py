@@ -70,7 +70,7 @@ def test_the_renderer_cannot_fail_on_a_label_value_that_is_not_utf8():
 
     view = replace(view, containers=(ContainerLog("ml", "train", "ctr\udcff", NOW, 7, None),))
     body = _render(view)
-    assert 'gpu_pod_training_step{namespace="ml",pod="train",container="ctr\ufffd"} 7' in body
+    assert 'gpu_pod_training_step{container="ctr\ufffd",namespace="ml",pod="train"} 7.0' in body
 
 
 def test_pod_log_names_that_are_not_utf8_are_skipped_and_counted_once(tmp_path):

@@ -273,7 +273,7 @@ def test_a_pod_on_sockets_across_nodes_shows_in_the_metrics_the_alerts_read(node
     from dataclasses import replace
 
     from exporter.collect.snapshot import EMPTY_SNAPSHOT
-    from exporter.serve.metrics import expose, families
+    from exporter.serve.metrics import Renderer
 
     (node.root / "sys" / "class" / "infiniband" / "rdmap0s6").mkdir(parents=True)  # the node has EFA
     log = node.dir() / "0.log"
@@ -298,14 +298,14 @@ def test_a_pod_on_sockets_across_nodes_shows_in_the_metrics_the_alerts_read(node
     pod = node.pod()
     assert pod.network == "Socket" and ("inter", "NET/Socket") in pod.transports
     assert dict(pod.errors) == {"cuda_oom": 1, "peer_lost": 2} and pod.warnings == 3
-    text = expose(families(replace(EMPTY_SNAPSHOT, pod_logs=view)), openmetrics=False).decode()
+    text = Renderer().render(replace(EMPTY_SNAPSHOT, pod_logs=view))[0].decode()
     ml = 'namespace="ml",pod="llm-train-0"'
     for series in (
-        f'gpu_pod_nccl_transport{{{ml},scope="inter",transport="NET/Socket"}} 1',
-        f'gpu_pod_nccl_info{{{ml},version="2.21.5",network="Socket"}} 1',
-        "gpu_node_rdma_devices 1",
-        f'gpu_pod_log_errors_total{{{ml},kind="cuda_oom"}} 1',
-        f'gpu_pod_log_errors_total{{{ml},kind="peer_lost"}} 2',
-        f'gpu_pod_log_errors_total{{{ml},kind="ib_completion_error"}} 0',
+        f'gpu_pod_nccl_transport{{{ml},scope="inter",transport="NET/Socket"}} 1.0',
+        'gpu_pod_nccl_info{namespace="ml",network="Socket",pod="llm-train-0",version="2.21.5"} 1.0',
+        "gpu_node_rdma_devices 1.0",
+        f'gpu_pod_log_errors_total{{kind="cuda_oom",{ml}}} 1.0',
+        f'gpu_pod_log_errors_total{{kind="peer_lost",{ml}}} 2.0',
+        f'gpu_pod_log_errors_total{{kind="ib_completion_error",{ml}}} 0.0',
     ):
         assert series in text.splitlines(), series
