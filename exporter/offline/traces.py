@@ -21,8 +21,14 @@ import difflib
 import gzip
 import io
 import math
+import os
 import re
+import select
+import stat
+import sys
+import tempfile
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +45,7 @@ from exporter.offline.traceformats.base import (
     Sample,
     Skip,
     parse_timestamp,
+    split_header,
     strip_ansi,
 )
 from exporter.policy import catalog
@@ -110,6 +117,20 @@ WRITE_COLUMNS: tuple[tuple[str, str, str, float, str], ...] = (
 MAX_LINE_CHARS = 64 * 1024
 MAX_FIELD_CHARS = 1024
 # MAX_GPUS (exporter/offline/traceformats/base.py): more distinct GPUs is a corrupt index/uuid column.
+# A trace's rows follow each other closely: this many lines in a row without one (blank, or none of them a
+# readable row) is not a trace, and reading stops there rather than run through the rest.
+MAX_ROWLESS_LINES = 100_000
+# A gzip trace expands 20-35 times (the example traces); one expanding more than this past its first MiB
+# is a bomb of repeated bytes, not a trace: reading stops there.
+MAX_GZIP_RATIO = 100
+GZIP_FREE_BYTES = 1 << 20
+# Pipes, FIFOs, devices and stdin ('-') are read once, to their end, into a temporary file that the
+# reader's passes then read like any file: at most this many bytes, waiting at most STREAM_WAIT_S for
+# each chunk (a FIFO no one writes to would otherwise wait forever).
+MAX_STREAM_BYTES = 1 << 30
+STREAM_WAIT_S = 10.0
+STREAM_CHUNK = 1 << 16
+STDIN = "-"
 # unknown column names remembered (and warned about): a header is read again at every restart
 MAX_UNKNOWN_COLUMNS = 100
 # the largest clock event reasons mask: a 64-bit word
@@ -138,8 +159,7 @@ COMMON_COLUMNS = (
     "clocks.sm",
 )
 
-_NUMBER = re.compile(r"^([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z%/]*)$")
-_HEADER = re.compile(r"^(.*?)\s*(?:\[(.*)\])?$")
+_NUMBER = re.compile(r"^([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z%/]*)$")
 
 
 class TraceError(Exception):
@@ -241,8 +261,7 @@ def check_columns(names: list[str] | tuple[str, ...]) -> list[str]:
 
 def _column_name(raw: str) -> str:
     """A header cell's name without its unit, lower case: ``utilization.gpu [%]`` -> ``utilization.gpu``."""
-    match = _HEADER.match(raw.strip())
-    return (match.group(1) if match else raw).strip().lower()
+    return split_header(raw)[0].lower()
 
 
 def _unknown_column(raw: str) -> str:
@@ -314,11 +333,15 @@ def reading_notes(stats: ReadStats) -> list[str]:
 class _CutGzip(io.RawIOBase):
     """A gzip file's decompressed bytes, ending quietly where the compressed file ends early (``cut`` is
     then True): what was decompressed before the cut is kept, where ``gzip.open`` would raise and lose the
-    text it had buffered."""
+    text it had buffered. A corrupt stream is a BadGzipFile; one expanding past MAX_GZIP_RATIO a
+    TraceError naming ``name``."""
 
-    def __init__(self, path: Path) -> None:
-        self._gz = gzip.GzipFile(path, "rb")
+    def __init__(self, path: Path, name: Path) -> None:
+        self._raw = open(path, "rb")  # noqa: SIM115 - closed with the gzip stream
+        self._gz = gzip.GzipFile(fileobj=self._raw, mode="rb")
+        self.name = name
         self.cut = False
+        self.expanded = 0
 
     def readable(self) -> bool:
         return True
@@ -331,12 +354,56 @@ class _CutGzip(io.RawIOBase):
         except EOFError:
             self.cut = True
             return 0
+        except zlib.error as exc:  # a corrupt body (its header read well)
+            raise gzip.BadGzipFile(f"corrupt compressed data: {exc}") from None
+        self.expanded += len(data)
+        if self.expanded > GZIP_FREE_BYTES and self.expanded > MAX_GZIP_RATIO * self._raw.tell():
+            raise TraceError(
+                f"{self.name}: expands more than {MAX_GZIP_RATIO} times ({self._raw.tell()} bytes to "
+                f"{self.expanded} so far): not a trace (traces expand 20-35 times)"
+            )
         buffer[: len(data)] = data
         return len(data)
 
     def close(self) -> None:
         self._gz.close()
+        self._raw.close()
         super().close()
+
+
+def _spool(name: str, fd: int, into: IO[bytes]) -> None:
+    """Copy what ``fd`` (a pipe, FIFO or device) sends into ``into``, to its end: within MAX_STREAM_BYTES,
+    each chunk within STREAM_WAIT_S. Plain text stops early at a line longer than the reader takes (the
+    reader then reports it: /dev/zero is one endless line)."""
+    os.set_blocking(fd, False)
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    total, since_newline, text = 0, 0, None
+    while True:
+        if not poller.poll(STREAM_WAIT_S * 1000):
+            raise TraceError(f"{name}: nothing to read for {STREAM_WAIT_S:g} s (a FIFO no one writes to?)")
+        try:
+            chunk = os.read(fd, STREAM_CHUNK)
+        except BlockingIOError:
+            continue
+        except OSError as exc:
+            raise TraceError(f"{name}: cannot read ({exc.strerror or exc})") from None
+        if not chunk:
+            return
+        into.write(chunk)
+        total += len(chunk)
+        if total > MAX_STREAM_BYTES:
+            raise TraceError(
+                f"{name}: more than {MAX_STREAM_BYTES >> 20} MiB from a pipe or device: save it to a file "
+                "and replay that"
+            )
+        if text is None:
+            text = not chunk.startswith(b"\x1f\x8b")  # gzip's magic: compressed, no lines to see
+        if text:
+            newline = max(chunk.rfind(b"\n"), chunk.rfind(b"\r"))
+            since_newline = len(chunk) - 1 - newline if newline >= 0 else since_newline + len(chunk)
+            if since_newline > 4 * MAX_LINE_CHARS:  # UTF-8: at most 4 bytes a character
+                return
 
 
 class TraceReader:
@@ -382,6 +449,10 @@ class TraceReader:
         self._restarted = False  # a header came again since the last row (nvidia-smi restarted)
         self._checked = False  # --gpus was compared with the log's own GPU column
         self._gz: _CutGzip | None = None  # the open gzip file, when the trace is one
+        self._source = self.path  # what is read: the file, or the copy of a stream (_take_stream)
+        self._gzip = self.path.suffix.lower() == ".gz"
+        self._copy: Path | None = None  # the temporary copy of a stream, removed after the rows
+        self._row_line = 0  # the line of the latest row (MAX_ROWLESS_LINES)
 
     # ---- plumbing ------------------------------------------------------------------------------
 
@@ -393,18 +464,60 @@ class TraceReader:
     def _open(self) -> IO[str]:
         """The file as text; a ``.gz`` file is decompressed on the fly (and may end early: see _bounded)."""
         try:
-            if self.path.suffix.lower() == ".gz":
-                self._gz = _CutGzip(self.path)
+            if self._gzip:
+                self._gz = _CutGzip(self._source, self.path)
                 return io.TextIOWrapper(io.BufferedReader(self._gz), encoding="utf-8-sig", newline="")
-            return self.path.open(newline="", encoding="utf-8-sig")  # a leading BOM is not data
+            return self._source.open(newline="", encoding="utf-8-sig")  # a leading BOM is not data
         except OSError as exc:
             raise TraceError(f"{self.path}: cannot read ({exc.strerror or exc})") from None
+
+    def _take_stream(self) -> None:
+        """A pipe, FIFO, device or stdin ('-') can be read once only, and the passes read the file two or
+        three times: it is copied first (``_spool``), and the copy read. Regular files are read in place."""
+        if str(self.path) == STDIN:
+            if sys.stdin is None or sys.stdin.isatty():
+                raise TraceError(f"{STDIN}: stdin is a terminal: pipe a log in (replay - < gpus.csv)")
+            self._copy_from(sys.stdin.fileno(), close=False)
+            return
+        try:
+            mode = os.stat(self.path).st_mode
+        except OSError:
+            return  # _open says why
+        if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+            return
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO: no wait for a writer here
+        except OSError as exc:
+            raise TraceError(f"{self.path}: cannot read ({exc.strerror or exc})") from None
+        self._copy_from(fd, close=True)
+
+    def _copy_from(self, fd: int, close: bool) -> None:
+        handle = tempfile.NamedTemporaryFile(prefix="replay-", delete=False)  # noqa: SIM115 - removed in close
+        self._copy = Path(handle.name)
+        blocking = os.get_blocking(fd)
+        try:
+            with handle:
+                _spool(str(self.path), fd, handle)
+        finally:
+            if close:
+                os.close(fd)
+            else:
+                os.set_blocking(fd, blocking)
+        with self._copy.open("rb") as copy:
+            self._gzip = copy.read(2) == b"\x1f\x8b"  # no name to go by: gzip's magic
+        self._source = self._copy
+
+    def close(self) -> None:
+        """Remove the copy of a stream, if one was made."""
+        if self._copy is not None:
+            self._copy.unlink(missing_ok=True)
+            self._copy = None
 
     def _bounded(self, handle: IO[str]) -> Iterator[str]:
         """The file's lines, each read up to MAX_LINE_CHARS: a longer one ends the read with an error. In a
         gzip file cut short, the lines end with the last complete one (the cut one is partial: a value in it
         may have lost digits), and ``stats.cut_after_line`` says which that is."""
-        number = 0
+        number = blank = 0
         while line := handle.readline(MAX_LINE_CHARS + 2):
             partial = not line.endswith(("\n", "\r")) and len(line) <= MAX_LINE_CHARS
             if partial and self._gz is not None and self._gz.cut:
@@ -415,6 +528,9 @@ class TraceReader:
                     f"{self.path}:{number}: a line longer than {MAX_LINE_CHARS} characters: not a trace "
                     "(nvidia-smi writes a few hundred per line)"
                 )
+            blank = blank + 1 if line.isspace() else 0
+            if blank > MAX_ROWLESS_LINES:
+                raise TraceError(f"{self.path}:{number}: {blank} blank lines in a row: not a trace")
             yield line
         if self._gz is not None and self._gz.cut:
             self.stats.cut_after_line = number
@@ -427,6 +543,8 @@ class TraceReader:
             raise TraceError(f"{self.path}: not a UTF-8 text file ({exc.reason})") from None
         except (gzip.BadGzipFile, EOFError) as exc:
             raise TraceError(f"{self.path}: not a readable gzip file ({exc or 'truncated'})") from None
+        except OSError as exc:  # a disk error while reading
+            raise TraceError(f"{self.path}: cannot read ({exc.strerror or exc})") from None
 
     def _head(self) -> list[str]:
         """The complete lines within the first SNIFF_CHARS characters: what decides the format. A first
@@ -451,17 +569,22 @@ class TraceReader:
 
     def _lines(self) -> Iterator[tuple[int, list[str]]]:
         with self._open() as handle:
-            reader = csv.reader(self._bounded(handle), skipinitialspace=True)
+            reader = csv.reader(self._guarded(self._bounded(handle)), skipinitialspace=True)
             try:
                 for fields in reader:
                     if fields and any(f.strip() for f in fields):
                         yield reader.line_num, fields
-            except UnicodeDecodeError as exc:
-                raise TraceError(f"{self.path}: not a UTF-8 text file ({exc.reason})") from None
             except csv.Error as exc:
                 raise TraceError(f"{self.path}:{reader.line_num}: {exc}") from None
-            except (gzip.BadGzipFile, EOFError) as exc:
-                raise TraceError(f"{self.path}: not a readable gzip file ({exc or 'truncated'})") from None
+
+    def _rowless(self, line: int) -> None:
+        """A line that gave no row: the read ends where too many came since the last row (or the start)."""
+        if line - self._row_line > MAX_ROWLESS_LINES:
+            since = f"since line {self._row_line}" if self._row_line else "from the start"
+            raise TraceError(
+                f"{self.path}:{line}: no readable row in {line - self._row_line} lines ({since}): not a "
+                "trace, or not one in a format replay reads"
+            )
 
     def _gpus_named(self) -> None:
         """--gpus given for a log whose every sample names its GPU: they must agree (one pass first)."""
@@ -494,9 +617,8 @@ class TraceReader:
     def _parse_header(self, fields: list[str], line: int) -> None:
         columns, unknown = [], []
         for i, raw in enumerate(fields):
-            match = _HEADER.match(raw.strip())
-            name = (match.group(1) if match else raw).strip().lower()
-            unit = ((match.group(2) if match else "") or "").strip()
+            name, bracketed = split_header(raw)
+            name, unit = name.lower(), (bracketed or "").strip()
             target = GPU_COLUMNS.get(name)
             if target is None and name not in META_COLUMNS and name != SKIP_COLUMN:
                 unknown.append(raw.strip())
@@ -591,16 +713,20 @@ class TraceReader:
     # ---- rows ----------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[TraceRow]:
-        head = self._head()
-        self.format = traceformats.detect(head, set(GPU_COLUMNS))
-        self.stats.format = self.format.NAME if self.format else traceformats.NVIDIA_SMI_CSV
-        if self.columns is not None:
-            self._check_headerless(head)
-            yield from self._csv_rows()
-        elif self.format is None:
-            yield from self._csv_rows()
-        else:
-            yield from self._format_rows(self.format)
+        try:
+            self._take_stream()
+            head = self._head()
+            self.format = traceformats.detect(head, set(GPU_COLUMNS))
+            self.stats.format = self.format.NAME if self.format else traceformats.NVIDIA_SMI_CSV
+            if self.columns is not None:
+                self._check_headerless(head)
+                yield from self._csv_rows()
+            elif self.format is None:
+                yield from self._csv_rows()
+            else:
+                yield from self._format_rows(self.format)
+        finally:
+            self.close()
 
     def _check_headerless(self, head: list[str]) -> None:
         """--columns names the columns of a CSV without a header: a file with its own is refused, as its
@@ -635,11 +761,13 @@ class TraceReader:
             for item in reader.read(self._text_lines, ctx):
                 if isinstance(item, Skip):
                     self._warn(f"{self.path}:{item.line}: {item.message}")
+                    self._rowless(item.line)
                     continue
                 try:
                     row = self._sample_row(item, ctx)
                 except ValueError as exc:
                     self._warn(f"{self.path}:{item.line}: {exc}")
+                    self._rowless(item.line)
                     continue
                 self.stats.rows += 1
                 yield row
@@ -676,14 +804,17 @@ class TraceReader:
                 continue
             if len(fields) != len(self._columns):
                 self._warn(f"{self.path}:{line}: {len(fields)} fields where {header} {len(self._columns)}")
+                self._rowless(line)
                 continue
             if any(len(f) > MAX_FIELD_CHARS for f in fields):
                 self._warn(f"{self.path}:{line}: a field longer than {MAX_FIELD_CHARS} characters")
+                self._rowless(line)
                 continue
             try:
                 row = self._row(fields, line)
             except ValueError as exc:
                 self._warn(f"{self.path}:{line}: {exc}")
+                self._rowless(line)
                 continue
             self.stats.rows += 1
             yield row
@@ -755,6 +886,7 @@ class TraceReader:
                 raise ValueError(f"column 'clocks_event_reasons.active': {reasons!r} is not a reasons mask")
             gpu_values["reasons"] = int(reasons)  # type: ignore[assignment]
         self._see_step(ts, gpu, line)
+        self._row_line = line
         for column, attr in clipped:  # counted once the row is known to be read
             self.stats.clipped[column] = self.stats.clipped.get(column, 0) + 1
             self.stats.clipped_attrs[column] = attr

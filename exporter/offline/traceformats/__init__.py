@@ -11,11 +11,10 @@ its GPU), ``sniff(head)`` and ``read(lines, ctx)``, which yields ``Sample``s and
 from __future__ import annotations
 
 import csv
-import re
 from types import ModuleType
 
 from exporter.offline.traceformats import dcgmi, dmon, gpustat, plain_csv, smi_screen
-from exporter.offline.traceformats.base import strip_ansi
+from exporter.offline.traceformats.base import split_header, strip_ansi
 
 NVIDIA_SMI_CSV = "nvidia-smi CSV"
 NVIDIA_SMI_CSV_COMMAND = (
@@ -24,8 +23,6 @@ NVIDIA_SMI_CSV_COMMAND = (
 # tried in this order, after nvidia-smi's CSV; the poller's CSV last, as it is the loosest
 READERS: tuple[ModuleType, ...] = (smi_screen, dmon, dcgmi, gpustat, plain_csv)
 SNIFF_CHARS = 8192  # how much of the file decides its format
-
-_HEADER_CELL = re.compile(r"^(.*?)\s*(?:\[(.*)\])?$")
 
 
 def names() -> list[str]:
@@ -55,8 +52,5 @@ def _is_smi_csv(line: str, smi_columns: frozenset[str] | set[str]) -> bool:
         cells = next(csv.reader([line], skipinitialspace=True), [])
     except csv.Error:
         return False
-    found = set()
-    for cell in cells:
-        match = _HEADER_CELL.match(cell.strip())
-        found.add((match.group(1) if match else cell).strip().lower())
+    found = {split_header(cell)[0].lower() for cell in cells}
     return "timestamp" in found and bool(found & set(smi_columns))

@@ -16,6 +16,9 @@ GIB = float(1 << 30)
 MAX_GPUS = 1024
 # Unix seconds a trace may carry: from the epoch to the end of year 9999 (what datetime can show).
 MAX_TIMESTAMP = 253402300799.0
+# A cell the tools print is a few dozen characters: a longer one is no value, and is refused before any
+# pattern reads it (a pattern's time may grow with the length of what it reads).
+MAX_CELL_CHARS = 1024
 
 # what the tools print for a value they do not have
 MISSING = frozenset(
@@ -57,8 +60,9 @@ UNITS: dict[str, float] = {
 # escape sequences of a terminal (colours, cursor moves, titles) and the other control characters
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[()*+#].?|[ -/]*[0-~]?)")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
-_NUMBER = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
-_NUMBER_UNIT = re.compile(r"^([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z%°']*)$")
+# numbers: each digit can be read one way only (never ``\d+\.?\d*``, which splits a run of digits in n ways)
+_NUMBER = re.compile(r"^[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?$")
+_NUMBER_UNIT = re.compile(r"^([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z%°']*)$")
 _MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 # C's asctime, what nvidia-smi, watch and gpustat print: "Tue Nov 24 10:00:00 2026", "Tue Nov  3 ..."
 _CTIME = re.compile(
@@ -121,9 +125,16 @@ def strip_ansi(text: str) -> str:
     return _CONTROL.sub("", text)
 
 
+def bounded(cell: str) -> str:
+    """The cell, stripped; a ValueError for one longer than MAX_CELL_CHARS."""
+    if len(cell) > MAX_CELL_CHARS:
+        raise ValueError(f"a cell of {len(cell)} characters (a value has at most {MAX_CELL_CHARS})")
+    return cell.strip()
+
+
 def number(cell: str) -> float | None:
     """A plain number; None for the tools' words for a missing value."""
-    cell = cell.strip()
+    cell = bounded(cell)
     if cell.lower() in MISSING:
         return None
     if not _NUMBER.match(cell):
@@ -137,7 +148,7 @@ def number(cell: str) -> float | None:
 def with_unit(cell: str, default: str, allowed: tuple[str, ...]) -> float | None:
     """A number with an optional unit (``45C``, ``84 W``, ``8123MiB``, ``78 %``) in base units; a cell
     without one has ``default``. ``allowed`` lists the units that fit the column (lower case)."""
-    cell = cell.strip()
+    cell = bounded(cell)
     if cell.lower() in MISSING or cell.rsplit(None, 1)[0].lower() in MISSING:  # also "?? %", "N/A W"
         return None
     match = _NUMBER_UNIT.match(cell)
@@ -154,7 +165,7 @@ def with_unit(cell: str, default: str, allowed: tuple[str, ...]) -> float | None
 
 def gpu_index(text: str) -> str:
     """A GPU index as the tools print it ("0", "1", ...), checked."""
-    text = text.strip()
+    text = bounded(text)
     if not text.isdigit() or len(text) > 6 or int(text) >= MAX_GPUS:
         raise ValueError(f"GPU {_short(text)} is not a GPU index (a whole number 0-{MAX_GPUS - 1})")
     return str(int(text))
@@ -162,27 +173,44 @@ def gpu_index(text: str) -> str:
 
 def parse_timestamp(text: str) -> float:
     """nvidia-smi's ``2026/03/01 10:00:00.200``, ISO 8601, or Unix seconds -> Unix seconds."""
-    text = text.strip()
+    text = bounded(text)
     try:
         value = float(text)
     except ValueError:
         pass
     else:
-        if not 0.0 <= value <= MAX_TIMESTAMP:  # also nan and inf
-            raise ValueError(f"timestamp {text!r} is not a time between 1970 and 9999")
-        return value
+        return _in_range(text, value)
     for fmt in ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S"):
         try:
-            return datetime.strptime(text, fmt).replace(tzinfo=UTC).timestamp()
+            moment = datetime.strptime(text, fmt)
         except ValueError:
             continue
+        return _in_range(text, moment.replace(tzinfo=UTC).timestamp())
     try:
         parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise ValueError(f"unrecognised timestamp {text!r}") from None
+        raise ValueError(f"unrecognised timestamp {_short(text)}") from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
+    return _in_range(text, parsed.timestamp())
+
+
+def _in_range(text: str, value: float) -> float:
+    """A time between the epoch and the end of year 9999: the only ones replay can place and show (an ISO
+    time in year 9999 with a negative offset is already year 10000 in UTC)."""
+    if not 0.0 <= value <= MAX_TIMESTAMP:  # also nan and inf
+        raise ValueError(f"timestamp {_short(text)} is not a time between 1970 and 9999")
+    return value
+
+
+def split_header(cell: str) -> tuple[str, str | None]:
+    """A header cell's name and its bracketed unit: ``utilization.gpu [%]`` -> ("utilization.gpu", "%");
+    None for a cell without one. Read by hand, not by a pattern: a cell may be long."""
+    text = cell.strip()
+    start = text.find("[")
+    if start < 0 or not text.endswith("]"):
+        return text, None
+    return text[:start].rstrip(), text[start + 1 : -1]
 
 
 def find_ctime(text: str) -> float | None:
@@ -207,7 +235,7 @@ def parse_time(text: str) -> float:
     except ValueError:
         found = find_ctime(text)
         if found is not None and _CTIME.fullmatch(text.strip()):
-            return found
+            return _in_range(text, found)
         raise
 
 

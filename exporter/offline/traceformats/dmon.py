@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 
 from exporter.offline.traceformats.base import (
+    MAX_CELL_CHARS,
     MIB,
     Context,
     Lines,
@@ -104,6 +105,9 @@ def read(lines: Lines, ctx: Context) -> Iterator[Sample | Skip]:
         cells = _tokens(text)
         if len(cells) != header.size:
             yield Skip(number_, f"{len(cells)} fields where dmon's header has {header.size}")
+            continue
+        if any(len(cell) > MAX_CELL_CHARS for cell in cells):  # before any parsing reads them
+            yield Skip(number_, f"a field longer than {MAX_CELL_CHARS} characters")
             continue
         try:
             gpu = gpu_index(cells[header.gpu])

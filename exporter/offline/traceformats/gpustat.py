@@ -19,11 +19,13 @@ import re
 from collections.abc import Iterator
 
 from exporter.offline.traceformats.base import (
+    MAX_CELL_CHARS,
     Context,
     Lines,
     Sample,
     Skip,
     Ticker,
+    bounded,
     find_ctime,
     gpu_index,
     with_unit,
@@ -35,10 +37,9 @@ TIMED = False  # only with its header lines
 NAMES_GPUS = True
 DEFAULT_PERIOD = 1.0  # gpustat -i
 
-_GPU = re.compile(r"^\s*\[(\d+)\]\s*([^|]*?)\s*\|([^|]*)\|([^|]*)(?:\|.*)?$")
+_INDEX = re.compile(r"\[(\d+)\]")
 _TEMPERATURE = re.compile(r"^(\S+?)\s*(?:°|')\s*C$")
-_MEMORY = re.compile(r"^\s*(\S+)\s*/\s*(\S+)\s*MB\s*$")
-_PARENS = re.compile(r"\([^)]*\)")
+_PARENS = re.compile(r"\([^()]*\)")
 LABELS = {
     "temp_c": "temperature",
     "util": "utilization",
@@ -49,10 +50,25 @@ LABELS = {
 }
 
 
+def _gpu_line(line: str) -> tuple[str, str, str, str] | None:
+    """``[0] NAME | STATS | MEMORY [| PROCESSES]`` -> (index, name, stats, memory); None for another line.
+    Split by hand: patterns over its blanks took time cubic in their number."""
+    text = line.lstrip()
+    index = _INDEX.match(text)
+    if not index:
+        return None
+    cells = text[index.end() :].split("|", 3)
+    if len(cells) < 3:
+        return None
+    return index.group(1), cells[0].strip(), cells[1], cells[2]
+
+
 def sniff(head: list[str]) -> bool:
     for line in head:
-        match = _GPU.match(line)
-        if match and re.search(r"(?:°|')\s*C\b", match.group(3)) and _MEMORY.match(match.group(4)):
+        found = _gpu_line(line)
+        if found is None or len(found[2]) > MAX_CELL_CHARS or len(found[3]) > MAX_CELL_CHARS:
+            continue
+        if re.search(r"(?:°|')\s*C\b", found[2]) and _memory(found[3]):
             return True
     return False
 
@@ -64,23 +80,35 @@ def read(lines: Lines, ctx: Context) -> Iterator[Sample | Skip]:
         text = line.strip()
         if not text:
             continue
-        match = _GPU.match(text)
-        if not match:  # a screen's header: host, time, driver version
+        found = _gpu_line(text)
+        if found is None:  # a screen's header: host, time, driver version
             ticker.next()
             ts = find_ctime(text)
             continue
+        index, name, stats, memory_cell = found
         try:
-            gpu = gpu_index(match.group(1))
-            values = _stats(match.group(3))
-            memory = _MEMORY.match(match.group(4))
+            gpu = gpu_index(index)
+            values = _stats(bounded(stats))
+            memory = _memory(bounded(memory_cell))
             if not memory:
-                raise ValueError(f"memory {match.group(4).strip()[:40]!r} is not USED / TOTAL MB")
-            values["mem_used_bytes"] = with_unit(memory.group(1), "mib", ("mib",))
-            values["mem_total_bytes"] = with_unit(memory.group(2), "mib", ("mib",))
+                raise ValueError(f"memory {memory_cell.strip()[:40]!r} is not USED / TOTAL MB")
+            values["mem_used_bytes"] = with_unit(memory[0], "mib", ("mib",))
+            values["mem_total_bytes"] = with_unit(memory[1], "mib", ("mib",))
         except ValueError as exc:
             yield Skip(number_, str(exc))
             continue
-        yield Sample(number_, gpu, values, LABELS, name=match.group(2)[:200], ts=ts, tick=ticker.see(gpu))
+        yield Sample(number_, gpu, values, LABELS, name=name[:200], ts=ts, tick=ticker.see(gpu))
+
+
+def _memory(cell: str) -> tuple[str, str] | None:
+    """``  8123 / 24564 MB `` -> ("8123", "24564"); None for another cell."""
+    text = cell.strip()
+    if not text.endswith("MB"):
+        return None
+    used, slash, total = (part.strip() for part in text[:-2].rpartition("/"))
+    if not (slash and used and total) or len(used.split()) > 1 or len(total.split()) > 1:
+        return None
+    return used, total
 
 
 def _stats(cell: str) -> dict[str, float | None]:

@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from exporter.offline.traceformats.base import (
+    MAX_CELL_CHARS,
     MAX_GPUS,
     MAX_TIMESTAMP,
     Context,
@@ -130,8 +131,7 @@ _SUFFIX_UNITS = {
     "secs": "s",
     "ms": "ms",
 }
-_BRACKETED = re.compile(r"[\[(]([^\])]*)[\])]")
-_TRAILING_DIGITS = re.compile(r"(\d+)$")
+_BRACKETED = re.compile(r"[\[(]([^\[\]()]*)[\])]")  # no bracket inside: each is read once
 MS_FROM = 1e11  # Unix seconds this large are year 5138: the values are milliseconds
 
 
@@ -237,9 +237,9 @@ class _Ids:
 
     def __call__(self, cell: str) -> str:
         cell = cell.strip()
-        digits = _TRAILING_DIGITS.search(cell)
-        if digits and (cell.isdigit() or not re.search(r"[0-9a-f]{4}", cell.lower()[: digits.start()])):
-            return gpu_index(digits.group(1))
+        digits = _trailing_digits(cell)
+        if digits and (cell.isdigit() or not re.search(r"[0-9a-f]{4}", cell.lower()[: -len(digits)])):
+            return gpu_index(digits)
         if not cell:
             raise ValueError("no GPU id")
         if cell not in self.others:
@@ -247,6 +247,15 @@ class _Ids:
                 raise FormatError(f"more than {MAX_GPUS} GPU ids: not one node's trace")
             self.others[cell] = str(len(self.others))
         return self.others[cell]
+
+
+def _trailing_digits(cell: str) -> str:
+    """The digits that end the cell ("cuda:2" -> "2"; "" without), found from the end: a pattern searching
+    a long run of digits not at the end read the run once per digit."""
+    start = len(cell)
+    while start and cell[start - 1].isdecimal():
+        start -= 1
+    return cell[start:]
 
 
 def _time(cell: str, unit: str) -> float:
@@ -274,6 +283,9 @@ def _rows(lines: Lines, header: _Header) -> Iterator[tuple[int, list[str] | None
         try:
             cells = _cells(line, header.delimiter)
         except csv.Error:
+            yield number, None
+            continue
+        if any(len(cell) > MAX_CELL_CHARS for cell in cells):  # before any parsing reads them
             yield number, None
             continue
         if [c.strip() for c in cells] == [c.strip() for c in header.raw]:
@@ -366,7 +378,7 @@ def read(lines: Lines, ctx: Context) -> Iterator[Sample | Skip]:
     ticker, ids, round_robin = Ticker(), _Ids(), 0
     for number, cells in _rows(lines, header):
         if cells is None:
-            yield Skip(number, "not a CSV row")
+            yield Skip(number, f"not a CSV row, or a cell longer than {MAX_CELL_CHARS} characters")
             continue
         if len(cells) != header.size:
             yield Skip(number, f"{len(cells)} fields where the header has {header.size}")

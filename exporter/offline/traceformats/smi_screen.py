@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterator
 
 from exporter.offline.traceformats.base import (
+    MAX_CELL_CHARS,
     Context,
     Lines,
     Sample,
@@ -37,9 +38,9 @@ _BANNER = re.compile(r"^\|\s*NVIDIA-SMI\s+\S")
 _TABLE_HEAD = re.compile(r"^\|\s*GPU\s+Name\b")
 _BUS_ID = re.compile(r"\b[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]\b")
 # "   0  NVIDIA H100 80GB HBM3          On  ": index, name, then persistence mode (or Windows' driver model)
-_IDENTITY = re.compile(r"^\s*(\d+)\s+(.+?)(?:\s+(?:On|Off|N/A|WDDM|TCC|MCDM))?\s*$")
+_INDEX = re.compile(r"\d+")
+_MODES = frozenset(("On", "Off", "N/A", "WDDM", "TCC", "MCDM"))
 _SUBTABLES = ("processes:", "mig devices:")
-_PAIR = re.compile(r"(\S+)\s+/\s+(\S+)\s*$")  # "84W / 230W", "N/A /  N/A", "8123MiB / 24564MiB"
 LABELS = {
     "util": "GPU-Util",
     "mem_used_bytes": "Memory-Usage (used)",
@@ -81,13 +82,17 @@ def read(lines: Lines, ctx: Context) -> Iterator[Sample | Skip]:
         cells = text.split("|")
         if len(cells) < 5:  # not a GPU line of the main table (borders, the banner's continuation)
             continue
+        if any(len(cell) > MAX_CELL_CHARS for cell in cells):  # before any pattern reads them
+            pending = None
+            yield Skip(number, f"a table cell longer than {MAX_CELL_CHARS} characters")
+            continue
         if _BUS_ID.search(cells[2]):
-            match = _IDENTITY.match(cells[1])
-            if not match:
+            identity = _identity(cells[1])
+            if identity is None:
                 yield Skip(number, f"a GPU line without an index and a name: {cells[1].strip()[:40]!r}")
                 continue
             try:
-                pending = (gpu_index(match.group(1)), match.group(2).strip())
+                pending = (gpu_index(identity[0]), identity[1])
             except ValueError as exc:
                 yield Skip(number, str(exc))
             continue
@@ -103,21 +108,43 @@ def read(lines: Lines, ctx: Context) -> Iterator[Sample | Skip]:
         yield Sample(number, gpu, values, LABELS, name=name, ts=ts, tick=ticker.see(gpu))
 
 
+def _identity(cell: str) -> tuple[str, str] | None:
+    """``   0  NVIDIA H100 80GB HBM3   On  `` -> ("0", "NVIDIA H100 80GB HBM3"): the index, and the name
+    without the persistence mode after it. None without an index followed by a blank."""
+    text = cell.lstrip()
+    index = _INDEX.match(text)
+    if not index or not text[index.end() : index.end() + 1].isspace():
+        return None
+    name = text[index.end() :].strip()
+    words = name.rsplit(None, 1)
+    if len(words) == 2 and words[1] in _MODES:
+        name = words[0]
+    return index.group(), name
+
+
+def _pair(cell: str) -> tuple[str, str] | None:
+    """``84W / 230W``, ``N/A /  N/A``, ``8123MiB / 24564MiB``: the words either side of the last `` / ``."""
+    words = cell.split()
+    if len(words) < 3 or words[-2] != "/":
+        return None
+    return words[-3], words[-1]
+
+
 def _values(cells: list[str]) -> dict[str, float | None]:
     """The second line of a GPU: | fan temp perf draw / cap | used / total | util compute-mode |"""
     tokens = cells[1].split()
     if len(tokens) < 2:
         raise ValueError(f"no fan and temperature in {cells[1].strip()[:40]!r}")
-    power = _PAIR.search(cells[1])
-    memory = _PAIR.search(cells[2])
+    power = _pair(cells[1])
+    memory = _pair(cells[2])
     if not memory:
         raise ValueError(f"memory {cells[2].strip()[:40]!r} is not USED / TOTAL")
     util = cells[3].split()
     return {
         "temp_c": with_unit(tokens[1], "c", ("c",)),
-        "power_w": with_unit(power.group(1), "w", ("w",)) if power else None,
-        "power_limit_w": with_unit(power.group(2), "w", ("w",)) if power else None,
-        "mem_used_bytes": with_unit(memory.group(1), "mib", ("mib", "gib", "kib")),
-        "mem_total_bytes": with_unit(memory.group(2), "mib", ("mib", "gib", "kib")),
+        "power_w": with_unit(power[0], "w", ("w",)) if power else None,
+        "power_limit_w": with_unit(power[1], "w", ("w",)) if power else None,
+        "mem_used_bytes": with_unit(memory[0], "mib", ("mib", "gib", "kib")),
+        "mem_total_bytes": with_unit(memory[1], "mib", ("mib", "gib", "kib")),
         "util": with_unit(util[0], "%", ("%",)) if util else None,
     }
