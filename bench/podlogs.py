@@ -2,6 +2,7 @@
 
     python bench/podlogs.py            # 60 s
     python bench/podlogs.py --quick    # 15 s
+    python bench/podlogs.py --hostile  # the parser's CPU on lines written to be slow to match
 
 A writer process appends CRI records (the kubelet's layout, rotated at 10 MiB as the kubelet does) for 8
 pods: progress lines, HF Trainer loss dicts, tqdm bars, an NCCL INFO line now and then. This process
@@ -9,6 +10,11 @@ runs the real pod-log source on its own thread, as the exporter does, and measur
 seconds per second of wall time (its whole process, so the source's thread and everything it makes
 Python do) and RSS growth from before the source started. Prints the figures as JSON with the targets
 (< 5 % of a core, < 30 MiB).
+
+``--hostile`` times the parser alone on one generated line of each shape that made backtracking patterns
+slow (long runs of blanks or digits after a keyword, a pattern's head repeated across the line), 64 KiB
+long: each pattern set (the progress table; the NCCL, error and workload lines) and the whole containerd
+record (four 16 KiB P records and an F). Target: < 50 ms a line.
 """
 
 from __future__ import annotations
@@ -70,6 +76,63 @@ while time.monotonic() - start < seconds:
 """
 
 
+HOSTILE_BYTES = 64 << 10
+HOSTILE_TARGET_S = 0.05
+
+
+def hostile_lines(size: int = HOSTILE_BYTES) -> dict[str, str]:
+    """One line of ``size`` characters per shape that costs a backtracking pattern more than linear time:
+    a keyword then a run its quantifiers share, or a pattern's head repeated with its tail never coming."""
+
+    def rep(unit: str, head: str = "") -> str:
+        return (head + unit * (size // len(unit) + 1))[:size]
+
+    return {
+        "blanks_after_step": "step" + " " * (size - 5) + "x",
+        "digits": "1" * (size - 1) + "x",
+        "nccl_warn": rep("NCCL WARN "),
+        "megatron_heads": rep("iteration 1/1 |"),
+        "deepspeed_heads": rep("steps: 1 "),
+        "lightning_heads": rep("Epoch 1: 1%|"),
+        "tqdm_heads": rep("1/1 [1:1<1:1, 1"),
+        "hf_trainer_heads": rep("{'loss': 1,"),
+        "vllm_heads": rep("Avg prompt throughput: 1 tokens/s, Running: 1 reqs, "),
+        "sglang_heads": rep("Decode batch #running-req: 1,"),
+        "jupyter_heads": rep("[I ", "ServerApp "),
+        "dataloader_heads": rep("DataLoader worker (pid"),
+        "ib_completion_heads": rep("NET/IB : Got completion ", "NCCL "),
+        "plugin_heads": rep("NET/Plugin : Plugin load ", "NCCL "),
+        "peer_closed_heads": rep("NET/IB : ", "NCCL "),
+    }
+
+
+def cri_records(text: str, stamp: str = "2026-01-01T00:00:00.000000000Z", part: int = 16 << 10) -> list[str]:
+    """``text`` as containerd writes it: a P record per full ``part`` characters, then an F with the rest."""
+    full = len(text) // part
+    records = [f"{stamp} stdout P {text[i * part : (i + 1) * part]}" for i in range(full)]
+    return [*records, f"{stamp} stdout F {text[full * part :]}"]
+
+
+def hostile(size: int = HOSTILE_BYTES) -> dict[str, object]:
+    """Seconds of CPU the parser takes on each hostile line, per pattern set."""
+    from exporter.podlogs.logparse import LogState, match_progress
+
+    def cpu(fn, *args) -> float:  # type: ignore[no-untyped-def]
+        started = time.process_time()
+        fn(*args)
+        return round(time.process_time() - started, 4)
+
+    rows = {}
+    for name, line in hostile_lines(size).items():
+        rows[name] = {
+            "progress": cpu(match_progress, line),
+            "nccl_errors_workload": cpu(lambda text: LogState().feed(text, progress=False), line),
+            "cri_record": cpu(LogState().feed_cri, cri_records(line)),
+        }
+    worst = max(v for row in rows.values() for v in row.values())
+    return {"line_bytes": size, "cpu_s": rows, "worst_s": worst, "target_s": HOSTILE_TARGET_S}
+
+
 def rss_mib(proc: psutil.Process) -> float:
     return proc.memory_info().rss / (1 << 20)
 
@@ -77,7 +140,13 @@ def rss_mib(proc: psutil.Process) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="15 s instead of 60 s")
+    parser.add_argument("--hostile", action="store_true", help="time the parser on hostile lines only")
+    parser.add_argument("--hostile-bytes", type=int, default=HOSTILE_BYTES, help="their length")
     args = parser.parse_args()
+    if args.hostile:
+        figures = hostile(args.hostile_bytes)
+        print(json.dumps(figures, indent=2))
+        return 0 if figures["worst_s"] < HOSTILE_TARGET_S else 1  # type: ignore[operator]
     seconds = 15.0 if args.quick else 60.0
 
     from exporter.sources.errors import ErrorCounter
@@ -107,6 +176,7 @@ def main() -> int:
         "seconds": round(wall, 1),
         "records_read": view.lines,
         "records_per_s": round(view.lines / wall),
+        "records_per_core_s": round(view.lines / cpu) if cpu > 0 else None,
         "skipped_lines": view.skipped_lines,
         "skipped_bytes": view.skipped_bytes,
         "cpu_core_share": round(cpu / wall, 4),

@@ -740,3 +740,108 @@ def test_nccl_init_alone_says_training():
     s = _state(NCCL_220_IB_NVLS)
     assert s.workload == lp.WorkloadHint("training", "NCCL init")
     assert lp.summary(s)["version"] == "2.20.5"  # the checklist is unchanged
+
+
+# ---- what the patterns read, and what a user's pattern may cost ---------------------------------------
+
+
+def test_a_long_line_is_read_by_its_head_and_its_tail():
+    """A structured log's line can hold a whole traceback: its error, at the end, is still seen."""
+    long = HW + "Call to connect returned Connection timed out " + "x" * 20_000 + ERROR_LINES["cuda_oom"]
+    seen = lp.window(long)
+    assert len(seen) < lp.SCAN_CHARS and seen.startswith(HW) and seen.endswith(ERROR_LINES["cuda_oom"])
+    assert lp.window(seen) == seen and lp.window("short") == "short"
+    s = _state([long])
+    assert s.warnings == 1 and dict(s.errors) == {"cuda_oom": 1}
+
+
+def test_a_number_cut_where_the_window_joins_is_not_read():
+    cut = lp.SCAN_CHARS // 2 - 1 - len("step 12")  # "step 12|345" at the seam
+    line = " " * cut + "step 12345" + "y" * 10_000
+    assert lp.match_progress(line) is None
+    assert lp.match_progress(" " * (cut - 1) + "step 12 " + "y" * 10_000) == lp.Progress("step", 12)
+
+
+@pytest.mark.parametrize(
+    ("line", "name", "step", "seconds"),
+    [
+        # the first head that fits the rest wins, as it did before patterns looked after one head only
+        ("steps: x steps: 7 loss 1.0 iter time (s): 0.5 steps: 9", "deepspeed", 7, 0.5),
+        (" iteration 1/1 | iteration 2/9 | elapsed time per iteration (ms): 250", "megatron", 1, 0.25),
+        (
+            "Epoch 0:   0%|  | 0/9 [00:00<?, ?it/s]\rEpoch 0:  11%|# | 1/9 [00:01<00:08, 1.00it/s]",
+            "lightning",
+            None,
+            1.0,
+        ),
+        ("x1234/99 [00:01<00:02, 3.00it/s]", "tqdm", 1234, 1 / 3),
+    ],
+)
+def test_progress_patterns_find_what_they_found_before(line, name, step, seconds):
+    found = lp.match_progress(line)
+    assert found is not None and (found.pattern, found.step) == (name, step)
+    assert found.seconds == pytest.approx(seconds)
+
+
+def test_a_load_line_after_a_head_without_numbers_is_still_read():
+    line = "Decode batch. #running-req: x, #running-req: 3, #token: 9, #queue-req: 2"
+    assert lp.server_load(line) == lp.ServerLoad(3, 2)
+    assert lp.server_load("Decode batch. #running-req: 3, #token: 9") is None
+
+
+@pytest.mark.parametrize(
+    "regex",
+    [
+        r"(a+)+$",  # nested: exponential
+        r"(\d+\.){3}",  # nested, bounded: still refused, write it out
+        r"(x|x)*y",  # ambiguous alternatives: exponential, found by the probes on a few characters
+        r"step\s*\s*\s*(\d+)",  # three quantifiers over one run: cubic
+        r".*=.*=.*;",  # the same over a repeated literal
+    ],
+)
+def test_user_patterns_that_backtrack_are_refused(regex):
+    text = json.dumps([{"name": "mine", "regex": regex}])
+    with pytest.raises(lp.PatternError, match=r"^mine: (nested quantifiers|too slow on a long line)"):
+        lp.load_patterns(text)
+
+
+@pytest.mark.parametrize(
+    "regex",
+    [
+        r"train it=(?P<n>\d+) took (?P<ms>[\d.]+)ms",
+        r"\bepoch (?P<e>\d+) step (?P<s>\d+)",
+        r"^Step (?P<n>\d+)/\d+",
+        r"(?i)loss[=:]\s*(?P<l>[\d.]+)",
+        r"\[(?P<n>\d+)/\d+\]",
+    ],
+)
+def test_ordinary_user_patterns_pass_the_cost_check(regex):
+    assert lp.check_cost(lp.re.compile(regex)) == ""
+
+
+def test_every_built_in_pattern_passes_the_cost_check_over_a_whole_window():
+    regexes = [p.regex for p in lp.PATTERNS] + [s.regex for s in lp.ERROR_SIGNS]
+    regexes += [regex for regex, _, _ in lp.KNOWN_BAD.values()] + [w.regex for w in lp.WORKLOAD_LINES]
+    slow = {r.pattern: why for r in regexes if (why := lp.check_cost(r, lp.SCAN_CHARS))}
+    assert not slow
+
+
+def test_user_patterns_read_the_head_of_a_line_and_are_bounded_in_number_and_length():
+    (mine,) = lp.load_patterns(json.dumps([{"regex": r"took (?P<n>\d+)", "step": "n"}]))
+    assert mine.reach == lp.USER_SCAN_CHARS
+    assert lp.match_progress("took 5", (mine,)) == lp.Progress("custom0", 5)
+    assert lp.match_progress("x" * lp.USER_SCAN_CHARS + "took 5", (mine,)) is None
+    assert lp.match_progress("x" * (lp.USER_SCAN_CHARS - 7) + "took 555", (mine,)) is None  # not 55
+    with pytest.raises(lp.PatternError, match="at most 32"):
+        lp.load_patterns(json.dumps([{"regex": "x"}] * 33))
+    with pytest.raises(lp.PatternError, match="longer than 1024 characters"):
+        lp.load_patterns(json.dumps([{"regex": "x" * 1025}]))
+
+
+def test_a_patterns_file_past_its_bound_is_too_large(tmp_path):
+    path = tmp_path / "patterns.json"
+    path.write_text(json.dumps([{"regex": "x"}] * 70_000))
+    with pytest.raises(lp.PatternError, match=r"^too large \(over 1 MiB\)$"):
+        lp.read_patterns(str(path))
+    path.write_text(json.dumps([{"regex": r"it (?P<n>\d+)", "step": "n"}]))
+    assert [p.name for p in lp.read_patterns(str(path))] == ["custom0"]

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -153,6 +154,14 @@ def test_binary_junk_and_a_huge_line_are_read_in_bounded_pieces(tmp_path):
         (lambda p: p / "missing.log", "cannot read (No such file or directory)"),
         (lambda p: p, "cannot read (Is a directory)"),
         (lambda p: (p / "bad.gz").write_bytes(b"\x1f\x8b\x08garbage") and p / "bad.gz", "cannot read"),
+        # a good gzip header, a corrupt body: zlib's own error, not a traceback
+        (
+            lambda p: (
+                (p / "body.gz").write_bytes(gzip.compress(b"NCCL INFO x\n")[:10] + b"\xff" * 400)
+                and p / "body.gz"
+            ),
+            "cannot read (corrupt gzip data: invalid block type)",
+        ),
     ],
 )
 def test_unreadable_logs_are_one_line_and_exit_2(tmp_path, make, words):
@@ -161,3 +170,17 @@ def test_unreadable_logs_are_one_line_and_exit_2(tmp_path, make, words):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("gpu-bottleneck-exporter: ") and words in lines[0]
     assert result.stdout == ""
+
+
+def test_lines_of_repeated_nccl_warn_up_to_the_line_bound_take_linear_time(tmp_path):
+    """Each 1 MiB line (the bound a line is read in) of NCCL WARN text, plain and as CRI records, is one
+    warning; the check takes about as long as reading the file."""
+    line = ("NCCL WARN " * ((1 << 20) // 10))[: (1 << 20) - 1]
+    stamp = "2026-01-01T00:00:00.000000000Z stdout"
+    log = tmp_path / "warn.log"
+    log.write_text(f"{line}\n{line}\n{stamp} P {line[: 16 << 10]}\n{stamp} F {line[: 16 << 10]}\n")
+    started = time.monotonic()
+    result = _run("--json", str(log))
+    assert time.monotonic() - started < 10, "quadratic: minutes before the fix"
+    assert result.returncode == 1, result.stderr  # warnings only: no failure is claimed
+    assert json.loads(result.stdout)["warnings"] == 3

@@ -15,6 +15,16 @@ from tests.test_cli import _one_line_error, _run
         ('[{"regex": "(x"}]', "bad regex"),
         ('[{"regex": "x", "step": "n"}]', "no group named 'n'"),
         ("- regex: x", "not JSON"),
+        # backtracking that one log line could make take minutes: refused before anything starts
+        ('[{"name": "nested", "regex": "(a+)+$"}]', "nested: nested quantifiers"),
+        (
+            r'[{"name": "blanks", "regex": "step\\s*\\s*\\s*(?P<n>\\d+)", "step": "n"}]',
+            "blanks: too slow on a long line",
+        ),
+        # a valid file past the bound: said to be too large, not misread as broken JSON
+        pytest.param(
+            '[{"regex": "x"}' + ', {"regex": "x"}' * 80_000 + "]", "too large (over 1 MiB)", id="too-large"
+        ),
     ],
 )
 def test_bad_patterns_file(tmp_path, content, words):

@@ -15,6 +15,13 @@ Three layers:
   version, network, transports, warning and error counts, the newest server load, the workload hint, a
   few evidence lines for the offline checklist) with bounded memory. Label values it yields come from
   closed vocabularies.
+
+A log is written by the job, which anyone may run, so reading it must cost time linear in its length
+whatever it holds: every pattern reads a line's ``window`` only (its first and last 2 KiB), the built-in
+patterns are written so that no two quantifiers can share a character (possessive quantifiers), and a
+pattern whose parts may lie far apart looks on from the first place its head matches only (``_FIRST``:
+a later head would find no match the first misses), and users' patterns are refused unless they pass
+``check_cost``.
 """
 
 from __future__ import annotations
@@ -22,9 +29,11 @@ from __future__ import annotations
 import calendar
 import json
 import re
+import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 # ---- the CRI line ------------------------------------------------------------------------------------
 
@@ -82,6 +91,27 @@ def strip_prefix(text: str) -> str:
     return _PREFIX.sub("", text, count=1)
 
 
+# ---- what a pattern reads of a line -------------------------------------------------------------------
+
+SCAN_CHARS = 4096  # the most of one line any pattern reads: progress, NCCL and server lines are far shorter
+USER_SCAN_CHARS = 1024  # what a user's pattern reads (the window's head): bounds what check_cost missed
+_HALF = SCAN_CHARS // 2 - 1
+
+
+def window(text: str) -> str:
+    """What the patterns read of a line: all of it up to SCAN_CHARS, else its first and last 2 KiB
+    joined by a newline, which no pattern's ``.`` crosses (an error at the end of a long structured-log
+    line is still seen). Windowing a window returns it unchanged."""
+    if len(text) <= SCAN_CHARS:
+        return text
+    return text[:_HALF] + "\n" + text[-_HALF:]
+
+
+def _at_cut(m: re.Match[str], text: str) -> bool:
+    """A match touching a window's seam may hold a number cut in two."""
+    return len(text) == SCAN_CHARS - 1 and text[_HALF] == "\n" and _HALF in (m.end(), m.start() - 1)
+
+
 # ---- the progress table ------------------------------------------------------------------------------
 
 
@@ -89,42 +119,59 @@ def strip_prefix(text: str) -> str:
 class Pattern:
     """One log style. ``step`` / ``seconds`` name regex groups (empty: the pattern does not yield it);
     ``seconds_unit``: how the seconds group is written: s, ms, it/s (a rate; its inverse is seconds) or
-    unit (a group named ``unit`` holds it/s or s/it, as tqdm writes)."""
+    unit (a group named ``unit`` holds it/s or s/it, as tqdm writes). ``reach``: the characters of a
+    line's window it reads."""
 
     name: str
     regex: re.Pattern[str]
     step: str = ""
     seconds: str = ""
     seconds_unit: str = "s"
+    reach: int = SCAN_CHARS
 
 
 def _p(name: str, regex: str, step: str = "", seconds: str = "", unit: str = "s") -> Pattern:
     return Pattern(name, re.compile(regex), step, seconds, unit)
 
 
-_RATE = r"(?P<sec>\d+(?:\.\d+)?)\s*(?P<unit>it/s|s/it)"
+_RATE = r"(?P<sec>\d++(?:\.\d++)?+)\s*+(?P<unit>it/s|s/it)"
+# a pattern whose parts may lie far apart in a line looks after the first head only (see the docstring)
+_FIRST = r"\A(?>.*?"
 
 # First match wins: the specific styles before the generic ``step N``.
 PATTERNS: tuple[Pattern, ...] = (
     # Megatron-LM: " iteration      100/  500000 | consumed samples: ... | elapsed time per iteration (ms):"
     _p(
         "megatron",
-        r"iteration\s+(?P<step>\d+)\s*/\s*\d+\s*\|.*?elapsed time per iteration \(ms\):\s*(?P<sec>[\d.]+)",
+        _FIRST + r"iteration\s++(?P<step>\d++)\s*+/\s*+\d++\s*+\|)"
+        r".*?elapsed time per iteration \(ms\):\s*+(?P<sec>[\d.]++)",
         "step",
         "sec",
         "ms",
     ),
     # DeepSpeed: "steps: 100 loss: 2.3 iter time (s): 1.234 samples/sec: 52.1"
-    _p("deepspeed", r"steps:\s*(?P<step>\d+)\b.*?iter time \(s\):\s*(?P<sec>[\d.]+)", "step", "sec", "s"),
+    _p(
+        "deepspeed",
+        _FIRST + r"steps:\s*+(?P<step>\d++)\b).*?iter time \(s\):\s*+(?P<sec>[\d.]++)",
+        "step",
+        "sec",
+        "s",
+    ),
     # Lightning's bar: "Epoch 3:  45%|████▌     | 450/1000 [02:10<02:39,  3.45it/s, v_num=0, loss=2.31]";
     # its counter restarts every epoch, so it yields only the time per step
-    _p("lightning", r"Epoch \d+:\s+\d+%\|.*?\|\s*\d+/\d+ \[[\d:]+<[\d:?]+,\s*" + _RATE, "", "sec", "unit"),
+    _p(
+        "lightning",
+        _FIRST + r"Epoch \d++:\s++\d++%\|).*?\|\s*+\d++/\d++ \[[\d:]++<[\d:?]++,\s*+" + _RATE,
+        "",
+        "sec",
+        "unit",
+    ),
     # tqdm (HF Trainer's bar too): " 12%|█▏        | 120/1000 [01:23<10:12,  1.44it/s]"
-    _p("tqdm", r"(?P<step>\d+)/\d+ \[[\d:]+<[\d:?]+,\s*" + _RATE, "step", "sec", "unit"),
+    _p("tqdm", r"(?<!\d)(?P<step>\d++)/\d++ \[[\d:]++<[\d:?]++,\s*+" + _RATE, "step", "sec", "unit"),
     # HF Trainer's log dict: "{'loss': 2.3456, 'grad_norm': 1.2, 'learning_rate': 5e-05, 'epoch': 0.12}"
-    _p("hf_trainer", r"\{'loss': [-\d.e+naif]+,.*'epoch': [\d.e+-]+"),
+    _p("hf_trainer", _FIRST + r"\{'loss': [-\d.e+naif]++,).*'epoch': [\d.e+-]"),
     # the generic counters: "step 100", "step: 100/1000", "iter 57", "global_step=1200", "Iteration 3"
-    _p("step", r"(?i)\b(?:global_step|step|iter|iteration)\b\s*[:=#]?\s*(?P<step>\d+)\b", "step"),
+    _p("step", r"(?i)\b(?:global_step|step|iter|iteration)\b\s*+[:=#]?\s*+(?P<step>\d++)\b", "step"),
 )
 
 SECONDS_UNITS = ("s", "ms", "it/s", "unit")
@@ -134,16 +181,33 @@ class PatternError(ValueError):
     """A user pattern that cannot be used; the message names the entry."""
 
 
+PATTERNS_FILE_BYTES = 1 << 20  # a patterns file larger than this is refused, not read
+USER_PATTERNS = 32  # the most user patterns: each may be tried on every progress line
+REGEX_CHARS = 1024  # the longest user regex
+
+
+def read_patterns(path: str) -> tuple[Pattern, ...]:
+    """``--log-patterns``: the file, read up to its bound, as ``load_patterns``. OSError when it cannot
+    be read, PatternError (or UnicodeDecodeError) when it cannot be used."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read(PATTERNS_FILE_BYTES + 1)
+    if len(text.encode("utf-8", "surrogatepass")) > PATTERNS_FILE_BYTES:
+        raise PatternError(f"too large (over {PATTERNS_FILE_BYTES >> 20} MiB)")
+    return load_patterns(text)
+
+
 def load_patterns(text: str) -> tuple[Pattern, ...]:
     """User patterns (a JSON list of {name, regex, step?, seconds?, seconds_unit?}; the chart writes
-    its YAML values as JSON), tried before the built-in table. Each must compile and name only groups
-    its regex has."""
+    its YAML values as JSON), tried before the built-in table. Each must compile, name only groups
+    its regex has, and pass ``check_cost``."""
     try:
         entries = json.loads(text) if text.strip() else []
     except ValueError as exc:
         raise PatternError(f"not JSON ({exc})") from None
     if not isinstance(entries, list):
         raise PatternError("must be a list of {name, regex, step, seconds, seconds_unit}")
+    if len(entries) > USER_PATTERNS:
+        raise PatternError(f"{len(entries)} patterns: at most {USER_PATTERNS}")
     out = []
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict) or not isinstance(entry.get("regex"), str):
@@ -154,10 +218,12 @@ def load_patterns(text: str) -> tuple[Pattern, ...]:
         odd = [k for k, v in entry.items() if not isinstance(v, str)]
         if odd:  # YAML values (the chart's) turn an unquoted y, n, on, off or 1 into a bool or a number
             raise PatternError(f"entry {i}: {', '.join(sorted(odd))} must be strings (quote them)")
-        name = str(entry.get("name") or f"custom{i}")
+        name = str(entry.get("name") or f"custom{i}")[:64]
+        if len(entry["regex"]) > REGEX_CHARS:
+            raise PatternError(f"{name}: the regex is longer than {REGEX_CHARS} characters")
         try:
             regex = re.compile(entry["regex"])
-        except re.error as exc:
+        except (re.error, RecursionError, OverflowError) as exc:
             raise PatternError(f"{name}: bad regex ({exc})") from None
         step, seconds = str(entry.get("step", "")), str(entry.get("seconds", ""))
         unit = str(entry.get("seconds_unit", "s"))
@@ -166,8 +232,141 @@ def load_patterns(text: str) -> tuple[Pattern, ...]:
                 raise PatternError(f"{name}: the regex has no group named {group!r}")
         if unit not in SECONDS_UNITS:
             raise PatternError(f"{name}: seconds_unit must be one of {', '.join(SECONDS_UNITS)}")
-        out.append(Pattern(name, regex, step, seconds, unit))
+        why = check_cost(regex)
+        if why:
+            raise PatternError(f"{name}: {why}")
+        out.append(Pattern(name, regex, step, seconds, unit, USER_SCAN_CHARS))
     return tuple(out)
+
+
+# ---- what a user's regex may cost --------------------------------------------------------------------
+
+try:  # the parser's own modules: private, but the same from 3.11 to 3.13
+    from re import _constants as _sre
+    from re import _parser as _sre_parse
+except ImportError:  # pragma: no cover
+    _sre = _sre_parse = None
+
+PROBE_SECONDS = 0.002  # CPU one search of a probe may take; a linear pattern takes microseconds
+# probe lengths: fine steps where exponential patterns blow up, then doublings
+_PROBE_STEPS = (*range(4, 64, 2), 64, 128, 256, 512, 1024, 2048, 4096)
+_NESTED = (
+    "nested quantifiers (a repeat inside a repeat, such as (a+)+ or (\\d+\\.){3}) can take "
+    "exponential time on one line: write it without"
+)
+
+
+def check_cost(regex: re.Pattern[str], chars: int = USER_SCAN_CHARS) -> str:
+    """Why a user's regex could take more than linear time on a line ('' when nothing says so): a
+    repeat inside a repeat, read from its parse; or any search of a generated worst case up to
+    ``chars`` long (a literal of the pattern, then a run of one character it matches or of one of its
+    literals, then one it does not match) taking more than PROBE_SECONDS. Probes grow in steps and stop
+    at the first slow one, so the check itself stays short. A heuristic: it catches the usual shapes,
+    not every one; the pattern's reach bounds the rest."""
+    sizes = (*(n for n in _PROBE_STEPS if n < chars), chars)
+    if _sre is None:  # pragma: no cover - a later Python without them: the probes still run
+        return _probe(regex, ("",), ("a", " ", "0"), sizes)
+    try:
+        tree = _sre_parse.parse(regex.pattern, regex.flags)
+    except (re.error, RecursionError):
+        return "cannot be checked"
+    if _nested(tree.data, _sre, False):
+        return _NESTED
+    runs: list[str] = []
+    one: dict[str, None] = {}
+    _atoms(tree.data, _sre, runs, one)
+    literals = list(dict.fromkeys(r for r in runs if r))[:8]
+    everything = "".join(literals)  # all the literals in a row: a pattern's parts one after another
+    return _probe(regex, ("", *literals), (*list(one)[:16], *literals, everything), sizes)
+
+
+def _children(op: Any, av: Any, s: Any) -> list[list[tuple[Any, Any]]]:
+    """The sub-sequences of one parsed node."""
+    if op in (s.MAX_REPEAT, s.MIN_REPEAT, s.POSSESSIVE_REPEAT):
+        return [list(av[2])]
+    if op is s.SUBPATTERN:
+        return [list(av[3])]
+    if op is s.BRANCH:
+        return [list(b) for b in av[1]]
+    if op is s.ATOMIC_GROUP:
+        return [list(av)]
+    if op in (s.ASSERT, s.ASSERT_NOT):
+        return [list(av[1])]
+    if op is s.GROUPREF_EXISTS:
+        return [list(b) for b in av[1:] if b is not None]
+    return []
+
+
+def _nested(items: list[tuple[Any, Any]], sre: Any, inside: bool) -> bool:
+    """A repeat of more than one inside another repeat of more than one."""
+    for op, av in items:
+        many = op in (sre.MAX_REPEAT, sre.MIN_REPEAT, sre.POSSESSIVE_REPEAT) and av[1] > 1
+        if many and inside:
+            return True
+        if any(_nested(sub, sre, inside or many) for sub in _children(op, av, sre)):
+            return True
+    return False
+
+
+_CATEGORY_CHAR = {
+    "CATEGORY_DIGIT": "0",
+    "CATEGORY_NOT_DIGIT": "a",
+    "CATEGORY_SPACE": " ",
+    "CATEGORY_NOT_SPACE": "a",
+    "CATEGORY_WORD": "a",
+    "CATEGORY_NOT_WORD": " ",
+}
+
+
+def _atoms(items: list[tuple[Any, Any]], sre: Any, runs: list[str], chars: dict[str, None]) -> None:
+    """The pattern's literal runs and one character of each thing it matches one character of."""
+    run = ""
+    for op, av in items:
+        if op is sre.LITERAL:
+            run += chr(av)
+            chars[chr(av)] = None
+            continue
+        runs.append(run)
+        run = ""
+        if op is sre.ANY or op is sre.NOT_LITERAL:
+            chars["a"] = None
+        elif op is sre.IN:
+            for kind, value in av:
+                if kind is sre.LITERAL:
+                    chars[chr(value)] = None
+                elif kind is sre.RANGE:
+                    chars[chr(value[0])] = None
+                elif kind is sre.CATEGORY:
+                    chars[_CATEGORY_CHAR.get(str(value), "a")] = None
+        for sub in _children(op, av, sre):
+            _atoms(sub, sre, runs, chars)
+    runs.append(run)
+
+
+def _search_cpu(regex: re.Pattern[str], text: str) -> float:
+    started = time.thread_time()
+    regex.search(text)
+    return time.thread_time() - started
+
+
+def _probe(regex: re.Pattern[str], heads: Iterable[str], pumps: Iterable[str], sizes: Iterable[int]) -> str:
+    """The first probe, a head then a pump repeated, a search of which takes more than PROBE_SECONDS."""
+    pumps, sizes = tuple(p for p in pumps if p), tuple(sizes)
+    for head in heads:
+        for pump in pumps:
+            for size in sizes:
+                text = (head + pump * max(1, (size - len(head)) // len(pump)))[: size - 1] + "\x00"
+                spent = _search_cpu(regex, text)
+                if spent > PROBE_SECONDS:
+                    spent = min(spent, _search_cpu(regex, text))  # twice: a hiccup is not the pattern
+                if spent > PROBE_SECONDS:
+                    shown = (head + pump * 3)[:40]
+                    return (
+                        f"too slow on a long line ({spent * 1000:.0f} ms on {len(text)} characters of "
+                        f"{shown!r}...): two quantifiers can match the same text; make them possessive "
+                        "(*+, ++) or atomic (?>...), and drop a leading .*"
+                    )
+    return ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,9 +377,10 @@ class Progress:
 
 
 def match_progress(text: str, patterns: Iterable[Pattern] = PATTERNS) -> Progress | None:
+    text = window(text)
     for p in patterns:
-        m = p.regex.search(text)
-        if m is None:
+        m = p.regex.search(text, 0, p.reach)
+        if m is None or _at_cut(m, text) or m.end() == p.reach < len(text):
             continue
         step = int(m.group(p.step)) if p.step else None
         seconds = _seconds(m, p) if p.seconds else None
@@ -212,12 +412,13 @@ INTER = ("NET/IB", "NET/OFI", "NET/Socket", "NET/Other", "CollNet")
 # intra-node transports that mean NVLink writes are not in use (read mode, or through host memory)
 OFF_NVLINK = ("P2P/IPC/read", "P2P/CUMEM/read", "SHM")
 
-_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
+_VERSION = re.compile(r"NCCL version (\d++\.\d++\.\d+)")
 _NETWORK = re.compile(r"Using network (\S+(?: Libfabric)?)")
 _VIA = re.compile(r"via (\S+(?: pointer| Libfabric)?(?:/\S+)?)")
 _NVLS = re.compile(r"NVLS multicast support is available|Connected NVLS|NVLS comm ")
 _PLUGIN_FAIL = re.compile(
-    r"NET/Plugin ?: ?(?:Plugin load .*returned|Failed to find ncclNetPlugin|No plugin found|dlerror)"
+    r"NET/Plugin ?: ?(?:Failed to find ncclNetPlugin|No plugin found|dlerror)"
+    r"|\A(?>.*?NET/Plugin ?: ?Plugin load ).*returned"
 )
 _GDR = re.compile(r"GPU Direct RDMA Enabled|/GDRDMA")
 # "NET/Socket : Using [0]eth0:10.0.0.11<0>": NCCL's socket network came up (it is tried after IB and
@@ -226,9 +427,9 @@ _SOCKET_NET = re.compile(r"NET/Socket ?: ?Using \[")
 _NO_IB = re.compile(r"NET/IB ?: ?No device found")
 # "comm 0x55d0 rank 0 nRanks 16 nNodes 2 localRanks 8 localRank 0 MNNVL 0" (NCCL 2.19+): NCCL's own count
 # of the hosts a communicator spans (GPUs of a multi-node NVLink domain count as one)
-_NODES = re.compile(r"\bnNodes (\d+)")
+_NODES = re.compile(r"\bnNodes (\d++)")
 # the prefix of NCCL's own lines, "<host>:<pid>:<tid> [<dev>] ": the host it runs on
-_HOST = re.compile(r"^([\w.-]+):\d+:\d+ \[\d+\] ")
+_HOST = re.compile(r"^([\w.-]++):\d++:\d++ \[\d++\] ")
 HOSTS_KEPT = 16  # distinct hosts remembered: enough to tell one from several, bounded whatever the log
 
 
@@ -299,14 +500,14 @@ ERROR_SIGNS: tuple[ErrorSign, ...] = (
     ),
     _sign(
         "dataloader_killed",
-        r"DataLoader worker \(pids?.*?\) (?:is killed by signal|exited unexpectedly)",
+        r"\A(?>.*?DataLoader worker \(pid).*?\) (?:is killed by signal|exited unexpectedly)",
         "a DataLoader worker died: check the /dev/shm size and the pod's memory limit",
     ),
     # NCCL's own allocations (its buffers, per channel and peer): "misc/utils.cc:... NCCL WARN Cuda
     # failure 'out of memory'", "include/alloc.h:... NCCL WARN Cuda failure 2 'out of memory'"
     _sign(
         "nccl_cuda_oom",
-        r"(?:NCCL WARN |^)Cuda failure (?:\d+ )?'out of memory'",
+        r"(?:NCCL WARN |^)Cuda failure (?:\d++ )?'out of memory'",
         "NCCL could not allocate its buffers on the GPU: they need GPU memory beside the model's, so "
         "lower NCCL_BUFFSIZE or the number of channels (NCCL_MAX_NCHANNELS), leave headroom in the "
         "framework's memory fraction (torch.cuda.set_per_process_memory_fraction, "
@@ -325,14 +526,14 @@ ERROR_SIGNS: tuple[ErrorSign, ...] = (
     ),
     _sign(
         "ib_completion_error",
-        r"NET/IB ?: ?Got completion.*?(?:status=|with error )\d+",
+        r"\A(?>.*?NET/IB ?: ?Got completion).*?(?:status=|with error )\d",
         "an RDMA transfer failed (12: retries exceeded): check the links and the fabric",
     ),
     # "misc/socket.cc:... NCCL WARN Net : Connection closed by remote peer 10.0.0.2<45678>", NCCL 2.19+
     # "socketProgress: Connection closed by remote peer node-2<45678>"
     _sign(
         "peer_closed",
-        r"(?:NCCL WARN |NET/\w+ ?: ?).*Connection closed by remote peer"
+        r"\A(?>.*?(?:NCCL WARN |NET/\w++ ?: ?)).*Connection closed by remote peer"
         r"|^(?:Net|socketProgress) ?: ?Connection closed by remote peer",
         "a peer rank closed its connection: it died or was killed. Read the other ranks' logs first (the "
         "first to fail), then the OOM killer (kubectl describe pod: OOMKilled; dmesg) and whether a node "
@@ -379,7 +580,7 @@ KNOWN_BAD: dict[str, tuple[re.Pattern[str], str, str]] = {
         "the container cannot load the driver: check the NVIDIA container toolkit and LD_LIBRARY_PATH",
     ),
     "nccl_error_timeout": (
-        re.compile(r"NCCL ERROR timeout|NCCL WARN .*[Tt]imeout"),
+        re.compile(r"NCCL ERROR timeout|\A(?>.*?NCCL WARN ).*[Tt]imeout"),
         "fail",
         "a peer never answered: check that every rank started and that the network between nodes is open",
     ),
@@ -445,8 +646,8 @@ WORKLOAD_LINES: tuple[WorkloadLine, ...] = (
     _w(
         "serving",
         "vLLM engine stats",
-        r"Avg prompt throughput: [\d.]+ tokens/s, .*?Running: (?P<running>\d+) reqs, "
-        r"(?:Swapped: (?P<swapped>\d+) reqs, )?(?:Pending|Waiting): (?P<waiting>\d+) reqs",
+        r"\A(?>.*?Avg prompt throughput: [\d.]++ tokens/s, ).*?Running: (?P<running>\d++) reqs, "
+        r"(?:Swapped: (?P<swapped>\d++) reqs, )?(?:Pending|Waiting): (?P<waiting>\d++) reqs",
         "Avg prompt throughput",
     ),
     # SGLang's scheduler: "Decode batch. #running-req: 3, #token: 1234, token usage: 0.05, gen throughput
@@ -454,7 +655,8 @@ WORKLOAD_LINES: tuple[WorkloadLine, ...] = (
     _w(
         "serving",
         "SGLang batch stats",
-        r"(?:Prefill|Decode) batch\b.*?#running-req: (?P<running>\d+),.*?#queue-req: (?P<waiting>\d+)",
+        r"\A(?>.*?(?:Prefill|Decode) batch\b)(?>.*?#running-req: (?P<running>\d++),)"
+        r".*?#queue-req: (?P<waiting>\d+)",
         "#running-req",
     ),
     # "Starting vLLM API server 0 on http://0.0.0.0:8000"; older: "vLLM API server version 0.6.3"
@@ -502,12 +704,13 @@ WORKLOAD_LINES: tuple[WorkloadLine, ...] = (
     _w(
         "interactive",
         "Jupyter server",
-        r"\[[DIWEC] [^\]]*(?:ServerApp|NotebookApp)\b",  # JupyterHub's SingleUserNotebookApp too
+        # no [ inside: each "[I " is looked after up to the next bracket only, so starts never overlap
+        r"\[[DIWEC] [^\][]*(?:ServerApp|NotebookApp)\b",  # JupyterHub's SingleUserNotebookApp too
         "ServerApp",
         "NotebookApp",
     ),
     # vLLM's offline LLM.generate bar: "Processed prompts:  45%|####5     | 450/1000 [00:10<00:12, ...]"
-    _w("batch", "vLLM offline batch", r"Processed prompts: +\d+%", "Processed prompts"),
+    _w("batch", "vLLM offline batch", r"Processed prompts: ++\d++%", "Processed prompts"),
 )
 _WORKLOAD_KEYS = re.compile("|".join(re.escape(k) for line in WORKLOAD_LINES for k in line.keys))
 _LOAD_LINES = tuple(line for line in WORKLOAD_LINES if line.load)
@@ -531,6 +734,7 @@ def _match_workload(text: str, loads_only: bool = False) -> tuple[WorkloadHint, 
 
 def match_workload(text: str) -> tuple[WorkloadHint, ServerLoad | None] | None:
     """What one line says a pod runs, and the load it reports when it is a server's load line."""
+    text = window(text)
     if _WORKLOAD_KEYS.search(text) is None:
         return None
     return _match_workload(text)
@@ -604,6 +808,7 @@ class LogState:
         """One whole line (CRI record already unwrapped, partials joined). ``t``: its timestamp when
         known. ``count=False`` reads state (transports, step) without counting warnings and errors: the
         tail of a log read at start belongs to the past. ``progress=False`` skips the progress table."""
+        text = window(text)
         self.lines += 1
         if t is not None:
             self.last_t = t if self.last_t is None else max(self.last_t, t)

@@ -8,6 +8,7 @@ import gzip
 import io
 import json
 import sys
+import zlib
 from collections.abc import Iterator
 from typing import IO
 
@@ -33,6 +34,8 @@ def _lines(path: str) -> Iterator[str]:
             yield line.rstrip("\r\n")
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         raise CheckError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
+    except zlib.error as exc:  # a good gzip header over a corrupt body
+        raise CheckError(f"{path}: cannot read (corrupt gzip data: {str(exc).rsplit(': ', 1)[-1]})") from None
     finally:
         if raw is not sys.stdin.buffer:
             raw.close()

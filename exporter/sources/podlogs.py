@@ -608,11 +608,10 @@ def _build(inputs: Inputs) -> PodLogSource | None:
     if not settings.pod_logs:
         return None
     extra: tuple[Pattern, ...] = ()
-    if settings.log_patterns:
-        from exporter.podlogs.logparse import load_patterns
+    if settings.log_patterns:  # the command line checked it; read within the same bounds
+        from exporter.podlogs.logparse import read_patterns
 
-        with open(settings.log_patterns, encoding="utf-8") as f:
-            extra = load_patterns(f.read())
+        extra = read_patterns(settings.log_patterns)
     sys_root = str(inputs.host()["sys_root"])
     return PodLogSource(settings.pod_logs, inputs.errors, extra + PATTERNS, sys_root=sys_root)
 
