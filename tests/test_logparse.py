@@ -845,3 +845,10 @@ def test_a_patterns_file_past_its_bound_is_too_large(tmp_path):
         lp.read_patterns(str(path))
     path.write_text(json.dumps([{"regex": r"it (?P<n>\d+)", "step": "n"}]))
     assert [p.name for p in lp.read_patterns(str(path))] == ["custom0"]
+
+
+def test_partial_records_of_a_saved_log_are_joined_up_to_a_bound():
+    stamp = "2026-01-01T00:00:00.000000000Z stdout"
+    records = [f"{stamp} P " + "x" * 16_000] * 100 + [f"{stamp} F end"]
+    ((text, t),) = list(lp.plain_lines(records))
+    assert len(text) <= lp.JOINED_CHARS + 3 and text.endswith("xend") and t is not None

@@ -184,3 +184,18 @@ def test_lines_of_repeated_nccl_warn_up_to_the_line_bound_take_linear_time(tmp_p
     assert time.monotonic() - started < 10, "quadratic: minutes before the fix"
     assert result.returncode == 1, result.stderr  # warnings only: no failure is claimed
     assert json.loads(result.stdout)["warnings"] == 3
+
+
+def test_endless_partial_records_are_joined_up_to_a_bound(tmp_path):
+    """8 MiB of P records and an F: one line, its joined text bounded, read in about the time of reading."""
+    stamp = "2026-01-01T00:00:00.000000000Z stdout"
+    part = "NCCL WARN " * 1600  # 16,000 characters
+    log = tmp_path / "partial.log"
+    with log.open("w") as f:
+        for _ in range(512):
+            f.write(f"{stamp} P {part}\n")
+        f.write(f"{stamp} F end\n")
+    started = time.monotonic()
+    result = _run("--json", str(log))
+    assert time.monotonic() - started < 20
+    assert json.loads(result.stdout)["warnings"] == 1, result.stderr

@@ -1109,21 +1109,28 @@ def exit_status(found: list[Check]) -> int:
     return 2 if "fail" in statuses else 1 if "warn" in statuses else 0
 
 
+JOINED_CHARS = 1 << 20  # partial records joined into one line: a log of endless P records stays bounded
+
+
 def plain_lines(lines: Iterable[str]) -> Iterator[tuple[str, float | None]]:
-    """Lines of a saved log: CRI records are unwrapped (partials joined), anything else is taken as is."""
+    """Lines of a saved log: CRI records are unwrapped (partials joined up to JOINED_CHARS, the rest of
+    them dropped), anything else is taken as is."""
     pending: list[str] = []
+    size = 0
     for line in lines:
         cri = parse_cri(line) if line[:4].isdigit() else None
         if cri is None:
             if pending:
                 yield "".join(pending), None
-                pending = []
+                pending, size = [], 0
             yield line, None
             continue
-        pending.append(cri.text)
+        if not cri.partial or size + len(cri.text) <= JOINED_CHARS:
+            pending.append(cri.text)
+            size += len(cri.text)
         if not cri.partial:
             yield "".join(pending), cri.t
-            pending = []
+            pending, size = [], 0
     if pending:
         yield "".join(pending), None
 
