@@ -5,6 +5,7 @@ plain loops, and the errors that end jobs."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -845,6 +846,10 @@ def test_a_patterns_file_past_its_bound_is_too_large(tmp_path):
         lp.read_patterns(str(path))
     path.write_text(json.dumps([{"regex": r"it (?P<n>\d+)", "step": "n"}]))
     assert [p.name for p in lp.read_patterns(str(path))] == ["custom0"]
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)  # no writer: refused at once, never waited on
+    with pytest.raises(lp.PatternError, match="not a regular file"):
+        lp.read_patterns(str(fifo))
 
 
 def test_partial_records_of_a_saved_log_are_joined_up_to_a_bound():

@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import calendar
 import json
+import os
 import re
+import stat
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -188,10 +190,15 @@ REGEX_CHARS = 1024  # the longest user regex
 
 def read_patterns(path: str) -> tuple[Pattern, ...]:
     """``--log-patterns``: the file, read up to its bound, as ``load_patterns``. OSError when it cannot
-    be read, PatternError (or UnicodeDecodeError) when it cannot be used."""
-    with open(path, encoding="utf-8") as f:
+    be read, PatternError (or UnicodeDecodeError) when it cannot be used. A FIFO or a device is refused
+    unread: the open does not wait for a writer."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise PatternError("not a regular file")
+    with open(fd, encoding="utf-8") as f:
         text = f.read(PATTERNS_FILE_BYTES + 1)
-    if len(text.encode("utf-8", "surrogatepass")) > PATTERNS_FILE_BYTES:
+    if len(text.encode()) > PATTERNS_FILE_BYTES:
         raise PatternError(f"too large (over {PATTERNS_FILE_BYTES >> 20} MiB)")
     return load_patterns(text)
 
