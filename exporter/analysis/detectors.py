@@ -58,6 +58,7 @@ from exporter.policy.thresholds import (
 # counts as starving, hot, hung...) live in the threshold table; these only shape the scores around them.
 BELOW_ENTER = 0.45  # suggestive evidence: capped just under the enter score, never a verdict alone
 PAUSE_SCORE = 0.25  # a pause: under the exit score, so a firing verdict starts to resolve
+FADED = 0.25  # a loss no longer large or lasting enough to page: under the exit score, it resolves
 FORECAST = 0.6  # a forecast (heading for the slowdown point): fires, but weaker than a fact
 FIRM = 0.8  # a fact the driver reports (links down, P2P failing)
 STRONG = 0.9  # a fact that breaks collectives outright (fabric not ready), or clocks already cut
@@ -143,10 +144,7 @@ def starvation(f: GpuFeatures, h: HostFeatures | None, waiting: float | None = N
         return Evidence(score=PAUSE_SCORE)  # a pause, not the rhythm of a starving pipeline
     # sustained: the rhythm shows in both halves of the window (a single dip lives in one half)
     halves = [h for h in f.halves if h is not None]
-    idle = (f.idle_fraction or 0.0) if waiting is None else waiting
-    rhythm = _rhythm(idle, f.gaps)
-    if len(halves) < 2 or any(h.gaps < 1 or h.idle_fraction < MIN_HALF_IDLE for h in halves):
-        rhythm = min(rhythm, BELOW_ENTER)
+    rhythm = recurring(f, waiting)
     if waiting is not None and waiting < STARVATION_IDLE_FRACTION.value / 2:
         swing = 0.0  # the ledger sees no waiting: a swing between phases (start-up, evaluation) is not it
     else:
@@ -160,6 +158,17 @@ def starvation(f: GpuFeatures, h: HostFeatures | None, waiting: float | None = N
         # power confirms; a board whose idle power is high may not drop far, so it only weighs 40 %
         score = util_evidence * (1 - CONFIRM_WEIGHT + CONFIRM_WEIGHT * max(low, waves))
     return Evidence(score=score, cause=starvation_cause(f, h) if score > 0 else "")
+
+
+def recurring(f: GpuFeatures, waiting: float | None = None) -> float:
+    """The busy/idle rhythm's score, when it shows in both halves of the evidence window: waits that
+    recur (a single dip lives in one half, a pause is one gap)."""
+    idle = (f.idle_fraction or 0.0) if waiting is None else waiting
+    rhythm = _rhythm(idle, f.gaps)
+    halves = [h for h in f.halves if h is not None]
+    if len(halves) < 2 or any(h.gaps < 1 or h.idle_fraction < MIN_HALF_IDLE for h in halves):
+        rhythm = min(rhythm, BELOW_ENTER)
+    return rhythm
 
 
 def _rhythm(idle: float, gaps: float) -> float:
@@ -374,10 +383,14 @@ def detect_starvation(c: Context) -> Evidence:
     )
     if score <= 0:
         return Evidence()
-    if _unsustained(c) or c.undecided:
-        # a loss too small or too short to page starts no verdict, nor one of a GPU that may be a
-        # pipeline's stage or a server (decided within the pipeline hold, or the server's first minutes)
+    if c.undecided:
+        # no verdict starts on a GPU that may be a pipeline's stage or a server (decided within the
+        # pipeline hold, or the server's first minutes)
         score = min(score, BELOW_ENTER)
+    if _unsustained(c):
+        # a loss too small or too short to page starts no verdict, and one that entered on its rhythm
+        # ends with it: a minute of recurring waits (an evaluation loading its next subset) is a phase
+        score = min(score, FADED)
     if c.slow.get("checkpoint") >= c.slow.get("input_wait") and c.slow.get("checkpoint") > 0:
         return Evidence(score=score, cause="checkpoint")
     return Evidence(score=score, cause=starvation_cause(c.f, c.host))
@@ -386,7 +399,15 @@ def detect_starvation(c: Context) -> Evidence:
 def _unsustained(c: Context) -> bool:
     """Too small or too short a loss to start a page: under a fifth of the last two minutes, or a fifth
     of them but not of five minutes unless it is heavier (a loss that started within the five minutes
-    reaches their fifth late; a heavy one pages at once, a light one must last)."""
+    reaches their fifth late; a heavy one pages at once, a light one must last). A heavy loss that
+    recurs at step scale (many separate waits across the evidence window, not one pause) is sustained
+    by its shape as soon as the window shows it: waiting for the two minutes to fill would page a
+    third lost a minute later than the rhythm tells."""
+    if (
+        c.recent.family("input") >= STARVATION_SUSTAINED.value
+        and recurring(c.f, _forgiven(c.recent, c)) >= SCORE_ENTER.value
+    ):
+        return False
     fast, slow = c.fast.family("input"), c.slow.family("input")
     if fast < STARVATION_SUSTAINED.value:
         return True

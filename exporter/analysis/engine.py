@@ -264,7 +264,7 @@ class Analyzer:
             if tick is not None and tick.span > 0:
                 state.serving.see(now, tick.mem_bytes, tick.mem_total, tick.stopped, tick.span)
                 state.waiting = tick.waiting
-            state.workload = decide(hint, pipeline, state.serving.workload())
+            state.workload = decide(hint, pipeline, state.serving.workload(), state.serving.unknown())
             state.undecided = not state.workload.kind and (pending or state.serving.pending(now))
 
     # ---- evaluation ----------------------------------------------------------------------------

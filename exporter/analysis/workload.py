@@ -69,14 +69,18 @@ class Workload:
 
 
 UNKNOWN = Workload()
+# nothing said otherwise, and the trace cannot show a server (a log without memory.total): say so
+UNSIZED = Workload(evidence="nothing said otherwise; a server's shape needs memory.total")
 
 
-def decide(hint: Workload | None, pipeline: Workload | None, serving: Workload | None) -> Workload:
+def decide(
+    hint: Workload | None, pipeline: Workload | None, serving: Workload | None, unknown: Workload = UNKNOWN
+) -> Workload:
     """The flag is the user's word; the turns of a pipeline are physics whatever the job says it is;
-    then the job's own word (log, then name); then a server's shape."""
+    then the job's own word (log, then name); then a server's shape; else ``unknown``."""
     if hint is not None and hint.source == "flag":
         return hint
-    return pipeline or hint or serving or UNKNOWN
+    return pipeline or hint or serving or unknown
 
 
 # ---- a server, by its shape ----------------------------------------------------------------------
@@ -108,6 +112,10 @@ class ServingShape:
     def pending(self, now: float) -> bool:
         """Reserved like a server, too recently to know: no quiet stretch yet, but not for long."""
         return self.since is not None and not self.quiet_seen and now - self.since < SERVING_PENDING.value
+
+    def unknown(self) -> Workload:
+        """The class when nothing decided it: unknown, and why when the framebuffer's size never came."""
+        return UNKNOWN if self.total else UNSIZED
 
     def workload(self) -> Workload | None:
         if self.since is None or not self.quiet_seen or not self.total:

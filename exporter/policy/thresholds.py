@@ -670,20 +670,22 @@ STARVATION_SUSTAINED = _t(
     "starvation.sustained_share",
     0.2,
     "ratio",
-    "A starvation verdict starts only while a fifth of the last two minutes went to input waits: a job "
-    "at 86 % utilization with a 5-10 s pause every minute or two (evaluation scoring, the next subset "
-    "loading) books 5-15 % and runs at nearly full speed, nothing a person should be woken for (a real "
-    "evaluation on a 4090 paged twice at 15 %). A verdict already on holds on its own evidence, so the "
-    "gate never breaks a page...",
+    "A starvation verdict starts only while a fifth of the last two minutes went to input waits, or a "
+    "fifth of the last half minute in waits that recur across it (three or more, in both its halves: "
+    "step-sized waits, not one pause): a job at 86 % utilization with a 5-10 s pause every minute or two "
+    "(evaluation scoring, the next subset loading) books 5-15 % in single pauses and runs at nearly full "
+    "speed, nothing a person should be woken for (a real evaluation on a 4090 paged twice at 15 %), "
+    "while a job losing a third of its time in step-sized waits shows it within half a minute...",
 )
 STARVATION_HEAVY = _t(
     "starvation.heavy_share",
     0.3,
     "ratio",
-    "...and a fifth of the last five minutes too, unless the last two lost 30 % or more: a minute at "
-    "half speed in a 48-minute evaluation (a real one on a 4090 dipped to 50 % for a minute while it "
-    "loaded a subset, a fifth of two minutes but a tenth of five) is a phase, a job losing a third of "
-    "its time pages as soon as two minutes show it.",
+    "...and, past the half minute's rhythm, a fifth of the last five minutes too unless the last two "
+    "lost 30 % or more: a minute at half speed in a 48-minute evaluation (a real one on a 4090 dipped "
+    "to 50 % for a minute while it loaded a subset, a fifth of two minutes but a tenth of five) is a "
+    "phase. The gate holds a firing verdict too: when neither the rhythm nor the shares carry it any "
+    "more, it resolves instead of riding the two minutes' share it left behind.",
 )
 SERVING_RESERVED = _t(
     "workload.serving_reserved_ratio",

@@ -8,7 +8,7 @@ import pytest
 
 from exporter.analysis import detectors as d
 from exporter.analysis.features import GpuFeatures, HostFeatures, count_gaps
-from exporter.policy.thresholds import HANG_FIRE
+from exporter.policy.thresholds import EVIDENCE_WINDOW, HANG_FIRE, STARVATION_RESOLVE
 from tests.analysis.synth import GIB, HOST_OK, IDLE, NCCL_SPIN, WORKING, alternating, run, steady, switch
 
 STARVED = alternating(busy_s=1.0, idle_s=0.9)
@@ -24,6 +24,24 @@ def test_starving_rank_is_blamed_within_a_minute_and_its_waiting_peers_are_not()
     assert [e.gpu for e in r.fired("data_starvation")] == ["3"]
     assert 60 < r.first("data_starvation") <= 120
     assert r.fired("data_starvation")[0].related == ("0",)  # the peer waits for it in NCCL
+
+
+def test_a_third_lost_in_step_sized_waits_is_a_verdict_within_forty_seconds():
+    """Recurring waits across the evidence window need not wait for two minutes of share to fill."""
+    third = alternating(busy_s=2.0, idle_s=1.0)
+    r = run({"0": switch(300, steady(WORKING), third)}, 420)
+    assert r.kinds() == {"data_starvation"}
+    assert 300 < r.first("data_starvation") <= 300 + 40
+
+
+def test_a_phase_of_recurring_waits_resolves_a_minute_after_its_rhythm_ends():
+    """An evaluation loading its next subsets for a while at two-thirds speed: a verdict that entered
+    on its rhythm ends with it, not held for minutes by the two-minute share it left behind."""
+    phase = switch(400, switch(300, steady(WORKING), alternating(busy_s=2.0, idle_s=1.0)), steady(WORKING))
+    r = run({"0": phase}, 700)
+    changes = [(e.state, e.t) for e in r.events if e.kind == "data_starvation"]
+    assert [state for state, _ in changes] == ["firing", "resolved"]
+    assert changes[1][1] <= 400 + EVIDENCE_WINDOW.value + STARVATION_RESOLVE.value
 
 
 @pytest.mark.parametrize(

@@ -111,3 +111,16 @@ def test_jobs_that_leave_take_their_class_and_turns_with_them():
         run({str(g): steady(WORKING) for g in range(4)}, 3, analyzer=a, start=3.0 * k)
         assert a.workload("0").kind == "serving"
     assert len(a._hints) == 1 and len(a._turns) == 1
+
+
+def test_without_the_framebuffers_size_the_class_says_a_server_could_not_be_seen():
+    """A log without memory.total cannot show a server's reservation: judged as training, and it says why."""
+    unsized = replace(WORKING, mem_total_bytes=None)
+    r = run(
+        {"0": alternating(busy_s=3.0, idle_s=12.0, busy=unsized, idle=replace(IDLE, mem_total_bytes=None))},
+        60,
+    )
+    w = r.analyzer.workload("0")
+    assert w.kind == "" and "memory.total" in w.evidence
+    sized = run({"0": steady(WORKING)}, 30).analyzer.workload("0")
+    assert sized.kind == "" and sized.evidence == ""
