@@ -1094,6 +1094,24 @@ HTTP_MAX_BODY_CONNECTIONS = _t(
     "flood. Past it the oldest still sending is closed for the new one, and the rest of the connections "
     "stay for scrapes (1,100 stalled reports used to hold all 1,024 and fail every scrape).",
 )
+HTTP_SEND_TIMEOUT = _t(
+    "http.send_timeout_seconds",
+    10.0,
+    "seconds",
+    "An answer is written in 64 KiB pieces as the client takes them; a connection whose client takes "
+    "nothing of what waits for it (its write buffer stays over asyncio's 64 KiB high-water mark) for 10 s "
+    "is closed, and what it held is freed. A scraper takes a 4 MB exposition in milliseconds inside a "
+    "cluster, and Prometheus gives up on a scrape after its 10 s scrape_timeout anyway.",
+)
+HTTP_MAX_STALLED_CONNECTIONS = _t(
+    "http.max_stalled_connections",
+    256.0,
+    "count",
+    "A connection not taking its answer holds up to about 128 KiB of it (the write buffer's high-water "
+    "mark and one 64 KiB piece): 256 of them hold at most 32 MiB, well inside the chart's 256 MiB limit. "
+    "Past it the oldest is closed for the new one (before these bounds 200 clients that never read a 4 MB "
+    "exposition took the process from 95 to 579 MiB, and 211 MiB stayed after they left).",
+)
 HTTP_TLS_HANDSHAKE_TIMEOUT = _t(
     "http.tls_handshake_timeout_seconds",
     3.0,

@@ -24,6 +24,7 @@ from exporter.serve.http_negotiation import wants_gzip, wants_openmetrics
 from exporter.serve.httpguard import (
     ConnectionGuard,
     GuardedListener,
+    SmallWrites,
     WholeBodies,
     connection_bound,
     http_families,
@@ -123,7 +124,7 @@ def server_config(
         web_config=bool(s.web_config_file),
     )
     return uvicorn.Config(
-        WebMiddleware(WholeBodies(create_app(application)), web),  # type: ignore[arg-type]
+        SmallWrites(WebMiddleware(WholeBodies(create_app(application)), web)),  # type: ignore[arg-type]
         host=s.listen_address,
         port=s.port,
         log_level=s.log_level if s.log_level != "debug" else "info",
