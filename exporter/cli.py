@@ -360,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_formats_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    replay.add_argument("trace", help="the log file, in any of the formats below")
+    replay.add_argument("trace", nargs="?", help="the log file, in any of the formats below; or --prometheus")
     replay.add_argument(
         "--gpus",
         type=int,
@@ -419,6 +419,9 @@ def build_parser() -> argparse.ArgumentParser:
         "are examples, not quotes",
     )
     replay.add_argument("--currency", metavar="CODE", help="the prices' currency (default USD)")
+    from exporter.offline.promhistory.command import add_flags as add_prometheus_flags
+
+    add_prometheus_flags(replay)
     record = sub.add_parser(
         "record",
         help="sample like serve, but write the samples as a trace CSV that replay reads",
@@ -449,6 +452,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "scenarios":
             return _scenarios()
+        if args.command == "replay" and (args.prometheus or args.trace is None):
+            return _replay_prometheus(args)
         if args.command == "replay":
             return _replay(
                 args.trace,
@@ -647,12 +652,13 @@ def _replay(
     prices: Prices | None = DEFAULT_PRICES,
     columns: list[str] | None = None,
     workload: str = "",
+    source: Callable[..., ReplayResult] | None = None,
 ) -> int:
     made = _claim_output(report, "--report") if report else False
     status = 2
     try:
         status = _replay_checked(
-            path, gpus, as_json, report, period, start, fail_on, prices, columns, workload
+            path, gpus, as_json, report, period, start, fail_on, prices, columns, workload, source
         )
     finally:
         if made and status == 2 and report:  # nothing replayed: no empty report left behind
@@ -672,8 +678,10 @@ def _replay_checked(
     prices: Prices | None = DEFAULT_PRICES,
     columns: list[str] | None = None,
     workload: str = "",
+    source: Callable[..., ReplayResult] | None = None,
 ) -> int:
     from dataclasses import replace as replaced
+    from functools import partial
 
     from exporter.offline.replay import event_json, gap_text, human, replay, summary
     from exporter.offline.report import ReportData, write_report
@@ -685,9 +693,7 @@ def _replay_checked(
     out = sys.stdout
     data = ReportData() if report else None
     try:
-        result = replay(
-            path,
-            gpus,
+        result = (source or partial(replay, path, gpus))(
             on_event=(lambda e: print(event_json(e), file=out)) if as_json else None,
             on_job=(lambda j: print(json.dumps(j), file=out)) if as_json else None,
             period=period,
@@ -769,6 +775,41 @@ def _replay_checked(
         )
         return FAIL_ON_STATUS
     return 0
+
+
+def _replay_prometheus(args: argparse.Namespace) -> int:
+    """replay --prometheus: the history a Prometheus holds, with the outputs of a file's replay."""
+    from exporter.offline.promhistory.client import PromError
+    from exporter.offline.promhistory.command import progress_printer, request_from
+    from exporter.offline.promhistory.history import replay_prometheus
+
+    if not args.prometheus:
+        raise UsageError("replay: name a trace file, or --prometheus URL to read a Prometheus")
+    if args.trace is not None:
+        raise UsageError("replay: a trace file or --prometheus, not both")
+    try:
+        request = request_from(args)
+    except PromError as exc:
+        raise UsageError(str(exc)) from None
+
+    def source(**kwargs: object) -> ReplayResult:
+        for unused in ("period", "start", "columns"):
+            kwargs.pop(unused, None)
+        try:
+            return replay_prometheus(request, on_progress=progress_printer(), **kwargs)  # type: ignore[arg-type]
+        except PromError as exc:
+            raise UsageError(str(exc)) from None
+
+    return _replay(
+        args.prometheus,
+        None,
+        args.json,
+        args.report,
+        fail_on=_fail_on(args.fail_on),
+        prices=_prices(args.price, args.currency),
+        workload=args.workload or "",
+        source=source,
+    )
 
 
 def _fired(result: ReplayResult, kinds: frozenset[str]) -> dict[str, str]:

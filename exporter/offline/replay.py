@@ -7,10 +7,11 @@ sampler evaluates it live. Output: verdict events as they happen, then a summary
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Protocol
 
 from exporter.analysis.engine import Analyzer, VerdictEvent
 from exporter.analysis.envelope import Envelope
@@ -24,6 +25,14 @@ from exporter.policy.cost import Prices
 from exporter.policy.thresholds import COVERAGE_SHARE, EVAL_INTERVAL, HOLDUP_SHARE
 
 WORK_STATES = frozenset(("computing", "throttled"))  # the rest of STATES is time lost or not held
+
+
+class RowSource(Protocol):
+    """Rows read from somewhere other than a file, in time order, with their reading's stats."""
+
+    stats: ReadStats
+
+    def __iter__(self) -> Iterator[TraceRow]: ...
 
 
 @dataclass
@@ -73,6 +82,7 @@ def replay(
     prices: Prices | None = DEFAULT_PRICES,
     columns: list[str] | None = None,
     workload: str = "",
+    reader: RowSource | None = None,
 ) -> ReplayResult:
     """Replay a trace. ``on_row`` sees every row read; ``on_tick(t, gpu, state)`` the ledger state that
     took most of each GPU's evaluated second (see ``TickStates``). Both only observe. ``period`` and
@@ -81,7 +91,8 @@ def replay(
 
     A gap in the trace (see TRACE_GAP_PERIODS) ends a segment: its verdicts end where its samples end,
     and the rows after the gap are analysed afresh, so the silence is never evaluated second by second."""
-    reader = TraceReader(path, gpus, period=period, start=start, columns=columns)
+    if reader is None:  # rows from elsewhere (``reader``: replay --prometheus) have no file to read
+        reader = TraceReader(path, gpus, period=period, start=start, columns=columns)
     result = ReplayResult(path=Path(path), stats=reader.stats, seconds=0.0, prices=prices, workload=workload)
     segment: _Segment | None = None
     had_inputs: set[str] = set()

@@ -1,0 +1,209 @@
+"""The Prometheus HTTP API (Prometheus and VictoriaMetrics answer it alike): series discovery and range
+queries cut into bounded chunks, with the authentication other Prometheus clients take (basic auth, a
+bearer token, a CA file), and every failure as one line (``PromError``)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import ssl
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Prometheus refuses a range query of more than 11,000 points per series; a chunk stays under it
+MAX_POINTS_PER_SERIES = 10_000
+# a chunk the server refuses as too large is halved down to this many points before giving up
+MIN_POINTS_PER_SERIES = 100
+# seconds one request may take: a week's chunk of one node answers in well under a second
+DEFAULT_TIMEOUT_S = 60.0
+# an answer larger than this is not one node's chunk (the server ignored the bounds)
+MAX_BODY_BYTES = 512 * 1024 * 1024
+_TOO_LARGE = ("too many", "exceed", "maxsamples", "max_samples", "limit")
+
+
+class PromError(Exception):
+    """The server could not be read: the message is one line naming the URL and why."""
+
+
+@dataclass(frozen=True)
+class Auth:
+    user: str = ""
+    password: str = ""
+    token: str = ""
+    ca_file: str = ""
+
+    @classmethod
+    def from_files(
+        cls, user: str | None, password_file: str | None, token_file: str | None, ca_file: str | None
+    ) -> Auth:
+        """Secrets come from files (as Prometheus' own ``password_file``/``bearer_token_file``), never
+        from the command line where any user's ``ps`` sees them."""
+        return cls(
+            user=user or "",
+            password=_read_secret(password_file, "--prometheus-password-file") if password_file else "",
+            token=_read_secret(token_file, "--prometheus-bearer-token-file") if token_file else "",
+            ca_file=ca_file or "",
+        )
+
+    def headers(self) -> dict[str, str]:
+        if self.token:
+            return {"Authorization": f"Bearer {self.token}"}
+        if self.user:
+            pair = base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
+            return {"Authorization": f"Basic {pair}"}
+        return {}
+
+
+def _read_secret(path: str, flag: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise PromError(f"{flag}: cannot read {path} ({exc.strerror or exc})") from None
+
+
+@dataclass
+class Series:
+    labels: dict[str, str]
+    times: list[float] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Counts:
+    queries: int = 0
+    samples: int = 0
+    seconds: float = 0.0
+
+
+class PromClient:
+    def __init__(self, url: str, auth: Auth = Auth(), timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        parsed = urllib.parse.urlparse(url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise PromError(f"--prometheus: {url!r} is not an http:// or https:// URL")
+        self.url = url.rstrip("/")
+        self.auth = auth
+        self.timeout_s = timeout_s
+        self.counts = Counts()
+        self._context: ssl.SSLContext | None = None
+        if parsed.scheme == "https":
+            try:
+                self._context = ssl.create_default_context(cafile=auth.ca_file or None)
+            except (OSError, ssl.SSLError) as exc:
+                raise PromError(f"--prometheus-ca-file: cannot load {auth.ca_file} ({exc})") from None
+
+    def _call(self, path: str, params: list[tuple[str, str]], post: bool = True) -> object:
+        """Ask the API (a form POST, long selectors fit; GET where the API takes no POST) and return its
+        ``data``; a failure is a PromError of one line."""
+        form = urllib.parse.urlencode(params)
+        if post:
+            request = urllib.request.Request(
+                f"{self.url}{path}",
+                data=form.encode(),
+                headers={"Content-Type": "application/x-www-form-urlencoded", **self.auth.headers()},
+            )
+        else:
+            request = urllib.request.Request(f"{self.url}{path}?{form}", headers=self.auth.headers())
+        began = time.monotonic()
+        self.counts.queries += 1
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s, context=self._context) as answer:
+                raw = answer.read(MAX_BODY_BYTES + 1)
+        except urllib.error.HTTPError as exc:
+            raise PromError(f"{self.url} answered HTTP {exc.code} ({exc.reason}){_api_error(exc)}") from None
+        except urllib.error.URLError as exc:
+            reason = exc.reason
+            if isinstance(reason, TimeoutError):
+                raise PromError(f"{self.url}: no answer within {self.timeout_s:g} s") from None
+            raise PromError(f"cannot reach {self.url} ({reason})") from None
+        except TimeoutError:
+            raise PromError(f"{self.url}: no answer within {self.timeout_s:g} s") from None
+        except (OSError, ValueError) as exc:
+            raise PromError(f"cannot reach {self.url} ({exc})") from None
+        finally:
+            self.counts.seconds += time.monotonic() - began
+        if len(raw) > MAX_BODY_BYTES:
+            raise PromError(f"{self.url}{path}: an answer over {MAX_BODY_BYTES >> 20} MiB")
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            raise PromError(f"{self.url}{path} did not answer JSON: is it a Prometheus API?") from None
+        if not isinstance(doc, dict) or doc.get("status") != "success":
+            error = doc.get("error") if isinstance(doc, dict) else None
+            raise PromError(f"{self.url}{path}: {error or 'not a Prometheus API answer'}")
+        return doc.get("data")
+
+    def series(self, match: str, start: float, end: float) -> list[dict[str, str]]:
+        data = self._call("/api/v1/series", [("match[]", match), ("start", _ts(start)), ("end", _ts(end))])
+        return [dict(d) for d in data] if isinstance(data, list) else []
+
+    def label_values(self, label: str, match: str, start: float, end: float) -> list[str]:
+        path = f"/api/v1/label/{urllib.parse.quote(label)}/values"
+        data = self._call(path, [("match[]", match), ("start", _ts(start)), ("end", _ts(end))], post=False)
+        return [str(v) for v in data] if isinstance(data, list) else []
+
+    def raw_times(self, expr: str, at: float, window_s: float) -> list[list[float]]:
+        """The raw sample times of ``expr`` over ``window_s`` before ``at``, per series."""
+        data = self._call("/api/v1/query", [("query", f"{expr}[{int(window_s)}s]"), ("time", _ts(at))])
+        result = data.get("result", []) if isinstance(data, dict) else []
+        return [[float(t) for t, _ in item.get("values", [])] for item in result]
+
+    def query_range(
+        self,
+        expr: str,
+        start: float,
+        end: float,
+        step: float,
+        on_chunk: Callable[[], None] | None = None,
+    ) -> list[Series]:
+        """``expr`` from ``start`` to ``end`` every ``step``, asked in chunks of at most
+        MAX_POINTS_PER_SERIES points; the same series' chunks joined. A chunk the server refuses as too
+        large is asked again in halves."""
+        out: dict[tuple[tuple[str, str], ...], Series] = {}
+        points = MAX_POINTS_PER_SERIES
+        t = start
+        while t <= end:
+            stop = min(end, t + (points - 1) * step)
+            try:
+                data = self._call(
+                    "/api/v1/query_range",
+                    [("query", expr), ("start", _ts(t)), ("end", _ts(stop)), ("step", f"{step:g}")],
+                )
+            except PromError as exc:
+                if points > MIN_POINTS_PER_SERIES and any(w in str(exc).lower() for w in _TOO_LARGE):
+                    points //= 2
+                    continue
+                raise
+            for item in data.get("result", []) if isinstance(data, dict) else []:
+                labels = dict(item.get("metric", {}))
+                labels.pop("__name__", None)
+                series = out.setdefault(tuple(sorted(labels.items())), Series(labels))
+                for ts, value in item.get("values", []):
+                    v = float(value)
+                    if math.isfinite(v):
+                        series.times.append(float(ts))
+                        series.values.append(v)
+                self.counts.samples += len(item.get("values", []))
+            if on_chunk:
+                on_chunk()
+            t = stop + step
+        return list(out.values())
+
+
+def _ts(t: float) -> str:
+    return f"{t:.3f}"
+
+
+def _api_error(exc: urllib.error.HTTPError) -> str:
+    """The API's own ``error`` text of a failed call, when it sent one."""
+    try:
+        doc = json.loads(exc.read(64 * 1024) or b"{}")
+    except (ValueError, OSError):
+        return ""
+    error = doc.get("error") if isinstance(doc, dict) else None
+    return f": {str(error)[:300]}" if error else ""

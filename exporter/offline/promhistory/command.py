@@ -1,0 +1,134 @@
+"""``replay --prometheus``'s flags, read into a ``Request``, and its progress line."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from collections.abc import Callable
+
+from exporter.offline.promhistory.client import DEFAULT_TIMEOUT_S, Auth, PromError
+from exporter.offline.promhistory.history import MAX_STEP_S, Progress, Request
+
+_RELATIVE = re.compile(r"^-(\d+(?:\.\d+)?)([smhdw])$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+DEFAULT_FROM = "-1d"
+# a progress line on stderr at most this often, once reading has taken this long
+PROGRESS_EVERY_S = 5.0
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "reading a Prometheus instead of a file (docs/diagnose.md): dcgm-exporter, nvidia_gpu_exporter or "
+        "this exporter's series, node_exporter's beside them"
+    )
+    group.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="a Prometheus or VictoriaMetrics HTTP API (http://prometheus:9090)",
+    )
+    group.add_argument(
+        "--from",
+        dest="time_from",
+        metavar="TIME",
+        help=f"start: RFC 3339 or '-7d' style (default {DEFAULT_FROM})",
+    )
+    group.add_argument(
+        "--to", dest="time_to", metavar="TIME", help="end: RFC 3339, '-1h' style or 'now' (default)"
+    )
+    group.add_argument(
+        "--selector",
+        metavar="MATCHERS",
+        help='PromQL label matchers for the GPU series: \'namespace="ml",pod=~"train-.*"\'',
+    )
+    group.add_argument(
+        "--step",
+        metavar="SECONDS",
+        help="seconds between the samples read (default: the series' scrape interval)",
+    )
+    group.add_argument("--prometheus-user", metavar="USER", help="basic auth user")
+    group.add_argument("--prometheus-password-file", metavar="FILE", help="basic auth password, from a file")
+    group.add_argument("--prometheus-bearer-token-file", metavar="FILE", help="a bearer token, from a file")
+    group.add_argument("--prometheus-ca-file", metavar="FILE", help="CA certificates for an https:// URL")
+    group.add_argument(
+        "--prometheus-timeout",
+        metavar="SECONDS",
+        help=f"seconds one query may take (default {DEFAULT_TIMEOUT_S:g})",
+    )
+
+
+def parse_time(text: str, now: float) -> float:
+    """RFC 3339 (or any time replay's --start takes), '-7d' style before now, or 'now'."""
+    word = text.strip()
+    if word == "now":
+        return now
+    match = _RELATIVE.match(word)
+    if match:
+        return now - float(match.group(1)) * _UNIT_S[match.group(2)]
+    from exporter.offline.traceformats.base import parse_time as absolute
+
+    try:
+        return absolute(word)
+    except (ValueError, OverflowError):
+        raise ValueError(
+            f"{text!r} is not a time (RFC 3339 like 2026-11-20T00:00:00Z, '-7d', '-12h' or 'now')"
+        ) from None
+
+
+def _seconds(text: str | None, flag: str, limit: float) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise PromError(f"{flag}: {text!r} is not a number of seconds") from None
+    if not 0 < value <= limit:
+        raise PromError(f"{flag}: must be more than 0 and at most {limit:g} seconds, not {text!r}")
+    return value
+
+
+def request_from(args: argparse.Namespace, now: float | None = None) -> Request:
+    """The flags as a Request; a mistake is a PromError of one line naming the flag."""
+    now = time.time() if now is None else now
+    try:
+        start = parse_time(args.time_from or DEFAULT_FROM, now)
+        end = parse_time(args.time_to or "now", now)
+    except ValueError as exc:
+        raise PromError(f"--from/--to: {exc}") from None
+    if end <= start:
+        raise PromError("--from must be before --to")
+    selector = (args.selector or "").strip().removeprefix("{").removesuffix("}").strip()
+    return Request(
+        url=args.prometheus,
+        start=start,
+        end=end,
+        selector=selector,
+        step=_seconds(args.step, "--step", MAX_STEP_S),
+        auth=Auth.from_files(
+            args.prometheus_user,
+            args.prometheus_password_file,
+            args.prometheus_bearer_token_file,
+            args.prometheus_ca_file,
+        ),
+        timeout_s=_seconds(args.prometheus_timeout, "--prometheus-timeout", 3600.0) or DEFAULT_TIMEOUT_S,
+    )
+
+
+def progress_printer() -> Callable[[Progress], None]:
+    """A line on stderr every few seconds while a long range is read."""
+    began = time.monotonic()
+    last = [began]
+
+    def show(p: Progress) -> None:
+        now = time.monotonic()
+        if now - last[0] < PROGRESS_EVERY_S:
+            return
+        last[0] = now
+        print(
+            f"gpu-bottleneck-exporter: read {p.nodes_done}/{p.nodes} node(s), {p.queries} queries, "
+            f"{p.samples / 1e6:.2f} M samples, {now - began:.0f} s",
+            file=sys.stderr,
+        )
+
+    return show

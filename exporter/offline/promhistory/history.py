@@ -1,0 +1,486 @@
+"""A Prometheus' history of GPU series as replay's trace rows, and the replay of it.
+
+The GPUs are found by the series of any source in ``names`` (the selector narrowing them), then read one
+node at a time, in bounded range queries at the step (by default the series' own scrape interval). Each
+GPU's samples are held for their step as one-second points, so the analysis runs on its usual clock and
+the ledger counts every second the data covers; nothing finer than the step is made up, and the kinds a
+step cannot show are said (``resolution.py``). Each pod's GPUs on a node are one job, as live; GPUs no pod
+holds are their node's job. Every job is replayed on its own and the results are joined.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import urllib.parse
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from exporter.analysis.engine import VerdictEvent
+from exporter.analysis.points import NO_EXTRA, GpuPoint, HostPoint
+from exporter.offline.promhistory import names
+from exporter.offline.promhistory.client import Auth, PromClient, PromError
+from exporter.offline.promhistory.resolution import silenced
+from exporter.offline.replay import ReplayResult, replay
+from exporter.offline.traces import ReadStats, TraceRow, gap_seconds
+from exporter.policy.cost import DEFAULT as DEFAULT_PRICES
+from exporter.policy.cost import Prices
+
+# where the scrape interval is looked for: the raw samples of this many seconds
+INTERVAL_PROBE_S = 600.0
+# the coarsest step replay takes: past it no kind of the analysis can be told (docs/diagnose.md)
+MAX_STEP_S = 300.0
+# a counter's rate and the node's CPU shares are taken over this many steps (two samples at least)
+RATE_STEPS = 4
+# a sample older than this many steps at a query's time is stale (one missed scrape is tolerated)
+STALE_STEPS = 2
+NO_POD = ""  # a GPU no pod holds: its node's job
+
+
+@dataclass
+class Request:
+    url: str
+    start: float
+    end: float
+    selector: str = ""  # PromQL label matchers without braces: namespace="ml",pod=~"train-.*"
+    step: float | None = None  # None: the series' scrape interval
+    auth: Auth = field(default_factory=Auth)
+    timeout_s: float = 60.0
+
+
+@dataclass
+class Gpu:
+    node: str
+    ident: str
+    model: str = ""
+    values: dict[str, dict[float, float]] = field(default_factory=dict)  # attr -> time -> value
+    pods: dict[float, str] = field(default_factory=dict)  # time -> "namespace/pod"
+
+    @property
+    def name(self) -> str:
+        return f"{self.node}/{self.ident}"
+
+
+@dataclass
+class Progress:
+    """What has been read so far, for the line on stderr."""
+
+    nodes: int = 0
+    nodes_done: int = 0
+    queries: int = 0
+    samples: int = 0
+
+
+@dataclass
+class Found:
+    schemes: list[str]
+    nodes: dict[str, str]  # node -> its GPU series' matcher
+    host_nodes: dict[str, str]  # node -> its node_exporter series' matcher
+    present: set[str]
+    pod_jobs: dict[str, str]  # "namespace/pod" -> its job's name (kube_pod_labels)
+
+
+def _quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _matchers(*parts: str) -> str:
+    return ",".join(p for p in parts if p)
+
+
+def node_of(labels: dict[str, str]) -> tuple[str, str] | None:
+    """The node a series is from and the matcher that selects its node's series."""
+    for label in names.NODE_LABELS:
+        if labels.get(label):
+            return labels[label], f"{label}={_quote(labels[label])}"
+    instance = labels.get("instance", "")
+    if not instance:
+        return None
+    host = instance.rsplit(":", 1)[0] if instance.count(":") == 1 else instance
+    return host, f"instance=~{_quote(_regex_escape(host) + '(:[0-9]+)?')}"
+
+
+def _regex_escape(text: str) -> str:
+    return "".join("\\\\" + c if c in ".^$*+?()[]{}|\\" else c for c in text)
+
+
+def pod_of(labels: dict[str, str]) -> str:
+    for ns, pod in names.POD_LABELS:
+        if labels.get(pod):
+            return f"{labels.get(ns, '')}/{labels[pod]}"
+    return NO_POD
+
+
+def gpu_id(scheme: str, labels: dict[str, str]) -> str | None:
+    for label in names.GPU_LABELS[scheme]:
+        if labels.get(label):
+            return labels[label]
+    return None
+
+
+def discover(client: PromClient, request: Request) -> Found:
+    """The schemes, nodes and series present in the range (one line when no GPU series is there)."""
+    schemes: list[str] = []
+    nodes: dict[str, str] = {}
+    for scheme in names.SCHEMES:
+        match = "{" + _matchers(f"__name__={_quote(names.PRESENCE[scheme])}", request.selector) + "}"
+        found = client.series(match, request.start, request.end)
+        for labels in found:
+            where = node_of(labels)
+            if where is not None:
+                nodes.setdefault(*where)
+        if found:
+            schemes.append(scheme)
+    if not schemes:
+        known = ", ".join(names.PRESENCE.values())
+        what = f"matching {{{request.selector}}} " if request.selector else ""
+        raise PromError(
+            f"{client.url}: no GPU series {what}between {_iso(request.start)} and {_iso(request.end)} "
+            f"(looked for {known})"
+        )
+    wanted = {s.metric for scheme in schemes for s in names.series_for(scheme)} | {
+        names.INFO_SERIES.get(s, "") for s in schemes
+    }
+    regex = "|".join(sorted(m for m in wanted if m))
+    present = set(
+        client.label_values("__name__", f"{{__name__=~{_quote(regex)}}}", request.start, request.end)
+    )
+    host_nodes: dict[str, str] = {}
+    for labels in client.series('node_cpu_seconds_total{mode="idle",cpu="0"}', request.start, request.end):
+        where = node_of(labels)
+        if where is not None and where[0] in nodes:
+            host_nodes.setdefault(*where)
+    return Found(schemes, nodes, host_nodes, present, _pod_jobs(client, request))
+
+
+def _pod_jobs(client: PromClient, request: Request) -> dict[str, str]:
+    """kube-state-metrics' pod labels: the job each pod belongs to (none when it is not scraped)."""
+    jobs: dict[str, str] = {}
+    for labels in client.series(names.KUBE_POD_LABELS, request.start, request.end):
+        for label in names.JOB_LABELS:
+            if labels.get(label) and labels.get("pod"):
+                jobs[f"{labels.get('namespace', '')}/{labels['pod']}"] = labels[label]
+                break
+    return jobs
+
+
+def scrape_interval(client: PromClient, request: Request, found: Found) -> float:
+    """The median spacing of the raw samples of a GPU series near the range's end, start and middle."""
+    scheme = found.schemes[0]
+    node, matcher = next(iter(found.nodes.items()))
+    expr = f"{names.PRESENCE[scheme]}{{{_matchers(matcher, request.selector)}}}"
+    for at in (request.end, request.start + INTERVAL_PROBE_S, (request.start + request.end) / 2):
+        gaps = [
+            b - a
+            for times in client.raw_times(expr, at, INTERVAL_PROBE_S)
+            for a, b in itertools.pairwise(times)
+        ]
+        if gaps:
+            return max(1.0, round(statistics.median(gaps)))
+    raise PromError(f"{client.url}: the GPU series of {node} have too few samples to tell their interval")
+
+
+def read_node(
+    client: PromClient, request: Request, found: Found, node: str, step: float
+) -> tuple[dict[str, Gpu], dict[str, dict[float, float]]]:
+    """One node's GPUs (their values by attribute and time, their pods) and its host values."""
+    window = f"{int(RATE_STEPS * step)}s"
+    gpus: dict[str, Gpu] = {}
+    for scheme in found.schemes:
+        for s in names.series_for(scheme):
+            if s.metric not in found.present:
+                continue
+            selector = "{" + _matchers(found.nodes[node], s.labels, request.selector) + "}"
+            expr = (
+                f"rate({s.metric}{selector}[{window}])"
+                if s.counter
+                else _fresh(f"{s.metric}{selector}", step)
+            )
+            for series in client.query_range(expr, request.start, request.end, step):
+                ident = gpu_id(scheme, series.labels)
+                if ident is None:
+                    continue
+                gpu = gpus.setdefault(ident, Gpu(node, ident))
+                gpu.model = gpu.model or next(
+                    (series.labels[m] for m in names.MODEL_LABELS if series.labels.get(m)), ""
+                )
+                values = gpu.values.setdefault(s.attr, {})
+                pod = pod_of(series.labels)
+                for t, v in zip(series.times, series.values, strict=True):
+                    values.setdefault(t, v * s.scale)
+                    if pod:
+                        gpu.pods[t] = pod
+        _identify(client, request, found, scheme, node, gpus)
+    host: dict[str, dict[float, float]] = {}
+    matcher = found.host_nodes.get(node)
+    if matcher:
+        for attr, template in names.HOST_SERIES.items():
+            for series in client.query_range(
+                template.format(sel=matcher, w=window), request.start, request.end, step
+            ):
+                host.setdefault(attr, {}).update(zip(series.times, series.values, strict=True))
+    return gpus, host
+
+
+def _fresh(selector: str, step: float) -> str:
+    """A gauge's samples only while they are fresh: a query carries a series' last sample forward for the
+    server's lookback (5 minutes) after it ends, which would read as minutes of a GPU that was gone."""
+    return f"{selector} and ((time() - timestamp({selector})) <= {STALE_STEPS * step:g})"
+
+
+def _identify(
+    client: PromClient, request: Request, found: Found, scheme: str, node: str, gpus: dict[str, Gpu]
+) -> None:
+    """nvidia_gpu_exporter and this exporter name the board on an info series: each GPU's model from
+    it, and nvidia_gpu_exporter's GPUs (named by uuid) get their index there."""
+    info = names.INFO_SERIES.get(scheme)
+    if not info or info not in found.present:
+        return
+    for labels in client.series(f"{info}{{{found.nodes[node]}}}", request.start, request.end):
+        ident = gpu_id(scheme, labels)
+        gpu = gpus.get(ident or "")
+        if gpu is None:
+            continue
+        gpu.model = gpu.model or labels.get("name") or labels.get("model") or ""
+        index = labels.get("index", "")
+        if scheme == names.NVIDIA_SMI and index.isdigit() and index not in gpus:
+            gpu.ident = index
+            gpus[index] = gpus.pop(ident or "")
+
+
+class JobRows:
+    """The rows of one job's GPUs (one pod on one node, or the node's GPUs no pod holds): each sample held
+    for its step as one-second points, on a clock counted from the range's start, so that every job's
+    times line up. A stretch with no sample longer than replay's gap starts a new segment."""
+
+    def __init__(
+        self,
+        label: str,
+        gpus: list[Gpu],
+        times: dict[str, list[float]],
+        host: dict[str, dict[float, float]],
+        step: float,
+        origin: float,
+        fmt: str,
+    ) -> None:
+        self.label, self.gpus, self.times, self.host = label, gpus, times, host
+        self.step, self.origin = step, origin
+        self.stats = ReadStats(format=fmt, first_timestamp=origin)
+
+    def __iter__(self) -> Iterator[TraceRow]:
+        by_time: dict[float, list[Gpu]] = {}
+        nexts: dict[tuple[str, float], float] = {}
+        for gpu in self.gpus:
+            times = self.times[gpu.name]
+            for t, after in zip(times, [*times[1:], None], strict=True):
+                by_time.setdefault(t, []).append(gpu)
+                if after is not None:
+                    nexts[(gpu.name, t)] = after
+        segment, last = 0, None
+        hold_max = max(1, round(self.step))
+        for t in sorted(by_time):
+            if last is not None and t - last > gap_seconds():
+                segment += 1
+                self.stats.gap_count = segment
+                if len(self.stats.gaps) < 5:
+                    self.stats.gaps.append((self.stats.rows, t - last))
+            last = t
+            host = {attr: vals[t] for attr, vals in self.host.items() if t in vals}
+            holds = {
+                g.name: min(hold_max, max(1, round(nexts.get((g.name, t), t + hold_max) - t)))
+                for g in by_time[t]
+            }
+            for i in range(max(holds.values())):
+                at = t + i - self.origin
+                host_point = HostPoint(t=at, **host) if host else None  # type: ignore[arg-type]
+                for gpu in by_time[t]:
+                    if i >= holds[gpu.name]:
+                        continue
+                    self.stats.rows += 1
+                    if gpu.name not in self.stats.gpus:
+                        self.stats.gpus.append(gpu.name)
+                        if gpu.model:
+                            self.stats.names[gpu.name] = gpu.model
+                    yield TraceRow(
+                        line=self.stats.rows,
+                        t=at,
+                        gpu=gpu.name,
+                        point=_point(gpu, t, at),
+                        host=host_point,
+                        name=gpu.model,
+                        segment=segment,
+                    )
+                    host_point = None
+            self.stats.last_timestamp = t
+
+
+def _point(gpu: Gpu, t: float, at: float) -> GpuPoint:
+    values: dict[str, float | int | bool | None] = {}
+    for attr, by_time in gpu.values.items():
+        value = by_time.get(t)
+        if value is None:
+            continue
+        if attr == "reasons":
+            values[attr] = int(value)
+        elif attr == "fabric_ready":
+            values[attr] = bool(value)
+        else:
+            values[attr] = value
+    return GpuPoint(t=at, extra=NO_EXTRA, **values)  # type: ignore[arg-type]
+
+
+def jobs_of(gpus: dict[str, Gpu], pod_jobs: dict[str, str]) -> dict[str, dict[str, list[float]]]:
+    """Per job (its name), each of its GPUs' sample times: a pod's GPUs are its job while it holds them."""
+    jobs: dict[str, dict[str, list[float]]] = {}
+    for gpu in gpus.values():
+        times = sorted(
+            {t for values in gpu.values.values() for t in values} & set(gpu.values.get("util", {}))
+        )
+        for t in times:
+            pod = gpu.pods.get(t, NO_POD)
+            job = _job_name(gpu.node, pod, pod_jobs)
+            jobs.setdefault(job, {}).setdefault(gpu.name, []).append(t)
+    return jobs
+
+
+def _job_name(node: str, pod: str, pod_jobs: dict[str, str]) -> str:
+    if pod == NO_POD:
+        return f"{node} (no pod)"
+    namespace = pod.split("/", 1)[0]
+    job = pod_jobs.get(pod)
+    return f"{namespace}/{job} ({pod.split('/', 1)[1]})" if job else pod
+
+
+def replay_prometheus(
+    request: Request,
+    on_event: Callable[[VerdictEvent], None] | None = None,
+    on_job: Callable[[dict[str, object]], None] | None = None,
+    on_row: Callable[[TraceRow], None] | None = None,
+    on_tick: Callable[[float, str, str], None] | None = None,
+    prices: Prices | None = DEFAULT_PRICES,
+    workload: str = "",
+    on_progress: Callable[[Progress], None] | None = None,
+) -> ReplayResult:
+    """Read the range and replay every job in it; the result reads like one trace's."""
+    client = PromClient(request.url, request.auth, request.timeout_s)
+    found = discover(client, request)
+    step = request.step or scrape_interval(client, request, found)
+    if step > MAX_STEP_S:
+        raise PromError(f"--step {step:g} s: past {MAX_STEP_S:g} s no verdict can be told (docs/diagnose.md)")
+    quiet = silenced(step)
+    progress = Progress(nodes=len(found.nodes))
+
+    def tell() -> None:
+        progress.queries, progress.samples = client.counts.queries, client.counts.samples
+        if on_progress:
+            on_progress(progress)
+
+    def events(event: VerdictEvent) -> None:
+        if on_event and event.kind not in quiet:
+            on_event(event)
+
+    def jobs(job: dict[str, object]) -> None:
+        if on_job and job.get("kind") not in quiet:
+            on_job(job)
+
+    fmt = "prometheus: " + ", ".join(found.schemes)
+    merged = Merged(_label(request.url), step, fmt, request.start, prices, workload)
+    for node in sorted(found.nodes):
+        gpus, host = read_node(client, request, found, node, step)
+        tell()
+        by_name = {g.name: g for g in gpus.values()}
+        for job, times in sorted(jobs_of(gpus, found.pod_jobs).items()):
+            rows = JobRows(job, [by_name[g] for g in times], times, host, step, request.start, fmt)
+            result = replay(
+                merged.path,
+                on_event=events,
+                on_job=jobs,
+                on_row=on_row,
+                on_tick=on_tick,
+                prices=prices,
+                workload=workload,
+                reader=rows,
+            )
+            merged.add(job, result)
+        progress.nodes_done += 1
+        tell()
+    return merged.result(quiet)
+
+
+def _label(url: str) -> Path:
+    parsed = urllib.parse.urlparse(url)
+    return Path(parsed.netloc + parsed.path.rstrip("/"))
+
+
+def _iso(t: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Merged:
+    """Every job's replay joined into one result: GPUs are named node/gpu, jobs by pod (or job), all on
+    one clock from the range's start."""
+
+    def __init__(
+        self, path: Path, step: float, fmt: str, origin: float, prices: Prices | None, workload: str
+    ) -> None:
+        self.path = path
+        self.out = ReplayResult(
+            path=path,
+            stats=ReadStats(format=fmt, first_timestamp=origin),
+            seconds=0.0,
+            prices=prices,
+            workload=workload,
+        )
+        self.step = step
+        self.silent: dict[str, str] | None = None
+
+    def add(self, job: str, r: ReplayResult) -> None:
+        out, s = self.out, self.out.stats
+        s.rows += r.stats.rows
+        s.gpus.extend(g for g in r.stats.gpus if g not in s.gpus)
+        for gpu, name in r.stats.names.items():
+            s.names.setdefault(gpu, name)
+        s.last_timestamp = max(s.last_timestamp or 0.0, r.stats.last_timestamp or 0.0)
+        s.gap_count += r.stats.gap_count
+        s.gaps.extend(r.stats.gaps[: max(0, 5 - len(s.gaps))])
+        out.seconds = max(out.seconds, r.seconds)
+        out.sampled_seconds = max(out.sampled_seconds, r.sampled_seconds)
+        out.events.extend(r.events)
+        out.episodes.extend(r.episodes)
+        out.jobs.extend(r.jobs)
+        for gpu, states in r.ledger.items():
+            _add(out.ledger.setdefault(gpu, {}), states)
+        for gpu, states in r.cost.items():
+            _add(out.cost.setdefault(gpu, {}), states)
+        for states in r.job_ledger.values():
+            _add(out.job_ledger.setdefault(job, {}), states)
+        for states in r.job_cost.values():
+            _add(out.job_cost.setdefault(job, {}), states)
+        for gpu, seconds in r.held_back.items():
+            out.held_back[gpu] = out.held_back.get(gpu, 0.0) + seconds
+        out.envelopes.update(r.envelopes)
+        out.models.update(r.models)
+        for gpu, classes in r.classes.items():
+            _add(out.classes.setdefault(gpu, {}), classes)  # type: ignore[arg-type]
+        out.class_evidence.update(r.class_evidence)
+        # a kind is silent only where no job had its inputs
+        self.silent = (
+            dict(r.silent) if self.silent is None else {k: v for k, v in self.silent.items() if k in r.silent}
+        )
+
+    def result(self, quiet: dict[str, str]) -> ReplayResult:
+        out = self.out
+        out.events = sorted((e for e in out.events if e.kind not in quiet), key=lambda e: e.t)
+        out.episodes = sorted((e for e in out.episodes if e.kind not in quiet), key=lambda e: e.start)
+        out.jobs = [j for j in out.jobs if j.get("kind") not in quiet]
+        out.silent = {**(self.silent or {}), **quiet}
+        out.stats.period = None
+        return out
+
+
+def _add(into: dict, more: dict) -> None:  # type: ignore[type-arg]
+    for key, value in more.items():
+        into[key] = into.get(key, 0.0) + value

@@ -1,0 +1,39 @@
+"""What a coarse step can show, kind by kind.
+
+A Prometheus keeps one sample per scrape (15-60 s) of values that are instants (utilization, power,
+memory, clocks) or short averages (dcgm-exporter's profiling fields). Replay holds each for its step; the
+kinds whose evidence lasts minutes survive that, the kinds that live in the seconds between samples do
+not, and replay says so (``silent``) rather than guess. Measured on the labelled example traces
+(docs/diagnose.md's agreement table; tests/test_replay_prometheus_agreement.py keeps it true).
+"""
+
+from __future__ import annotations
+
+from exporter.analysis.kinds import KINDS
+
+# the finest step a live exporter's samples reach: at or under it every kind is judged as live
+FINE_STEP_S = 2.0
+# the coarsest step each kind is judged at, and what it cannot see past it. The others hold for minutes
+# (a hang, reserved GPUs doing nothing, heat, the power cap, /dev/shm filling, links down) and are judged
+# at any step replay takes.
+LIMITS: dict[str, tuple[float, str]] = {
+    "comm_bound": (
+        FINE_STEP_S,
+        "needs samples under {fine:g} s: at a {step:g} s step, ranks waiting in NCCL for a starved peer read "
+        "as slow collectives (the second-by-second alignment that tells them apart is gone)",
+    ),
+    "pipeline_bubble": (
+        FINE_STEP_S,
+        "needs samples under {fine:g} s: a pipeline's stages take turns within seconds, and a {step:g} s "
+        "step cannot tell turns from stages that merely run at once",
+    ),
+}
+
+
+def silenced(step: float) -> dict[str, str]:
+    """The kinds a ``step``-second sampling cannot show, each with why."""
+    return {
+        kind: why.format(fine=finest, step=step)
+        for kind, (finest, why) in LIMITS.items()
+        if kind in KINDS and step > finest
+    }

@@ -1,0 +1,190 @@
+"""replay --prometheus against a real Prometheus 2.42 (history loaded with ``promtool tsdb
+create-blocks-from openmetrics``) and a real VictoriaMetrics (its /api/v1/import/prometheus), each
+started once: the labelled example traces, rewritten as dcgm-exporter (both naming schemes) and
+nvidia_gpu_exporter series at 15 s and 30 s, must give the verdicts the 1-second replay gives on every
+kind the step can show, and no verdict the 1-second replay or the trace's labels do not."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from exporter.offline.promhistory import export, names
+from exporter.offline.promhistory.history import Request, replay_prometheus
+from exporter.offline.promhistory.resolution import silenced
+from exporter.offline.replay import replay
+from exporter.offline.traces import TraceReader
+from scripts.stack import free_port, wait_http
+from tests.conftest import REPO, require_tool
+
+TRACES = REPO / "examples" / "traces"
+# (trace, scheme, step): each trace on its own node, one hour apart on the clock
+CASES = (
+    ("starvation_h100x8", names.DCGM_LEGACY, 15.0),
+    ("hang_h100x8", names.DCGM_49, 15.0),
+    ("idle_h100x8", names.NVIDIA_SMI, 30.0),
+    ("thermal_h100x8", names.DCGM_LEGACY, 30.0),
+    ("shm_h100x8", names.DCGM_49, 30.0),
+    ("healthy_h100x8", names.DCGM_LEGACY, 15.0),
+)
+BASE = float(int(time.time()) // 3600 * 3600 - 2 * 86400)  # two days ago, on the hour
+SLOT_S = 3600.0
+
+
+@dataclass
+class Loaded:
+    prometheus: str
+    victoria: str
+
+
+def _families(index: int, trace: str, scheme: str, step: float) -> list[export.Family]:
+    rows = TraceReader(TRACES / f"{trace}.csv.gz")
+    return export.families(rows, scheme, step, BASE + index * SLOT_S, node=f"node-{index}", pod=("ml", trace))
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory) -> Iterator[Loaded]:
+    prometheus, promtool = require_tool("prometheus"), require_tool("promtool")
+    victoria = require_tool("victoria-metrics")
+    work = tmp_path_factory.mktemp("prom")
+    fams = [f for i, case in enumerate(CASES) for f in _families(i, *case)]
+    (work / "history.om").write_text("".join(export.openmetrics(_joined(fams))))
+    subprocess.run(
+        [promtool, "tsdb", "create-blocks-from", "openmetrics", str(work / "history.om"), str(work / "tsdb")],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    prom_port, vm_port = free_port(), free_port()
+    procs = [
+        subprocess.Popen(
+            [
+                prometheus,
+                f"--storage.tsdb.path={work / 'tsdb'}",
+                "--storage.tsdb.retention.time=10y",
+                f"--web.listen-address=127.0.0.1:{prom_port}",
+                f"--config.file={_empty_config(work)}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=(work / "prometheus.log").open("w"),
+        ),
+        subprocess.Popen(
+            [
+                victoria,
+                f"-storageDataPath={work / 'vm'}",
+                f"-httpListenAddr=127.0.0.1:{vm_port}",
+                "-retentionPeriod=10y",
+                "-search.disableCache",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=(work / "vm.log").open("w"),
+        ),
+    ]
+    try:
+        wait_http(f"http://127.0.0.1:{prom_port}/-/ready", 60, procs[0])
+        wait_http(f"http://127.0.0.1:{vm_port}/health", 60, procs[1])
+        body = "".join(export.prometheus_text(fams)).encode()
+        urllib.request.urlopen(
+            f"http://127.0.0.1:{vm_port}/api/v1/import/prometheus", body, timeout=60
+        ).read()
+        urllib.request.urlopen(f"http://127.0.0.1:{vm_port}/internal/force_flush", timeout=60).read()
+        yield Loaded(f"http://127.0.0.1:{prom_port}", f"http://127.0.0.1:{vm_port}")
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def _joined(fams: list[export.Family]) -> list[export.Family]:
+    """One family per name (OpenMetrics wants each family's lines together)."""
+    out: dict[str, export.Family] = {}
+    for fam in fams:
+        into = out.setdefault(fam.name, export.Family(fam.name, fam.kind))
+        for labels, samples in fam.series.items():
+            into.series.setdefault(labels, []).extend(samples)
+    return list(out.values())
+
+
+def _empty_config(work: Path) -> Path:
+    path = work / "prometheus.yml"
+    path.write_text("global:\n  scrape_interval: 15s\n")
+    return path
+
+
+def _window(index: int) -> tuple[float, float]:
+    return BASE + index * SLOT_S - 60, BASE + index * SLOT_S + 1000
+
+
+def _kinds_fine(trace: str) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for e in replay(TRACES / f"{trace}.csv.gz", prices=None).episodes:
+        out.setdefault(e.kind, set()).add(e.gpu)
+    return out
+
+
+def _labelled(trace: str) -> dict[str, set[str]]:
+    doc = json.loads((TRACES / f"{trace}.labels.json").read_text())
+    out: dict[str, set[str]] = {}
+    for label in doc["labels"]:
+        for kind in label.get("kinds", [label.get("kind")]):
+            out.setdefault(kind, set()).add(str(label["gpu"]))
+    return out
+
+
+@pytest.mark.parametrize("server", ["prometheus", "victoria"])
+@pytest.mark.parametrize("index", range(len(CASES)), ids=[f"{c[0]}-{c[2]:g}s" for c in CASES])
+def test_the_coarse_verdicts_agree_with_the_one_second_replay(loaded, server, index):
+    trace, scheme, step = CASES[index]
+    start, end = _window(index)
+    url = loaded.prometheus if server == "prometheus" else loaded.victoria
+    # nvidia_gpu_exporter has no pod labels: its GPUs are selected by their node
+    selector = f'instance="node-{index}:9835"' if scheme == names.NVIDIA_SMI else f'pod="{trace}"'
+    result = replay_prometheus(Request(url, start, end, selector=selector), prices=None)
+    assert result.stats.format == f"prometheus: {scheme}"
+    coarse: dict[str, set[str]] = {}
+    for e in result.episodes:
+        coarse.setdefault(e.kind, set()).add(e.gpu.split("/", 1)[1])
+    fine, labelled, quiet = _kinds_fine(trace), _labelled(trace), silenced(step)
+    for kind, gpus in fine.items():
+        if kind not in quiet:
+            assert coarse.get(kind) == gpus, (kind, coarse, fine)
+    for kind, gpus in coarse.items():  # no false verdict
+        assert gpus <= fine.get(kind, set()) | labelled.get(kind, set()), (kind, gpus)
+    assert set(quiet) <= set(result.silent)
+    assert sum(sum(states.values()) for states in result.ledger.values()) > 0
+
+
+def test_the_cli_prints_the_summary_and_exits_2_on_a_selector_matching_nothing(loaded):
+    start, end = _window(0)
+    args = ["--from", str(start), "--to", str(end)]
+    ok = _cli(["--prometheus", loaded.prometheus, *args, "--selector", 'pod="starvation_h100x8"'])
+    assert ok.returncode == 0, ok.stderr
+    assert "data_starvation" in ok.stdout and "job ml/starvation_h100x8" in ok.stdout
+    none = _cli(["--prometheus", loaded.prometheus, *args, "--selector", 'namespace="nobody"'])
+    assert none.returncode == 2
+    assert none.stderr.count("\n") == 1 and "no GPU series" in none.stderr
+
+
+def test_an_unreachable_url_and_an_http_error_are_one_line_each(loaded):
+    down = _cli(["--prometheus", f"http://127.0.0.1:{free_port()}"])
+    assert down.returncode == 2 and down.stderr.count("\n") == 1 and "cannot reach" in down.stderr
+    missing = _cli(["--prometheus", loaded.prometheus + "/not-an-api"])
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "HTTP 404" in missing.stderr
+
+
+def _cli(args: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "exporter", "replay", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
