@@ -145,6 +145,13 @@ SERVE_FLAGS = (
         "credentials; SIGHUP re-reads it; empty: pushes follow the web config's rules",
     ),
     Flag(
+        "--progress-check-address",
+        "progress_check_address",
+        _onoff,
+        "on: accept a push only from the address of the pod it reports for, as the Kubernetes API says "
+        "(needs get on pods)",
+    ),
+    Flag(
         "--web.config.file",
         "web_config_file",
         str,

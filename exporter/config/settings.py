@@ -75,6 +75,7 @@ class Settings:
     progress_api: bool = False  # accept POST /v1/progress
     web_config_file: str = ""  # TLS and basic auth (the exporter toolkit's web config); empty: plain HTTP
     progress_token_file: str = ""  # the bearer token POST /v1/progress needs; empty: the scrape rules apply
+    progress_check_address: bool = False  # a push only from its pod's address (asks the Kubernetes API)
     detail: frozenset[str] = frozenset()  # --detail categories (exporter/policy/detail.py)
     price: str = ""  # --price MODEL=PRICE,... over the example prices (exporter/policy/cost.py)
     currency: str = COST_CURRENCY.value  # the prices' currency
@@ -92,6 +93,8 @@ class Settings:
                 problems.append((name, problem))
         if self.progress_token_file and not self.progress_api:
             problems.append(("progress_token_file", "a push token without --progress-api on guards nothing"))
+        if self.progress_check_address and not self.progress_api:
+            problems.append(("progress_check_address", "checking senders needs --progress-api on"))
         if self.window_s < self.interval_s:
             problems.append(("window_s", "window must be at least one interval"))
         if self.sim_gpus < 1 or self.sim_gpus > 64:

@@ -3,10 +3,14 @@
 The body is read in pieces and refused past ``progress.body_max_bytes`` before it is parsed (and must
 all arrive within ``http.body_timeout_seconds``, which the connection guard enforces); it must be
 ``application/json`` with exactly ``{namespace, pod, step}``; the store keeps a bounded number of pods,
-only those holding GPUs on this node. Answers: 204, or 400/404/411/413/415/429 with one line of text.
+only those holding GPUs on this node, and with --progress-check-address on only from the pod's own
+address. Answers: 204, or 400/403/404/411/413/415/429/503 with one line of text (401 from the web
+layer without the push token).
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
@@ -36,7 +40,11 @@ def route(app: FastAPI, store: ProgressStore) -> None:
         try:
             if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
                 raise ProgressError(415, "Content-Type must be application/json")
-            store.report(await _body(request))
+            body = await _body(request)
+            if store.senders is None:
+                store.report(body)
+            else:  # the pod's address may come from the Kubernetes API: a blocking call, off the loop
+                await asyncio.to_thread(store.report, body, request.client.host if request.client else None)
         except ProgressError as exc:
             return PlainTextResponse(f"{exc}\n", status_code=exc.status)
         except ClientDisconnect:  # closed before its body arrived (by the client or the body deadline)

@@ -5,6 +5,7 @@ is ``{"namespace": str, "pod": str, "step": int}`` and nothing else."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 import time
@@ -13,6 +14,7 @@ from dataclasses import dataclass, replace
 
 from exporter.podlogs.logparse import WorkloadHint
 from exporter.policy.thresholds import PROGRESS_BODY_BYTES, PROGRESS_MAX_PODS
+from exporter.sources.kubeapi import AddressUnknown, InCluster, PodAddresses
 from exporter.sources.podlogs import ContainerLog, PodLogsView
 from exporter.sources.registry import Inputs, Registration, Round, Schedule, register
 
@@ -23,6 +25,7 @@ _POD = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 MAX_STEP = 2**53  # an exact float: the step is exported as a sample value
 # a pod that reports steps trains (as a log's step counter says; the weakest hint, like that one)
 PUSHED_HINT = WorkloadHint("training", "progress reports")
+log = logging.getLogger(__name__)
 
 
 class ProgressError(ValueError):
@@ -65,8 +68,9 @@ class ProgressStore:
     """Steps reported over HTTP, by (namespace, pod). Thread-safe; at most ``progress.max_pods`` pods
     (``allowed`` narrows them to the pods holding GPUs once the sampler knows them)."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time, senders: PodAddresses | None = None) -> None:
         self.clock = clock
+        self.senders = senders  # with --progress-check-address on: a report only from its pod's address
         self._lock = threading.Lock()
         self._steps: dict[tuple[str, str], Reported] = {}
         self.allowed: frozenset[tuple[str, str]] | None = None
@@ -76,28 +80,29 @@ class ProgressStore:
     def last_round(self) -> Round | None:
         return self._round
 
-    def report(self, body: bytes) -> None:
-        """Validate and keep one report (``ProgressError`` when refused); booked as the source's round."""
+    def report(self, body: bytes, sender: str | None = None) -> None:
+        """Validate and keep one report (``ProgressError`` when refused); booked as the source's round.
+        ``sender``: the client's address; with ``senders`` this may ask the Kubernetes API (blocking)."""
         started = time.monotonic()
         try:
-            self._keep(body)
+            self._keep(body, sender)
         except ProgressError:
             self._round = Round(False, self.clock(), time.monotonic() - started)
             raise
         self._round = Round(True, self.clock(), time.monotonic() - started)
 
-    def _keep(self, body: bytes) -> None:
+    def _keep(self, body: bytes, sender: str | None) -> None:
         try:
             namespace, pod, step = parse_report(body)
+            allowed = self.allowed
+            if allowed is not None and (namespace, pod) not in allowed:
+                raise ProgressError(404, f"{namespace}/{pod} holds no GPU on this node")
+            self._check_sender(namespace, pod, sender)
         except ProgressError:
             self.refused += 1
             raise
         key, now = (namespace, pod), self.clock()
-        allowed = self.allowed
         with self._lock:
-            if allowed is not None and key not in allowed:
-                self.refused += 1
-                raise ProgressError(404, f"{namespace}/{pod} holds no GPU on this node")
             if key not in self._steps and len(self._steps) >= PROGRESS_MAX_PODS.value:
                 self.refused += 1
                 raise ProgressError(429, f"progress is kept for {PROGRESS_MAX_PODS.value:.0f} pods at most")
@@ -106,6 +111,16 @@ class ProgressStore:
             if before is not None and step > before.step and now > before.t:
                 seconds = (now - before.t) / (step - before.step)
             self._steps[key] = Reported(step, now, seconds)
+
+    def _check_sender(self, namespace: str, pod: str, sender: str | None) -> None:
+        if self.senders is None:
+            return
+        try:
+            ok = sender is not None and self.senders.check(namespace, pod, sender)
+        except AddressUnknown as exc:
+            raise ProgressError(503, f"cannot check the sender's address: {exc}") from None
+        if not ok:
+            raise ProgressError(403, f"{namespace}/{pod} is not at the sender's address")
 
     def forget_except(self, pods: frozenset[tuple[str, str]]) -> None:
         with self._lock:
@@ -130,8 +145,29 @@ def merged(view: PodLogsView | None, pushed: dict[tuple[str, str], Reported]) ->
     return replace(base, containers=base.containers + extra)
 
 
+def _unreachable(why: str) -> Callable[[str, str], frozenset[str]]:
+    def fetch(namespace: str, pod: str) -> frozenset[str]:
+        raise AddressUnknown(why)
+
+    return fetch
+
+
+def _senders(check: bool) -> PodAddresses | None:
+    """The pods' addresses from the Kubernetes API; outside a cluster every push is refused (503)."""
+    if not check:
+        return None
+    try:
+        return PodAddresses(InCluster.from_environment().fetch)
+    except AddressUnknown as exc:
+        log.warning("--progress-check-address on: %s; every push will be refused", exc)
+        return PodAddresses(_unreachable(str(exc)))
+
+
 def _build(inputs: Inputs) -> ProgressStore | None:
-    return ProgressStore(inputs.clock) if inputs.settings.progress_api else None
+    settings = inputs.settings
+    if not settings.progress_api:
+        return None
+    return ProgressStore(inputs.clock, _senders(settings.progress_check_address))
 
 
 # pushed: POST /v1/progress; up is whether the last report was accepted

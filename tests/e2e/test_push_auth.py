@@ -156,3 +156,126 @@ def test_a_token_without_the_progress_api_is_a_usage_error(tmp_path: Path):
         timeout=60,
     )
     assert done.returncode == 2 and "--progress-token-file: " in done.stderr, done.stderr
+
+
+# ---- a push only from its pod's own address (--progress-check-address on) --------------------------
+
+
+class FakeApi:
+    """The Kubernetes API's GET of one pod, over TLS, answering what ``pods`` says (a status code for a
+    refusal); it records the bearer token each ask carried."""
+
+    def __init__(self, folder: Path, pods: dict[tuple[str, str], object]) -> None:
+        import http.server
+        import json
+        import ssl
+        import threading
+
+        from tests.faults.certs import Authority
+
+        ca = Authority(folder, "api")
+        issued = ca.issue("server")
+        self.ca, self.pods, self.tokens = ca.pem, pods, []
+        api = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                api.tokens.append(self.headers.get("Authorization"))
+                parts = self.path.split("/")  # /api/v1/namespaces/NS/pods/NAME
+                answer = api.pods.get((parts[4], parts[6])) if len(parts) == 7 else None
+                status = answer if isinstance(answer, int) else 404 if answer is None else 200
+                body = json.dumps(answer if status == 200 else {"kind": "Status"}).encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(issued.cert, issued.key)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.url = f"https://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+def _pod(*ips: str) -> dict:
+    return {"kind": "Pod", "status": {"podIP": ips[0], "podIPs": [{"ip": ip} for ip in ips]}}
+
+
+def _checked_app(tmp_path: Path, pods: dict) -> Iterator[tuple[object, FakeApi, object]]:
+    """The progress API on a simulated node, its store asking ``FakeApi`` for the pods' addresses."""
+    from exporter.app import Application
+    from exporter.config.settings import Settings
+    from exporter.sim import SimulatedNode
+    from exporter.sources.kubeapi import InCluster, PodAddresses
+    from scripts.stack import free_port
+    from tests.e2e.test_http import Served, wait_ready
+
+    (tmp_path / "sa-token").write_text("service-account-token\n")
+    api = FakeApi(tmp_path, pods)
+    node = SimulatedNode("healthy", n_gpus=2)
+    module = node.install()
+    node.host.start(period_s=0.2)
+    settings = Settings(
+        interval_s=0.25,
+        collect_timeout_s=0.5,
+        listen_address="127.0.0.1",
+        pod_resources_socket=node.kubelet_socket,
+        pod_resources_interval_s=1.0,
+        progress_api=True,
+        progress_check_address=True,
+    )
+    app = Application(settings, module, node.host_options())
+    assert app.progress is not None
+    app.progress.senders = PodAddresses(InCluster(api.url, tmp_path / "sa-token", api.ca).fetch)
+    try:
+        with Served(app, free_port()) as s:
+            wait_ready(s.url)
+            yield s, api, app.progress
+    finally:
+        api.close()
+        node.close()
+
+
+def _push(s: object, step: int) -> httpx.Response:
+    deadline = time.monotonic() + 20
+    while True:
+        r = httpx.post(s.url + "/v1/progress", json={**REPORT, "step": step}, timeout=10)
+        if r.status_code != 404 or time.monotonic() > deadline:
+            return r
+        time.sleep(0.2)  # until the kubelet said which pods hold GPUs
+
+
+def test_a_push_from_the_pods_own_address_is_kept(tmp_path):
+    for s, api, store in _checked_app(tmp_path, {("ml", "llm-train-0"): _pod("10.1.2.3", "127.0.0.1")}):
+        assert _push(s, 7).status_code == 204
+        assert store.view()[("ml", "llm-train-0")].step == 7
+        assert api.tokens[0] == "Bearer service-account-token"
+        assert _push(s, 8).status_code == 204
+        assert len(api.tokens) == 1  # the answer is kept: one ask per pod, not per push
+
+
+def test_a_push_from_another_address_is_403_and_changes_nothing(tmp_path):
+    for s, api, store in _checked_app(tmp_path, {("ml", "llm-train-0"): _pod("10.1.2.3")}):
+        r = _push(s, 7)
+        assert r.status_code == 403 and r.text == "ml/llm-train-0 is not at the sender's address\n"
+        assert ("ml", "llm-train-0") not in store.view()
+        assert _push(s, 9).status_code == 403
+        assert len(api.tokens) == 1  # a mismatch asks again only after a few seconds
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"), [(403, "answered 403 no RBAC to get pods"), (500, "answered 500")]
+)
+def test_without_the_apis_answer_a_push_is_503_in_one_line(tmp_path, answer, said):
+    for s, _, store in _checked_app(tmp_path, {("ml", "llm-train-0"): answer}):
+        r = _push(s, 7)
+        assert r.status_code == 503 and r.text.count("\n") == 1, r.text
+        assert r.text.startswith("cannot check the sender's address: the Kubernetes API") and said in r.text
+        assert store.view() == {}
