@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from exporter.offline.replay import ReplayResult
 
 PROG = "gpu-bottleneck-exporter"
+MAX_RECORD_S = 366 * 86400.0  # record --duration: a year (a timer much longer overflows the clock)
 FAIL_ON_STATUS = 3  # replay --fail-on: a named verdict fired (1: the command failed; 2: bad usage or input)
 
 
@@ -367,7 +368,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_formats_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    replay.add_argument("trace", nargs="?", help="the log file, in any of the formats below; or --prometheus")
+    replay.add_argument(
+        "trace", nargs="?", help="the log file, in any of the formats below ('-' for stdin); or --prometheus"
+    )
     replay.add_argument(
         "--gpus",
         type=int,
@@ -518,6 +521,11 @@ def _duration(text: str | None) -> float | None:
         raise UsageError(f"--duration: {exc}") from None
     if value <= 0:
         raise UsageError(f"--duration: must be positive, not {text!r}")
+    if value > MAX_RECORD_S:
+        raise UsageError(
+            f"--duration: at most {MAX_RECORD_S:.0f} s (a year), not {text!r}; leave it out to record until "
+            "interrupted"
+        )
     return value
 
 

@@ -3,6 +3,7 @@ application is built the same way (exporter/app.py); only its listeners differ."
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -44,12 +45,18 @@ class _Output:
         try:
             if not self.reader_gone:
                 self.stream.flush()
-            if self.stream is not sys.stdout:
+        except OSError as exc:  # a full disk, a broken device: said once, by record's caller
+            self.failed(exc)
+        if self.stream is not sys.stdout:
+            with contextlib.suppress(OSError):  # it flushes what is left again: said above
                 self.stream.close()
-        except OSError as exc:
-            if not _pipe_closed(exc):
-                raise
+
+    def failed(self, exc: OSError) -> None:
+        """A write that failed: the reader of stdout went away, or the file cannot be written."""
+        if _pipe_closed(exc):
             self.reader_gone = True
+        elif not self.error:
+            self.error = f"cannot write {self.output} ({exc.strerror or exc})"
 
 
 def record(settings: Settings, output: str, duration: float | None) -> None:
@@ -74,10 +81,7 @@ def record(settings: Settings, output: str, duration: float | None) -> None:
                     writer.gpu(str(identity.index), identity.name, point)
                 writer.stream.flush()
             except OSError as exc:
-                if _pipe_closed(exc):
-                    out.reader_gone = True
-                else:
-                    out.error = f"cannot write {output} ({exc.strerror or exc})"
+                out.failed(exc)
                 done.set()
 
     def on_host(point) -> None:

@@ -19,12 +19,18 @@ from exporter.analysis.kinds import KINDS, NAMES
 from exporter.analysis.ledger import LOST_STATES, STATES
 from exporter.analysis.workload import Workload
 from exporter.offline.traceformats import NVIDIA_SMI_CSV
-from exporter.offline.traces import ReadStats, TraceReader, TraceRow
+from exporter.offline.traces import ReadStats, TraceError, TraceReader, TraceRow, gap_seconds
 from exporter.policy.cost import DEFAULT as DEFAULT_PRICES
 from exporter.policy.cost import Prices
 from exporter.policy.thresholds import COVERAGE_SHARE, EVAL_INTERVAL, HOLDUP_SHARE
 
 WORK_STATES = frozenset(("computing", "throttled"))  # the rest of STATES is time lost or not held
+# Replay's work is a GPU evaluated for a second (a GPU-second): a trace sampled every second has one per
+# row, one sampled every minute sixty. Past GPU_SECONDS_FREE, a trace whose rows would cost more than
+# MAX_GPU_SECONDS_PER_ROW each on average (many GPUs kept alive by a row every few minutes) is refused in
+# one line: its work would grow with its GPUs times its seconds, not with what it holds.
+MAX_GPU_SECONDS_PER_ROW = 120.0
+GPU_SECONDS_FREE = 100_000.0
 
 
 class RowSource(Protocol):
@@ -52,6 +58,7 @@ class ReplayResult:
     stats: ReadStats
     seconds: float
     sampled_seconds: float = 0.0  # the segments' spans added: ``seconds`` less the gaps
+    gpu_seconds: float = 0.0  # the GPUs evaluated, each for a second, added (replay's work)
     events: list[VerdictEvent] = field(default_factory=list)
     episodes: list[Episode] = field(default_factory=list)
     jobs: list[dict[str, object]] = field(default_factory=list)
@@ -137,11 +144,18 @@ class _Segment:
         self.in_job: set[tuple[str, str]] = set()
         self.named: set[str] = set()
         self.ticks = TickStates(self.analyzer, self.step, on_tick) if on_tick else None
+        # Each GPU is evaluated while it sends rows: from its first to a gap after its latest. A GPU that
+        # sends nothing for longer is left out until it sends again (its silence is a gap of its own),
+        # so the work follows the rows, not the GPUs seen times the seconds spanned.
+        self.latest: dict[str, float] = {}  # the GPUs evaluated -> the time of each one's latest row
+        self.quiet: dict[str, float] = {}  # the GPUs left out -> the time of each one's latest row
 
     def add(self, row: TraceRow, on_row: Callable[[TraceRow], None] | None) -> None:
         while row.t > self.next_eval:
             self.evaluate(self.next_eval)
             self.next_eval += self.step
+        self.quiet.pop(row.gpu, None)
+        self.latest[row.gpu] = row.t
         if row.gpu not in self.named and row.name:
             self.analyzer.set_identity(row.gpu, name=row.name)
             self.named.add(row.gpu)
@@ -166,6 +180,9 @@ class _Segment:
         if self.number < result.stats.gap_count:
             for episode in self.open_episodes.values():
                 episode.end = last_t
+        for (gpu, _), episode in self.open_episodes.items():  # a GPU silent since: it ended with its rows
+            if gpu in self.quiet:
+                episode.end = self.quiet[gpu]
         for gpu in sorted(analyzer.gpus(), key=_gpu_order):
             totals = result.ledger.setdefault(gpu, dict.fromkeys(STATES, 0.0))
             job = result.job_ledger.setdefault(analyzer.group_of(gpu), dict.fromkeys(STATES, 0.0))
@@ -183,11 +200,20 @@ class _Segment:
             result.envelopes[gpu] = analyzer.envelope(gpu)
         had_inputs.update(analyzer.had_inputs)
 
+    def sending(self, t: float) -> list[str]:
+        """The GPUs to evaluate at ``t``: those with a row within a gap (``gap_seconds``) before it."""
+        for gpu in [g for g, latest in self.latest.items() if t - latest > gap_seconds()]:
+            self.quiet[gpu] = self.latest.pop(gpu)
+        return list(self.latest)
+
     def evaluate(self, t: float) -> None:
         result = self.result
-        states, events = self.analyzer.evaluate(t)
+        gpus = self.sending(t)
+        result.gpu_seconds += len(gpus) * self.step
+        _check_work(result)
+        states, events = self.analyzer.evaluate(t, gpus)
         if self.ticks:
-            self.ticks.after(t)
+            self.ticks.after(t, gpus)
         for gpu in states:
             w = self.analyzer.workload(gpu)
             key = (w.kind, w.source)
@@ -229,6 +255,17 @@ class _Segment:
                 episode.cause = state.cause or episode.cause
 
 
+def _check_work(result: ReplayResult) -> None:
+    """Refuse a trace whose rows cost too many GPU-seconds each (MAX_GPU_SECONDS_PER_ROW)."""
+    rows = result.stats.rows
+    if result.gpu_seconds > GPU_SECONDS_FREE and result.gpu_seconds > MAX_GPU_SECONDS_PER_ROW * rows:
+        raise TraceError(
+            f"{result.path}: {rows} rows already cost {result.gpu_seconds:.0f} GPU-seconds of analysis "
+            f"(each GPU is evaluated every second until it has sent nothing for {gap_seconds():.0f} s): a "
+            f"trace has a row per GPU every {MAX_GPU_SECONDS_PER_ROW:.0f} s or less on average"
+        )
+
+
 class TickStates:
     """The state of each GPU's evaluated second, read from its ledger's counters after each tick: the
     state that took most of what the tick committed. The ledger holds back the seconds of a stopped run
@@ -241,9 +278,10 @@ class TickStates:
         self.before: dict[str, dict[str, float]] = {}
         self.held: dict[str, list[float]] = {}  # per GPU: ticks that committed nothing yet
 
-    def after(self, t: float | None) -> None:
-        """After the evaluation at ``t``; ``None`` after the final flush (no tick of its own)."""
-        for gpu in self.analyzer.gpus():
+    def after(self, t: float | None, gpus: list[str] | None = None) -> None:
+        """After the evaluation at ``t`` of ``gpus`` (default: every GPU); ``None`` after the final flush
+        (no tick of its own)."""
+        for gpu in self.analyzer.gpus() if gpus is None else gpus:
             totals = self.analyzer.ledger(gpu).totals
             before = self.before.get(gpu) or dict.fromkeys(STATES, 0.0)
             delta = {s: totals[s] - before.get(s, 0.0) for s in STATES}

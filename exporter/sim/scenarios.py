@@ -7,6 +7,7 @@ A scenario is written ``NAME[:key=value,...]`` on the command line, e.g.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 # name -> (what it shows, default affected GPUs (empty = all), default cause)
@@ -117,6 +118,7 @@ POD_CHURN_S = 10.0  # pod_churn's default: a new pod every 10 s
 WORKLOADS = frozenset({"serving", "serving_starved", "evaluation", "pipeline", "notebook"})
 REQUEST_RATES = {"serving": 0.125, "serving_starved": 0.5}  # requests per second per GPU (engine)
 MAX_RATE = 10.0  # requests per second per engine: about what an 8B engine decodes at all (~25 at once)
+MAX_SHM_GIB = 1024.0  # /dev/shm is node memory: a few TiB at most
 
 CAUSES = ("io", "cpu", "shm", "host_transfer", "unknown")
 
@@ -199,7 +201,7 @@ def _apply_param(s: Scenario, key: str, value: str) -> Scenario:
         return replace(s, rate=_rate(value))
     try:
         if key == "onset":
-            return replace(s, onset_s=float(value))
+            return replace(s, onset_s=_number(key, value, "a number of seconds, at least 0", zero=True))
         if key == "gpus":
             return replace(s, gpus=tuple(int(g) for g in value.split("+") if g))
         if key == "cause":
@@ -207,11 +209,14 @@ def _apply_param(s: Scenario, key: str, value: str) -> Scenario:
                 raise ScenarioError(f"cause must be one of {', '.join(CAUSES)}, not {value!r}")
             return replace(s, cause=value)
         if key == "fill":
-            return replace(s, fill_s=float(value))
+            return replace(s, fill_s=_number(key, value, "a number of seconds, at least 0", zero=True))
         if key == "shm_gib":
-            return replace(s, shm_size_bytes=int(float(value) * (1 << 30)))
+            gib = _number(key, value, f"a size in GiB, above 0 and at most {MAX_SHM_GIB:g}")
+            if gib > MAX_SHM_GIB:
+                raise ScenarioError(f"shm_gib must be a size in GiB, above 0 and at most {MAX_SHM_GIB:g}")
+            return replace(s, shm_size_bytes=int(gib * (1 << 30)))
         if key == "cap":
-            return replace(s, cap_w=float(value))
+            return replace(s, cap_w=_number(key, value, "a power limit in watts, above 0"))
         if key == "logs":
             if value not in ("stop", "flow"):
                 raise ScenarioError("logs must be stop or flow")
@@ -233,6 +238,17 @@ def _apply_param(s: Scenario, key: str, value: str) -> Scenario:
         f"unknown scenario parameter {key!r} "
         "(onset, gpus, cause, fill, shm_gib, cap, pods, churn, logs, rate)"
     )
+
+
+def _number(key: str, value: str, what: str, zero: bool = False) -> float:
+    """A finite number above 0 (``zero``: at least 0); else a ScenarioError saying what ``key`` takes."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise ScenarioError(f"bad value {value!r} for scenario parameter {key!r}") from None
+    if not math.isfinite(number) or number < 0 or (number == 0 and not zero):  # also nan and inf
+        raise ScenarioError(f"{key} must be {what}, not {value!r}")
+    return number
 
 
 def _rate(value: str) -> float:
