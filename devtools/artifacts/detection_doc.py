@@ -155,8 +155,14 @@ def _workloads() -> list[str]:
         f"(coefficient of variation under {th.PIPELINE_TURNS_CV.value:g}), each under "
         f"{_pct(th.PIPELINE_STAGE_MAX)}, over {_s(th.PIPELINE_HOLD)}, and where samples are fine enough, "
         f"busy together with another GPU in no more than {_pct(th.PIPELINE_TOGETHER)} of their busy "
-        "samples (ranks compute at the same moments, stages in turn). Anything else is judged as "
-        "training.",
+        "samples (ranks compute at the same moments, stages in turn); a **notebook** (`interactive`) is a "
+        "GPU alone in its job whose stretches without work, each longer than "
+        f"{_s(th.STARVATION_PAUSE)}, hold {_pct(th.INTERACTIVE_IDLE_SHARE)} or more of its time since "
+        f"the first of them, {th.INTERACTIVE_STRETCHES.value:g} of them within "
+        f"{_s(th.INTERACTIVE_WINDOW)}, their lengths or the cycles between them varying by "
+        f"{_pct(th.INTERACTIVE_IRREGULAR)} or more (a person's cells and thinking; a training loop's "
+        "saves come alike, and mark it as a loop). Anything else is judged as training. A trace without "
+        "`memory.total` cannot show a server's reservation: replay says so in its `workload:` line.",
         "",
         f"For {', '.join(f'`{c}`' for c in sorted(IDLE_GAPS))} the no-kernel time is idle capacity (the "
         "ledger's `idle`), never `data_starvation`: a server waiting for requests, a notebook waiting for "
@@ -164,16 +170,20 @@ def _workloads() -> list[str]:
         f"line under {_s(th.SERVER_LOAD_FRESH)} old) while the GPU has no kernel *is* starved: its gaps are "
         "`input_wait` and the cause comes from the node (`cpu` for a tokenizer or scheduler short of "
         "cores). While a GPU may still turn out to be a server (reserved, for its first "
-        f"{_s(th.SERVING_PENDING)}) or a pipeline stage, no starvation verdict starts. A GPU with no peer "
+        f"{_s(th.SERVING_PENDING)}), a pipeline stage, or a notebook (stretches without work hold most of "
+        "its time, too few yet to tell), no starvation verdict starts. A GPU with no peer "
         "that works or waits in a collective has no collective to wait in: memory-bound work (LLM decode, "
         "busy at 40-70 % of its power) is computing.",
         "",
         "**Pages only for losses that matter.** A starvation verdict starts only while "
-        f"{_pct(th.STARVATION_SUSTAINED)} of the last two minutes went to input waits, and, under "
+        f"{_pct(th.STARVATION_SUSTAINED)} of the last half minute went to step-sized waits that recur "
+        f"across it ({th.STARVATION_GAPS.value:g} gaps or more, in both its halves), or "
+        f"{_pct(th.STARVATION_SUSTAINED)} of the last two minutes went to input waits and, under "
         f"{_pct(th.STARVATION_HEAVY)}, {_pct(th.STARVATION_SUSTAINED)} of the last five too: an evaluation "
         "at 86 % with a pause every minute or two, or a minute at half speed while it loads a subset, "
-        "pages nothing; a job losing a third of its time or more pages as soon as two minutes show it. A "
-        "verdict already on holds on its own evidence.",
+        "pages nothing; a job losing a third of its time in step-sized waits pages within about a minute "
+        "and a half. A verdict whose loss no longer meets either resolves instead of riding the share it "
+        "left behind.",
         "",
     ]
 

@@ -24,7 +24,7 @@ from exporter.analysis.ledger import GpuLedger, Shares, Tick, holding_back, meas
 from exporter.analysis.points import GpuPoint, HostPoint
 from exporter.analysis.verdicts import Track, step
 from exporter.analysis.window import Window
-from exporter.analysis.workload import UNKNOWN, ServingShape, Turns, Workload, decide
+from exporter.analysis.workload import UNKNOWN, InteractiveShape, ServingShape, Turns, Workload, decide
 from exporter.policy.thresholds import (
     EVAL_INTERVAL,
     EVIDENCE_WINDOW,
@@ -85,6 +85,7 @@ class _Gpu:
     shares: tuple[Shares, Shares, Shares] = (Shares(), Shares(), Shares())
     active_at: float | None = None  # the last second it worked or sat in a collective
     serving: ServingShape = field(default_factory=ServingShape)
+    interactive: InteractiveShape = field(default_factory=InteractiveShape)
     workload: Workload = UNKNOWN
     undecided: bool = False  # it looks like a pipeline's stage or a server, not yet for long enough
     waiting: float | None = None  # requests its server last reported waiting
@@ -263,9 +264,13 @@ class Analyzer:
             state, tick = self._gpus[gpu], ticks.get(gpu)
             if tick is not None and tick.span > 0:
                 state.serving.see(now, tick.mem_bytes, tick.mem_total, tick.stopped, tick.span)
+                state.interactive.see(now, tick.stopped, tick.span, tick.held and len(members) == 1)
                 state.waiting = tick.waiting
-            state.workload = decide(hint, pipeline, state.serving.workload(), state.serving.unknown())
-            state.undecided = not state.workload.kind and (pending or state.serving.pending(now))
+            shape = state.serving.workload() or state.interactive.workload(now)
+            state.workload = decide(hint, pipeline, shape, state.serving.unknown())
+            state.undecided = not state.workload.kind and (
+                pending or state.serving.pending(now) or state.interactive.pending(now)
+            )
 
     # ---- evaluation ----------------------------------------------------------------------------
 

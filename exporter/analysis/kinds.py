@@ -192,9 +192,9 @@ _ALL = (
         "runs: offload, pageable copies), else `unknown`. *Peers are not blamed*: the other ranks of a "
         "data-parallel job wait for a starved rank inside NCCL (their time is `comm_wait`), and they get "
         "neither this verdict nor `comm_bound`; replay names them next to the starved rank. A verdict "
-        f"starts only on a loss that matters ({_pct(STARVATION_SUSTAINED)} of the last two minutes at "
-        "least; see the workload class below), and never on a server waiting for requests, a notebook or a "
-        "pipeline stage.",
+        f"starts only on a loss that matters ({_pct(STARVATION_SUSTAINED)} of the last half minute in "
+        "recurring step-sized waits, or of the last two minutes; see the workload class below), and "
+        "never on a server waiting for requests, a notebook or a pipeline stage.",
         AlertText(
             "GPU is starving for input data.",
             ' {{ if eq $labels.cause "checkpoint" }}stalls with every rank of its job while checkpoints are '

@@ -8,7 +8,10 @@ a stage of a layer-split model waits for its turn. The class comes from what the
 * ``pipeline``: the GPUs of one job take turns, one busy while the others wait, their utilizations
   summing to about one GPU's, steadily (data-parallel ranks move together instead);
 * ``serving``: the framebuffer reserved up front and never moved, and the GPU idle past a step-level
-  wait while holding it (no request came).
+  wait while holding it (no request came);
+* ``interactive``: a GPU alone in its job whose work comes in bursts between stretches without work,
+  longer than any step-level wait, that hold most of its time and come irregularly (a person's cells
+  and thinking; a training loop's saves come every so many steps, alike).
 
 Everything else is judged as training (``""``: not known). A serving GPU whose requests are waiting in
 its queue (the server's log says so) while it has no kernel *is* starved: its gaps are input waits.
@@ -17,12 +20,17 @@ its queue (the server's log says so) while it has no kernel *is* starved: its ga
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from exporter.policy.thresholds import (
+    INTERACTIVE_IDLE_SHARE,
+    INTERACTIVE_IRREGULAR,
+    INTERACTIVE_STRETCHES,
+    INTERACTIVE_WINDOW,
     PIPELINE_HOLD,
     PIPELINE_MIN_STAGES,
     PIPELINE_STAGE_MAX,
@@ -34,6 +42,7 @@ from exporter.policy.thresholds import (
     SERVING_PENDING,
     SERVING_QUIET,
     SERVING_RESERVED,
+    STARVATION_PAUSE,
 )
 
 CLASSES: tuple[str, ...] = ("training", "serving", "batch", "evaluation", "interactive", "pipeline")
@@ -122,6 +131,85 @@ class ServingShape:
             return None
         share = self.high / self.total
         return Workload("serving", "shape", f"{share:.0%} of memory reserved and flat, idle between bursts")
+
+
+# ---- a notebook, by its stretches ----------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class InteractiveShape:
+    """One GPU's stretches without work longer than a step-level wait, once it has worked: a person
+    between cells, or a loop's saves?"""
+
+    worked: bool = False  # it has worked since it was held alone
+    start: float | None = None  # the current stopped run began (None: working)...
+    run_s: float = 0.0  # ...and its seconds so far
+    after_work: bool = False  # ...and it began after work (start-up is not a stretch)
+    stretches: deque[tuple[float, float]] = field(default_factory=deque)  # (start, seconds), ended
+    loop: bool = False  # its stretches came alike: a job's loop, until it is no longer held alone
+
+    def see(self, t: float, stopped: bool, span: float, alone: bool) -> None:
+        """One second of the GPU: ``stopped`` held without work; ``alone`` held, the job's only GPU."""
+        if not alone:
+            self.worked, self.start, self.run_s, self.loop = False, None, 0.0, False
+            self.stretches.clear()
+            return
+        if stopped:
+            if self.start is None:
+                self.start, self.run_s, self.after_work = t - span, 0.0, self.worked
+            self.run_s += span
+            return
+        if self.start is not None and self.after_work and self.run_s > STARVATION_PAUSE.value:
+            self.stretches.append((self.start, self.run_s))
+        self.start, self.run_s, self.worked = None, 0.0, True
+        while self.stretches and self.stretches[0][0] < t - INTERACTIVE_WINDOW.value:
+            self.stretches.popleft()
+
+    def _share(self, now: float) -> float:
+        """The share of the time since the first stretch began spent in stretches (the current one too)."""
+        current = self.run_s if self.after_work and self.run_s > STARVATION_PAUSE.value else 0.0
+        first = self.stretches[0][0] if self.stretches else self.start if current else None
+        if first is None or now <= first:
+            return 0.0
+        return (sum(s for _, s in self.stretches) + current) / (now - first)
+
+    def _irregular(self) -> bool | None:
+        """Do the last stretches, or the cycles between them, vary like a person's (None: too few)?"""
+        last = list(self.stretches)[-int(INTERACTIVE_STRETCHES.value) :]
+        if len(last) < INTERACTIVE_STRETCHES.value:
+            return None
+        cycles = [b[0] - a[0] for a, b in itertools.pairwise(last)]
+        return max(_cv([s for _, s in last]), _cv(cycles)) >= INTERACTIVE_IRREGULAR.value
+
+    def workload(self, now: float) -> Workload | None:
+        if self.loop or self._share(now) < INTERACTIVE_IDLE_SHARE.value:
+            return None
+        irregular = self._irregular()
+        if irregular is None:
+            return None
+        if not irregular:
+            self.loop = True  # alike: a training loop's saves, whatever it does later
+            return None
+        lengths = [s for _, s in self.stretches]
+        return Workload(
+            "interactive",
+            "shape",
+            f"alone on its GPU, work in bursts between {len(lengths)} irregular stretches without work "
+            f"({min(lengths):.0f}-{max(lengths):.0f} s)",
+        )
+
+    def pending(self, now: float) -> bool:
+        """Stretches without work hold most of its time, too few yet to tell a person from a loop."""
+        if self.loop or self._share(now) < INTERACTIVE_IDLE_SHARE.value:
+            return False
+        return self._irregular() is None
+
+
+def _cv(values: list[float]) -> float:
+    mean = sum(values) / len(values)
+    if mean <= 0:
+        return 0.0
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)) / mean
 
 
 # ---- a pipeline, by its turns --------------------------------------------------------------------

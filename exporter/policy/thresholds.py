@@ -776,6 +776,38 @@ PIPELINE_TOGETHER = _t(
     "busy only where a sample period straddles a hand-over (a real 3-stage Falcon-40B split at 0.1 s: "
     "about half). More than three quarters together: ranks, not turns.",
 )
+INTERACTIVE_IDLE_SHARE = _t(
+    "workload.interactive_idle_share",
+    0.5,
+    "ratio",
+    "A GPU alone in its job is interactive by its shape when stretches without work, each longer than a "
+    "step-level wait (the pause allowance), hold half its time or more since the first of them began: a "
+    "notebook computes for tens of seconds per cell and waits minutes for its user. A training job's "
+    "saves, even frequent ones, are a fraction of its time...",
+)
+INTERACTIVE_STRETCHES = _t(
+    "workload.interactive_stretches",
+    4,
+    "count",
+    "...and four such stretches have come (three cycles: fewer cannot show how they vary); until then no "
+    "starvation verdict starts on it...",
+)
+INTERACTIVE_IRREGULAR = _t(
+    "workload.interactive_irregularity",
+    0.3,
+    "ratio",
+    "...and their lengths or the cycles between them vary by 30 % or more (coefficient of variation): a "
+    "person's thinking between cells varies by half or more, a training loop saves every so many steps, "
+    "its cycles alike within a few percent and its saves within a fifth (a shared filesystem's write time "
+    "varies). Stretches that came alike mark the GPU as a loop for as long as its job holds it.",
+)
+INTERACTIVE_WINDOW = _t(
+    "workload.interactive_window_seconds",
+    900.0,
+    "seconds",
+    "The stretches counted are those of the last quarter hour: a person's cells and the thinking between "
+    "them come every one to five minutes.",
+)
 PIPELINE_HOLD = _t(
     "workload.pipeline_hold_seconds",
     120.0,

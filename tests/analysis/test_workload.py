@@ -124,3 +124,36 @@ def test_without_the_framebuffers_size_the_class_says_a_server_could_not_be_seen
     assert w.kind == "" and "memory.total" in w.evidence
     sized = run({"0": steady(WORKING)}, 30).analyzer.workload("0")
     assert sized.kind == "" and sized.evidence == ""
+
+
+def _bursts(stretches: list[tuple[float, float]], busy=WORKING, idle=IDLE):
+    """Work, then (idle seconds, work seconds) in turn, the last idle to the end."""
+    edges, t = [], 30.0
+    for rest, work in stretches:
+        edges.append((t + rest, t + rest + work))
+        t += rest + work
+    return lambda s: busy if s < 30 or any(a <= s < b for a, b in edges) else idle
+
+
+def test_a_notebooks_irregular_cells_are_interactive_and_its_user_leaving_is_idle_not_starvation():
+    cells = [(45, 20), (150, 35), (70, 12), (210, 50), (95, 25), (40, 15)]  # thinking, then a cell
+    r = run({"0": _bursts(cells)}, 1600, dt=1.0)
+    w = r.analyzer.workload("0")
+    assert (w.kind, w.source) == ("interactive", "shape")
+    assert "data_starvation" not in r.kinds()
+    idle = r.fired("idle_allocated")
+    assert idle and idle[-1].cause == "notebook"
+
+
+def test_a_lone_training_loop_whose_saves_dominate_stays_training_and_pages():
+    """Alike stretches every cycle: a loop's saves (its cycles alike), not a person."""
+    saves = [(60, 40)] * 12
+    r = run({"0": _bursts(saves)}, 1200, dt=1.0)
+    assert r.analyzer.workload("0").kind == ""
+    assert "data_starvation" in r.kinds()
+
+
+def test_two_gpus_resting_together_are_never_a_notebook_by_their_shape():
+    cells = [(45, 20), (150, 35), (70, 12), (210, 50), (95, 25)]
+    r = run({"0": _bursts(cells), "1": _bursts(cells)}, 900, dt=1.0)
+    assert r.analyzer.workload("0").kind == ""
