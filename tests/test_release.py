@@ -179,6 +179,19 @@ def test_every_workflow_passes_actionlint():
         assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_contributors_get_the_release_test_job_on_every_push_and_pull_request():
+    """ci.yml runs the release workflow's test job, step for step, on pushes to any branch (a tag runs
+    the release) and on pull requests."""
+    ci = yaml.safe_load((WORKFLOW.parent / "ci.yml").read_text())
+    triggers = ci[True]  # YAML 1.1 reads the key `on` as true
+    assert set(triggers) == {"push", "pull_request"} and "tags" not in triggers["push"]
+    (job,) = ci["jobs"].values()
+    release_test = _workflow()["jobs"]["test"]
+    for key in ("runs-on", "container", "steps"):
+        assert job[key] == release_test[key], key
+    assert job["steps"][-1] == {"run": "bash .ci/run"}
+
+
 def test_actionlint_finds_what_it_should(tmp_path: Path):
     bad = tmp_path / "bad.yml"
     bad.write_text(
@@ -217,7 +230,8 @@ def test_the_image_builds_from_debian_packages_and_serves_metrics(tmp_path: Path
         timeout=900,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert f'gpu_exporter_build_info{{version="{release.version()}"' in result.stdout
+    build_info = re.search(r"^gpu_exporter_build_info\{(.*)\} 1\.0$", result.stdout, re.MULTILINE)
+    assert build_info and f'version="{release.version()}"' in build_info[1].split(","), result.stdout
     assert "image runs" in result.stderr
     index = yaml.safe_load((out / "oci" / "index.json").read_text())
     (manifest,) = index["manifests"]
