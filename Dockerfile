@@ -18,6 +18,6 @@ COPY --from=build /opt/venv /opt/venv
 # non-root by default; the chart runs it as uid 0 (still without capabilities) only for the kubelet's
 # root-only pod-resources socket
 USER 65532:65532
-EXPOSE 9400
+EXPOSE 9612
 ENTRYPOINT ["gpu-bottleneck-exporter"]
 CMD ["serve"]

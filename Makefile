@@ -7,7 +7,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-PORT ?= 9400
+PORT ?= 9612
 
 .PHONY: demo tools test lint format artifacts protos bench bench-quick bench-detection bench-peer clean
 

@@ -94,7 +94,7 @@ umoci raw add-layer --image "$out/oci:$version" "$work/layer.tar"
 umoci config --image "$out/oci:$version" \
   --config.user 65532:65532 \
   --config.entrypoint gpu-bottleneck-exporter --config.cmd serve \
-  --config.exposedports 9400/tcp \
+  --config.exposedports 9612/tcp \
   --config.env PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   --config.env PYTHONDONTWRITEBYTECODE=1 --config.env PYTHONUNBUFFERED=1 \
   --config.label "org.opencontainers.image.version=$version" \
@@ -108,7 +108,7 @@ $check || exit 0
 
 # 4. Run it as a container runtime would: the image's own entrypoint, user and environment, the
 # simulated node, then one scrape of /metrics.
-port=${CHECK_PORT:-19400}
+port=${CHECK_PORT:-19612}
 args=(serve --simulate healthy --sim-gpus 2 --listen-address 127.0.0.1 --port "$port")
 scrape() {
   local deadline=$(($(date +%s) + 60))

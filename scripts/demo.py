@@ -1,7 +1,7 @@
 """The demo: a simulated 8 x H100 node touring failure scenarios, watched by the exporter, a real
 Prometheus with the alert rules and a real Alertmanager whose pages are printed here.
 
-    python scripts/demo.py [--port 9400] [--full] [--loop] [--exporter-only]
+    python scripts/demo.py [--port 9612] [--full] [--loop] [--exporter-only]
 
 By default one short tour (about thirteen minutes) in which every fault phase pages its alert, then the
 demo stops: the demo's Prometheus loads the shipped rules with the `for` of the alerts the tour pages
@@ -273,7 +273,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--port", type=int, default=9400, help="exporter port")
+    parser.add_argument("--port", type=int, default=9612, help="exporter port")
     parser.add_argument("--full", action="store_true", help="every scenario, with the shipped alert timings")
     parser.add_argument("--loop", action="store_true", help="start the tour over until Ctrl-C")
     parser.add_argument("--exporter-only", action="store_true")

@@ -86,8 +86,8 @@ def test_record_offers_no_listen_flags_and_ignores_their_variables(tmp_path):
     help_text = _run("record", "--help").stdout
     assert "--port" not in help_text and "--listen-address" not in help_text
     assert "--simulate" in help_text and "--duration" in help_text
-    result = _run("record", "-o", str(tmp_path / "x.csv"), "--port", "9400")
-    assert result.returncode == 2 and "unrecognized arguments: --port 9400" in result.stderr
+    result = _run("record", "-o", str(tmp_path / "x.csv"), "--port", "9612")
+    assert result.returncode == 2 and "unrecognized arguments: --port 9612" in result.stderr
     # serve's variables are serve's: a bad GBE_PORT does not stop a recording
     result = _run(
         "record", "-o", str(tmp_path / "x.csv"), "--duration", "1.2", "--simulate", "healthy",
@@ -214,7 +214,7 @@ def test_the_listening_socket_says_tcp_so_kept_alive_scrapes_are_not_delayed():
         (["replay", "t.csv", "--reprot", "x"], ["(did you mean --report?)", f"see '{PROG} replay --help'"]),
         (["replay", "t.csv", "--jsno"], ["unrecognized arguments: --jsno", "did you mean --json?"]),
         (["--simualte", "healthy"], ["did you mean --simulate?", "see '" + PROG + " --help'"]),
-        (["replay", "t.csv", "--port", "9400"], ["--port is a flag of serve, not of replay"]),
+        (["replay", "t.csv", "--port", "9612"], ["--port is a flag of serve, not of replay"]),
         (["replya", "t.csv"], ["did you mean the command replay?"]),
         (["replay", "t.csv", "--verbose"], ["unrecognized arguments: --verbose; see"]),
         (["replay"], ["the following arguments are required: trace"]),

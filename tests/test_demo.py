@@ -104,7 +104,7 @@ def test_a_node_level_critical_alert_silences_no_other_alert_of_its_node(tmp_pat
     rules.write_text("groups: []\n")
     receiver = PageReceiver()
     stack = Stack(tmp_path / "stack", rules, [], receiver.url)
-    node = {"instance": "n1:9400", "node": "n1"}
+    node = {"instance": "n1:9612", "node": "n1"}
     alerts = [
         {"alertname": "GpuShmFull", "severity": "critical", "mountpoint": "/dev/shm"},
         {"alertname": "GpuShmNearlyFull", "severity": "warning", "mountpoint": "/dev/shm"},

@@ -247,4 +247,4 @@ def test_the_image_builds_from_debian_packages_and_serves_metrics(tmp_path: Path
         [_dockerfile_entrypoint()],
         ["serve"],
     )
-    assert list(config["ExposedPorts"]) == ["9400/tcp"]
+    assert list(config["ExposedPorts"]) == ["9612/tcp"]

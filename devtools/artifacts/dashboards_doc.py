@@ -18,7 +18,7 @@ pod's node name; a static scrape configuration adds it as a target label:
 scrape_configs:
   - job_name: gpu-bottleneck-exporter
     static_configs:
-      - targets: ["gpu-node-1:9400"]
+      - targets: ["gpu-node-1:9612"]
         labels: {node: gpu-node-1}
 ```
 

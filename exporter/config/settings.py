@@ -51,7 +51,7 @@ class SettingsError(ValueError):
 @dataclass(frozen=True)
 class Settings:
     listen_address: str = "0.0.0.0"
-    port: int = 9400
+    port: int = 9612
     interval_s: float = 1.0
     window_s: float = 60.0
     collect_timeout_s: float = 5.0

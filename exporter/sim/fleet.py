@@ -313,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=40)
     parser.add_argument("--gpus", type=int, default=2)
     parser.add_argument("--straggler", type=int, help="the node (1-based) whose pod starves")
-    parser.add_argument("--port", type=int, default=9400)
+    parser.add_argument("--port", type=int, default=9612)
     parser.add_argument("--print-scrape-config", action="store_true", help="print Prometheus scrape jobs")
     args = parser.parse_args(argv)
     if args.nodes < 1 or not 1 <= args.gpus <= 64:

@@ -90,7 +90,7 @@ def test_defaults_are_a_daemonset_on_gpu_nodes_that_takes_no_gpu():
     assert ds["updateStrategy"]["type"] == "RollingUpdate"
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    assert c["ports"] == [{"name": "metrics", "containerPort": 9400, "protocol": "TCP"}]
+    assert c["ports"] == [{"name": "metrics", "containerPort": 9612, "protocol": "TCP"}]
     assert one(docs, "Service")["spec"]["ports"][0]["targetPort"] == "metrics"
 
 
@@ -326,7 +326,7 @@ def test_install_notes_render_and_say_what_was_created(files):
     result = helm(*args)
     assert result.returncode == 0, result.stderr
     notes = result.stdout.split("NOTES:", 1)[1]
-    assert "port-forward ds/gbe-gpu-bottleneck-exporter 9400" in notes
+    assert "port-forward ds/gbe-gpu-bottleneck-exporter 9612" in notes
     values = yaml.safe_load(files[0].read_text()) if files else {}
     assert ("No ServiceMonitor or PodMonitor" in notes) == (
         not values.get("serviceMonitor", {}).get("enabled")

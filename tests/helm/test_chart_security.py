@@ -79,7 +79,7 @@ def test_kube_rbac_proxy_fronts_the_exporter(tmp_path):
     exporter, proxy = pod["containers"]
     assert env(docs)["GBE_LISTEN_ADDRESS"] == "127.0.0.1" and "ports" not in exporter
     assert proxy["ports"] == [{"name": "metrics", "containerPort": 9443, "protocol": "TCP"}]
-    assert "--upstream=http://127.0.0.1:9400/" in proxy["args"]
+    assert "--upstream=http://127.0.0.1:9612/" in proxy["args"]
     assert "--ignore-paths=/healthz,/readyz" in proxy["args"]
     assert not any(a.startswith("--allow-paths") for a in proxy["args"])  # the proxy refuses both
     assert proxy["securityContext"]["runAsNonRoot"] is True
