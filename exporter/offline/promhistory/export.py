@@ -85,7 +85,7 @@ def _uuid(gpu: str) -> str:
 
 
 def _target(node: str, scheme: str) -> dict[str, str]:
-    port = {names.NVIDIA_SMI: "9835"}.get(scheme, "9400")
+    port = {names.NVIDIA_SMI: "9835", names.OWN: "9612"}.get(scheme, "9400")  # each exporter's default
     return {"instance": f"{node}:{port}", "job": "gpu"}
 
 
