@@ -217,7 +217,7 @@ def test_the_listening_socket_says_tcp_so_kept_alive_scrapes_are_not_delayed():
         (["replay", "t.csv", "--port", "9612"], ["--port is a flag of serve, not of replay"]),
         (["replya", "t.csv"], ["did you mean the command replay?"]),
         (["replay", "t.csv", "--verbose"], ["unrecognized arguments: --verbose; see"]),
-        (["replay"], ["the following arguments are required: trace"]),
+        (["replay"], ["name a trace file, or --prometheus URL"]),
         (["replay", "t.csv", "--gpus", "x"], ["argument --gpus: invalid int value: 'x'"]),
     ],
 )  # fmt: skip
