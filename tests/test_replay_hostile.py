@@ -376,3 +376,14 @@ def test_record_to_a_full_device_is_one_line():
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("gpu-bottleneck-exporter: cannot write /dev/full (No space left on device)"), last
+
+
+def test_a_log_placed_by_a_long_period_is_not_refused(tmp_path, capsys, monkeypatch):
+    """--period places a log's samples as far apart as its tool took them: that spacing is the user's."""
+    monkeypatch.setattr(replay_module, "GPU_SECONDS_FREE", 5_000.0)
+    path = tmp_path / "dmon.log"
+    path.write_text("# gpu sm\n" + "".join(f"{i} 50\n" for _ in range(4) for i in range(20)))
+    status, err, _ = _cli(capsys, "replay", str(path), "--period", "200")
+    assert status == 0, err
+    path.write_text("time,gpu,util\n" + "".join(f"{200 * k},{i},50\n" for k in range(4) for i in range(20)))
+    _one_line(*_cli(capsys, "replay", str(path))[:2], 2, "GPU-seconds")  # the same spacing, as times

@@ -25,10 +25,11 @@ from exporter.policy.cost import Prices
 from exporter.policy.thresholds import COVERAGE_SHARE, EVAL_INTERVAL, HOLDUP_SHARE
 
 WORK_STATES = frozenset(("computing", "throttled"))  # the rest of STATES is time lost or not held
-# Replay's work is a GPU evaluated for a second (a GPU-second): a trace sampled every second has one per
-# row, one sampled every minute sixty. Past GPU_SECONDS_FREE, a trace whose rows would cost more than
-# MAX_GPU_SECONDS_PER_ROW each on average (many GPUs kept alive by a row every few minutes) is refused in
-# one line: its work would grow with its GPUs times its seconds, not with what it holds.
+# Replay's work is a GPU evaluated once (a GPU-second at replay's step of one second): a trace sampled
+# every second costs one per row, one sampled every minute sixty. Past GPU_SECONDS_FREE, a file whose rows
+# would cost more than MAX_GPU_SECONDS_PER_ROW each on average (or twice its --period) is refused in one
+# line: many GPUs kept alive by a row every few minutes, whose work would grow with its GPUs times its
+# seconds, not with what it holds.
 MAX_GPU_SECONDS_PER_ROW = 120.0
 GPU_SECONDS_FREE = 100_000.0
 
@@ -58,7 +59,7 @@ class ReplayResult:
     stats: ReadStats
     seconds: float
     sampled_seconds: float = 0.0  # the segments' spans added: ``seconds`` less the gaps
-    gpu_seconds: float = 0.0  # the GPUs evaluated, each for a second, added (replay's work)
+    gpu_seconds: float = 0.0  # the GPUs evaluated, added over the evaluations (replay's work)
     events: list[VerdictEvent] = field(default_factory=list)
     episodes: list[Episode] = field(default_factory=list)
     jobs: list[dict[str, object]] = field(default_factory=list)
@@ -209,7 +210,7 @@ class _Segment:
     def evaluate(self, t: float) -> None:
         result = self.result
         gpus = self.sending(t)
-        result.gpu_seconds += len(gpus) * self.step
+        result.gpu_seconds += len(gpus)
         _check_work(result)
         states, events = self.analyzer.evaluate(t, gpus)
         if self.ticks:
@@ -256,13 +257,14 @@ class _Segment:
 
 
 def _check_work(result: ReplayResult) -> None:
-    """Refuse a trace whose rows cost too many GPU-seconds each (MAX_GPU_SECONDS_PER_ROW)."""
+    """Refuse a file whose rows cost too many GPU-seconds each (MAX_GPU_SECONDS_PER_ROW)."""
     rows = result.stats.rows
-    if result.gpu_seconds > GPU_SECONDS_FREE and result.gpu_seconds > MAX_GPU_SECONDS_PER_ROW * rows:
+    per_row = max(MAX_GPU_SECONDS_PER_ROW, 2 * (result.stats.period or 0.0))  # --period: the user's spacing
+    if result.gpu_seconds > GPU_SECONDS_FREE and result.gpu_seconds > per_row * rows:
         raise TraceError(
             f"{result.path}: {rows} rows already cost {result.gpu_seconds:.0f} GPU-seconds of analysis "
             f"(each GPU is evaluated every second until it has sent nothing for {gap_seconds():.0f} s): a "
-            f"trace has a row per GPU every {MAX_GPU_SECONDS_PER_ROW:.0f} s or less on average"
+            f"trace has a row per GPU every {per_row:.0f} s or less on average"
         )
 
 
