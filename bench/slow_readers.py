@@ -41,6 +41,7 @@ class Result:
     scrape_worst_s: float
     scrapes_failed: int
     clients_closed_by_server: int
+    kernel_tcp_peak_mib: float  # the machine's TCP socket buffers at their peak, beyond the process's RSS
 
 
 def rss_mib(pid: int) -> float:
@@ -48,6 +49,17 @@ def rss_mib(pid: int) -> float:
         for line in f:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def kernel_tcp_mib() -> float:
+    """The TCP socket buffers the kernel holds, machine-wide (/proc/net/sockstat's "mem", in pages):
+    what a client does not read may sit there too, charged to the container's cgroup, not its RSS."""
+    with open("/proc/net/sockstat") as f:
+        for line in f:
+            if line.startswith("TCP:"):
+                fields = line.split()
+                return int(fields[fields.index("mem") + 1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
     return 0.0
 
 
@@ -115,9 +127,9 @@ def run(clients: int = 200, gpus: int = 64, hold_s: float = 20.0, settle_s: floa
         scraper = threading.Thread(target=scrape, daemon=True)
         scraper.start()
         socks = [non_reader(port) for _ in range(clients)]
-        peak, until = before, time.monotonic() + hold_s
+        peak, kernel, until = before, 0.0, time.monotonic() + hold_s
         while time.monotonic() < until:
-            peak = max(peak, rss_mib(proc.pid))
+            peak, kernel = max(peak, rss_mib(proc.pid)), max(kernel, kernel_tcp_mib())
             time.sleep(0.2)
         closed = sum(closed_by_peer(s) for s in socks)
         for s in socks:
@@ -126,7 +138,7 @@ def run(clients: int = 200, gpus: int = 64, hold_s: float = 20.0, settle_s: floa
         after = rss_mib(proc.pid)
         stop.set()
         scraper.join(15)
-        return Result(size, before, peak, after, worst[0], failed[0], closed)
+        return Result(size, before, peak, after, worst[0], failed[0], closed, kernel)
     finally:
         proc.terminate()
         proc.wait(15)
@@ -147,6 +159,7 @@ def main() -> int:
     print(f"RSS peak, {args.clients} clients  {r.rss_peak_mib:.0f} MiB (+{grew:.0f})")
     print(f"RSS after they left   {r.rss_after_mib:.0f} MiB (+{r.rss_after_mib - r.rss_before_mib:.0f})")
     print(f"closed by the server  {r.clients_closed_by_server} of {args.clients}")
+    print(f"kernel TCP buffers    {r.kernel_tcp_peak_mib:.0f} MiB at the peak (machine-wide)")
     print(f"scrapes               worst {r.scrape_worst_s * 1000:.0f} ms, {r.scrapes_failed} failed")
     return 0
 

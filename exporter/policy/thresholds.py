@@ -1131,18 +1131,21 @@ HTTP_SEND_TIMEOUT = _t(
     10.0,
     "seconds",
     "An answer is written in 64 KiB pieces as the client takes them; a connection whose client takes "
-    "nothing of what waits for it (its write buffer stays over asyncio's 64 KiB high-water mark) for 10 s "
-    "is closed, and what it held is freed. A scraper takes a 4 MB exposition in milliseconds inside a "
-    "cluster, and Prometheus gives up on a scrape after its 10 s scrape_timeout anyway.",
+    "nothing of what waits for it for 10 s (its write buffer stays over asyncio's 64 KiB high-water mark, "
+    "or the end of its answer is still in the kernel's send queue) is closed, and what it held is freed. "
+    "A scraper takes a 4 MB exposition in milliseconds inside a cluster, and Prometheus gives up on a "
+    "scrape after its 10 s scrape_timeout anyway.",
 )
 HTTP_MAX_STALLED_CONNECTIONS = _t(
     "http.max_stalled_connections",
     256.0,
     "count",
-    "A connection not taking its answer holds up to about 128 KiB of it (the write buffer's high-water "
-    "mark and one 64 KiB piece): 256 of them hold at most 32 MiB, well inside the chart's 256 MiB limit. "
-    "Past it the oldest is closed for the new one (before these bounds 200 clients that never read a 4 MB "
-    "exposition took the process from 95 to 579 MiB, and 211 MiB stayed after they left).",
+    "A connection not taking its answer holds about 220 KiB of it: up to 128 KiB in the process (the "
+    "write buffer's high-water mark and one 64 KiB piece) and the kernel's 128 KiB send buffer. 256 of "
+    "them hold about 56 MiB, inside the chart's 256 MiB limit. Past it the oldest is closed for the new "
+    "one. Before these bounds 200 clients that never read a 4 MB exposition took the process from 107 "
+    "to 595 MiB (437 MiB after they left) and the kernel's socket buffers to 752 MiB; now 100 to 141 "
+    "MiB (120 after) and 26 MiB (bench/slow_readers.py).",
 )
 HTTP_TLS_HANDSHAKE_TIMEOUT = _t(
     "http.tls_handshake_timeout_seconds",

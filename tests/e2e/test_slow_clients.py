@@ -4,9 +4,10 @@ is closed when it takes nothing for http.send_timeout_seconds, and the memory is
 from __future__ import annotations
 
 import asyncio
+import socket
 
 from bench.slow_readers import run
-from exporter.serve.httpguard import ConnectionGuard, Tracked
+from exporter.serve.httpguard import SEND_BUFFER, ConnectionGuard, Tracked, _small_send_buffer, unsent
 
 
 def test_clients_that_never_read_a_large_answer_hold_little_and_give_it_back():
@@ -24,6 +25,10 @@ class _Transport(asyncio.Transport):
     def __init__(self) -> None:
         super().__init__()
         self.aborted = False
+        self.pending = 1 << 16  # bytes its client has not taken
+
+    def get_write_buffer_size(self) -> int:
+        return self.pending
 
     def abort(self) -> None:
         self.aborted = True
@@ -32,7 +37,7 @@ class _Transport(asyncio.Transport):
         return self.aborted
 
 
-def test_past_the_stalled_bound_the_oldest_stalled_is_closed_and_a_flowing_one_is_kept():
+def test_past_the_stalled_bound_the_oldest_is_closed_and_one_that_took_its_answer_is_kept():
     async def scenario() -> None:
         guard = ConnectionGuard(max_connections=10, max_stalled=2, send_timeout_s=0.2)
         conns = [Tracked() for _ in range(4)]
@@ -46,8 +51,42 @@ def test_past_the_stalled_bound_the_oldest_stalled_is_closed_and_a_flowing_one_i
         guard.stalled(conns[2])
         guard.stalled(conns[3])  # a third stalled: the oldest stalled (0) goes
         assert [t.aborted for t in transports] == [True, False, False, False]
-        await asyncio.sleep(0.35)  # 2 and 3 take nothing within the send deadline
-        assert [t.aborted for t in transports] == [True, False, True, True]
-        assert guard.stats.send_timeout == 2 and guard.open == 1
+        transports[3].pending = 0  # it takes the rest of its answer in time
+        await asyncio.sleep(0.35)  # 2 takes nothing within the send deadline
+        assert [t.aborted for t in transports] == [True, False, True, False]
+        assert guard.stats.send_timeout == 1 and guard.open == 2
+
+    asyncio.run(scenario())
+
+
+def test_an_accepted_connection_has_a_small_kernel_send_buffer_and_its_unsent_bytes_are_counted():
+    async def scenario() -> None:
+        accepted: list[asyncio.Transport] = []
+
+        class Sink(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                accepted.append(transport)  # type: ignore[arg-type]
+
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(Sink, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = socket.socket()
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+        client.setblocking(False)
+        await loop.sock_connect(client, ("127.0.0.1", port))
+        while not accepted:
+            await asyncio.sleep(0.01)
+        transport = accepted[0]
+        _small_send_buffer(transport)
+        sock = transport.get_extra_info("socket")
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) <= 2 * SEND_BUFFER
+        transport.write(b"x" * (1 << 20))  # the client reads none of it
+        await asyncio.sleep(0.1)
+        # in asyncio's buffer or the kernel's queue, all counted, but what the client's receive buffer took
+        assert (1 << 20) - 16 * 1024 < unsent(transport) < 1 << 20
+        assert transport.get_write_buffer_size() > (1 << 20) - 4 * SEND_BUFFER  # the kernel took little
+        client.close()
+        transport.abort()
+        server.close()
 
     asyncio.run(scenario())
