@@ -371,17 +371,27 @@ class _CutGzip(io.RawIOBase):
         super().close()
 
 
+def _poller(fd: int) -> select.poll:
+    """A poll object for ``fd``, made non-blocking: every read waits in ``_wait``, bounded."""
+    os.set_blocking(fd, False)
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    return poller
+
+
+def _wait(name: str, poller: select.poll) -> None:
+    if not poller.poll(STREAM_WAIT_S * 1000):
+        raise TraceError(f"{name}: nothing to read for {STREAM_WAIT_S:g} s (a FIFO no one writes to?)")
+
+
 def _spool(name: str, fd: int, into: IO[bytes]) -> None:
     """Copy what ``fd`` (a pipe, FIFO or device) sends into ``into``, to its end: within MAX_STREAM_BYTES,
     each chunk within STREAM_WAIT_S. Plain text stops early at a line longer than the reader takes (the
     reader then reports it: /dev/zero is one endless line)."""
-    os.set_blocking(fd, False)
-    poller = select.poll()
-    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    poller = _poller(fd)
     total, since_newline, text = 0, 0, None
     while True:
-        if not poller.poll(STREAM_WAIT_S * 1000):
-            raise TraceError(f"{name}: nothing to read for {STREAM_WAIT_S:g} s (a FIFO no one writes to?)")
+        _wait(name, poller)
         try:
             chunk = os.read(fd, STREAM_CHUNK)
         except BlockingIOError:
@@ -492,10 +502,11 @@ class TraceReader:
         self._copy_from(fd, close=True)
 
     def _copy_from(self, fd: int, close: bool) -> None:
-        handle = tempfile.NamedTemporaryFile(prefix="replay-", delete=False)  # noqa: SIM115 - removed in close
-        self._copy = Path(handle.name)
         blocking = os.get_blocking(fd)
         try:
+            _wait(str(self.path), _poller(fd))  # a copy is made once there is something to copy
+            handle = tempfile.NamedTemporaryFile(prefix="replay-", delete=False)  # noqa: SIM115 - see close
+            self._copy = Path(handle.name)
             with handle:
                 _spool(str(self.path), fd, handle)
         finally:
