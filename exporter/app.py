@@ -22,7 +22,7 @@ from exporter.config.settings import Settings
 from exporter.config.usage import CommandError, UsageError
 from exporter.doctor import live
 from exporter.serve.metrics import Family, Renderer
-from exporter.sources import host, kubelet, nvml, podlogs, progress
+from exporter.sources import host, kubelet, nvml, podlogs, processes, progress
 from exporter.sources.errors import ErrorCounter
 from exporter.sources.nvml import real_nvml
 from exporter.sources.progress import ProgressStore
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 # the modules whose sources a running exporter has: each registers its own at import
 # (exporter.sources.registry); a new source's module joins them here
-SOURCE_MODULES = (nvml, host, kubelet, podlogs, progress, live)
+SOURCE_MODULES = (nvml, host, kubelet, processes, podlogs, progress, live)
 log = logging.getLogger(__name__)
 run_log = logging.getLogger("exporter")  # the commands' own lines, under the name they always had
 SIM_CPU_LINE = "the simulated driver and /proc used %.3f s of CPU"  # at exit, and on SIGUSR1 so far

@@ -19,6 +19,7 @@ from exporter.sources.errors import ErrorCounter
 from exporter.sources.host import HostSource
 from exporter.sources.kubelet import PodResourcesSource
 from exporter.sources.nvml import NvmlSource
+from exporter.sources.processes import ProcessSource
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "traces"  # the labelled example traces (NAME.csv.gz + NAME.labels.json)
@@ -146,7 +147,10 @@ def make_sampler(clock: ManualClock, make_node) -> Iterator:
         host = RefreshingHostSource(node, errors, clock=clock, **node.host_options())  # type: ignore[arg-type]
         nvml = NvmlSource(node.install(), errors, clock=clock, slow_interval_s=settings.slow_interval_s)
         kubelet = PodResourcesSource(errors, node.kubelet_socket, timeout_s=0.5) if pods else None
-        sampler = Sampler(settings, errors, {"host": host, "nvml": nvml, "kubelet": kubelet}, clock=clock)
+        opts = node.host_options()
+        processes = ProcessSource(errors, str(opts["proc_root"]), str(opts["host_root"]))
+        sources = {"host": host, "nvml": nvml, "kubelet": kubelet, "processes": processes}
+        sampler = Sampler(settings, errors, sources, clock=clock)
         samplers.append(sampler)
         return sampler, errors
 

@@ -30,6 +30,7 @@ SCHEDULES = {
     "nvml": Schedule.PER_GPU,
     "host": Schedule.POLLED,
     "kubelet": Schedule.POLLED,
+    "processes": Schedule.POLLED,
     "podlogs": Schedule.OWN_THREAD,
     "node_checks": Schedule.OWN_THREAD,
     "progress": Schedule.PUSHED,
@@ -40,7 +41,8 @@ def test_every_source_of_the_application_is_registered_with_its_schedule():
     assert len(SOURCE_MODULES) == len(SCHEDULES)
     assert {name: entry.schedule for name, entry in REGISTRY.items()} == SCHEDULES
     # only the sources started on the sampler's cadence are judged by the stale-collection alert
-    assert {n for n, e in REGISTRY.items() if e.schedule.stale_judged} == {"nvml", "host", "kubelet"}
+    judged = {"nvml", "host", "kubelet", "processes"}
+    assert {n for n, e in REGISTRY.items() if e.schedule.stale_judged} == judged
 
 
 def test_settings_decide_which_sources_are_built(tmp_path):

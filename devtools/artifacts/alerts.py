@@ -287,6 +287,19 @@ ALERTS: tuple[Alert, ...] = (
         "with CUDA out of memory.",
     ),
     Alert(
+        "GpuMemoryUnowned",
+        "gpu-thermal-power",
+        "gpu_memory_unowned_bytes > 0",
+        "GPU memory is held by no pod of the node.",
+        GPU + POD + " has {{ $value | humanize1024 }}B of memory held "
+        '{{ if eq $labels.reason "no_process" }}with no process listed by the driver'
+        "{{ else }}by process {{ $labels.pid }} ({{ $labels.command }}){{ with $labels.container_id }}, "
+        "container {{ . }}{{ end }}, which "
+        '{{ if eq $labels.reason "pod_gone" }}no pod the kubelet lists owns (its pod is gone)'
+        '{{ else if eq $labels.reason "other_pod" }}runs in a pod not given this GPU'
+        "{{ else }}runs outside any container{{ end }}{{ end }}: the memory stays lost until it is ended.",
+    ),
+    Alert(
         "GpuShmNearlyFull",
         "gpu-node-shm-io",
         "gpu_node_shm_used_bytes / gpu_node_shm_size_bytes > ${shm_warning}"

@@ -177,6 +177,7 @@ class Sampler:
             failed = self._p2p_failed
             for reading, prev in harvest.readings:
                 self._feed(reading, prev, failed.get(reading.identity.index))
+            self._want_processes()
         outcomes: dict[str, Outcome] = {o.source: o for o in self.poller.harvest()}
         for name, outcome in outcomes.items():  # current only while its last attempt succeeded
             if outcome.ok:
@@ -199,6 +200,19 @@ class Sampler:
             self._readings.pop(name, None)
             if name == "host":
                 self._host_reading = None
+
+    def _want_processes(self) -> None:
+        """The PIDs the driver lists now go to the process-owner source for its next round."""
+        source = self.sources.get("processes")
+        if source is None or self.session is None:
+            return
+        pids = {
+            p.pid
+            for slot in self.session.slots.values()
+            if slot.reading and slot.reading.processes
+            for p in slot.reading.processes
+        }
+        source.want(pids)  # type: ignore[attr-defined]
 
     def _feed(self, reading: GpuReading, prev: GpuReading | None, p2p_failed: int | None) -> None:
         index = reading.identity.index

@@ -12,12 +12,14 @@ from dataclasses import dataclass, field, replace
 
 from exporter.analysis.engine import KindState
 from exporter.analysis.pods import default_shm
+from exporter.analysis.processes import GpuProcesses, attribute, holders
 from exporter.analysis.result import GpuStats, Result
 from exporter.analysis.window import Stats
 from exporter.analysis.workload import UNKNOWN, Workload
 from exporter.collect.poller import Books
 from exporter.sources.kubelet import Assignment, PodRef
 from exporter.sources.podlogs import PodLogsView
+from exporter.sources.processes import ProcessOwners
 from exporter.sources.readings import GpuIdentity, GpuReading, GpuState, HostReading
 
 
@@ -42,6 +44,7 @@ class GpuView:
         tuple[Assignment, str], ...
     ] = ()  # every device of it the kubelet gave out (, MIG UUID)
     collected_t: float | None = None  # wall time of its last successful collection (kept while down)
+    processes: GpuProcesses = field(default_factory=GpuProcesses)  # its processes, their owners
 
     @property
     def up(self) -> bool:
@@ -116,6 +119,21 @@ def gpu_view(
     p2p: dict[tuple[int, str], bool],
 ) -> GpuView:
     is_up = gpu.status == "ok"
+    r = gpu.reading if is_up else None
+    found = src.readings.get("processes")
+    migs = r.mig_uuids if r is not None else ()
+    procs = (
+        attribute(
+            r.processes,
+            r.mem_used_bytes,
+            found.owners if isinstance(found, ProcessOwners) else None,
+            holders(src.assignments, (gpu.identity.uuid, str(gpu.index), *migs), gpu.identity.uuid),
+            {(a.ref.namespace, a.ref.pod) for a in src.assignments},
+            src.assignment_t,
+        )
+        if r is not None
+        else GpuProcesses()
+    )
     # current only while the signal is (util_window and power_window follow the same rule in GpuView)
     has_util = is_up and gpu.reading is not None and gpu.reading.util is not None
     return GpuView(
@@ -134,6 +152,7 @@ def gpu_view(
         pod=src.owners.get(gpu.index),
         assignments=tuple(src.held.get(gpu.index, ())),
         collected_t=gpu.collected_t,
+        processes=procs,
     )
 
 

@@ -38,7 +38,16 @@ DETAIL: dict[str, tuple[tuple[str, ...], str]] = {
         ("gpu_sm_occupancy_ratio", "gpu_tensor_active_ratio", "gpu_dram_active_ratio"),
         "GPM profiling beyond SM activity",
     ),
-    "processes": (("gpu_process_count",), "compute processes holding each GPU"),
+    "processes": (
+        (
+            "gpu_process_count",
+            "gpu_process_memory_bytes",
+            "gpu_process_sm_utilization_ratio",
+            "gpu_process_memory_utilization_ratio",
+        ),
+        "compute processes holding each GPU, and the top ones by memory one series each (pid, command, pod): "
+        "their memory and utilization",
+    ),
 }
 
 

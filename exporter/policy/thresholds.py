@@ -1194,11 +1194,35 @@ LOG_REPEAT_INTERVAL = _t(
 
 SERIES_BUDGET = _t(
     "exporter.series_budget",
-    400.0,
+    440.0,
     "count",
-    "Series of an 8-GPU node at the default detail: about 50 per GPU, a few dozen like dcgm-exporter's "
-    "default set, keeps 1,000 nodes near 0.4 M series, what one Prometheus holds comfortably; per-link, "
-    "per-pair and per-XID series are --detail.",
+    "Series of an 8-GPU node at the default detail: about 55 per GPU (with two per pod on each GPU for its "
+    "processes and their memory), a few dozen like dcgm-exporter's default set, keeps 1,000 nodes near "
+    "0.44 M series, what one Prometheus holds comfortably; per-link, per-pair, per-XID and per-process "
+    "series are --detail.",
+)
+PROCESS_TOP_N = _t(
+    "processes.top_n",
+    8.0,
+    "count",
+    "Per-process series (--detail processes) of the 8 processes holding the most memory on each GPU: a "
+    "GPU runs one process per rank, a few under MPS or time-slicing; a node of thousands of short "
+    "processes would otherwise grow without bound. The per-pod totals count every process.",
+)
+PROCESS_COMMAND_CHARS = _t(
+    "processes.command_chars",
+    96.0,
+    "characters",
+    "A process's command line is cut to 96 characters for its label: enough for the interpreter, the "
+    "script and its first arguments; arguments can be long (a config as JSON) and a label is kept per "
+    "series.",
+)
+PROCESS_OWNERS_REMEMBERED = _t(
+    "processes.owners_remembered",
+    256.0,
+    "count",
+    "The pods of the last 256 containers seen holding a GPU are remembered, so a process whose pod and "
+    "runtime bundle are gone still names its last pod; a node runs a few dozen GPU containers a day.",
 )
 
 
@@ -1401,6 +1425,16 @@ _alert(
     "info",
     "A reserved GPU doing nothing is waste, not breakage: the verdict needs five idle minutes (longer than "
     "any save, evaluation or restart), five more make ten idle minutes before an informational page.",
+)
+_alert(
+    "GpuMemoryUnowned",
+    600.0,
+    "warning",
+    "GPU memory held by a process no pod on the node owns (its pod deleted, a host process, another pod's "
+    "container) or by no process at all: the device plugin still counts the GPU as allocated or the next "
+    "pod fails with out-of-memory. Ten minutes outlast a pod's termination grace period and a restart, so "
+    "only memory that will not be freed by itself pages; a warning: capacity is lost, nothing is broken "
+    "yet.",
 )
 _alert(
     "GpuPipelineBubble",

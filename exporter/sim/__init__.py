@@ -54,7 +54,9 @@ class SimulatedNode:
         self.faults = FaultPlan()
         self.library = FakeNvmlLibrary(self.model, self.faults, capabilities)
         self.pods = pod_layout(self.model, self.scenario.pods, self.library.conditions())
-        self.host = SimHost(self.model, pods=self.pods, conditions=self.library.conditions())
+        self.host = SimHost(
+            self.model, pods=self.pods, conditions=self.library.conditions(), ghosts=ghost_pods(self.model)
+        )
         self._churn_s = self.scenario.effective_churn()
         self._generation = 0
         self._pods_lock = threading.Lock()
@@ -167,6 +169,7 @@ def pod_layout(
     cond = cond or NodeConditions()
     n = model.n_gpus
     split = n if pods == 1 else (n + 1) // 2
+    orphaned = _orphaned(model)  # a deleted pod's GPUs: no pod holds them
     volume = "" if cond.pod_shm_default else "dshm"
     # the first pod is named for its work, as a deployment would be (a vLLM server is no trainer)
     stem, container = POD_NAMES.get(model.timeline[0][1].name, ("llm-train", "trainer"))
@@ -175,7 +178,7 @@ def pod_layout(
         specs.append(("research", f"finetune-{generation}", "worker", "", range(split, n)))
     out = []
     for i, (namespace, name, container, volume, gpus) in enumerate(specs):
-        uuids = [model.gpus[g].uuid for g in gpus]
+        uuids = [model.gpus[g].uuid for g in gpus if g not in orphaned]
         devices = {"nvidia.com/gpu": uuids} if uuids else {}
         first = i == 0
         if first and cond.pod_efa and uuids:
@@ -194,3 +197,29 @@ def pod_layout(
             )
         )
     return out
+
+
+ZOMBIE_SCENARIO = "zombie_process"
+
+
+def _orphaned(model: NodeModel) -> frozenset[int]:
+    sc = model.timeline[0][1]
+    return frozenset(sc.affected(model.n_gpus)) if sc.name == ZOMBIE_SCENARIO else frozenset()
+
+
+def ghost_pods(model: NodeModel) -> list[SimPod]:
+    """Pods deleted while a process of theirs lives on (``zombie_process``): the kubelet no longer lists
+    them, but the runtime keeps the task (its bundle) while the process runs, and its cgroup names them."""
+    gpus = sorted(_orphaned(model))
+    if not gpus:
+        return []
+    return [
+        SimPod(
+            namespace="ml",
+            name="llm-train-prev",
+            uid="0d1e2f3a-4b5c-4d6e-8f70-9a8b7c6d5e4f",
+            sandbox_id="ab" * 32,
+            container="trainer",
+            devices={"nvidia.com/gpu": [model.gpus[g].uuid for g in gpus]},
+        )
+    ]

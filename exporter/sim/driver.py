@@ -659,21 +659,57 @@ class FakeNvmlLibrary:
 
     # ---- processes and GPM -------------------------------------------------------------------
 
-    def nvmlDeviceGetComputeRunningProcesses_v3(self, handle: object, count: object, procs: object) -> int:
+    def _processes(self, handle: object, count: object, procs: object, kind: str) -> int:
+        """The two-call size protocol of the running-process lists: a count and INSUFFICIENT_SIZE for a
+        missing or short array, else the entries (nvmlProcessInfo_v3_t: pid, memory, MIG instance ids)."""
         g = self._gpu(handle)
         if isinstance(g, int):
             return g
-        n = g.processes
-        if n == 0:
+        mine = [p for p in self.model.processes(g) if p.kind == kind]
+        if not mine:
             _put(count, 0)
             return N.NVML_SUCCESS
-        if procs is None or _int(count) < n:
-            _put(count, n)
+        if procs is None or _int(count) < len(mine):
+            _put(count, len(mine))
             return N.NVML_ERROR_INSUFFICIENT_SIZE
-        for i in range(n):
-            procs[i].pid = 4242 + g.index * 10 + i  # type: ignore[index]
-            procs[i].usedGpuMemory = g.mem_used_bytes  # type: ignore[index]
-        _put(count, n)
+        for i, p in enumerate(mine):
+            entry = procs[i]  # type: ignore[index]
+            entry.pid, entry.usedGpuMemory = p.pid, p.mem_bytes
+            entry.gpuInstanceId = entry.computeInstanceId = 0xFFFFFFFF  # not a MIG instance
+        _put(count, len(mine))
+        return N.NVML_SUCCESS
+
+    def nvmlDeviceGetComputeRunningProcesses_v3(self, handle: object, count: object, procs: object) -> int:
+        return self._processes(handle, count, procs, "compute")
+
+    def nvmlDeviceGetMPSComputeRunningProcesses_v3(self, handle: object, count: object, procs: object) -> int:
+        return self._processes(handle, count, procs, "mps")
+
+    def nvmlDeviceGetProcessUtilization(
+        self, handle: object, samples: object, count: object, last_seen: object
+    ) -> int:
+        """Per-process utilization samples newer than ``last_seen`` (microseconds): one entry per process
+        and driver sample, its share of the GPU's SM and memory utilization. NOT_FOUND when none is newer;
+        a NULL or short array gets the count and INSUFFICIENT_SIZE."""
+        g = self._gpu(handle)
+        if isinstance(g, int):
+            return g
+        if not self.caps.samples:
+            return N.NVML_ERROR_NOT_SUPPORTED
+        last = _int(last_seen)
+        procs = self.model.processes(g)
+        entries = [(s, p) for s in g.samples if s.ts_us > last for p in procs]
+        if not entries:
+            return N.NVML_ERROR_NOT_FOUND
+        if samples is None or _int(count) < len(entries):
+            _put(count, len(entries))
+            return N.NVML_ERROR_INSUFFICIENT_SIZE
+        for i, (s, p) in enumerate(entries):
+            entry = samples[i]  # type: ignore[index]
+            entry.pid, entry.timeStamp = p.pid, s.ts_us
+            entry.smUtil, entry.memUtil = round(s.util * p.sm_share), round(s.mem_util * p.sm_share)
+            entry.encUtil = entry.decUtil = 0
+        _put(count, len(entries))
         return N.NVML_SUCCESS
 
     def nvmlGpmQueryDeviceSupport(self, handle: object, ref: object) -> int:

@@ -25,6 +25,7 @@ from exporter.sources.errors import ErrorCounter
 from exporter.sources.host import HostSource
 from exporter.sources.kubelet import PodRef, PodResourcesSource
 from exporter.sources.nvml import NvmlSource
+from exporter.sources.processes import ProcessSource
 
 
 class VirtualClock:
@@ -47,7 +48,10 @@ def stepped_snapshot(scenario: str = "healthy", n_gpus: int = 8, seconds: int = 
         host = HostSource(errors, clock=clock, **node.host_options())  # type: ignore[arg-type]
         nvml = NvmlSource(node.install(), errors, clock=clock, slow_interval_s=settings.slow_interval_s)
         kubelet = PodResourcesSource(errors, node.kubelet_socket, timeout_s=0.5)
-        sampler = Sampler(settings, errors, {"host": host, "nvml": nvml, "kubelet": kubelet}, clock=clock)
+        opts = node.host_options()
+        processes = ProcessSource(errors, str(opts["proc_root"]), str(opts["host_root"]))
+        sources = {"host": host, "nvml": nvml, "kubelet": kubelet, "processes": processes}
+        sampler = Sampler(settings, errors, sources, clock=clock)
         snapshot = None
         for _ in range(seconds):
             clock.t += 1.0

@@ -26,6 +26,9 @@ DEFAULT_NODE_SHM = 64 * GiB
 CONTAINERD_TASKS = "run/containerd/io.containerd.runtime.v2.task/k8s.io"
 SANDBOX_SHM = "/run/containerd/io.containerd.grpc.v1.cri/sandboxes/{id}/shm"
 EMPTY_DIR = "/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~empty-dir/{volume}"
+BOOTED_BEFORE_S = 3600  # the node booted an hour before the simulation starts
+PROCESS_AGE_S = 60  # its GPU processes started a minute before
+PROC_FILES = ("cgroup", "cmdline", "comm", "stat")
 
 
 class SimHost:
@@ -35,9 +38,12 @@ class SimHost:
         root: str | None = None,
         pods: list[SimPod] | None = None,
         conditions: NodeConditions | None = None,
+        ghosts: list[SimPod] | None = None,
     ) -> None:
         self.model = model
         self.pods = pods if pods is not None else []
+        self.ghosts = ghosts or []  # deleted pods whose task lives on (a process still runs in it)
+        self._procs: dict[int, str] = {}  # the GPU processes' /proc files as last written: pid -> cgroup
         self.before_refresh: Callable[[], object] | None = None  # lets the node change its pods first
         self.conditions = conditions or NodeConditions()
         self._own_root = root is None
@@ -54,6 +60,7 @@ class SimHost:
         (self.root / "sys/block/loop0").mkdir(exist_ok=True)
         self._write_bundles()
         self._write_devices()
+        self._write_own_stat()
         self.refresh()
 
     # ---- files -------------------------------------------------------------------------------
@@ -83,7 +90,8 @@ class SimHost:
             self.model.advance()
             h = self.model.host
             xids = list(self.model.xid_events)
-            stat = self._stat(h.jiffies)
+            procs = {p.pid: g for g in self.model.gpus for p in self.model.processes(g)}
+            stat = self._stat(h.jiffies, self._btime())
             diskstats = self._diskstats(h.disk_read_bytes, h.disk_write_bytes)
             pressure = {
                 res: self._pressure(res, h.psi_avg10[res], h.psi_total_us[res]) for res in h.psi_avg10
@@ -94,6 +102,52 @@ class SimHost:
             self._write(f"proc/pressure/{res}", text)
         self._write("proc/1/mounts", self._mounts())
         self._write("host/dev/kmsg", self._kmsg(xids))
+        self._write_processes(procs)
+
+    def _btime(self) -> int:
+        return int(self.model.start) - BOOTED_BEFORE_S
+
+    def _owner(self, uuid: str) -> SimPod | None:
+        """The pod (or the deleted one) a process on the GPU ``uuid`` runs in; None: a host process."""
+        for pod in (*self.pods, *self.ghosts):
+            if uuid in pod.devices.get("nvidia.com/gpu", ()):
+                return pod
+        return None
+
+    def _write_processes(self, procs: dict[int, object]) -> None:
+        """/proc/PID/{cgroup,cmdline,comm,stat} of the GPU processes: cgroup v2 under the systemd driver, as
+        containerd writes a Guaranteed pod's container; rewritten only when a process or its pod changes."""
+        cgroups = {}
+        for pid, g in procs.items():
+            pod = self._owner(g.uuid)  # type: ignore[attr-defined]
+            if pod is None:
+                cgroups[pid] = "0::/system.slice/gpu-burn.service\n"
+            else:
+                slice_ = f"kubepods-pod{pod.uid.replace('-', '_')}.slice"
+                cgroups[pid] = f"0::/kubepods.slice/{slice_}/cri-containerd-{pod.sandbox_id[::-1]}.scope\n"
+        if cgroups == self._procs:
+            return
+        for pid in set(self._procs) - set(cgroups):  # ended: its /proc entry goes
+            for name in PROC_FILES:
+                (self.root / f"proc/{pid}/{name}").unlink(missing_ok=True)
+        ticks = (BOOTED_BEFORE_S - PROCESS_AGE_S) * os.sysconf("SC_CLK_TCK")
+        for pid, cgroup in cgroups.items():
+            self._write(f"proc/{pid}/cgroup", cgroup)
+            self._write(f"proc/{pid}/cmdline", "python\0train.py\0--config\0llama.yaml\0")
+            self._write(f"proc/{pid}/comm", "python\n")
+            self._write(
+                f"proc/{pid}/stat",
+                f"{pid} (python) S 1 {pid} {pid} 0 -1 4194560" + " 0" * 11 + f" {ticks} 0\n",
+            )
+        self._procs = cgroups
+
+    def _write_own_stat(self) -> None:
+        """The reader's own /proc entry: the simulated node shares its PID namespace with the exporter."""
+        try:
+            own = Path("/proc/self/stat").read_text()
+        except OSError:
+            return
+        self._write(f"proc/{os.getpid()}/stat", own)
 
     def _shm_mounts(self) -> dict[str, tuple[int, int]]:
         """Memory-backed mounts of the node: mountpoint -> (size, used). The job's shm volume is the
@@ -136,7 +190,7 @@ class SimHost:
     def _write_bundles(self) -> None:
         """containerd's task bundles for the pods: sandbox and container OCI specs with their annotations."""
         tasks = self.root / "host" / CONTAINERD_TASKS
-        for pod in self.pods:
+        for pod in (*self.pods, *self.ghosts):
             sandbox = {
                 "io.kubernetes.cri.container-type": "sandbox",
                 "io.kubernetes.cri.sandbox-id": pod.sandbox_id,
@@ -205,14 +259,14 @@ class SimHost:
             self._write(f"proc/{4242 + g.index * 10}/limits", limits)
 
     @staticmethod
-    def _stat(jiffies: list[list[float]]) -> str:
+    def _stat(jiffies: list[list[float]], btime: int) -> str:
         total = [sum(core[i] for core in jiffies) for i in range(8)]
         lines = ["cpu  " + " ".join(str(int(v)) for v in total) + " 0 0"]
         lines += [f"cpu{n} " + " ".join(str(int(v)) for v in core) + " 0 0" for n, core in enumerate(jiffies)]
         lines += [
             "intr 0",
             "ctxt 123456",
-            "btime 1767225600",
+            f"btime {btime}",
             "processes 4242",
             "procs_running 3",
             "procs_blocked 0",

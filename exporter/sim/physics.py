@@ -217,6 +217,18 @@ class DriverSample:
     power_mw: int
 
 
+class SimProcess(NamedTuple):
+    """A compute process on a simulated GPU: what the driver lists and the host's /proc describes."""
+
+    pid: int
+    kind: str  # compute, or mps (a client of an MPS server)
+    mem_bytes: int
+    sm_share: float  # its share of the GPU's utilization samples
+
+
+PID_BASE = 4242  # GPU g's processes are PID_BASE + 10 g + i (the host's /proc holds the same PIDs)
+
+
 @dataclass
 class GpuState:
     index: int
@@ -342,6 +354,15 @@ class NodeModel:
         with self.lock:
             return self._plan(t).work
 
+    def processes(self, g: GpuState) -> list[SimProcess]:
+        """The compute processes on ``g`` now: its job's (``processes`` of them), sharing its memory and
+        its utilization evenly."""
+        n = g.processes
+        return [
+            SimProcess(PID_BASE + g.index * 10 + i, "compute", g.mem_used_bytes // n, 1.0 / n)
+            for i in range(n)
+        ]
+
     def p2p_ok(self, a: int, b: int) -> bool:
         """Whether NVLink P2P works between GPUs a and b right now."""
         ga, gb = self.gpus[a], self.gpus[b]
@@ -422,8 +443,8 @@ class NodeModel:
         name = plan.name
         if name == "comm_hang":
             return Phase.HANG
-        if name == "idle_allocated":
-            return Phase.IDLE
+        if name == "idle_allocated" or (name == "zombie_process" and g in plan.affected):
+            return Phase.IDLE  # a zombie: the process of a deleted pod holds memory and runs nothing
         if plan.off or (name == "gpu_lost" and g in plan.affected):
             return Phase.OFF
         if name == "offload_starvation":

@@ -80,6 +80,12 @@ SCENARIOS: dict[str, tuple[str, tuple[int, ...], str]] = {
     "ecc_pending": ("GPU 5 has a DRAM row remapping pending: it needs a reset", (5,), ""),
     "missing_gpu": ("one GPU on the PCI bus is not visible to NVML (7 of 8)", (7,), ""),
     "no_efa": ("the training pod holds GPUs but none of the node's EFA devices", (), ""),
+    "zombie_process": (
+        "GPU 7's pod was deleted but its process lives on: 17 GiB held at 0 % util, no pod holds the GPU; "
+        "the training pod on the other GPUs is healthy",
+        (7,),
+        "",
+    ),
     "persistence_off": ("persistence mode is off on every GPU", (), ""),
     # the other work that shares a fleet with training (physics.py's workloads): each GPU of the pod outside
     # the workload's GPUs holds no process (with pods=2 the second pod trains on its half)

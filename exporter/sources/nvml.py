@@ -33,7 +33,7 @@ from exporter.policy import catalog
 from exporter.policy.nvml_vocab import FABRIC_STATES, FI_THROTTLE_NS, NVLINK_STATE_UP
 from exporter.policy.thresholds import SAMPLE_CARRY, SIGNAL_RETRY_INITIAL, SIGNAL_RETRY_MAX
 from exporter.sources.errors import ErrorCounter
-from exporter.sources.readings import GpuIdentity, GpuReading, NvLinkReading, Sample
+from exporter.sources.readings import GpuIdentity, GpuProcess, GpuReading, NvLinkReading, Sample
 from exporter.sources.registry import Inputs, Registration, Schedule, register
 
 log = logging.getLogger(__name__)
@@ -346,6 +346,7 @@ class Device:
     gpm_metrics: list[int] = field(default_factory=lambda: list(GPM_METRICS))
     gpm_buffer: object | None = None
     next_slow: float = 0.0
+    process_cursor: int = 0  # time stamp (us) of the newest per-process utilization sample read
     slow: dict[str, object] = field(default_factory=dict)
     retry: dict[object, tuple[float, float]] = field(default_factory=dict)  # key -> (next try, backoff)
     failed: set[str] = field(default_factory=set)  # keys whose read failed in the current collection
@@ -650,6 +651,7 @@ class NvmlSource:
             fabric_state=slow.get("fabric_state"),  # type: ignore[arg-type]
             fabric_status=slow.get("fabric_status"),  # type: ignore[arg-type]
             process_count=slow.get("process_count"),  # type: ignore[arg-type]
+            processes=slow.get("processes"),  # type: ignore[arg-type]
             mig_uuids=slow.get("mig_uuids", ()),  # type: ignore[arg-type]
             extra=self._catalog_reads(dev, slow=False) | slow.get("extra", {}),  # type: ignore[operator]
         )
@@ -864,13 +866,55 @@ class NvmlSource:
                 dev.slow["fabric_status"] = (
                     "success" if info.status == 0 else error_name(self.N.NVMLError(info.status), self.N)
                 )
-        procs = self._call(dev, "processes", "nvmlDeviceGetComputeRunningProcesses", h)
-        if procs is not None:
-            dev.slow["process_count"] = len(procs)
+        processes = self._processes(dev)
+        dev.slow["processes"] = processes
+        dev.slow["process_count"] = len(processes) if processes is not None else None
         dev.slow["mig_uuids"] = self._mig_uuids(dev)
         dev.slow["extra"] = self._catalog_reads(dev, slow=True)
         if dev.link_count:
             self._slow_links(dev)
+
+    def _processes(self, dev: Device) -> tuple[GpuProcess, ...] | None:
+        """The compute and MPS client processes with their memory, and each one's mean utilization over
+        the driver's per-process samples since the last read (a time-stamp cursor, as for the device's
+        sample buffers: no sample is counted twice or missed between slow reads). None when the compute
+        list could not be read: "no process" is never guessed."""
+        h = dev.handle
+        compute = self._call(dev, "processes", "nvmlDeviceGetComputeRunningProcesses", h)
+        if compute is None:
+            return None
+        mps = self._call(dev, "processes_mps", "nvmlDeviceGetMPSComputeRunningProcesses", h) or []
+        util = self._process_util(dev)
+        out = []
+        for kind, procs in (("compute", compute), ("mps", mps)):
+            for p in procs:  # type: ignore[attr-defined]
+                used = getattr(p, "usedGpuMemory", None)
+                sm, mem = util.get(int(p.pid), (None, None))
+                out.append(GpuProcess(int(p.pid), int(used) if used is not None else None, kind, sm, mem))
+        return tuple(out)
+
+    def _process_util(self, dev: Device) -> dict[int, tuple[float, float]]:
+        """pid -> (SM, memory) utilization, 0-1, averaged over its samples newer than the cursor."""
+        if self._off(dev, "process_util"):
+            return {}
+        try:
+            samples = self.N.nvmlDeviceGetProcessUtilization(dev.handle, dev.process_cursor)
+        except self.N.NVMLError_NotFound:
+            return {}  # no sample newer than the cursor (no process ran a kernel since): not an error
+        except Exception as exc:  # noqa: BLE001
+            self._handle(dev, "process_util", "nvmlDeviceGetProcessUtilization", exc)
+            return {}
+        dev.retry.pop("process_util", None)
+        sums: dict[int, list[float]] = {}
+        for s in samples:
+            if s.timeStamp <= dev.process_cursor:
+                continue
+            acc = sums.setdefault(int(s.pid), [0.0, 0.0, 0.0])
+            acc[0] += s.smUtil
+            acc[1] += s.memUtil
+            acc[2] += 1
+        dev.process_cursor = max([dev.process_cursor, *(int(s.timeStamp) for s in samples)])
+        return {pid: (sm / n / 100.0, mem / n / 100.0) for pid, (sm, mem, n) in sums.items()}
 
     def _slow_links(self, dev: Device) -> None:
         """NVLink state and error counters: field values where the driver has them, else per-link calls."""

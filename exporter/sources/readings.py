@@ -47,6 +47,17 @@ class GpuIdentity:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """A compute (or MPS client) process the driver lists on a GPU, read every slow interval."""
+
+    pid: int
+    used_bytes: int | None  # None: the driver does not say
+    kind: str = "compute"  # compute, or mps
+    sm_util: float | None = None  # mean of its utilization samples since the last read, 0-1
+    mem_util: float | None = None
+
+
 @dataclass(slots=True)  # not frozen: one per GPU each second, 34 fields (see Sample)
 class GpuReading:
     """Everything one collection learnt about one GPU. ``t`` is when the collection ended."""
@@ -83,6 +94,7 @@ class GpuReading:
     fabric_state: str | None = None
     fabric_status: str | None = None
     process_count: int | None = None
+    processes: tuple[GpuProcess, ...] | None = None  # None: not read (the calls failed or are not offered)
     mig_uuids: tuple[str, ...] = ()  # MIG devices carved out of this GPU (MIG mode on)
     extra: dict[str, float] = field(default_factory=dict)  # catalog signals read generically, by name
 
