@@ -139,6 +139,13 @@ SERVE_FLAGS = (
     ),
     Flag("--progress-api", "progress_api", _onoff, "on: accept POST /v1/progress {namespace, pod, step}"),
     Flag(
+        "--process-owners",
+        "process_owners",
+        _onoff,
+        "off: do not map GPU processes to their pods through the host's /proc (it needs the host's PID "
+        "namespace: hostPID)",
+    ),
+    Flag(
         "--progress-token-file",
         "progress_token_file",
         str,

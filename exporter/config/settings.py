@@ -73,6 +73,7 @@ class Settings:
     pod_logs: str = ""  # the kubelet's pod log directory (/var/log/pods); empty: pod logs are not read
     log_patterns: str = ""  # a JSON file of extra progress patterns
     progress_api: bool = False  # accept POST /v1/progress
+    process_owners: bool = True  # map GPU processes to their pods through the host's /proc (needs hostPID)
     web_config_file: str = ""  # TLS and basic auth (the exporter toolkit's web config); empty: plain HTTP
     progress_token_file: str = ""  # the bearer token POST /v1/progress needs; empty: the scrape rules apply
     progress_check_address: bool = False  # a push only from its pod's address (asks the Kubernetes API)

@@ -266,7 +266,7 @@ class ProcessSource:
 
 
 def _build(inputs: Inputs) -> ProcessSource | None:
-    if inputs.nvml is None:  # no GPU processes to own
+    if inputs.nvml is None or not inputs.settings.process_owners:  # no GPU processes to own, or off
         return None
     roots = inputs.host()
     refresh = inputs.settings.slow_interval_s  # the driver's lists' cadence

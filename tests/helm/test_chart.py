@@ -119,6 +119,18 @@ def test_container_is_locked_down_and_host_mounts_read_only():
     e = env(docs)
     assert e["GBE_PROC_ROOT"] == "/host/proc" and e["GBE_HOST_ROOT"] == "/host"
     assert e["GBE_POD_RESOURCES_SOCKET"] == "/var/lib/kubelet/pod-resources/kubelet.sock"
+    assert e["GBE_PROCESS_OWNERS"] == "off"  # it would need hostPID
+
+
+def test_process_owners_cost_host_pid_and_nothing_else():
+    docs = render(sets={"processOwners.enabled": "true"})
+    pod = one(docs, "DaemonSet")["spec"]["template"]["spec"]
+    assert pod["hostPID"] is True and not pod.get("hostNetwork") and not pod.get("hostIPC")
+    assert container(docs)["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert env(docs)["GBE_PROCESS_OWNERS"] == "on"
+    # without the node's /proc the PIDs cannot be read: off, whatever the value says
+    off = render(sets={"processOwners.enabled": "true", "hostMounts.proc.enabled": "false"})
+    assert env(off)["GBE_PROCESS_OWNERS"] == "off"
 
 
 def test_each_host_mount_is_behind_its_value():
