@@ -26,6 +26,7 @@ from exporter.analysis.verdicts import Track, step
 from exporter.analysis.window import Window
 from exporter.analysis.workload import UNKNOWN, InteractiveShape, ServingShape, Turns, Workload, decide
 from exporter.policy.thresholds import (
+    COARSE_EVIDENCE_POINTS,
     EVAL_INTERVAL,
     EVIDENCE_WINDOW,
     IDLE_AFTER,
@@ -93,8 +94,16 @@ class _Gpu:
 
 class Analyzer:
     def __init__(
-        self, window_s: float = EVIDENCE_WINDOW.value, evidence_s: float = EVIDENCE_WINDOW.value
+        self,
+        window_s: float = EVIDENCE_WINDOW.value,
+        evidence_s: float = EVIDENCE_WINDOW.value,
+        step: float = EVAL_INTERVAL.value,
     ) -> None:
+        # ``step``: the seconds between the samples and between evaluations. Coarser than the clock (a
+        # Prometheus' scrapes), each sample stands for its step and the window holds enough of them.
+        self.step = step
+        self.stale_s = max(LEDGER_STALE.value, step)
+        evidence_s = max(evidence_s, COARSE_EVIDENCE_POINTS.value * step)
         self.window_s = max(window_s, evidence_s)
         self.evidence_s = evidence_s
         # points a window holds at most: rows that share one time are never evicted by time
@@ -116,7 +125,9 @@ class Analyzer:
     def _gpu(self, gpu: str) -> _Gpu:
         state = self._gpus.get(gpu)
         if state is None:
-            state = self._gpus[gpu] = _Gpu(window=GpuWindow(self.window_s, self.max_points))
+            state = self._gpus[gpu] = _Gpu(
+                window=GpuWindow(self.window_s, self.max_points), ledger=GpuLedger(stale_s=self.stale_s)
+            )
         return state
 
     def set_identity(self, gpu: str, name: str = "", slowdown_c: float | None = None) -> None:
@@ -217,12 +228,12 @@ class Analyzer:
             active = sum(self._gpus[g].held and self._active(self._gpus[g], now) for g in members)
             for gpu in members:
                 state = self._gpus[gpu]
-                start = state.ticked if state.ticked is not None else now - EVAL_INTERVAL.value
+                start = state.ticked if state.ticked is not None else now - self.step
                 if now <= start:
                     continue
                 fresh = [p for p in _since(state.window, start) if p.t <= now]
                 if fresh:  # after a hole in the data (a lost GPU, a gap in a log) count from the samples
-                    start = max(start, fresh[0].t - LEDGER_STALE.value)
+                    start = max(start, fresh[0].t - self.stale_s)
                 points = state.ledger.points_for(fresh, now)
                 peers = active - (1 if state.held and self._active(state, now) else 0)
                 state.power.see(points)

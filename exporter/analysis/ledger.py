@@ -379,6 +379,7 @@ class GpuLedger:
     memory: deque[tuple[float, float]] = field(default_factory=deque)
     pending: list[tuple[Tick, bool]] = field(default_factory=list)  # held-back run seconds (tick, started)
     last: GpuPoint | None = None
+    stale_s: float = LEDGER_STALE.value  # the last point stands this long (a coarse sample: its step)
     # recent runs that outgrew the pause allowance: [start, length], the newest growing while it lasts
     long_runs: deque[list[float]] = field(default_factory=deque)
     horizons: tuple[_Horizon, ...] = field(
@@ -405,7 +406,7 @@ class GpuLedger:
         if points:
             self.last = points[-1]
             return points
-        if self.last is not None and t1 - self.last.t <= LEDGER_STALE.value:
+        if self.last is not None and t1 - self.last.t <= self.stale_s:
             return [self.last]
         return []
 

@@ -76,6 +76,8 @@ class ReplayResult:
     # gpu -> (class, source) -> seconds judged so, and the latest evidence of each
     classes: dict[str, dict[tuple[str, str], float]] = field(default_factory=dict)
     class_evidence: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    # replay --prometheus: how the history was read and the roll-up by namespace (promhistory/rollup.py)
+    fleet: dict[str, object] | None = None
 
 
 def replay(
@@ -91,6 +93,7 @@ def replay(
     columns: list[str] | None = None,
     workload: str = "",
     reader: RowSource | None = None,
+    step: float | None = None,
 ) -> ReplayResult:
     """Replay a trace. ``on_row`` sees every row read; ``on_tick(t, gpu, state)`` the ledger state that
     took most of each GPU's evaluated second (see ``TickStates``). Both only observe. ``period`` and
@@ -98,7 +101,9 @@ def replay(
     (see ``TraceReader``). ``workload``: the class the user says the trace's job is (``--workload``).
 
     A gap in the trace (see TRACE_GAP_PERIODS) ends a segment: its verdicts end where its samples end,
-    and the rows after the gap are analysed afresh, so the silence is never evaluated second by second."""
+    and the rows after the gap are analysed afresh, so the silence is never evaluated second by second.
+    ``step``: rows sampled this many seconds apart (a Prometheus' scrapes) are evaluated once per step,
+    each standing for its step, rather than every second (None: every second)."""
     if reader is None:  # rows from elsewhere (``reader``: replay --prometheus) have no file to read
         reader = TraceReader(path, gpus, period=period, start=start, columns=columns)
     result = ReplayResult(path=Path(path), stats=reader.stats, seconds=0.0, prices=prices, workload=workload)
@@ -109,7 +114,7 @@ def replay(
         if segment is None or row.segment != segment.number:
             if segment is not None:
                 segment.finish(last_t, had_inputs)
-            segment = _Segment(row.segment, row.t, result, on_event, on_job, on_tick)
+            segment = _Segment(row.segment, row.t, result, on_event, on_job, on_tick, step)
         segment.add(row, on_row)
         last_t = max(last_t, row.t)
     result.seconds = last_t
@@ -131,15 +136,16 @@ class _Segment:
         on_event: Callable[[VerdictEvent], None] | None,
         on_job: Callable[[dict[str, object]], None] | None,
         on_tick: Callable[[float, str, str], None] | None,
+        step: float | None = None,
     ) -> None:
         self.number, self.result, self.on_event, self.on_job = number, result, on_event, on_job
-        self.analyzer = Analyzer()
+        self.step = step or EVAL_INTERVAL.value
+        self.analyzer = Analyzer(step=self.step)
         if result.workload:  # replay has no pods: the whole trace is one job
             self.analyzer.set_workload(
                 "node", Workload(result.workload, "flag", f"--workload {result.workload}")
             )
         self.start = start
-        self.step = EVAL_INTERVAL.value
         self.next_eval = start + self.step
         self.open_episodes: dict[tuple[str, str], Episode] = {}
         self.in_job: set[tuple[str, str]] = set()
@@ -371,6 +377,7 @@ def summary(result: ReplayResult) -> dict[str, object]:
             }
             for gpu, e in result.envelopes.items()
         },
+        **({"fleet": result.fleet} if result.fleet is not None else {}),
     }
 
 
@@ -535,6 +542,10 @@ def human(result: ReplayResult) -> str:
     lines += _holdup_lines(result)
     lines += cost_lines(result)
     lines += envelope_lines(result)
+    if result.fleet is not None:  # replay --prometheus
+        from exporter.offline.promhistory.rollup import lines as fleet_lines
+
+        lines += fleet_lines(result)
     return "\n".join(lines)
 
 

@@ -365,7 +365,43 @@ def _summary(result: ReplayResult, data: ReportData) -> str:
     return (
         f'<h2>Per GPU</h2><table class="summary">{table_head}{"".join(rows)}</table>'
         f'<h2>Per job</h2><table class="summary">{job_head}{"".join(jobs)}</table>{silent}'
+        + _namespaces(result)
     )
+
+
+def _namespaces(result: ReplayResult) -> str:
+    """replay --prometheus: each namespace's GPU-hours, what was lost and what that cost, its jobs below."""
+    spaces = (result.fleet or {}).get("namespaces")
+    if not isinstance(spaces, dict) or not spaces:
+        return ""
+    priced = result.prices is not None
+    money = (
+        f'<th class="num">cost ({html.escape(result.prices.currency)})</th><th class="num">lost</th>'
+        if result.prices
+        else ""
+    )
+
+    def row(name: str, r: dict, cls: str) -> str:  # type: ignore[type-arg]
+        lost = ", ".join(f"{html.escape(s)} {h:.1f}" for s, h in r["lost_by_state"].items() if h >= 0.05)
+        verdicts = ", ".join(f"{_chip(k)} {n}" for k, n in r["verdicts"].items())
+        cost = (
+            f'<td class="num">{r["cost"]:.2f}</td><td class="num">{r["lost_cost"]:.2f}</td>' if priced else ""
+        )
+        return (
+            f'<tr class="{cls}"><td>{html.escape(name)}</td><td class="num">{r["gpu_hours"]:.1f}</td>'
+            f'<td class="num">{r["lost_gpu_hours"]:.1f} ({r["lost_share"]:.0%})</td><td>{lost}</td>{cost}'
+            f'<td class="verdicts">{verdicts or "-"}</td></tr>'
+        )
+
+    rows = []
+    for name, space in spaces.items():
+        rows.append(row(f"namespace {name}", space, "namespace"))
+        rows += [row(f"job {job}", tally, "dim") for job, tally in space["jobs"].items()]
+    head = (
+        '<tr><th>namespace / job</th><th class="num">GPU-hours</th><th class="num">lost</th>'
+        f"<th>lost to</th>{money}<th>verdicts</th></tr>"
+    )
+    return f'<h2 id="namespaces">By namespace</h2><table class="summary">{head}{"".join(rows)}</table>'
 
 
 def _legend() -> str:

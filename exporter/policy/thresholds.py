@@ -267,6 +267,14 @@ LEDGER_STALE = _t(
     "A second with no new sample reuses the last one up to 3 s old (two periods of the slowest 1.5 s "
     "sampling); older, the second is not counted (no data), so the states sum to the observed time.",
 )
+COARSE_EVIDENCE_POINTS = _t(
+    "analysis.coarse_evidence_points",
+    5.0,
+    "count",
+    "Data sampled coarser than the 1 s clock (replay --prometheus: one sample per 15-60 s scrape) is judged "
+    "once per sample, each standing for its whole step in the ledger, over an evidence window of at least 5 "
+    "samples: fewer show no busy level (the features' fewest points), and 30 s would hold only one or two.",
+)
 LEDGER_STARTUP_COMPUTE = _t(
     "ledger.startup_compute_seconds",
     30.0,

@@ -6,7 +6,6 @@ kind the step can show, and no verdict the 1-second replay or the trace's labels
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.offline.promhistory import export, names
+from exporter.offline.promhistory import agreement, export, names
 from exporter.offline.promhistory.history import Request, replay_prometheus
 from exporter.offline.promhistory.resolution import silenced
 from exporter.offline.replay import replay
@@ -34,7 +33,12 @@ CASES = (
     ("thermal_h100x8", names.DCGM_LEGACY, 30.0),
     ("shm_h100x8", names.DCGM_49, 30.0),
     ("healthy_h100x8", names.DCGM_LEGACY, 15.0),
+    # checkpoint stalls whose bursts of progress fall between the samples: never a hang at 15-30 s (their
+    # starvation is not always seen at the step: only the false verdicts are checked, SHORT_OF_FINE)
+    ("real/r02_h100x8_ckpt_stall", names.DCGM_49, 15.0),
+    ("real/r03_h100x8_near_idle_stall", names.DCGM_LEGACY, 30.0),
 )
+SHORT_OF_FINE = {"real/r03_h100x8_near_idle_stall"}
 BASE = float(int(time.time()) // 3600 * 3600 - 2 * 86400)  # two days ago, on the hour
 SLOT_S = 3600.0
 
@@ -47,7 +51,8 @@ class Loaded:
 
 def _families(index: int, trace: str, scheme: str, step: float) -> list[export.Family]:
     rows = TraceReader(TRACES / f"{trace}.csv.gz")
-    return export.families(rows, scheme, step, BASE + index * SLOT_S, node=f"node-{index}", pod=("ml", trace))
+    pod = ("ml", trace.rsplit("/", 1)[-1].replace("_", "-"))
+    return export.families(rows, scheme, step, BASE + index * SLOT_S, node=f"node-{index}", pod=pod)
 
 
 @pytest.fixture(scope="module")
@@ -120,23 +125,14 @@ def _empty_config(work: Path) -> Path:
 
 
 def _window(index: int) -> tuple[float, float]:
-    return BASE + index * SLOT_S - 60, BASE + index * SLOT_S + 1000
+    return BASE + index * SLOT_S - 60, BASE + (index + 1) * SLOT_S - 60
 
 
-def _kinds_fine(trace: str) -> dict[str, set[str]]:
-    out: dict[str, set[str]] = {}
-    for e in replay(TRACES / f"{trace}.csv.gz", prices=None).episodes:
-        out.setdefault(e.kind, set()).add(e.gpu)
-    return out
-
-
-def _labelled(trace: str) -> dict[str, set[str]]:
-    doc = json.loads((TRACES / f"{trace}.labels.json").read_text())
-    out: dict[str, set[str]] = {}
-    for label in doc["labels"]:
-        for kind in label.get("kinds", [label.get("kind")]):
-            out.setdefault(kind, set()).add(str(label["gpu"]))
-    return out
+def _compared(trace: str, step: float, result) -> agreement.Compared:
+    path = TRACES / f"{trace}.csv.gz"
+    fine = agreement.kinds_of(replay(path, prices=None))
+    coarse = agreement.kinds_of(result)
+    return agreement.Compared(trace, step, fine, coarse, agreement.labelled(path), set(silenced(step)))
 
 
 @pytest.mark.parametrize("server", ["prometheus", "victoria"])
@@ -146,28 +142,25 @@ def test_the_coarse_verdicts_agree_with_the_one_second_replay(loaded, server, in
     start, end = _window(index)
     url = loaded.prometheus if server == "prometheus" else loaded.victoria
     # nvidia_gpu_exporter has no pod labels: its GPUs are selected by their node
-    selector = f'instance="node-{index}:9835"' if scheme == names.NVIDIA_SMI else f'pod="{trace}"'
+    pod = trace.rsplit("/", 1)[-1].replace("_", "-")
+    selector = f'instance="node-{index}:9835"' if scheme == names.NVIDIA_SMI else f'pod="{pod}"'
     result = replay_prometheus(Request(url, start, end, selector=selector), prices=None)
     assert result.stats.format == f"prometheus: {scheme}"
-    coarse: dict[str, set[str]] = {}
-    for e in result.episodes:
-        coarse.setdefault(e.kind, set()).add(e.gpu.split("/", 1)[1])
-    fine, labelled, quiet = _kinds_fine(trace), _labelled(trace), silenced(step)
-    for kind, gpus in fine.items():
-        if kind not in quiet:
-            assert coarse.get(kind) == gpus, (kind, coarse, fine)
-    for kind, gpus in coarse.items():  # no false verdict
-        assert gpus <= fine.get(kind, set()) | labelled.get(kind, set()), (kind, gpus)
-    assert set(quiet) <= set(result.silent)
+    compared = _compared(trace, step, result)
+    if trace not in SHORT_OF_FINE:
+        assert all(compared.agreed().values()), (compared.fine, compared.coarse)
+    assert not compared.false(), compared.false()  # no false verdict
+    assert set(silenced(step)) <= set(result.silent)
     assert sum(sum(states.values()) for states in result.ledger.values()) > 0
 
 
 def test_the_cli_prints_the_summary_and_exits_2_on_a_selector_matching_nothing(loaded):
     start, end = _window(0)
     args = ["--from", str(start), "--to", str(end)]
-    ok = _cli(["--prometheus", loaded.prometheus, *args, "--selector", 'pod="starvation_h100x8"'])
+    ok = _cli(["--prometheus", loaded.prometheus, *args, "--selector", 'pod="starvation-h100x8"'])
     assert ok.returncode == 0, ok.stderr
-    assert "data_starvation" in ok.stdout and "job ml/starvation_h100x8" in ok.stdout
+    assert "data_starvation" in ok.stdout and "job ml/starvation-h100x8" in ok.stdout
+    assert "namespace ml:" in ok.stdout  # the roll-up by namespace
     none = _cli(["--prometheus", loaded.prometheus, *args, "--selector", 'namespace="nobody"'])
     assert none.returncode == 2
     assert none.stderr.count("\n") == 1 and "no GPU series" in none.stderr

@@ -26,7 +26,7 @@ class Family:
         self.series.setdefault(tuple(sorted(labels.items())), []).append((t, value))
 
 
-def _writers(scheme: str) -> list[names.Series]:
+def writers(scheme: str) -> list[names.Series]:
     seen: set[str] = set()
     out = []
     for s in names.GPU_SERIES:
@@ -46,15 +46,15 @@ def families(
 ) -> list[Family]:
     """The series of ``scheme`` for the trace's rows, one scrape every ``step`` seconds from Unix time
     ``start`` (trace time 0), on node ``node``; ``pod``: (namespace, pod) holding every GPU."""
-    writers = _writers(scheme)
-    fams: dict[str, Family] = {s.metric: Family(s.metric, "gauge") for s in writers}
+    fields = writers(scheme)
+    fams: dict[str, Family] = {s.metric: Family(s.metric, "gauge") for s in fields}
     host = _Host(node)
     last: dict[str, TraceRow] = {}
     next_scrape = 0.0
     for row in _with_end(rows):
         while row is None or row.t > next_scrape:
             if last:
-                _scrape(fams, writers, scheme, last, start + next_scrape, node, pod)
+                _scrape(fams, fields, scheme, last, start + next_scrape, node, pod)
                 host.scrape(start + next_scrape)
             next_scrape += step
             if row is None and (not last or next_scrape > max(r.t for r in last.values())):
@@ -108,7 +108,7 @@ def _labels(scheme: str, gpu: str, row: TraceRow, node: str, pod: tuple[str, str
 
 def _scrape(
     fams: dict[str, Family],
-    writers: list[names.Series],
+    fields: list[names.Series],
     scheme: str,
     last: dict[str, TraceRow],
     at: float,
@@ -117,7 +117,7 @@ def _scrape(
 ) -> None:
     for gpu, row in last.items():
         labels = _labels(scheme, gpu, row, node, pod)
-        for s in writers:
+        for s in fields:
             value = getattr(row.point, s.attr, None)
             if value is None:
                 continue

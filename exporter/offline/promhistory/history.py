@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import statistics
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,7 +21,8 @@ from exporter.analysis.engine import VerdictEvent
 from exporter.analysis.points import NO_EXTRA, GpuPoint, HostPoint
 from exporter.offline.promhistory import names
 from exporter.offline.promhistory.client import Auth, PromClient, PromError
-from exporter.offline.promhistory.resolution import silenced
+from exporter.offline.promhistory.resolution import silenced, unjudged_causes
+from exporter.offline.promhistory.rollup import rollup
 from exporter.offline.replay import ReplayResult, replay
 from exporter.offline.traces import ReadStats, TraceRow, gap_seconds
 from exporter.policy.cost import DEFAULT as DEFAULT_PRICES
@@ -35,6 +36,8 @@ MAX_STEP_S = 300.0
 RATE_STEPS = 4
 # a sample older than this many steps at a query's time is stale (one missed scrape is tolerated)
 STALE_STEPS = 2
+# at coarse steps a gap (a new segment) is at least this many missing steps, however short replay's is
+GAP_STEPS = 4
 NO_POD = ""  # a GPU no pod holds: its node's job
 
 
@@ -250,9 +253,10 @@ def _identify(
 
 
 class JobRows:
-    """The rows of one job's GPUs (one pod on one node, or the node's GPUs no pod holds): each sample held
-    for its step as one-second points, on a clock counted from the range's start, so that every job's
-    times line up. A stretch with no sample longer than replay's gap starts a new segment."""
+    """The rows of one job's GPUs (one pod on one node, or the node's GPUs no pod holds): one row per
+    sample at its own time, on a clock counted from the range's start so that every job's times line up;
+    replay evaluates them once per step (``replay(step=...)``), each sample standing for its step. A
+    stretch with no sample longer than replay's gap starts a new segment."""
 
     def __init__(
         self,
@@ -270,48 +274,36 @@ class JobRows:
 
     def __iter__(self) -> Iterator[TraceRow]:
         by_time: dict[float, list[Gpu]] = {}
-        nexts: dict[tuple[str, float], float] = {}
         for gpu in self.gpus:
-            times = self.times[gpu.name]
-            for t, after in zip(times, [*times[1:], None], strict=True):
+            for t in self.times[gpu.name]:
                 by_time.setdefault(t, []).append(gpu)
-                if after is not None:
-                    nexts[(gpu.name, t)] = after
         segment, last = 0, None
-        hold_max = max(1, round(self.step))
         for t in sorted(by_time):
-            if last is not None and t - last > gap_seconds():
+            if last is not None and t - last > max(gap_seconds(), GAP_STEPS * self.step):
                 segment += 1
                 self.stats.gap_count = segment
                 if len(self.stats.gaps) < 5:
                     self.stats.gaps.append((self.stats.rows, t - last))
             last = t
+            at = t - self.origin
             host = {attr: vals[t] for attr, vals in self.host.items() if t in vals}
-            holds = {
-                g.name: min(hold_max, max(1, round(nexts.get((g.name, t), t + hold_max) - t)))
-                for g in by_time[t]
-            }
-            for i in range(max(holds.values())):
-                at = t + i - self.origin
-                host_point = HostPoint(t=at, **host) if host else None  # type: ignore[arg-type]
-                for gpu in by_time[t]:
-                    if i >= holds[gpu.name]:
-                        continue
-                    self.stats.rows += 1
-                    if gpu.name not in self.stats.gpus:
-                        self.stats.gpus.append(gpu.name)
-                        if gpu.model:
-                            self.stats.names[gpu.name] = gpu.model
-                    yield TraceRow(
-                        line=self.stats.rows,
-                        t=at,
-                        gpu=gpu.name,
-                        point=_point(gpu, t, at),
-                        host=host_point,
-                        name=gpu.model,
-                        segment=segment,
-                    )
-                    host_point = None
+            host_point = HostPoint(t=at, **host) if host else None  # type: ignore[arg-type]
+            for gpu in by_time[t]:
+                self.stats.rows += 1
+                if gpu.name not in self.stats.gpus:
+                    self.stats.gpus.append(gpu.name)
+                    if gpu.model:
+                        self.stats.names[gpu.name] = gpu.model
+                yield TraceRow(
+                    line=self.stats.rows,
+                    t=at,
+                    gpu=gpu.name,
+                    point=_point(gpu, t, at),
+                    host=host_point,
+                    name=gpu.model,
+                    segment=segment,
+                )
+                host_point = None
             self.stats.last_timestamp = t
 
 
@@ -352,6 +344,20 @@ def _job_name(node: str, pod: str, pod_jobs: dict[str, str]) -> str:
     return f"{namespace}/{job} ({pod.split('/', 1)[1]})" if job else pod
 
 
+@dataclass
+class Hooks:
+    """What a caller of replay watches as it goes (replay's own callbacks, and the reading's progress)."""
+
+    on_event: Callable[[VerdictEvent], None] | None = None
+    on_job: Callable[[dict[str, object]], None] | None = None
+    on_row: Callable[[TraceRow], None] | None = None
+    on_tick: Callable[[float, str, str], None] | None = None
+    on_node: Callable[[], None] | None = None
+
+
+Node = tuple[dict[str, Gpu], dict[str, dict[float, float]]]  # its GPUs, its host values
+
+
 def replay_prometheus(
     request: Request,
     on_event: Callable[[VerdictEvent], None] | None = None,
@@ -368,7 +374,6 @@ def replay_prometheus(
     step = request.step or scrape_interval(client, request, found)
     if step > MAX_STEP_S:
         raise PromError(f"--step {step:g} s: past {MAX_STEP_S:g} s no verdict can be told (docs/diagnose.md)")
-    quiet = silenced(step)
     progress = Progress(nodes=len(found.nodes))
 
     def tell() -> None:
@@ -376,36 +381,70 @@ def replay_prometheus(
         if on_progress:
             on_progress(progress)
 
+    def nodes() -> Iterator[Node]:
+        for node in sorted(found.nodes):
+            yield read_node(client, request, found, node, step)
+            tell()
+
+    def done() -> None:
+        progress.nodes_done += 1
+        tell()
+
+    hooks = Hooks(on_event, on_job, on_row, on_tick, done)
+    fmt = "prometheus: " + ", ".join(found.schemes)
+
+    def read() -> dict[str, float]:
+        return {"queries": client.counts.queries, "samples": client.counts.samples}
+
+    return replay_nodes(
+        nodes(), found.pod_jobs, step, request.start, fmt, _label(request.url), prices, workload, hooks, read
+    )
+
+
+def replay_nodes(
+    nodes: Iterable[Node],
+    pod_jobs: dict[str, str],
+    step: float,
+    origin: float,
+    fmt: str,
+    label: Path,
+    prices: Prices | None = DEFAULT_PRICES,
+    workload: str = "",
+    hooks: Hooks | None = None,
+    read: Callable[[], dict[str, float]] | None = None,
+) -> ReplayResult:
+    """Replay every job of every node, each at the data's step, and join the results; the kinds the step
+    cannot show are left out and said silent (``resolution.py``)."""
+    hooks = hooks or Hooks()
+    merged = Merged(label, step, fmt, origin, prices, workload)
+
     def events(event: VerdictEvent) -> None:
-        if on_event and event.kind not in quiet:
-            on_event(event)
+        if hooks.on_event and merged.shown(event.kind, event.cause):
+            hooks.on_event(event)
 
     def jobs(job: dict[str, object]) -> None:
-        if on_job and job.get("kind") not in quiet:
-            on_job(job)
+        if hooks.on_job and merged.shown(str(job.get("kind")), str(job.get("cause", ""))):
+            hooks.on_job(job)
 
-    fmt = "prometheus: " + ", ".join(found.schemes)
-    merged = Merged(_label(request.url), step, fmt, request.start, prices, workload)
-    for node in sorted(found.nodes):
-        gpus, host = read_node(client, request, found, node, step)
-        tell()
+    for gpus, host in nodes:
         by_name = {g.name: g for g in gpus.values()}
-        for job, times in sorted(jobs_of(gpus, found.pod_jobs).items()):
-            rows = JobRows(job, [by_name[g] for g in times], times, host, step, request.start, fmt)
+        for job, times in sorted(jobs_of(gpus, pod_jobs).items()):
+            rows = JobRows(job, [by_name[g] for g in times], times, host, step, origin, fmt)
             result = replay(
                 merged.path,
                 on_event=events,
                 on_job=jobs,
-                on_row=on_row,
-                on_tick=on_tick,
+                on_row=hooks.on_row,
+                on_tick=hooks.on_tick,
                 prices=prices,
                 workload=workload,
                 reader=rows,
+                step=step,
             )
             merged.add(job, result)
-        progress.nodes_done += 1
-        tell()
-    return merged.result(quiet)
+        if hooks.on_node:
+            hooks.on_node()
+    return merged.result(read() if read else None)
 
 
 def _label(url: str) -> Path:
@@ -427,6 +466,9 @@ class Merged:
         self, path: Path, step: float, fmt: str, origin: float, prices: Prices | None, workload: str
     ) -> None:
         self.path = path
+        self.quiet = silenced(step)  # kinds the step cannot show...
+        self.unjudged = unjudged_causes(step)  # ...and causes it cannot tell from something benign
+        self.verdicts: dict[str, dict[str, int]] = {}  # job -> kind -> episodes
         self.out = ReplayResult(
             path=path,
             stats=ReadStats(format=fmt, first_timestamp=origin),
@@ -448,9 +490,13 @@ class Merged:
         s.gaps.extend(r.stats.gaps[: max(0, 5 - len(s.gaps))])
         out.seconds = max(out.seconds, r.seconds)
         out.sampled_seconds = max(out.sampled_seconds, r.sampled_seconds)
-        out.events.extend(r.events)
-        out.episodes.extend(r.episodes)
-        out.jobs.extend(r.jobs)
+        out.events.extend(e for e in r.events if self.shown(e.kind, e.cause))
+        episodes = [e for e in r.episodes if self.shown(e.kind, e.cause)]
+        out.episodes.extend(episodes)
+        out.jobs.extend(j for j in r.jobs if self.shown(str(j.get("kind")), str(j.get("cause", ""))))
+        kinds = self.verdicts.setdefault(job, {})
+        for e in episodes:
+            kinds[e.kind] = kinds.get(e.kind, 0) + 1
         for gpu, states in r.ledger.items():
             _add(out.ledger.setdefault(gpu, {}), states)
         for gpu, states in r.cost.items():
@@ -471,13 +517,22 @@ class Merged:
             dict(r.silent) if self.silent is None else {k: v for k, v in self.silent.items() if k in r.silent}
         )
 
-    def result(self, quiet: dict[str, str]) -> ReplayResult:
+    def shown(self, kind: str, cause: str) -> bool:
+        """A verdict the step can show (its kind, and its cause, told apart at this step)."""
+        return kind not in self.quiet and (kind, cause) not in self.unjudged
+
+    def result(self, read: dict[str, float] | None = None) -> ReplayResult:
+        """The joined result, with its roll-up by namespace (``read``: the queries and samples read)."""
         out = self.out
-        out.events = sorted((e for e in out.events if e.kind not in quiet), key=lambda e: e.t)
-        out.episodes = sorted((e for e in out.episodes if e.kind not in quiet), key=lambda e: e.start)
-        out.jobs = [j for j in out.jobs if j.get("kind") not in quiet]
-        out.silent = {**(self.silent or {}), **quiet}
+        out.events.sort(key=lambda e: e.t)
+        out.episodes.sort(key=lambda e: e.start)
+        out.silent = {**(self.silent or {}), **self.quiet}
         out.stats.period = None
+        out.fleet = {
+            "read": {"step_s": self.step, **(read or {})},
+            "unjudged": {f"{kind}/{cause}": why for (kind, cause), why in self.unjudged.items()},
+            "namespaces": rollup(out, self.verdicts),
+        }
         return out
 
 

@@ -37,3 +37,24 @@ def silenced(step: float) -> dict[str, str]:
         for kind, (finest, why) in LIMITS.items()
         if kind in KINDS and step > finest
     }
+
+
+# The causes of a kind a coarse step cannot tell from something benign, each with the finest step it is
+# judged at and why: the kind itself stays judged on its other causes.
+CAUSE_LIMITS: dict[tuple[str, str], tuple[float, str]] = {
+    ("comm_hang", "peer_not_in_collective"): (
+        FINE_STEP_S,
+        "comm_hang is judged only when every rank is stuck (all_ranks): ranks pinned in a collective while "
+        "one rank is elsewhere (peer_not_in_collective) read alike, at a {step:g} s step, for a hang and "
+        "for a long checkpoint write, whose bursts of progress every few seconds fall between the samples",
+    ),
+}
+
+
+def unjudged_causes(step: float) -> dict[tuple[str, str], str]:
+    """The (kind, cause) pairs a ``step``-second sampling cannot tell apart, each with why."""
+    return {
+        pair: why.format(fine=finest, step=step)
+        for pair, (finest, why) in CAUSE_LIMITS.items()
+        if pair[0] in KINDS and step > finest
+    }

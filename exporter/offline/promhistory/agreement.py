@@ -1,0 +1,142 @@
+"""How a coarse step's verdicts compare with the 1-second replay of the same trace, kind by kind.
+
+A trace is scraped in-process as an exporter would have been (each GPU's latest sample every ``step``
+seconds, only the attributes the scheme carries, the host's latest values) and replayed at that step by
+the reader's own code (``history.replay_nodes``); the same comparison through a real Prometheus and
+VictoriaMetrics is tests/e2e/test_replay_prometheus.py's. ``python -m
+exporter.offline.promhistory.agreement TRACE... --step 15 --step 30`` prints one line per trace and step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from exporter.analysis.points import HostPoint
+from exporter.offline.promhistory import export, names
+from exporter.offline.promhistory.history import Gpu, Node, replay_nodes
+from exporter.offline.promhistory.resolution import silenced
+from exporter.offline.replay import ReplayResult, replay
+from exporter.offline.traces import TraceReader, TraceRow
+
+Kinds = dict[str, set[str]]  # kind -> the GPUs with an episode of it
+
+
+ANY_GPU = "*"  # in a labels file's kinds: the labels accept the kind on every GPU
+
+
+@dataclass
+class Compared:
+    trace: str
+    step: float
+    fine: Kinds
+    coarse: Kinds
+    labelled: Kinds
+    silent: set[str] = field(default_factory=set)
+
+    def agreed(self) -> dict[str, bool]:
+        """Per kind the 1-second replay gave (and the step can show): found on its GPUs at the step (a
+        verdict on more GPUs is ``false`` where the labels do not accept it)."""
+        return {k: gpus <= self.coarse.get(k, set()) for k, gpus in self.fine.items() if k not in self.silent}
+
+    def false(self) -> Kinds:
+        """Verdicts at the step that neither the 1-second replay nor the trace's labels give."""
+        out: Kinds = {}
+        for kind, gpus in self.coarse.items():
+            accepted = self.fine.get(kind, set()) | self.labelled.get(kind, set())
+            extra = set() if ANY_GPU in accepted else gpus - accepted
+            if extra:
+                out[kind] = extra
+        return out
+
+
+def sampled(rows: Iterable[TraceRow], step: float, scheme: str = names.DCGM_LEGACY) -> Node:
+    """The trace's GPUs and host as a Prometheus would hold them at ``step`` (times from 0)."""
+    attrs = {s.attr for s in export.writers(scheme)}
+    gpus: dict[str, Gpu] = {}
+    host: dict[str, dict[float, float]] = {}
+    last: dict[str, TraceRow] = {}
+    last_host: HostPoint | None = None
+    at = 0.0
+
+    def scrape(t: float) -> None:
+        for ident, row in last.items():
+            gpu = gpus.setdefault(ident, Gpu("node", ident, row.name))
+            gpu.pods[t] = "ml/trace"
+            for attr in attrs:
+                value = getattr(row.point, attr, None)
+                if value is not None:
+                    gpu.values.setdefault(attr, {})[t] = float(value)
+        if last_host is not None:
+            for attr in names.HOST_SERIES:
+                value = getattr(last_host, attr, None)
+                if value is not None:
+                    host.setdefault(attr, {})[t] = float(value)
+
+    for row in rows:
+        while row.t > at:
+            if last:
+                scrape(at)
+            at += step
+        last[row.gpu] = row
+        last_host = row.host or last_host
+    if last:
+        scrape(at)
+    return gpus, host
+
+
+def compare(path: Path, step: float, fine: ReplayResult | None = None) -> Compared:
+    fine = fine or replay(path, prices=None)
+    node = sampled(TraceReader(path), step)
+    coarse = replay_nodes([node], {}, step, 0.0, f"sampled at {step:g} s", path, prices=None)
+    return Compared(path.name, step, kinds_of(fine), kinds_of(coarse), labelled(path), set(silenced(step)))
+
+
+def kinds_of(result: ReplayResult) -> Kinds:
+    out: Kinds = {}
+    for e in result.episodes:
+        out.setdefault(e.kind, set()).add(e.gpu.rsplit("/", 1)[-1])
+    return out
+
+
+def labelled(path: Path) -> Kinds:
+    """The kinds the trace's labels file gives each GPU (none without one)."""
+    labels = path.with_name(path.name.removesuffix(".gz").removesuffix(".csv") + ".labels.json")
+    if not labels.exists():
+        return {}
+    doc = json.loads(labels.read_text())
+    out: Kinds = {}
+    for label in doc.get("labels", []):
+        for kind in label.get("kinds", [label.get("kind")]):
+            out.setdefault(str(kind), set()).add(str(label["gpu"]))
+    for kind in doc.get("ignore_kinds", []):  # a kind the labels accept on any GPU (a benign look-alike)
+        out.setdefault(str(kind), set()).add(ANY_GPU)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("traces", nargs="+", type=Path)
+    parser.add_argument("--step", type=float, action="append")
+    args = parser.parse_args(argv)
+    for path in args.traces:
+        fine = replay(path, prices=None)
+        for step in args.step or [15.0, 30.0]:
+            c = compare(path, step, fine)
+            record = {
+                "trace": c.trace,
+                "step": step,
+                "fine": {k: sorted(v) for k, v in c.fine.items()},
+                "coarse": {k: sorted(v) for k, v in c.coarse.items()},
+                "agreed": c.agreed(),
+                "false": {k: sorted(v) for k, v in c.false().items()},
+            }
+            print(json.dumps(record), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
