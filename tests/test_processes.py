@@ -92,3 +92,12 @@ def test_a_healthy_node_owns_every_process(make_node, make_sampler, clock):
     assert {(r.labels["pid"], r.labels["pod"]) for r in rows} == {
         (str(4242 + 10 * g), "llm-train-0") for g in range(8)
     }
+
+
+def test_memory_held_with_no_process_listed_is_nobodys(make_node, make_sampler, clock):
+    node = make_node("healthy")
+    listed = node.model.processes
+    node.model.processes = lambda g: [] if g.index == 3 else listed(g)  # a context the driver lost track of
+    sampler, _ = make_sampler(node, pods=True)
+    (found,) = _unowned(step(sampler, clock, cycles=15))
+    assert (found["gpu"], found["reason"], found["pid"]) == ("3", "no_process", "")

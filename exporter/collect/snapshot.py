@@ -111,6 +111,11 @@ class Sources:
     pod_logs: PodLogsView | None = None
 
 
+def _held_throughout(now: int | None, listed: int | None) -> int | None:
+    """Memory in use both now and when the processes were listed (the list is a slow read)."""
+    return min(now, listed) if now is not None and listed is not None else None
+
+
 def gpu_view(
     gpu: GpuState,
     stats: GpuStats,
@@ -125,7 +130,7 @@ def gpu_view(
     procs = (
         attribute(
             r.processes,
-            r.mem_used_bytes,
+            _held_throughout(r.mem_used_bytes, r.processes_mem_bytes),
             found.owners if isinstance(found, ProcessOwners) else None,
             holders(src.assignments, (gpu.identity.uuid, str(gpu.index), *migs), gpu.identity.uuid),
             {(a.ref.namespace, a.ref.pod) for a in src.assignments},

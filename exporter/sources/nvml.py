@@ -615,6 +615,9 @@ class NvmlSource:
         if now >= dev.next_slow:
             self._slow(dev)
             dev.next_slow = now + self.slow_interval_s
+            # the memory in use when the processes were listed: an empty list is judged against it, not
+            # against a later reading (a process that starts between two lists holds memory unlisted)
+            dev.slow["processes_mem"] = int(mem.used) if mem is not None else None
         slow = dev.slow
         return GpuReading(
             t=self.clock(),
@@ -652,6 +655,7 @@ class NvmlSource:
             fabric_status=slow.get("fabric_status"),  # type: ignore[arg-type]
             process_count=slow.get("process_count"),  # type: ignore[arg-type]
             processes=slow.get("processes"),  # type: ignore[arg-type]
+            processes_mem_bytes=slow.get("processes_mem"),  # type: ignore[arg-type]
             mig_uuids=slow.get("mig_uuids", ()),  # type: ignore[arg-type]
             extra=self._catalog_reads(dev, slow=False) | slow.get("extra", {}),  # type: ignore[operator]
         )

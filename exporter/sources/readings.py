@@ -95,6 +95,7 @@ class GpuReading:
     fabric_status: str | None = None
     process_count: int | None = None
     processes: tuple[GpuProcess, ...] | None = None  # None: not read (the calls failed or are not offered)
+    processes_mem_bytes: int | None = None  # memory in use when ``processes`` was listed
     mig_uuids: tuple[str, ...] = ()  # MIG devices carved out of this GPU (MIG mode on)
     extra: dict[str, float] = field(default_factory=dict)  # catalog signals read generically, by name
 

@@ -42,6 +42,12 @@ SCENARIOS = {
     ),
     # the node doctor's live checks: no fabric manager on an NVSwitch node, a node-level page
     "no_fabric": ("no_fabric_manager", "GpuNodeCheckFailed", {"check": "fabric", "detail": "not_started"}),
+    # a deleted pod's process lives on, holding GPU 1's memory: the page names its PID and its last pod
+    "zombie": (
+        "zombie_process",
+        "GpuMemoryUnowned",
+        {"gpu": "1", "pid": "4252", "reason": "pod_gone", "namespace": "ml", "pod": "llm-train-prev"},
+    ),
     "healthy": ("healthy", None, {}),
     # with the pods' logs read: the hung job's log stops and confirms the hang early; the same NVML
     # picture with lines flowing (an idle tensor-parallel server) pages nothing
@@ -56,6 +62,7 @@ SCENARIOS = {
         {"kind": "data_starvation", "cause": "cpu", "namespace": "ml", "pod": "vllm-llama-8b-0"},
     ),
 }
+ONLY = ("zombie",)  # nodes whose one fault must page nothing besides its own alert
 SERVERS = ("serving", "vllm")  # idle servers: busy at low power now and then, which raw-signal rules report
 # on: the simulated pods' logs
 POD_LOGS = {name: ["--pod-logs", "on"] for name in ("hang_logs", "serving", "vllm", "vllm_starved")}
@@ -96,6 +103,8 @@ def test_each_failure_pages_with_its_labels_and_healthy_pages_nothing(tmp_path):
                 assert mine == [], f"healthy node paged: {[p.labels for p in mine]}"
                 continue
             hits = [p for p in mine if p.labels["alertname"] == expected]
+            if name in ONLY:
+                assert {p.labels["alertname"] for p in mine} == {expected}, [p.labels for p in mine]
             assert hits, f"{name}: no {expected} page; got {[p.labels.get('alertname') for p in mine]}"
             for page in hits:  # every page of the alert on that node, not only the first, is the right one
                 assert labels.items() <= page.labels.items(), page.labels
