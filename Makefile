@@ -9,7 +9,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 9612
 
-.PHONY: demo tools test lint format artifacts protos bench bench-quick bench-detection bench-peer clean
+.PHONY: demo demo-prometheus tools test lint format artifacts protos bench bench-quick bench-detection bench-peer clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ tools:
 demo: $(VENV)/.installed
 	-./scripts/install-tools.sh
 	$(BIN)/python scripts/demo.py --port $(PORT) $(DEMO_ARGS)
+
+# a Prometheus loaded with a week of a simulated fleet in dcgm-exporter's names, diagnosed by namespace
+demo-prometheus: $(VENV)/.installed
+	$(BIN)/python scripts/demo_prometheus.py $(DEMO_ARGS)
 
 test: $(VENV)/.installed tools
 	$(BIN)/ruff check .

@@ -1,0 +1,264 @@
+"""Diagnose a fleet from its Prometheus, with nothing installed on the nodes: a real Prometheus, started
+in a temporary directory and loaded (``promtool tsdb create-blocks-from openmetrics``) with a week of a
+small simulated fleet in dcgm-exporter 4.9's names and kube-state-metrics' ``kube_pod_labels``, then one
+``replay --prometheus`` over it: the summary by namespace and an HTML report.
+
+The fleet: NODES nodes of 8 H100s, jobs of four namespaces taking turns on them. Each job's GPUs play one of
+the project's labelled example traces (made by its simulator), looped, scraped every STEP seconds:
+``research`` trains with a starved input pipeline, ``notebooks`` holds GPUs it does not use, ``vision``
+runs hot and power-capped, ``platform`` trains healthily. Between jobs the GPUs are free.
+
+    python scripts/demo_prometheus.py [--days 7] [--nodes 4] [--step 30] [--out DIR] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from exporter.offline.promhistory import export, names
+from exporter.offline.promhistory.agreement import sampled
+from exporter.offline.traces import TraceReader
+from scripts.stack import free_port, tool, wait_http
+
+REPO = Path(__file__).resolve().parent.parent
+TRACES = REPO / "examples" / "traces"
+GPUS = 8
+MODEL = "NVIDIA H100 80GB HBM3"
+DAY_S = 86400.0
+# (namespace, job, trace it plays, hours it runs); each node runs them in turn, then a free hour
+JOBS = (
+    ("research", "llama-pretrain", "starvation_h100x8", 10.0),
+    ("platform", "resnet-baseline", "healthy_h100x8", 8.0),
+    ("notebooks", "alice-notebook", "idle_h100x8", 6.0),
+    ("vision", "detector-train", "thermal_h100x8", 6.0),
+    ("vision", "segmenter-train", "power_cap_h100x8", 4.0),
+)
+FREE_S = 3600.0
+# a free GPU: no pod, a driver's few hundred MiB, idle power
+FREE = {"util": 0.0, "mem_used_bytes": 0.25 * 2**30, "power_w": 70.0}
+
+
+@dataclass(frozen=True)
+class Run:
+    start: float
+    end: float
+    namespace: str
+    job: str
+    pod: str
+    trace: str
+
+
+def schedule(nodes: int, start: float, end: float) -> dict[str, list[Run]]:
+    """Each node's jobs, in turn from a different one per node, back to back with a free hour between."""
+    out: dict[str, list[Run]] = {}
+    for n in range(nodes):
+        runs, t, i = [], start, n
+        while t < end:
+            namespace, job, trace, hours = JOBS[i % len(JOBS)]
+            stop = min(end, t + hours * 3600.0)
+            runs.append(Run(t, stop, namespace, job, f"{job}-{n}-{i}", trace))
+            t, i = stop + FREE_S, i + 1
+        out[f"gpu-node-{n}"] = runs
+    return out
+
+
+class Loops:
+    """Each trace scraped at the step once, then looped: attribute -> GPU -> the values at each step."""
+
+    def __init__(self, step: float) -> None:
+        self.step = step
+        self.cache: dict[str, tuple[dict[str, dict[str, list[float]]], int]] = {}
+
+    def get(self, trace: str) -> tuple[dict[str, dict[str, list[float]]], int]:
+        if trace not in self.cache:
+            gpus, _ = sampled(TraceReader(TRACES / f"{trace}.csv.gz"), self.step, names.DCGM_49)
+            values: dict[str, dict[str, list[float]]] = {}
+            length = 0
+            for ident, gpu in gpus.items():
+                for attr, by_time in gpu.values.items():
+                    values.setdefault(attr, {})[ident] = [by_time[t] for t in sorted(by_time)]
+                    length = max(length, len(by_time))
+            self.cache[trace] = (values, length)
+        return self.cache[trace]
+
+
+def series(
+    fleet: dict[str, list[Run]], loops: Loops, start: float, end: float
+) -> Iterator[tuple[str, str, dict[str, str], list[tuple[float, float]]]]:
+    """(family, kind, labels, samples) of every series: dcgm-exporter's per GPU and pod, the pods' labels."""
+    step = loops.step
+    for s in export.writers(names.DCGM_49):
+        for node, runs in fleet.items():
+            for gpu in range(GPUS):
+                for labels, samples in _gpu_series(s, node, str(gpu), runs, loops, start, end, step):
+                    yield s.metric, "gauge", labels, samples
+    for runs in fleet.values():
+        for run in runs:
+            labels = {"namespace": run.namespace, "pod": run.pod, "label_job_name": run.job}
+            labels |= {"job": "kube-state-metrics", "instance": "ksm:8080"}
+            yield names.KUBE_POD_LABELS, "gauge", labels, [(t, 1.0) for t in _times(run.start, run.end, step)]
+
+
+def _times(start: float, end: float, step: float) -> list[float]:
+    return [start + k * step for k in range(int((end - start) // step))]
+
+
+def _gpu_series(
+    s: names.Series,
+    node: str,
+    gpu: str,
+    runs: list[Run],
+    loops: Loops,
+    start: float,
+    end: float,
+    step: float,
+) -> Iterator[tuple[dict[str, str], list[tuple[float, float]]]]:
+    base = {
+        "gpu": gpu,
+        "UUID": f"GPU-{node}-{gpu}",
+        "device": f"nvidia{gpu}",
+        "modelName": MODEL,
+        "hostname": node,
+        "instance": f"{node}:9400",
+        "job": "gpu",
+    }
+    free: list[tuple[float, float]] = []
+    t = start
+    for run in [*runs, Run(end, end, "", "", "", "")]:
+        value = FREE.get(s.attr, _constant(s.attr, loops))
+        if value is not None:
+            free += [(x, value / s.scale) for x in _times(t, run.start, step)]
+        if run.end <= run.start:
+            break
+        values, length = loops.get(run.trace)
+        by_gpu = values.get(s.attr, {}).get(gpu)
+        if by_gpu:
+            samples = [
+                (x, by_gpu[k % length] / s.scale)
+                for k, x in enumerate(_times(run.start, run.end, step))
+                if k % length < len(by_gpu)
+            ]
+            yield base | {"namespace": run.namespace, "pod": run.pod, "container": "main"}, samples
+        t = run.end
+    if free:
+        yield base, free
+
+
+def _constant(attr: str, loops: Loops) -> float | None:
+    """What a free GPU still reports of the attributes that do not change with work (its limit, size)."""
+    values, _ = loops.get(JOBS[1][2])  # the healthy trace's board
+    first = values.get(attr, {}).get("0")
+    return first[0] if first and attr in ("power_limit_w", "mem_total_bytes", "sm_clock_max_hz") else None
+
+
+def openmetrics(path: Path, fleet: dict[str, list[Run]], loops: Loops, start: float, end: float) -> int:
+    """Write the history as OpenMetrics (each family's lines together); returns the samples written."""
+    count, current = 0, None
+    with path.open("w") as out:
+        for family, kind, labels, samples in series(fleet, loops, start, end):
+            if family != current:
+                out.write(f"# TYPE {family} {kind}\n")
+                current = family
+            text = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+            out.writelines(f"{family}{{{text}}} {v!r} {t:.3f}\n" for t, v in samples)
+            count += len(samples)
+        out.write("# EOF\n")
+    return count
+
+
+def load_prometheus(work: Path, history: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """promtool's blocks from the history, and a Prometheus serving them (no scraping)."""
+    prometheus, promtool = tool("prometheus"), tool("promtool")
+    if not prometheus or not promtool:
+        raise SystemExit("demo: needs prometheus and promtool on PATH (scripts/install-tools.sh)")
+    subprocess.run(
+        [promtool, "tsdb", "create-blocks-from", "openmetrics", str(history), str(work / "tsdb")],
+        check=True,
+        capture_output=True,
+    )
+    (work / "prometheus.yml").write_text("global:\n  scrape_interval: 30s\n")
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            prometheus,
+            f"--storage.tsdb.path={work / 'tsdb'}",
+            "--storage.tsdb.retention.time=10y",
+            f"--web.listen-address=127.0.0.1:{port}",
+            f"--config.file={work / 'prometheus.yml'}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=(work / "prometheus.log").open("w"),
+    )
+    url = f"http://127.0.0.1:{port}"
+    wait_http(f"{url}/-/ready", 60, proc)
+    return proc, url
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--days", type=float, default=7.0)
+    parser.add_argument("--nodes", type=int, default=4)
+    parser.add_argument("--step", type=float, default=30.0, help="the scrape interval simulated")
+    parser.add_argument("--out", type=Path, help="where the report goes (default: the temporary directory)")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    args = parser.parse_args(argv)
+    end = float(int(time.time()) // 3600 * 3600 - 3600)
+    start = end - args.days * DAY_S
+    work = Path(tempfile.mkdtemp(prefix="demo-prometheus-"))
+    out = args.out or work
+    out.mkdir(parents=True, exist_ok=True)
+    began = time.monotonic()
+    fleet = schedule(args.nodes, start, end)
+    count = openmetrics(work / "history.om", fleet, Loops(args.step), start, end)
+    print(
+        f"demo: {args.nodes} node(s) x {GPUS} GPUs, {args.days:g} days at {args.step:g} s: {count:,} samples"
+    )
+    proc, url = load_prometheus(work, work / "history.om")
+    print(f"demo: Prometheus at {url}, loaded in {time.monotonic() - began:.0f} s ({work})")
+    report = out / "fleet-report.html"
+    try:
+        command = [
+            sys.executable,
+            "-m",
+            "exporter",
+            "replay",
+            "--prometheus",
+            url,
+            "--from",
+            str(start),
+            "--to",
+            str(end),
+            "--report",
+            str(report),
+        ]
+        print(
+            "demo: $ gpu-bottleneck-exporter replay --prometheus",
+            url,
+            f"--from -{args.days:g}d --report",
+            report,
+        )
+        run = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
+        sys.stderr.write(run.stderr)
+        lines = run.stdout.splitlines()
+        shown = [i for i, line in enumerate(lines) if line.startswith(("read at a", "by namespace"))]
+        print("\n".join(lines[shown[0] :] if shown else lines))
+        return run.returncode
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        if not args.keep:
+            for name in ("history.om", "tsdb"):
+                subprocess.run(["rm", "-rf", str(work / name)], check=False)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
