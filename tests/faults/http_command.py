@@ -36,7 +36,7 @@ class Command:
                 cwd=REPO,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                preexec_fn=limit,
+                preexec_fn=limit if nofile is not None else None,  # a plain start needs no fork hook
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
 
