@@ -181,3 +181,24 @@ def _cli(args: list[str]) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=300,
     )
+
+
+def test_victoria_metrics_export_reads_what_a_query_reads_and_prometheus_too(loaded):
+    """VictoriaMetrics' /api/v1/export (raw samples as JSON lines), its query API and Prometheus' give
+    one and the same history: the same rows, ledger and episodes."""
+    index = 0  # the starved loader: verdicts, pods and a gap at its end
+    start, end = _window(index)
+    selector = 'pod="starvation-h100x8"'
+
+    def read(url: str, export: bool | None) -> tuple[object, ...]:
+        result = replay_prometheus(Request(url, start, end, selector=selector, export=export), prices=None)
+        episodes = sorted((e.gpu, e.kind, e.start, e.end, e.cause) for e in result.episodes)
+        read = result.fleet["read"] if result.fleet else {}
+        return result.stats.rows, result.ledger, episodes, read.get("samples")
+
+    exported = read(loaded.victoria, None)  # found by itself: VictoriaMetrics exports
+    assert exported == read(loaded.victoria, False)
+    # the node's rates are range queries, whose edges each server draws its own way: the samples read
+    # differ by a few, what is judged does not
+    assert exported[:3] == read(loaded.prometheus, None)[:3]
+    assert exported[0] > 0 and exported[2]

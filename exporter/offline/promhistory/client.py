@@ -1,10 +1,13 @@
-"""The Prometheus HTTP API (Prometheus and VictoriaMetrics answer it alike): series discovery and range
-queries cut into bounded chunks, with the authentication other Prometheus clients take (basic auth, a
-bearer token, a CA file), and every failure as one line (``PromError``)."""
+"""The Prometheus HTTP API (Prometheus and VictoriaMetrics answer it alike): series discovery, range
+queries and raw samples cut into bounded chunks (VictoriaMetrics' /api/v1/export where the server has
+it), with the authentication other Prometheus clients take (basic auth, a bearer token, a CA file), and
+every failure as one line (``PromError``)."""
 
 from __future__ import annotations
 
 import base64
+import bisect
+import itertools
 import json
 import math
 import ssl
@@ -12,7 +15,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +27,8 @@ MIN_POINTS_PER_SERIES = 100
 DEFAULT_TIMEOUT_S = 60.0
 # an answer larger than this is not one node's chunk (the server ignored the bounds)
 MAX_BODY_BYTES = 512 * 1024 * 1024
+# a chunk of raw samples the server refuses as too large is halved down to this many seconds
+MIN_SPAN_S = 3600
 _TOO_LARGE = ("too many", "exceed", "maxsamples", "max_samples", "limit")
 
 
@@ -75,6 +80,23 @@ class Series:
 
 
 @dataclass
+class Raw:
+    """A series' raw samples, as scraped: times in milliseconds (exact, for placing them on a step)."""
+
+    labels: dict[str, str]
+    times_ms: list[int] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+
+    def extend(self, times_ms: list[int], values: list[float]) -> None:
+        """Samples of a later chunk: those at or before the latest already held are the chunks' overlap."""
+        if self.times_ms and times_ms and times_ms[0] <= self.times_ms[-1]:
+            keep = bisect.bisect_right(times_ms, self.times_ms[-1])
+            times_ms, values = times_ms[keep:], values[keep:]
+        self.times_ms += times_ms
+        self.values += values
+
+
+@dataclass
 class Counts:
     queries: int = 0
     samples: int = 0
@@ -97,9 +119,9 @@ class PromClient:
             except (OSError, ssl.SSLError) as exc:
                 raise PromError(f"--prometheus-ca-file: cannot load {auth.ca_file} ({exc})") from None
 
-    def _call(self, path: str, params: list[tuple[str, str]], post: bool = True) -> object:
+    def _request(self, path: str, params: list[tuple[str, str]], post: bool = True) -> bytes:
         """Ask the API (a form POST, long selectors fit; GET where the API takes no POST) and return its
-        ``data``; a failure is a PromError of one line."""
+        answer's body; a failure is a PromError of one line."""
         form = urllib.parse.urlencode(params)
         if post:
             request = urllib.request.Request(
@@ -129,6 +151,11 @@ class PromClient:
             self.counts.seconds += time.monotonic() - began
         if len(raw) > MAX_BODY_BYTES:
             raise PromError(f"{self.url}{path}: an answer over {MAX_BODY_BYTES >> 20} MiB")
+        return raw
+
+    def _call(self, path: str, params: list[tuple[str, str]], post: bool = True) -> object:
+        """The API's ``data`` for a call (``_request``); an answer that is not the API's is one line."""
+        raw = self._request(path, params, post)
         try:
             doc = json.loads(raw)
         except ValueError:
@@ -152,6 +179,82 @@ class PromClient:
         data = self._call("/api/v1/query", [("query", f"{expr}[{int(window_s)}s]"), ("time", _ts(at))])
         result = data.get("result", []) if isinstance(data, dict) else []
         return [[float(t) for t, _ in item.get("values", [])] for item in result]
+
+    def has_export(self, match: str, at: float) -> bool:
+        """Whether the server exports raw samples (VictoriaMetrics' /api/v1/export; Prometheus has no
+        such path and answers 404)."""
+        try:
+            self._request("/api/v1/export", [("match[]", match), ("start", _ts(at)), ("end", _ts(at))], False)
+        except PromError:
+            return False
+        return True
+
+    def raw(self, selector: str, start: float, end: float, span_s: float, export: bool = False) -> list[Raw]:
+        """The raw samples of ``selector`` in ``(start, end]``, per series (sorted by their labels, as
+        Prometheus sorts them), asked in chunks of ``span_s`` seconds: a range selector evaluated at
+        each chunk's end, or VictoriaMetrics' export (``export``), whose samples are the same."""
+        out: dict[tuple[tuple[str, str], ...], Raw] = {}
+        span = max(1, math.ceil(span_s))
+        lo = start
+        while lo < end:
+            hi = min(end, lo + span)
+            try:
+                got = self._exported(selector, lo, hi) if export else self._selected(selector, lo, hi)
+            except PromError as exc:
+                if span > MIN_SPAN_S and any(w in str(exc).lower() for w in _TOO_LARGE):
+                    span //= 2
+                    continue
+                raise
+            for labels, times_ms, values in got:
+                labels.pop("__name__", None)
+                key = tuple(sorted(labels.items()))
+                into = out.get(key)
+                if into is None:
+                    into = out[key] = Raw(labels)
+                into.extend(times_ms, values)
+                self.counts.samples += len(times_ms)
+            lo = hi
+        return [out[key] for key in sorted(out)]
+
+    def _selected(
+        self, selector: str, lo: float, hi: float
+    ) -> Iterator[tuple[dict[str, str], list[int], list[float]]]:
+        """A range selector's raw samples (an instant query of ``selector[...]``): Prometheus sends each
+        as [seconds, "value"]; they are converted a series at a time."""
+        millis = math.ceil((hi - lo) * 1000)
+        data = self._call("/api/v1/query", [("query", f"{selector}[{millis}ms]"), ("time", _ts(hi))])
+        for item in data.get("result", []) if isinstance(data, dict) else []:
+            pairs = item.get("values") or []
+            if not pairs:
+                continue
+            stamps, texts = zip(*pairs, strict=True)
+            yield _finite(
+                dict(item.get("metric", {})), [round(t * 1000) for t in stamps], list(map(float, texts))
+            )
+
+    def _exported(
+        self, selector: str, lo: float, hi: float
+    ) -> Iterator[tuple[dict[str, str], list[int], list[float]]]:
+        """VictoriaMetrics' export: a line of JSON per series (or per block of one), times already in
+        milliseconds and values as numbers; read as one JSON document."""
+        body = self._request("/api/v1/export", [("match[]", selector), ("start", _ts(lo)), ("end", _ts(hi))])
+        body = body.strip()
+        if not body:
+            return
+        try:
+            lines = json.loads(b"[" + body.replace(b"\n", b",") + b"]")
+        except ValueError:
+            raise PromError(f"{self.url}/api/v1/export did not answer JSON lines") from None
+        lo_ms = round(lo * 1000)
+        for line in lines:
+            times_ms, values = line.get("timestamps") or [], line.get("values") or []
+            if any(b <= a for a, b in itertools.pairwise(times_ms)):  # blocks out of order: put them in it
+                pairs = sorted(dict(zip(times_ms, values, strict=True)).items())
+                times_ms, values = [t for t, _ in pairs], [v for _, v in pairs]
+            if times_ms and times_ms[0] <= lo_ms:  # the range selector's (lo, hi]
+                keep = bisect.bisect_right(times_ms, lo_ms)
+                times_ms, values = times_ms[keep:], values[keep:]
+            yield _finite(dict(line.get("metric", {})), list(times_ms), [float(v) for v in values])
 
     def query_range(
         self,
@@ -193,6 +296,16 @@ class PromClient:
                 on_chunk()
             t = stop + step
         return list(out.values())
+
+
+def _finite(
+    labels: dict[str, str], times_ms: list[int], values: list[float]
+) -> tuple[dict[str, str], list[int], list[float]]:
+    """A series' samples less the NaNs (a staleness marker) and infinities, should any come back."""
+    if all(map(math.isfinite, values)):
+        return labels, times_ms, values
+    kept = [(t, v) for t, v in zip(times_ms, values, strict=True) if math.isfinite(v)]
+    return labels, [t for t, _ in kept], [v for _, v in kept]
 
 
 def _ts(t: float) -> str:

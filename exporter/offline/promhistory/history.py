@@ -1,9 +1,11 @@
 """A Prometheus' history of GPU series as replay's trace rows, and the replay of it.
 
 The GPUs are found by the series of any source in ``names`` (the selector narrowing them), then read one
-node at a time, in bounded range queries at the step (by default the series' own scrape interval). Each
-GPU's samples are held for their step as one-second points, so the analysis runs on its usual clock and
-the ledger counts every second the data covers; nothing finer than the step is made up, and the kinds a
+node at a time: a gauge's raw samples in bounded chunks (one query per series name per node per chunk,
+all the node's GPUs in one answer; VictoriaMetrics' export where the server has it), placed on the step's
+clock here (``Grid``: what a range query of the fresh samples answers, without the server evaluating
+it at every step); counters and the node's series as range queries (``rate`` over the step). Each
+sample stands for its step in the analysis; nothing finer than the step is made up, and the kinds a
 step cannot show are said (``resolution.py``). Each pod's GPUs on a node are one job, as live; GPUs no pod
 holds are their node's job. Every job is replayed on its own and the results are joined.
 """
@@ -34,8 +36,12 @@ INTERVAL_PROBE_S = 600.0
 MAX_STEP_S = 300.0
 # a counter's rate and the node's CPU shares are taken over this many steps (two samples at least)
 RATE_STEPS = 4
-# a sample older than this many steps at a query's time is stale (one missed scrape is tolerated)
+# a sample older than this many steps at a query's time is stale (one missed scrape is tolerated)...
 STALE_STEPS = 2
+# ...and never older than the server's lookback (Prometheus' default: a range query's own limit)
+LOOKBACK_S = 300.0
+# raw samples are asked this many steps at a time per series (what a range query's chunk holds)
+CHUNK_STEPS = 10_000
 # at coarse steps a gap (a new segment) is at least this many missing steps, however short replay's is
 GAP_STEPS = 4
 NO_POD = ""  # a GPU no pod holds: its node's job
@@ -50,6 +56,7 @@ class Request:
     step: float | None = None  # None: the series' scrape interval
     auth: Auth = field(default_factory=Auth)
     timeout_s: float = 60.0
+    export: bool | None = None  # read raw samples by VictoriaMetrics' export (None: where the server has it)
 
 
 @dataclass
@@ -82,6 +89,7 @@ class Found:
     host_nodes: dict[str, str]  # node -> its node_exporter series' matcher
     present: set[str]
     pod_jobs: dict[str, str]  # "namespace/pod" -> its job's name (kube_pod_labels)
+    export: bool = False  # the server exports raw samples (VictoriaMetrics)
 
 
 def _quote(value: str) -> str:
@@ -154,7 +162,11 @@ def discover(client: PromClient, request: Request) -> Found:
         where = node_of(labels)
         if where is not None and where[0] in nodes:
             host_nodes.setdefault(*where)
-    return Found(schemes, nodes, host_nodes, present, _pod_jobs(client, request))
+    export = request.export
+    if export is None:
+        presence = f"{names.PRESENCE[schemes[0]]}{{{next(iter(nodes.values()))}}}" if nodes else "up"
+        export = client.has_export(presence, request.end)
+    return Found(schemes, nodes, host_nodes, present, _pod_jobs(client, request), export)
 
 
 def _pod_jobs(client: PromClient, request: Request) -> dict[str, str]:
@@ -189,31 +201,27 @@ def read_node(
 ) -> tuple[dict[str, Gpu], dict[str, dict[float, float]]]:
     """One node's GPUs (their values by attribute and time, their pods) and its host values."""
     window = f"{int(RATE_STEPS * step)}s"
+    grid = Grid.of(request.start, request.end, step)
     gpus: dict[str, Gpu] = {}
     for scheme in found.schemes:
         for s in names.series_for(scheme):
             if s.metric not in found.present:
                 continue
             selector = "{" + _matchers(found.nodes[node], s.labels, request.selector) + "}"
-            expr = (
-                f"rate({s.metric}{selector}[{window}])"
-                if s.counter
-                else _fresh(f"{s.metric}{selector}", step)
-            )
-            for series in client.query_range(expr, request.start, request.end, step):
-                ident = gpu_id(scheme, series.labels)
-                if ident is None:
-                    continue
-                gpu = gpus.setdefault(ident, Gpu(node, ident))
-                gpu.model = gpu.model or next(
-                    (series.labels[m] for m in names.MODEL_LABELS if series.labels.get(m)), ""
+            if s.counter:
+                read = [
+                    (series.labels, series.times, series.values)
+                    for series in client.query_range(
+                        f"rate({s.metric}{selector}[{window}])", request.start, request.end, step
+                    )
+                ]
+            else:
+                raw = client.raw(
+                    f"{s.metric}{selector}", grid.first_s, request.end, CHUNK_STEPS * step, found.export
                 )
-                values = gpu.values.setdefault(s.attr, {})
-                pod = pod_of(series.labels)
-                for t, v in zip(series.times, series.values, strict=True):
-                    values.setdefault(t, v * s.scale)
-                    if pod:
-                        gpu.pods[t] = pod
+                read = [(series.labels, *grid.place(series.times_ms, series.values)) for series in raw]
+            for labels, times, values in read:
+                _keep(gpus, scheme, s, node, labels, times, values)
         _identify(client, request, found, scheme, node, gpus)
     host: dict[str, dict[float, float]] = {}
     matcher = found.host_nodes.get(node)
@@ -226,10 +234,70 @@ def read_node(
     return gpus, host
 
 
-def _fresh(selector: str, step: float) -> str:
-    """A gauge's samples only while they are fresh: a query carries a series' last sample forward for the
-    server's lookback (5 minutes) after it ends, which would read as minutes of a GPU that was gone."""
-    return f"{selector} and ((time() - timestamp({selector})) <= {STALE_STEPS * step:g})"
+def _keep(
+    gpus: dict[str, Gpu],
+    scheme: str,
+    s: names.Series,
+    node: str,
+    labels: dict[str, str],
+    times: list[float],
+    values: list[float],
+) -> None:
+    """One series' values into its GPU's (the first series to give a time keeps it)."""
+    ident = gpu_id(scheme, labels)
+    if ident is None:
+        return
+    gpu = gpus.setdefault(ident, Gpu(node, ident))
+    gpu.model = gpu.model or next((labels[m] for m in names.MODEL_LABELS if labels.get(m)), "")
+    into = gpu.values.setdefault(s.attr, {})
+    scale = s.scale
+    for t, v in zip(times, values, strict=True):
+        into.setdefault(t, v * scale)
+    pod = pod_of(labels)
+    if pod:
+        gpu.pods.update(dict.fromkeys(times, pod))
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The step's clock from the range's start, in milliseconds (exact), and how stale a sample may be
+    on it: what a range query at the step answers for a gauge's fresh samples (Prometheus' query of
+    ``last_over_time(...[two steps])``), worked out here from the raw samples."""
+
+    start_ms: int
+    end_ms: int
+    step_ms: int
+    stale_ms: int
+
+    @classmethod
+    def of(cls, start: float, end: float, step: float) -> Grid:
+        stale = min(STALE_STEPS * step, LOOKBACK_S)
+        return cls(round(start * 1000), round(end * 1000), round(step * 1000), round(stale * 1000))
+
+    @property
+    def first_s(self) -> float:
+        """Where the raw samples are read from: the first step's staleness earlier, less a millisecond
+        (a chunk is (lo, hi]: a sample exactly that stale is read)."""
+        return (self.start_ms - self.stale_ms - 1) / 1000
+
+    def place(self, times_ms: list[int], values: list[float]) -> tuple[list[float], list[float]]:
+        """Each step's value: the latest sample at or before it, while no staler than ``stale_ms``."""
+        start, step, stale = self.start_ms, self.step_ms, self.stale_ms
+        last_k = (self.end_ms - start) // step
+        out_t: list[float] = []
+        out_v: list[float] = []
+        n = len(times_ms)
+        for i in range(n):
+            ts = times_ms[i]
+            first = max(0, -((start - ts) // step))  # the first step at or after the sample
+            last = min(last_k, (ts + stale - start) // step)
+            if i + 1 < n:  # the next sample takes over from its own first step
+                last = min(last, -((start - times_ms[i + 1]) // step) - 1)
+            v = values[i]
+            for k in range(first, last + 1):
+                out_t.append((start + k * step) / 1000)
+                out_v.append(v)
+        return out_t, out_v
 
 
 def _identify(
