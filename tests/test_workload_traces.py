@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from devtools import workload_traces
-from exporter.offline.replay import replay
+from exporter.offline.replay import replay, workload_lines, workload_summary
 from tests.conftest import REPO
 
 FOLDER = REPO / "examples" / "traces" / "workloads"
@@ -39,10 +39,25 @@ def test_a_pipeline_is_named_and_never_starved():
         assert {e.gpu for e in result.episodes} == {"0", "1", "2", "3"}
 
 
-def test_the_workload_flag_says_what_the_shape_cannot():
-    """A notebook's long pauses read as a single GPU's input waits by shape; --workload says otherwise."""
+def test_a_notebook_is_known_by_its_irregular_stretches_and_the_flag_says_it_from_the_start():
+    """By shape once four irregular stretches came (no starvation before: too few to tell); --workload
+    says it from the first second."""
     labels = json.loads((FOLDER / "w08_l4_notebook.labels.json").read_text())
     assert labels["workload"] == "interactive"
-    result = replay(FOLDER / "w08_l4_notebook.csv.gz", workload="interactive")
-    assert {e.kind for e in result.episodes} == {"idle_allocated"}
-    assert all(e.cause == "notebook" for e in result.episodes)
+    for flag in ("", "interactive"):
+        result = replay(FOLDER / "w08_l4_notebook.csv.gz", workload=flag)
+        assert {e.kind for e in result.episodes} == {"idle_allocated"}, flag
+        assert all(e.cause == "notebook" for e in result.episodes)
+        summary = workload_summary(result)["0"]
+        assert (summary["class"], summary["source"]) == ("interactive", "shape" if not flag else "flag")
+
+
+def test_the_summary_names_the_class_decided_not_the_undecided_start():
+    """A pipeline's turns show after its model loaded: the summary says pipeline, and for what share."""
+    result = replay(
+        REPO / "examples" / "traces" / "real_inference" / "s01_a100x4_llama70b_layer_split_pipeline.csv.gz"
+    )
+    summary = workload_summary(result)
+    assert {(w["class"], w["source"]) for w in summary.values()} == {("pipeline", "shape")}
+    assert all(0 < float(w["share"]) < 1 for w in summary.values())  # type: ignore[arg-type]
+    assert "of its time (undecided before)" in "\n".join(workload_lines(result))

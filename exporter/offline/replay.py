@@ -382,12 +382,14 @@ def summary(result: ReplayResult) -> dict[str, object]:
 
 
 def workload_summary(result: ReplayResult) -> dict[str, dict[str, object]]:
-    """Per GPU, the class its time was judged as most (``training`` where nothing said otherwise), what
-    decided it, and the share of its judged seconds."""
+    """Per GPU, the class its time was judged as most, what decided it, and the share of its judged
+    seconds. A class something decided outranks ``training`` by default, whatever its share: the
+    seconds before a pipeline's turns or a server's quiet showed were undecided, not training."""
     out: dict[str, dict[str, object]] = {}
     for gpu in sorted(result.classes, key=_gpu_order):
         seconds = result.classes[gpu]
-        (kind, source), most = max(seconds.items(), key=lambda kv: kv[1])
+        decided = {key: s for key, s in seconds.items() if key[1]} or seconds
+        (kind, source), most = max(decided.items(), key=lambda kv: kv[1])
         out[gpu] = {
             "class": kind or "training",
             "source": source or "default",
@@ -399,13 +401,15 @@ def workload_summary(result: ReplayResult) -> dict[str, dict[str, object]]:
 
 def workload_lines(result: ReplayResult) -> list[str]:
     """The class each GPU was judged as, GPUs alike on one line."""
-    alike: dict[tuple[str, str, str], list[str]] = {}
+    alike: dict[tuple[str, str, str, float], list[str]] = {}
     for gpu, w in workload_summary(result).items():
-        alike.setdefault((str(w["class"]), str(w["source"]), str(w["evidence"])), []).append(gpu)
+        key = (str(w["class"]), str(w["source"]), str(w["evidence"]), float(w["share"]))  # type: ignore[arg-type]
+        alike.setdefault(key, []).append(gpu)
     lines = []
-    for (kind, source, evidence), gpus in alike.items():
+    for (kind, source, evidence, share), gpus in alike.items():
         why = f"{source}: {evidence}" if source != "default" else evidence
-        lines.append(f"  GPU {_gpu_list(gpus)}: judged as {kind} ({why})")
+        part = f", {share:.0%} of its time (undecided before)" if source != "default" and share < 1 else ""
+        lines.append(f"  GPU {_gpu_list(gpus)}: judged as {kind} ({why}){part}")
     return ["workload:", *lines] if lines else []
 
 
