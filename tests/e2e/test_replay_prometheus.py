@@ -202,3 +202,19 @@ def test_victoria_metrics_export_reads_what_a_query_reads_and_prometheus_too(loa
     # differ by a few, what is judged does not
     assert exported[:3] == read(loaded.prometheus, None)[:3]
     assert exported[0] > 0 and exported[2]
+
+
+def test_nodes_judged_in_parallel_give_what_one_process_gives_in_the_same_order(loaded):
+    start, end = _window(0)[0], _window(2)[1]  # three nodes, one trace each
+
+    def read(jobs: int) -> tuple[object, ...]:
+        events: list[object] = []
+        result = replay_prometheus(
+            Request(loaded.prometheus, start, end, jobs=jobs), events.append, prices=None
+        )
+        episodes = [(e.gpu, e.kind, e.start, e.end, e.cause) for e in result.episodes]
+        return events, episodes, result.ledger, result.job_ledger, result.fleet
+
+    alone = read(1)
+    assert len({gpu.split("/")[0] for gpu in alone[2]}) == 3 and alone[0]
+    assert read(2) == alone

@@ -52,6 +52,12 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--prometheus-bearer-token-file", metavar="FILE", help="a bearer token, from a file")
     group.add_argument("--prometheus-ca-file", metavar="FILE", help="CA certificates for an https:// URL")
     group.add_argument(
+        "--jobs",
+        metavar="N",
+        type=int,
+        help="processes judging the nodes, one node each at a time (default: one per core)",
+    )
+    group.add_argument(
         "--prometheus-timeout",
         metavar="SECONDS",
         help=f"seconds one query may take (default {DEFAULT_TIMEOUT_S:g})",
@@ -112,7 +118,14 @@ def request_from(args: argparse.Namespace, now: float | None = None) -> Request:
             args.prometheus_ca_file,
         ),
         timeout_s=_seconds(args.prometheus_timeout, "--prometheus-timeout", 3600.0) or DEFAULT_TIMEOUT_S,
+        jobs=_jobs(getattr(args, "jobs", None)),
     )
+
+
+def _jobs(jobs: int | None) -> int | None:
+    if jobs is not None and jobs < 1:
+        raise PromError(f"--jobs: must be 1 or more, not {jobs}")
+    return jobs
 
 
 def progress_printer() -> Callable[[Progress], None]:

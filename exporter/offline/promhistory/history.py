@@ -13,10 +13,12 @@ holds are their node's job. Every job is replayed on its own and the results are
 from __future__ import annotations
 
 import itertools
+import os
 import statistics
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from exporter.analysis.engine import VerdictEvent
@@ -57,6 +59,7 @@ class Request:
     auth: Auth = field(default_factory=Auth)
     timeout_s: float = 60.0
     export: bool | None = None  # read raw samples by VictoriaMetrics' export (None: where the server has it)
+    jobs: int | None = None  # processes judging nodes (None: one per core)
 
 
 @dataclass
@@ -420,7 +423,6 @@ class Hooks:
     on_job: Callable[[dict[str, object]], None] | None = None
     on_row: Callable[[TraceRow], None] | None = None
     on_tick: Callable[[float, str, str], None] | None = None
-    on_node: Callable[[], None] | None = None
 
 
 Node = tuple[dict[str, Gpu], dict[str, dict[float, float]]]  # its GPUs, its host values
@@ -436,37 +438,104 @@ def replay_prometheus(
     workload: str = "",
     on_progress: Callable[[Progress], None] | None = None,
 ) -> ReplayResult:
-    """Read the range and replay every job in it; the result reads like one trace's."""
+    """Read the range and replay every job in it; the result reads like one trace's. Nodes are judged
+    in ``request.jobs`` processes, each reading and judging one node at a time; their results are
+    joined in node order, so the output is the same whatever the number."""
     client = PromClient(request.url, request.auth, request.timeout_s)
     found = discover(client, request)
     step = request.step or scrape_interval(client, request, found)
     if step > MAX_STEP_S:
         raise PromError(f"--step {step:g} s: past {MAX_STEP_S:g} s no verdict can be told (docs/diagnose.md)")
     progress = Progress(nodes=len(found.nodes))
+    counts = client.counts
 
     def tell() -> None:
-        progress.queries, progress.samples = client.counts.queries, client.counts.samples
+        progress.queries, progress.samples = counts.queries, counts.samples
         if on_progress:
             on_progress(progress)
 
-    def nodes() -> Iterator[Node]:
-        for node in sorted(found.nodes):
-            yield read_node(client, request, found, node, step)
-            tell()
-
-    def done() -> None:
-        progress.nodes_done += 1
-        tell()
-
-    hooks = Hooks(on_event, on_job, on_row, on_tick, done)
+    hooks = Hooks(on_event, on_job, on_row, on_tick)
     fmt = "prometheus: " + ", ".join(found.schemes)
+    merged = Merged(_label(request.url), step, fmt, request.start, prices, workload)
+    jobs = min(request.jobs or os.cpu_count() or 1, len(found.nodes))
+    if jobs > 1:
+        task = Task(request, found, "", step, fmt, prices, workload, on_row is not None, on_tick is not None)
+        with ProcessPoolExecutor(jobs) as pool:
+            for done in pool.map(judge_remote, [replace(task, node=n) for n in sorted(found.nodes)]):
+                counts.queries += done.queries
+                counts.samples += done.samples
+                done.replay(merged, hooks)
+                progress.nodes_done += 1
+                tell()
+    else:
+        for node in sorted(found.nodes):
+            gpus, host = read_node(client, request, found, node, step)
+            tell()
+            judge_node(merged, gpus, host, found.pod_jobs, hooks)
+            progress.nodes_done += 1
+            tell()
+    return merged.result({"queries": counts.queries, "samples": counts.samples})
 
-    def read() -> dict[str, float]:
-        return {"queries": client.counts.queries, "samples": client.counts.samples}
 
-    return replay_nodes(
-        nodes(), found.pod_jobs, step, request.start, fmt, _label(request.url), prices, workload, hooks, read
+@dataclass
+class Task:
+    """What a worker needs to read and judge one node (sent to it: nothing here holds a connection)."""
+
+    request: Request
+    found: Found
+    node: str
+    step: float
+    fmt: str
+    prices: Prices | None
+    workload: str
+    rows: bool  # the caller watches the rows (on_row)...
+    ticks: bool  # ...and the ticks (on_tick): they are sent back
+
+
+@dataclass
+class Done:
+    """A node read and judged by a worker: its jobs' results, and the callbacks it would have made, in
+    their order, for the caller to make."""
+
+    results: list[tuple[str, ReplayResult]]
+    calls: list[tuple[str, object]]  # ("event", VerdictEvent) or ("job", dict), as they came
+    rows: list[TraceRow]
+    ticks: list[tuple[float, str, str]]
+    queries: int
+    samples: int
+
+    def replay(self, merged: Merged, hooks: Hooks) -> None:
+        for kind, payload in self.calls:
+            if kind == "event":
+                merged.event(payload, hooks)  # type: ignore[arg-type]
+            else:
+                merged.job(payload, hooks)  # type: ignore[arg-type]
+        if hooks.on_row:
+            for row in self.rows:
+                hooks.on_row(row)
+        if hooks.on_tick:
+            for tick in self.ticks:
+                hooks.on_tick(*tick)
+        for job, result in self.results:
+            merged.add(job, result)
+
+
+def judge_remote(task: Task) -> Done:
+    """A worker's part: one node read and judged, the callbacks recorded."""
+    client = PromClient(task.request.url, task.request.auth, task.request.timeout_s)
+    gpus, host = read_node(client, task.request, task.found, task.node, task.step)
+    done = Done([], [], [], [], 0, 0)
+    hooks = Hooks(
+        on_event=lambda e: done.calls.append(("event", e)),
+        on_job=lambda j: done.calls.append(("job", j)),
+        on_row=done.rows.append if task.rows else None,
+        on_tick=(lambda *tick: done.ticks.append(tick)) if task.ticks else None,
     )
+    recorder = Merged(Path(), task.step, task.fmt, task.request.start, task.prices, task.workload)
+    recorder.keep = done.results
+    judge_node(recorder, gpus, host, task.found.pod_jobs, hooks, raw=True)
+    done.queries, done.samples = client.counts.queries, client.counts.samples
+    return done
 
 
 def replay_nodes(
@@ -479,40 +548,53 @@ def replay_nodes(
     prices: Prices | None = DEFAULT_PRICES,
     workload: str = "",
     hooks: Hooks | None = None,
-    read: Callable[[], dict[str, float]] | None = None,
 ) -> ReplayResult:
     """Replay every job of every node, each at the data's step, and join the results; the kinds the step
     cannot show are left out and said silent (``resolution.py``)."""
-    hooks = hooks or Hooks()
     merged = Merged(label, step, fmt, origin, prices, workload)
+    for gpus, host in nodes:
+        judge_node(merged, gpus, host, pod_jobs, hooks or Hooks())
+    return merged.result()
+
+
+def judge_node(
+    merged: Merged,
+    gpus: dict[str, Gpu],
+    host: dict[str, dict[float, float]],
+    pod_jobs: dict[str, str],
+    hooks: Hooks,
+    raw: bool = False,
+) -> None:
+    """Replay every job of one node into ``merged``. ``raw``: every verdict is passed to the hooks (a
+    worker's recording: the caller's Merged leaves out what the step cannot show)."""
 
     def events(event: VerdictEvent) -> None:
-        if hooks.on_event and merged.shown(event.kind, event.cause):
+        if raw and hooks.on_event:
             hooks.on_event(event)
+        else:
+            merged.event(event, hooks)
 
     def jobs(job: dict[str, object]) -> None:
-        if hooks.on_job and merged.shown(str(job.get("kind")), str(job.get("cause", ""))):
+        if raw and hooks.on_job:
             hooks.on_job(job)
+        else:
+            merged.job(job, hooks)
 
-    for gpus, host in nodes:
-        by_name = {g.name: g for g in gpus.values()}
-        for job, times in sorted(jobs_of(gpus, pod_jobs).items()):
-            rows = JobRows(job, [by_name[g] for g in times], times, host, step, origin, fmt)
-            result = replay(
-                merged.path,
-                on_event=events,
-                on_job=jobs,
-                on_row=hooks.on_row,
-                on_tick=hooks.on_tick,
-                prices=prices,
-                workload=workload,
-                reader=rows,
-                step=step,
-            )
-            merged.add(job, result)
-        if hooks.on_node:
-            hooks.on_node()
-    return merged.result(read() if read else None)
+    by_name = {g.name: g for g in gpus.values()}
+    for job, times in sorted(jobs_of(gpus, pod_jobs).items()):
+        rows = JobRows(job, [by_name[g] for g in times], times, host, merged.step, merged.origin, merged.fmt)
+        result = replay(
+            merged.path,
+            on_event=events,
+            on_job=jobs,
+            on_row=hooks.on_row,
+            on_tick=hooks.on_tick,
+            prices=merged.prices,
+            workload=merged.workload,
+            reader=rows,
+            step=merged.step,
+        )
+        merged.add(job, result)
 
 
 def _label(url: str) -> Path:
@@ -533,7 +615,8 @@ class Merged:
     def __init__(
         self, path: Path, step: float, fmt: str, origin: float, prices: Prices | None, workload: str
     ) -> None:
-        self.path = path
+        self.path, self.fmt, self.origin, self.prices, self.workload = path, fmt, origin, prices, workload
+        self.keep: list[tuple[str, ReplayResult]] | None = None  # a worker's: the results as they are
         self.quiet = silenced(step)  # kinds the step cannot show...
         self.unjudged = unjudged_causes(step)  # ...and causes it cannot tell from something benign
         self.verdicts: dict[str, dict[str, int]] = {}  # job -> kind -> episodes
@@ -547,7 +630,18 @@ class Merged:
         self.step = step
         self.silent: dict[str, str] | None = None
 
+    def event(self, event: VerdictEvent, hooks: Hooks) -> None:
+        if hooks.on_event and self.shown(event.kind, event.cause):
+            hooks.on_event(event)
+
+    def job(self, job: dict[str, object], hooks: Hooks) -> None:
+        if hooks.on_job and self.shown(str(job.get("kind")), str(job.get("cause", ""))):
+            hooks.on_job(job)
+
     def add(self, job: str, r: ReplayResult) -> None:
+        if self.keep is not None:
+            self.keep.append((job, r))
+            return
         out, s = self.out, self.out.stats
         s.rows += r.stats.rows
         s.gpus.extend(g for g in r.stats.gpus if g not in s.gpus)
