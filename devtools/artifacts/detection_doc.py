@@ -162,7 +162,8 @@ def _workloads() -> list[str]:
         f"{_s(th.INTERACTIVE_WINDOW)}, their lengths or the cycles between them varying by "
         f"{_pct(th.INTERACTIVE_IRREGULAR)} or more (a person's cells and thinking; a training loop's "
         "saves come alike, and mark it as a loop). Anything else is judged as training. A trace without "
-        "`memory.total` cannot show a server's reservation: replay says so in its `workload:` line.",
+        "`memory.total` shows a server's reservation only where the board's name states its memory "
+        "(`A100-SXM4-80GB`); otherwise replay says in its `workload:` line that it could not.",
         "",
         f"For {', '.join(f'`{c}`' for c in sorted(IDLE_GAPS))} the no-kernel time is idle capacity (the "
         "ledger's `idle`), never `data_starvation`: a server waiting for requests, a notebook waiting for "

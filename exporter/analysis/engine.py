@@ -38,6 +38,7 @@ from exporter.policy.thresholds import (
     UTIL_IDLE_LINE,
     VERDICT_INTERVAL,
     WINDOW_POINTS_PER_SECOND,
+    board_memory_bytes,
 )
 
 SCORE_DIGITS = 3  # a verdict event carries its score to three decimals: a log line, not a measurement
@@ -74,6 +75,7 @@ class _Gpu:
     window: GpuWindow
     name: str = ""
     slowdown_c: float | None = None
+    board_bytes: float | None = None  # the framebuffer its name states, for logs without memory.total
     group: str = "node"
     idle_since: float | None = None
     idle_known: bool = False
@@ -133,6 +135,7 @@ class Analyzer:
     def set_identity(self, gpu: str, name: str = "", slowdown_c: float | None = None) -> None:
         state = self._gpu(gpu)
         state.name, state.slowdown_c = name or state.name, slowdown_c or state.slowdown_c
+        state.board_bytes = board_memory_bytes(state.name)
 
     def set_group(self, gpu: str, group: str) -> None:
         """GPUs of one job (pod); the node is one group until pod labels exist."""
@@ -274,7 +277,9 @@ class Analyzer:
         for gpu in members:
             state, tick = self._gpus[gpu], ticks.get(gpu)
             if tick is not None and tick.span > 0:
-                state.serving.see(now, tick.mem_bytes, tick.mem_total, tick.stopped, tick.span)
+                state.serving.see(
+                    now, tick.mem_bytes, tick.mem_total or state.board_bytes, tick.stopped, tick.span
+                )
                 state.interactive.see(now, tick.stopped, tick.span, tick.held and len(members) == 1)
                 state.waiting = tick.waiting
             shape = state.serving.workload() or state.interactive.workload(now)

@@ -9,6 +9,7 @@ the rest are the detectors' parameters.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 GiB = 1 << 30
@@ -1825,6 +1826,21 @@ def _board(name: str) -> tuple[float, float | None] | None:
         if key.upper() in upper:
             return BOARD_POWER_W[key]
     return None
+
+
+_BOARD_GB = re.compile(r"(?<![0-9])([0-9]{1,3}) ?GB\b", re.IGNORECASE)
+GIB = 1 << 30
+
+
+def board_memory_bytes(name: str) -> float | None:
+    """A board's framebuffer from a name that states it (``A100-SXM4-80GB``, ``H100 80GB HBM3``,
+    ``Tesla V100-SXM2-32GB``), for logs without memory.total; None where the name does not say (no
+    table fills it in: a "Tesla V100-PCIE" came with 16 or 32 GB). The name's GB are the driver's GiB
+    within half a percent (an 80GB H100 reports 81,559 MiB, an A100 81,920). A name that states more
+    than the GPU's own (GH200 480GB counts its CPU's memory) only lowers the share reserved: never a
+    server by mistake."""
+    match = _BOARD_GB.search(name or "")
+    return float(int(match.group(1)) * GIB) if match else None
 
 
 def board_tdp(name: str) -> float | None:

@@ -157,3 +157,18 @@ def test_two_gpus_resting_together_are_never_a_notebook_by_their_shape():
     cells = [(45, 20), (150, 35), (70, 12), (210, 50), (95, 25)]
     r = run({"0": _bursts(cells), "1": _bursts(cells)}, 900, dt=1.0)
     assert r.analyzer.workload("0").kind == ""
+
+
+def test_a_board_whose_name_states_its_memory_shows_a_servers_reservation_without_memory_total():
+    from exporter.analysis.engine import Analyzer
+    from exporter.policy.thresholds import board_memory_bytes
+
+    assert board_memory_bytes("NVIDIA A100-SXM4-80GB") == 80 * GIB
+    assert board_memory_bytes("NVIDIA GeForce RTX 4090") is None  # the name does not say: no guess
+    analyzer = Analyzer()
+    analyzer.set_identity("0", "NVIDIA H100 80GB HBM3")
+    busy = replace(WORKING, mem_used_bytes=RESERVED, mem_total_bytes=None, power_w=330.0)
+    idle = replace(IDLE, mem_used_bytes=RESERVED, mem_total_bytes=None)
+    r = run({"0": alternating(busy_s=3.0, idle_s=12.0, busy=busy, idle=idle)}, 200, dt=0.5, analyzer=analyzer)
+    assert r.analyzer.workload("0").kind == "serving"
+    assert not r.kinds()
