@@ -131,6 +131,10 @@ def server_config(
         access_log=False,
         lifespan="on",
         server_header=False,
+        # the client's address is the TCP peer's: uvicorn would otherwise take X-Forwarded-For from any
+        # connection from 127.0.0.1 or ::1 (every node process with hostNetwork), and the address check of
+        # --progress-check-address would accept a push that names another pod's address there
+        proxy_headers=False,
         log_config=UVICORN_LOG_CONFIG,
         http=protocol_factory(guard, web.ssl_context),  # type: ignore[arg-type]
         timeout_keep_alive=int(HTTP_KEEPALIVE.value),

@@ -279,3 +279,59 @@ def test_without_the_apis_answer_a_push_is_503_in_one_line(tmp_path, answer, sai
         assert r.status_code == 503 and r.text.count("\n") == 1, r.text
         assert r.text.startswith("cannot check the sender's address: the Kubernetes API") and said in r.text
         assert store.view() == {}
+
+
+def test_a_forwarded_for_header_does_not_stand_for_the_senders_address(tmp_path):
+    """uvicorn trusts X-Forwarded-For from 127.0.0.1 unless told not to: a node process (hostNetwork)
+    could then push for any pod by naming its address. The served app sees the TCP peer only."""
+    import asyncio
+    import json
+
+    from exporter.app import Application
+    from exporter.config.settings import Settings
+    from exporter.serve.server import server_config
+    from exporter.sim import SimulatedNode
+    from exporter.sources.kubeapi import PodAddresses
+
+    node = SimulatedNode("healthy", n_gpus=1)
+    try:
+        settings = Settings(listen_address="127.0.0.1", progress_api=True, progress_check_address=True)
+        app = Application(settings, node.install(), node.host_options())
+        assert app.progress is not None
+        app.progress.senders = PodAddresses(lambda ns, pod: frozenset({"10.1.2.3"}))
+        config = server_config(app)
+        config.load()
+        body = json.dumps(REPORT).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"x-forwarded-for", b"10.1.2.3"),
+        ]
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": "/v1/progress",
+            "raw_path": b"/v1/progress",
+            "query_string": b"",
+            "root_path": "",
+            "headers": headers,
+            "client": ("127.0.0.1", 40000),
+            "server": ("127.0.0.1", 9612),
+        }
+        statuses: list[int] = []
+
+        async def receive() -> dict:
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                statuses.append(message["status"])
+
+        asyncio.run(config.loaded_app(scope, receive, send))
+        assert statuses == [403]
+        assert app.progress.view() == {}
+    finally:
+        node.close()
