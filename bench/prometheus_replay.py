@@ -1,90 +1,195 @@
-"""What one ``replay --prometheus`` costs: a real Prometheus loaded (promtool) with the simulated fleet of
-scripts/demo_prometheus.py at a 30 s scrape, then one replay over the whole range, in this process.
+"""What one ``replay --prometheus`` costs: a real VictoriaMetrics loaded through its import API
+(/api/v1/import, JSON lines, generated and sent in batches, never held whole) with the simulated fleet of
+scripts/demo_prometheus.py at a 30 s scrape, then one replay over the whole range, in this process and
+its workers (``--jobs``, default the cores).
 
-Prints the wall time of loading and of the replay (reading and analysis apart), the peak RSS, the queries
-issued and samples read, and the cost per GPU-day, extrapolated to the issue's week of 100 nodes x 8 GPUs.
-The issue's size itself (80 M samples) takes promtool, which re-reads its input once per two-hour block,
-far longer to load than the replay takes: run a smaller size and scale by GPU-days (the replay's work is
-linear in them, one node at a time).
+Prints the load's figures, then the replay's wall and CPU time (this process and its workers together),
+the peak RSS of this process, of its largest worker and of the server, the queries issued and samples
+read, and the cost per GPU-day, extrapolated to the issue's week of 100 nodes x 8 GPUs (the replay's work
+is linear in GPU-days: each worker holds one node at a time).
 
-    python bench/prometheus_replay.py [--nodes 4] [--days 1] [--step 30]
+``--signals five`` (default) writes the issue's five dcgm-exporter series per GPU (utilization, power,
+framebuffer used, temperature, SM clock); ``--signals all`` the demo's seventeen.
+
+    python bench/prometheus_replay.py [--nodes 10] [--days 7] [--step 30] [--jobs N] [--signals five]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import resource
+import subprocess
 import sys
+import tempfile
 import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from exporter.offline.promhistory import history
+from exporter.offline.promhistory import export, names
 from exporter.offline.promhistory.history import Progress, Request, replay_prometheus
 from scripts import demo_prometheus as demo
+from scripts.stack import free_port, tool, wait_http
 
 TARGET_GPU_DAYS = 100 * 8 * 7.0  # the issue's week of 100 nodes x 8 GPUs
 DAY_S = 86400.0
+FIVE = ("util", "power_w", "mem_used_bytes", "temp_c", "sm_clock_hz")
+BATCH_BYTES = 32 << 20  # one import request's body
+
+
+def lines(
+    fleet: dict[str, list[demo.Run]], loops: demo.Loops, start: float, end: float, five: bool
+) -> Iterator[str]:
+    """The fleet's series as VictoriaMetrics' JSON lines (one per series), each made when it is sent."""
+    step = loops.step
+    for s in export.writers(names.DCGM_49):
+        if five and s.attr not in FIVE:
+            continue
+        for node, runs in fleet.items():
+            for gpu in range(demo.GPUS):
+                for labels, samples in demo._gpu_series(s, node, str(gpu), runs, loops, start, end, step):
+                    yield _line(s.metric, labels, samples)
+    for runs in fleet.values():
+        for run in runs:
+            labels = {"namespace": run.namespace, "pod": run.pod, "label_job_name": run.job}
+            labels |= {"job": "kube-state-metrics", "instance": "ksm:8080"}
+            times = demo._times(run.start, run.end, step)
+            yield _line(names.KUBE_POD_LABELS, labels, [(t, 1.0) for t in times])
+
+
+def _line(name: str, labels: dict[str, str], samples: list[tuple[float, float]]) -> str:
+    metric = {"__name__": name, **labels}
+    values = [v for _, v in samples]
+    stamps = [round(t * 1000) for t, _ in samples]
+    return json.dumps({"metric": metric, "values": values, "timestamps": stamps}) + "\n"
+
+
+def load(url: str, source: Iterator[str]) -> tuple[int, int]:
+    """Send the lines in batches of about BATCH_BYTES; returns (lines, bytes) sent."""
+    batch: list[str] = []
+    size = count = sent = 0
+    for line in source:
+        batch.append(line)
+        size += len(line)
+        count += 1
+        if size >= BATCH_BYTES:
+            sent += _post(url, batch)
+            batch, size = [], 0
+    if batch:
+        sent += _post(url, batch)
+    urllib.request.urlopen(f"{url}/internal/force_flush", timeout=600).read()
+    return count, sent
+
+
+def _post(url: str, batch: list[str]) -> int:
+    body = "".join(batch).encode()
+    urllib.request.urlopen(urllib.request.Request(f"{url}/api/v1/import", data=body), timeout=600).read()
+    return len(body)
+
+
+def start_victoria(work: Path) -> tuple[subprocess.Popen[bytes], str]:
+    binary = tool("victoria-metrics")
+    if not binary:
+        raise SystemExit("bench: needs victoria-metrics on PATH (scripts/install-tools.sh)")
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"-storageDataPath={work / 'vm'}",
+            f"-httpListenAddr=127.0.0.1:{port}",
+            "-retentionPeriod=100y",
+            "-search.disableCache",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=(work / "vm.log").open("w"),
+    )
+    url = f"http://127.0.0.1:{port}"
+    wait_http(f"{url}/health", 60, proc)
+    return proc, url
+
+
+def peak_rss_mib(pid: int) -> float:
+    """A live process' peak resident memory (VmHWM)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def samples_in(url: str, start: float, end: float) -> int:
+    """The samples the server holds in the range (its own count: what the load put there)."""
+    query = f"sum(count_over_time({{__name__=~'DCGM_.*'}}[{int(end - start) + 1}s]))"
+    params = urllib.parse.urlencode({"query": query, "time": f"{end:.3f}"})
+    doc = json.loads(urllib.request.urlopen(f"{url}/api/v1/query?{params}", timeout=600).read())
+    result = doc["data"]["result"]
+    return int(float(result[0]["value"][1])) if result else 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, default=4)
-    parser.add_argument("--days", type=float, default=1.0)
+    parser.add_argument("--nodes", type=int, default=10)
+    parser.add_argument("--days", type=float, default=7.0)
     parser.add_argument("--step", type=float, default=30.0)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--signals", choices=("five", "all"), default="five")
     args = parser.parse_args(argv)
     end = float(int(time.time()) // 3600 * 3600 - 3600)
     start = end - args.days * DAY_S
-    import tempfile
-
     work = Path(tempfile.mkdtemp(prefix="bench-prometheus-"))
-    began = time.monotonic()
-    fleet = demo.schedule(args.nodes, start, end)
-    count = demo.openmetrics(work / "history.om", fleet, demo.Loops(args.step), start, end)
-    written = time.monotonic() - began
-    proc, url = demo.load_prometheus(work, work / "history.om")
-    loaded = time.monotonic() - began - written
-    seen = Progress()
-    reading = [0.0]
-    read_node = history.read_node
-
-    def timed_read(*a: object, **k: object) -> object:  # the reading's share of the replay
-        t = time.monotonic()
-        out = read_node(*a, **k)  # type: ignore[arg-type]
-        reading[0] += time.monotonic() - t
-        return out
-
-    history.read_node = timed_read  # type: ignore[assignment]
+    proc, url = start_victoria(work)
     try:
-        t0 = time.monotonic()
+        began = time.monotonic()
+        fleet = demo.schedule(args.nodes, start, end)
+        series, sent = load(url, lines(fleet, demo.Loops(args.step), start, end, args.signals == "five"))
+        loaded = time.monotonic() - began
+        held = samples_in(url, start, end)
+        seen = Progress()
+        wall0, cpu0 = time.monotonic(), _cpu()
         result = replay_prometheus(
-            Request(url, start, end), prices=None, on_progress=lambda p: _keep(seen, p)
+            Request(url, start, end, jobs=args.jobs), prices=None, on_progress=lambda p: _keep(seen, p)
         )
-        wall = time.monotonic() - t0
+        wall, cpu = time.monotonic() - wall0, _cpu() - cpu0
+        server_mib = peak_rss_mib(proc.pid)
     finally:
-        history.read_node = read_node
         proc.terminate()
-        proc.wait(timeout=30)
-    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        proc.wait(timeout=60)
+    own_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    worker_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     gpu_days = args.nodes * demo.GPUS * args.days
-    per_day = wall / gpu_days
+    steps = gpu_days * DAY_S / args.step
     print(
-        f"fleet: {args.nodes} nodes x {demo.GPUS} GPUs, {args.days:g} days at {args.step:g} s: "
-        f"{count:,} samples"
-    )
-    print(f"load: openmetrics written in {written:.0f} s, promtool + Prometheus ready in {loaded:.0f} s")
-    print(
-        f"replay: {wall:.1f} s wall ({reading[0]:.1f} s reading, {wall - reading[0]:.1f} s analysis), "
-        f"peak RSS {rss_mib:.0f} MiB, {seen.queries} queries, {seen.samples:,} samples read, "
-        f"{len(result.stats.gpus)} GPUs, {result.stats.rows:,} rows"
+        f"fleet: {args.nodes} nodes x {demo.GPUS} GPUs, {args.days:g} days at {args.step:g} s, "
+        f"{args.signals} signals: {held:,} GPU samples in {series:,} series "
+        f"({sent / 2**20:.0f} MiB of JSON lines)"
     )
     print(
-        f"cost: {per_day:.2f} s per GPU-day ({per_day * 1e6 / (DAY_S / args.step):.0f} us per GPU-step); "
-        f"the issue's week of 100 x 8 GPUs ({TARGET_GPU_DAYS:.0f} GPU-days): "
-        f"~{per_day * TARGET_GPU_DAYS / 60:.0f} min"
+        f"load: generated and imported into VictoriaMetrics in {loaded:.0f} s "
+        f"({held / loaded / 1e6:.2f} M samples/s)"
+    )
+    print(
+        f"replay: {wall:.1f} s wall, {cpu:.1f} s CPU ({args.jobs} jobs); peak RSS {own_mib:.0f} MiB here, "
+        f"{worker_mib:.0f} MiB the largest worker, {server_mib:.0f} MiB VictoriaMetrics; "
+        f"{seen.queries} queries, "
+        f"{seen.samples:,} samples read, {len(result.stats.gpus)} GPUs, {result.stats.rows:,} rows"
+    )
+    print(
+        f"cost: {wall / gpu_days:.3f} s wall and {cpu / gpu_days:.3f} s CPU per GPU-day "
+        f"({cpu * 1e6 / steps:.0f} us CPU per GPU-step); the issue's week of 100 x 8 GPUs "
+        f"({TARGET_GPU_DAYS:.0f} GPU-days) at this rate: "
+        f"~{wall / gpu_days * TARGET_GPU_DAYS / 60:.0f} min wall, "
+        f"~{cpu / gpu_days * TARGET_GPU_DAYS / 60:.0f} min CPU"
     )
     return 0
+
+
+def _cpu() -> float:
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def _keep(into: Progress, p: Progress) -> None:
