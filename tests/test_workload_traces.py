@@ -60,4 +60,4 @@ def test_the_summary_names_the_class_decided_not_the_undecided_start():
     summary = workload_summary(result)
     assert {(w["class"], w["source"]) for w in summary.values()} == {("pipeline", "shape")}
     assert all(0 < float(w["share"]) < 1 for w in summary.values())  # type: ignore[arg-type]
-    assert "of its time (undecided before)" in "\n".join(workload_lines(result))
+    assert "of its time, undecided before" in "\n".join(workload_lines(result))

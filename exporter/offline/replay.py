@@ -390,11 +390,13 @@ def workload_summary(result: ReplayResult) -> dict[str, dict[str, object]]:
         seconds = result.classes[gpu]
         decided = {key: s for key, s in seconds.items() if key[1]} or seconds
         (kind, source), most = max(decided.items(), key=lambda kv: kv[1])
+        undecided = sum(s for key, s in seconds.items() if not key[1])
         out[gpu] = {
             "class": kind or "training",
             "source": source or "default",
             "evidence": result.class_evidence.get((gpu, kind, source)) or "nothing said otherwise",
             "share": round(most / sum(seconds.values()), 3),
+            "undecided_share": round(undecided / sum(seconds.values()), 3),
         }
     return out
 
@@ -403,12 +405,16 @@ def workload_lines(result: ReplayResult) -> list[str]:
     """The class each GPU was judged as, GPUs alike on one line."""
     alike: dict[tuple[str, str, str, float], list[str]] = {}
     for gpu, w in workload_summary(result).items():
-        key = (str(w["class"]), str(w["source"]), str(w["evidence"]), float(w["share"]))  # type: ignore[arg-type]
+        share, undecided = float(w["share"]), float(w["undecided_share"])  # type: ignore[arg-type]
+        key = (str(w["class"]), str(w["source"]), str(w["evidence"]), share, undecided)
         alike.setdefault(key, []).append(gpu)
     lines = []
-    for (kind, source, evidence, share), gpus in alike.items():
+    for (kind, source, evidence, share, undecided), gpus in alike.items():
         why = f"{source}: {evidence}" if source != "default" else evidence
-        part = f", {share:.0%} of its time (undecided before)" if source != "default" and share < 1 else ""
+        part = ""
+        if source != "default" and share < 1:
+            rest = ", undecided before" if undecided >= 1 - share - 1e-3 else ""  # shares: 3 decimals
+            part = f", {share:.0%} of its time{rest}"
         lines.append(f"  GPU {_gpu_list(gpus)}: judged as {kind} ({why}){part}")
     return ["workload:", *lines] if lines else []
 
