@@ -44,6 +44,12 @@ from exporter.policy.thresholds import (
 SCORE_DIGITS = 3  # a verdict event carries its score to three decimals: a log line, not a measurement
 HOLDS_PEERS_BACK = tuple(k.name for k in KINDS.values() if k.holds_peers_back)
 JOB_EVENTS: dict[str, JobEvent] = {k.name: k.job_event for k in KINDS.values() if k.job_event is not None}
+# the kinds judged on each scope of entity (see _Gpu.scope); the others get no evidence there
+_SCOPES: dict[str, frozenset[str]] = {
+    "": frozenset(KINDS),
+    **{scope: frozenset(k.name for k in KINDS.values() if k.scope == scope) for scope in ("gpu", "pod")},
+}
+_NONE = d.Evidence()
 
 
 @dataclass(frozen=True)
@@ -92,6 +98,9 @@ class _Gpu:
     workload: Workload = UNKNOWN
     undecided: bool = False  # it looks like a pipeline's stage or a server, not yet for long enough
     waiting: float | None = None  # requests its server last reported waiting
+    # what it stands for: "" a whole GPU (every kind judged), "gpu" a GPU split between pods (its own
+    # kinds only), "pod" one pod's share of a split GPU (the kinds whose loss is the pod's)
+    scope: str = ""
 
 
 class Analyzer:
@@ -140,6 +149,23 @@ class Analyzer:
     def set_group(self, gpu: str, group: str) -> None:
         """GPUs of one job (pod); the node is one group until pod labels exist."""
         self._gpu(gpu).group = group
+
+    def set_split(self, gpu: str, split: bool) -> None:
+        """A GPU shared by pods (time-slicing) is judged for its own kinds only while split: the pods'
+        losses are judged on their shares (``set_share``), so a starving pod pages once, as itself."""
+        self._gpu(gpu).scope = "gpu" if split else ""
+
+    def set_share(self, entity: str, share: float, stale_s: float) -> None:
+        """``entity`` is one pod's share of a split GPU: ``share`` of its wall time is booked to it, and
+        each of its points stands ``stale_s`` (they come with the processes' slow reads)."""
+        state = self._gpu(entity)
+        state.scope = "pod"
+        state.ledger.share, state.ledger.stale_s = share, stale_s
+
+    def forget(self, entity: str) -> None:
+        """Drop an entity for good (a pod that left a shared GPU): its ledger and verdicts go with it."""
+        if self._gpus.pop(entity, None) is not None:
+            self._judged_at = None
 
     def set_workload(self, group: str, hint: Workload | None) -> None:
         """What a job says it is (``--workload``, its pod's log or name); None: it says nothing."""
@@ -244,7 +270,8 @@ class Analyzer:
                 ticks[gpu] = measure(points, start, now, peers, envelope, state.slowdown_c)
                 state.ticked = now
             for gpu in holding_back({g: ticks[g] for g in members if g in ticks}):
-                self._gpus[gpu].ledger.held_back_s += ticks[gpu].span
+                ledger = self._gpus[gpu].ledger
+                ledger.held_back_s += ticks[gpu].span * ledger.share
             job = [ticks[g] for g in members if g in ticks and ticks[g].span > 0 and ticks[g].held]
             stopped = bool(job) and all(t.stopped for t in job)
             quiet = stopped and not any(t.off_kernel for t in job)
@@ -342,8 +369,13 @@ class Analyzer:
                 idle_gaps=_idle_gaps(state),
                 undecided=state.undecided,
             )
-            evidence[gpu] = {name: kind.detector(ctx) for name, kind in KINDS.items()}
+            judged = _SCOPES[state.scope]
+            evidence[gpu] = {
+                name: kind.detector(ctx) if name in judged else _NONE for name, kind in KINDS.items()
+            }
             for kind, ev in evidence[gpu].items():
+                if kind not in judged:
+                    continue
                 if ev.missing:
                     if kind not in self.had_inputs:
                         self.missing[kind] = ev.missing

@@ -130,6 +130,9 @@ class Kind:
     explained_by: JobCause | None = None  # silent while the job's cause holds (a peer holding it back)
     job_event: JobEvent | None = None
     peer_fault: PeerFault | None = None
+    # whose loss it is on a GPU shared by pods (time-slicing): "pod" kinds are judged on each pod's share
+    # of the GPU and not on the GPU, "gpu" kinds (heat, power, links, hangs) on the GPU alone
+    scope: str = "gpu"
 
     @property
     def policy(self) -> AlertPolicy:
@@ -204,6 +207,7 @@ _ALL = (
             "runbook for the cause.",
         ),
         holds_peers_back=True,
+        scope="pod",
     ),
     Kind(
         "comm_hang",
@@ -367,6 +371,7 @@ _ALL = (
             "user{{ end }}.",
         ),
         score="idle time over five minutes",
+        scope="pod",
     ),
     Kind(
         "nvlink_degraded",

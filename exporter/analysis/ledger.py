@@ -380,6 +380,10 @@ class GpuLedger:
     pending: list[tuple[Tick, bool]] = field(default_factory=list)  # held-back run seconds (tick, started)
     last: GpuPoint | None = None
     stale_s: float = LEDGER_STALE.value  # the last point stands this long (a coarse sample: its step)
+    # the part of the physical GPU's wall time this ledger stands for: 1 for a GPU, 1/N for one of N pods
+    # sharing it (time-slicing): its seconds are booked at that weight, so the pods' ledgers sum to the
+    # GPU's wall time and its cost; the shares of its windows are ratios and do not change
+    share: float = 1.0
     # recent runs that outgrew the pause allowance: [start, length], the newest growing while it lasts
     long_runs: deque[list[float]] = field(default_factory=deque)
     horizons: tuple[_Horizon, ...] = field(
@@ -497,8 +501,9 @@ class GpuLedger:
         self.pending.clear()
 
     def _add(self, t: float, vec: list[float]) -> None:
+        share = self.share
         for i, state in enumerate(STATES):
-            self.totals[state] += vec[i]
+            self.totals[state] += vec[i] * share
         for h in self.horizons:
             h.add(t, vec)
 
@@ -518,8 +523,8 @@ class GpuLedger:
         return len(self.long_runs), max((length for _, length in self.long_runs), default=0.0)
 
     def observed_s(self) -> float:
-        """Committed plus held-back seconds: what the states must sum to."""
-        return sum(self.totals.values()) + sum(t.span for t, _ in self.pending)
+        """Committed plus held-back seconds (at the ledger's share): what the states must sum to."""
+        return sum(self.totals.values()) + self.share * sum(t.span for t, _ in self.pending)
 
     def forget_run(self) -> None:
         """The GPU was lost or reset: commit what is held back and start a new run."""
