@@ -3,11 +3,16 @@ what the kubelet and the host sources found."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
+from exporter.analysis.points import GpuPoint
 from exporter.policy.thresholds import SHM_DEFAULT_BYTES
 from exporter.sources.kubelet import Assignment, PodRef
-from exporter.sources.readings import ShmReading
+from exporter.sources.processes import ProcessOwner
+from exporter.sources.readings import GpuProcess, ShmReading
+
+REPLICA = "::"  # the device plugin's time-slicing replicas of a GPU: <uuid>::<n>
 
 
 def gpu_owners(
@@ -24,7 +29,8 @@ def gpu_owners(
             by_id[mig] = (index, mig)
     held: dict[int, list[tuple[Assignment, str]]] = {}
     for a in assignments:
-        found = by_id.get(a.device_id)
+        # a time-slicing replica is its GPU (one container holding one is holding the GPU whole)
+        found = by_id.get(a.device_id) or by_id.get(a.device_id.partition(REPLICA)[0])
         if found is not None:
             held.setdefault(found[0], []).append((a, found[1]))
     owners = {}
@@ -47,3 +53,43 @@ def default_shm(
         if known:
             out[pod] = max(known) <= SHM_DEFAULT_BYTES.value
     return out
+
+
+@dataclass(frozen=True)
+class PodUse:
+    """One pod's part of a shared GPU, from its processes: their SM utilization summed and their memory."""
+
+    namespace: str
+    pod: str
+    sm_util: float
+    mem_bytes: int
+
+
+def sharing_pods(held: Iterable[tuple[Assignment, str]]) -> list[tuple[str, str]]:
+    """The pods holding a GPU (not a MIG slice of it), sorted: two or more share it by time-slicing (the
+    device plugin's replicas) or MPS."""
+    return sorted({(a.ref.namespace, a.ref.pod) for a, mig in held if not mig})
+
+
+def pod_uses(
+    processes: Iterable[GpuProcess], owners: Mapping[int, ProcessOwner], pods: Iterable[tuple[str, str]]
+) -> list[PodUse]:
+    """Each pod's use of the GPU over the last processes read (a pod with no process there uses none).
+    A process the host's /proc did not place in one of these pods counts for no pod."""
+    sums = {pod: [0.0, 0] for pod in pods}
+    for p in processes:
+        owner = owners.get(p.pid)
+        acc = sums.get((owner.namespace, owner.pod)) if owner is not None else None
+        if acc is not None:
+            acc[0] += p.sm_util or 0.0  # no sample since the last read: no kernel ran
+            acc[1] += p.used_bytes or 0
+    return [PodUse(ns, pod, sm, int(mem)) for (ns, pod), (sm, mem) in sums.items()]
+
+
+def share_point(t: float, use: PodUse, pods: int, mem_total: float | None) -> GpuPoint:
+    """A pod's point on a GPU shared by ``pods``: its utilization of its own slice (its SM time over its
+    share, at most all of it) and its memory. Power, clocks, temperatures and links are the whole GPU's:
+    they would mislead a pod's detectors, so the point has none."""
+    return GpuPoint(
+        t=t, util=min(1.0, use.sm_util * pods), mem_used_bytes=use.mem_bytes, mem_total_bytes=mem_total
+    )

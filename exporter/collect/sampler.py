@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from exporter.analysis.engine import Analyzer, VerdictEvent
-from exporter.analysis.pods import gpu_owners
+from exporter.analysis.pods import gpu_owners, pod_uses, share_point, sharing_pods
 from exporter.analysis.points import GpuPoint, HostPoint, gpu_points, host_point, p2p_failures
 from exporter.analysis.result import analyze
 from exporter.analysis.workload import Workload
@@ -29,9 +29,10 @@ from exporter.collect.pod_assignments import PodAssignments
 from exporter.collect.poller import Every, Outcome, Poller, run_every
 from exporter.collect.snapshot import EMPTY_SNAPSHOT, GpuView, Snapshot, Sources, build
 from exporter.config.settings import Settings
-from exporter.policy.thresholds import SERVER_LOAD_FRESH
+from exporter.policy.thresholds import LEDGER_STALE, SERVER_LOAD_FRESH
 from exporter.sources.errors import ErrorCounter
-from exporter.sources.kubelet import PodResourcesSource
+from exporter.sources.kubelet import Assignment, PodResourcesSource
+from exporter.sources.processes import ProcessOwners
 from exporter.sources.readings import GpuIdentity, GpuReading, HostReading
 from exporter.sources.registry import Reports, Schedule, Threaded, registration
 
@@ -64,6 +65,12 @@ class Sampler:
         self.events: list[VerdictEvent] = []  # verdict changes of the last cycle
         self.gpu_listeners: list[Callable[[GpuIdentity, list[GpuPoint]], None]] = []  # the trace recorder
         self.host_listeners: list[Callable[[HostPoint], None]] = []
+        # GPUs shared by pods (time-slicing, MPS): each pod's share is an entity of the analysis, fed from
+        # the processes' slow reads (see _split)
+        self._per_process: set[int] = set()  # GPUs whose driver has given per-process utilization
+        self._fed: dict[int, object] = {}  # GPU -> the processes reading its pods were last fed from
+        self._waited: dict[int, object] = {}  # GPU -> a reading held back a cycle for its owners
+        self._entities: set[str] = set()
         self._snapshot, self._seq, self._ready = EMPTY_SNAPSHOT, 0, False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -226,6 +233,45 @@ class Sampler:
         for listener in self.gpu_listeners:
             listener(reading.identity, points)
 
+    def _split(
+        self, slots: Mapping[int, object], held: Mapping[int, list[tuple[Assignment, str]]]
+    ) -> dict[int, list[tuple[str, str, str]]]:
+        """GPUs two or more pods hold (time-slicing replicas, MPS) are split once the driver gives
+        per-process utilization and the host's /proc the processes' pods: each pod's share is an entity,
+        ``<gpu>/<namespace>/<pod>``, fed a point at each processes read. Returns GPU -> (entity, namespace,
+        pod) of the split GPUs; the entities of pods that left are forgotten."""
+        found = self._readings.get("processes")
+        owners = found.owners if isinstance(found, ProcessOwners) else None
+        stale_s = self.settings.slow_interval_s + LEDGER_STALE.value  # a point stands for its slow read
+        out: dict[int, list[tuple[str, str, str]]] = {}
+        for index, slot in slots.items():
+            r = slot.reading  # type: ignore[attr-defined]
+            procs = r.processes if r is not None else None
+            if procs and any(p.sm_util is not None for p in procs):
+                self._per_process.add(index)
+            pods = sharing_pods(held.get(index, ()))
+            split = len(pods) >= 2 and owners is not None and procs is not None and index in self._per_process
+            self.analyzer.set_split(str(index), split)
+            if not split:
+                continue
+            entities = out[index] = [(f"{index}/{ns}/{pod}", ns, pod) for ns, pod in pods]
+            for entity, ns, pod in entities:
+                self.analyzer.set_share(entity, 1 / len(pods), stale_s)
+                self.analyzer.set_group(entity, f"{ns}/{pod}")
+            if procs is self._fed.get(index):
+                continue  # no new processes read since
+            if any(p.pid not in owners for p in procs) and self._waited.get(index) is not procs:
+                self._waited[index] = procs  # the owners of new PIDs come with the next round: wait once
+                continue
+            self._fed[index] = procs
+            for use, (entity, _, _) in zip(pod_uses(procs, owners, pods), entities, strict=True):
+                self.analyzer.add_gpu_points(entity, [share_point(r.t, use, len(pods), r.mem_total_bytes)])
+        now = {entity for entities in out.values() for entity, _, _ in entities}
+        for entity in self._entities - now:
+            self.analyzer.forget(entity)
+        self._entities = now
+        return out
+
     def _publish(self) -> Snapshot:
         now, session = self.clock(), self.session
         slots = session.slots if session is not None else {}
@@ -234,17 +280,20 @@ class Sampler:
             assignments,
             [(i, s.device.identity.uuid, s.reading.mig_uuids if s.reading else ()) for i, s in slots.items()],
         )
-        # the GPUs of one pod are one job; GPUs no pod is known to hold are taken as one job (as in replay)
+        shares = self._split(slots, held)
+        # the GPUs of one pod are one job; GPUs no pod is known to hold are taken as one job (as in replay);
+        # a GPU pods share is a job of its own (its pods' shares are in theirs)
         hints: dict[str, Workload | None] = {}
         for index in slots:
             ref = owners.get(index)
-            group = f"{ref.namespace}/{ref.pod}" if ref else "node"
+            group = f"{ref.namespace}/{ref.pod}" if ref else f"{index}/shared" if index in shares else "node"
             self.analyzer.set_group(str(index), group)
             hint = self.job.workload.get(index)  # what the pod's log or name says it is
             if hint is not None or group not in hints:
                 hints[group] = Workload(hint.kind, hint.source, hint.evidence) if hint else None
         self.analyzer.set_workloads(hints)
         up = [str(i) for i, slot in slots.items() if slot.status == "ok"]
+        up += [entity for i in up for entity, _, _ in shares.get(int(i), ())]
         result = analyze(self.analyzer, now, up, self.settings.window_s)
         self.events = result.events
         for e in self.events:
@@ -276,6 +325,7 @@ class Sampler:
             errors=self.errors.snapshot(),
             node_checks=getattr(self.checker, "latest", ()),
             pod_logs=pod_logs,
+            shares=shares,
         )
         self._seq += 1
         self._snapshot = build(self._seq, now, self._ready, src, result)

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from exporter.analysis.engine import KindState
+from exporter.analysis.kinds import KINDS
 from exporter.analysis.pods import default_shm
 from exporter.analysis.processes import GpuProcesses, attribute, holders
 from exporter.analysis.result import GpuStats, Result
@@ -21,6 +22,18 @@ from exporter.sources.kubelet import Assignment, PodRef
 from exporter.sources.podlogs import PodLogsView
 from exporter.sources.processes import ProcessOwners
 from exporter.sources.readings import GpuIdentity, GpuReading, GpuState, HostReading
+
+
+@dataclass(frozen=True)
+class PodShare:
+    """One pod's share of a GPU pods share (time-slicing, MPS): its own ledger (booked at its share of the
+    GPU's wall time), the verdicts whose loss is a pod's, and the class its time is judged as."""
+
+    namespace: str
+    pod: str
+    ledger: dict[str, float] = field(default_factory=dict)
+    verdicts: dict[str, KindState] = field(default_factory=dict)
+    workload: Workload = UNKNOWN
 
 
 @dataclass(frozen=True)
@@ -45,6 +58,7 @@ class GpuView:
     ] = ()  # every device of it the kubelet gave out (, MIG UUID)
     collected_t: float | None = None  # wall time of its last successful collection (kept while down)
     processes: GpuProcesses = field(default_factory=GpuProcesses)  # its processes, their owners
+    shares: tuple[PodShare, ...] = ()  # the pods sharing it, each judged on its share (empty: not split)
 
     @property
     def up(self) -> bool:
@@ -109,6 +123,8 @@ class Sources:
     errors: dict[tuple[str, str], int]
     node_checks: tuple = ()
     pod_logs: PodLogsView | None = None
+    # GPUs shared by pods: GPU -> (analysis entity, namespace, pod) of each pod's share
+    shares: Mapping[int, Iterable[tuple[str, str, str]]] = field(default_factory=dict)
 
 
 def _held_throughout(now: int | None, listed: int | None) -> int | None:
@@ -122,6 +138,7 @@ def gpu_view(
     src: Sources,
     xids: dict[int, int],
     p2p: dict[tuple[int, str], bool],
+    shares: tuple[PodShare, ...] = (),
 ) -> GpuView:
     is_up = gpu.status == "ok"
     r = gpu.reading if is_up else None
@@ -158,7 +175,19 @@ def gpu_view(
         assignments=tuple(src.held.get(gpu.index, ())),
         collected_t=gpu.collected_t,
         processes=procs,
+        shares=shares if is_up else (),
     )
+
+
+def _shares(result: Result, entities: Iterable[tuple[str, str, str]]) -> tuple[PodShare, ...]:
+    """The pods' shares of one GPU as the analysis judged them: only the kinds whose loss is a pod's."""
+    out = []
+    for entity, namespace, pod in entities:
+        stats = result.gpus.get(entity)
+        if stats is not None:
+            verdicts = {k: v for k, v in stats.verdicts.items() if KINDS[k].scope == "pod"}
+            out.append(PodShare(namespace, pod, stats.ledger, verdicts, stats.workload))
+    return tuple(out)
 
 
 def build(seq: int, t: float, ready: bool, src: Sources, result: Result) -> Snapshot:
@@ -168,7 +197,14 @@ def build(seq: int, t: float, ready: bool, src: Sources, result: Result) -> Snap
     for (a, b, cap), ok in src.p2p.items():
         p2p.setdefault(a, {})[(b, cap)] = ok
     views = tuple(
-        gpu_view(g, result.gpus.get(str(g.index), none), src, src.xids.get(g.index, {}), p2p.get(g.index, {}))
+        gpu_view(
+            g,
+            result.gpus.get(str(g.index), none),
+            src,
+            src.xids.get(g.index, {}),
+            p2p.get(g.index, {}),
+            _shares(result, src.shares.get(g.index, ())),
+        )
         for g in sorted(src.gpus, key=lambda g: g.index)
     )
     gpu_pods = {(a.ref.namespace, a.ref.pod) for a in src.assignments}

@@ -26,6 +26,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.samples import Sample
 
 from exporter import __version__
+from exporter.analysis.engine import KindState
 from exporter.collect.snapshot import GpuView, Snapshot
 from exporter.policy import catalog
 from exporter.policy.cost import DEFAULT as DEFAULT_PRICES
@@ -120,6 +121,7 @@ def _gpu(fams: _Families, view: GpuView, snapshot: Snapshot, detail: frozenset[s
         _gpu_time,
         _gpu_workload,
         _gpu_verdicts,
+        _gpu_shares,
         _readings,
         _gpu_windows,
         _gpu_clock_events,
@@ -272,14 +274,36 @@ def _gpu_workload(fams: _Families, view: GpuView, base: Labels, detail: frozense
 
 def _gpu_verdicts(fams: _Families, view: GpuView, base: Labels, detail: frozenset[str]) -> None:
     """One series per verdict kind, with its cause; their scores with ``--detail scores``."""
-    for kind, state in view.verdicts.items():
+    _verdicts(fams, view.verdicts, base, detail)
+
+
+def _verdicts(
+    fams: _Families, verdicts: Mapping[str, KindState], base: Labels, detail: frozenset[str]
+) -> None:
+    for kind, state in verdicts.items():
         fams.gauge("gpu_bottleneck", "1 while the verdict of this kind holds, with its probable cause.").add(
             base | {"kind": kind, "cause": state.cause}, 1 if state.firing else 0
         )
-    for kind, state in view.verdicts.items() if "scores" in detail else ():
+    for kind, state in verdicts.items() if "scores" in detail else ():
         fams.gauge("gpu_bottleneck_score", "Strength of the evidence for a verdict of this kind, 0-1.").add(
             base | {"kind": kind}, round(state.score, 4)
         )
+
+
+def _gpu_shares(fams: _Families, view: GpuView, base: Labels, detail: frozenset[str]) -> None:
+    """A GPU pods share (time-slicing, MPS): each pod's ledger, booked at its share of the GPU's wall
+    time, and the verdicts judged on its share (a pod's loss pages with the pod's labels)."""
+    for share in view.shares:
+        pod = {"gpu": base["gpu"], "uuid": base["uuid"]} | labels(namespace=share.namespace, pod=share.pod)
+        time_fam = fams.counter(
+            "gpu_pod_time_seconds",
+            "A pod's share of a GPU that pods share (time-slicing, MPS): seconds in each ledger state, "
+            "booked at its share of the GPU's wall time (the pods' seconds sum to the GPU's).",
+        )
+        for state, seconds in share.ledger.items():
+            if seconds > 0:  # as gpu_time_seconds: a state appears with its first second
+                time_fam.add(pod | {"state": state}, round(seconds, 3))
+        _verdicts(fams, share.verdicts, pod, detail)
 
 
 def _gpu_windows(fams: _Families, view: GpuView, base: Labels, detail: frozenset[str]) -> None:

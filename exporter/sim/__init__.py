@@ -15,7 +15,7 @@ from exporter.sim.driver import Capabilities, FakeNvmlLibrary
 from exporter.sim.faults import Fault, FaultPlan
 from exporter.sim.hostfs import SimHost
 from exporter.sim.kubelet import KubeletProcess, SimKubelet, SimPod
-from exporter.sim.physics import BoardSpec, NodeModel
+from exporter.sim.physics import SLICES, TIME_SLICING, BoardSpec, NodeModel
 from exporter.sim.podlogs import SimPodLogs
 from exporter.sim.scenarios import Scenario, ScenarioError, parse_scenario, scenario_names
 
@@ -170,6 +170,7 @@ def pod_layout(
     n = model.n_gpus
     split = n if pods == 1 else (n + 1) // 2
     orphaned = _orphaned(model)  # a deleted pod's GPUs: no pod holds them
+    sliced = _sliced(model)  # a GPU pods share through time-slicing replicas: not the training pod's
     volume = "" if cond.pod_shm_default else "dshm"
     # the first pod is named for its work, as a deployment would be (a vLLM server is no trainer)
     stem, container = POD_NAMES.get(model.timeline[0][1].name, ("llm-train", "trainer"))
@@ -178,7 +179,7 @@ def pod_layout(
         specs.append(("research", f"finetune-{generation}", "worker", "", range(split, n)))
     out = []
     for i, (namespace, name, container, volume, gpus) in enumerate(specs):
-        uuids = [model.gpus[g].uuid for g in gpus if g not in orphaned]
+        uuids = [model.gpus[g].uuid for g in gpus if g not in orphaned and g != sliced]
         devices = {"nvidia.com/gpu": uuids} if uuids else {}
         first = i == 0
         if first and cond.pod_efa and uuids:
@@ -196,7 +197,32 @@ def pod_layout(
                 capabilities=("CAP_IPC_LOCK",) if first else (),
             )
         )
-    return out
+    return out + _sharing_pods(model, sliced, generation)
+
+
+def _sliced(model: NodeModel) -> int | None:
+    """The GPU the pods of time_slicing share (its first affected GPU); None in other scenarios."""
+    sc = model.timeline[0][1]
+    return sc.affected(model.n_gpus)[0] if sc.name == TIME_SLICING else None
+
+
+def _sharing_pods(model: NodeModel, gpu: int | None, generation: int) -> list[SimPod]:
+    """The pods sharing a GPU: each is given one of the device plugin's time-slicing replicas of it
+    (``<uuid>::<n>``), and its process (physics.SLICES) runs in it."""
+    if gpu is None:
+        return []
+    uuid = model.gpus[gpu].uuid
+    return [
+        SimPod(
+            namespace="research",
+            name=name,
+            uid=f"5e2d3c4b-6a79-4b8c-9d0e-{generation * 4 + k + 8:012x}",
+            sandbox_id=f"{generation:032x}{k + 8:032x}",
+            container="worker",
+            devices={"nvidia.com/gpu": [f"{uuid}::{k}"]},
+        )
+        for k, (name, _, _) in enumerate(SLICES)
+    ]
 
 
 ZOMBIE_SCENARIO = "zombie_process"

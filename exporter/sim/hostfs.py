@@ -90,7 +90,7 @@ class SimHost:
             self.model.advance()
             h = self.model.host
             xids = list(self.model.xid_events)
-            procs = {p.pid: g for g in self.model.gpus for p in self.model.processes(g)}
+            procs = {p.pid: (g, p.pod) for g in self.model.gpus for p in self.model.processes(g)}
             stat = self._stat(h.jiffies, self._btime())
             diskstats = self._diskstats(h.disk_read_bytes, h.disk_write_bytes)
             pressure = {
@@ -114,12 +114,16 @@ class SimHost:
                 return pod
         return None
 
-    def _write_processes(self, procs: dict[int, object]) -> None:
+    def _pod(self, name: str) -> SimPod | None:
+        """A pod by name: the one a process on a GPU pods share runs in."""
+        return next((pod for pod in self.pods if pod.name == name), None)
+
+    def _write_processes(self, procs: dict[int, tuple[object, str]]) -> None:
         """/proc/PID/{cgroup,cmdline,comm,stat} of the GPU processes: cgroup v2 under the systemd driver, as
         containerd writes a Guaranteed pod's container; rewritten only when a process or its pod changes."""
         cgroups = {}
-        for pid, g in procs.items():
-            pod = self._owner(g.uuid)  # type: ignore[attr-defined]
+        for pid, (g, name) in procs.items():
+            pod = self._pod(name) if name else self._owner(g.uuid)  # type: ignore[attr-defined]
             if pod is None:
                 cgroups[pid] = "0::/system.slice/gpu-burn.service\n"
             else:

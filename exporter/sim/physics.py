@@ -224,9 +224,20 @@ class SimProcess(NamedTuple):
     kind: str  # compute, or mps (a client of an MPS server)
     mem_bytes: int
     sm_share: float  # its share of the GPU's utilization samples
+    pod: str = ""  # the pod it runs in, by name, on a GPU pods share ("": the pod holding the GPU)
 
 
 PID_BASE = 4242  # GPU g's processes are PID_BASE + 10 g + i (the host's /proc holds the same PIDs)
+TIME_SLICING = "time_slicing"
+# time_slicing: the pods sharing the GPU through the device plugin's replicas (pod name, the share of the
+# GPU's time its kernels run, the memory it holds): two busy, one starving (its loader's core pinned)
+SLICES: tuple[tuple[str, float, int], ...] = (
+    ("shared-busy-a", 0.45, 24 << 30),
+    ("shared-busy-b", 0.40, 20 << 30),
+    ("shared-starving", 0.05, 10 << 30),
+)
+SLICED_BUSY = sum(load for _, load, _ in SLICES)  # the GPU runs someone's kernel this share of the time
+SLICE_PERIOD_S = 1.0  # the pods' kernels take their turns within each second
 
 
 @dataclass
@@ -261,6 +272,7 @@ class GpuState:
     fabric_state: int = 3  # NVML_GPU_FABRIC_STATE_COMPLETED
     lost: bool = False
     unresponsive: bool = False  # every NVML call on it times out (gpu_unresponsive)
+    sliced: bool = False  # shared by the pods of SLICES (time_slicing)
     samples: deque[DriverSample] = field(default_factory=lambda: deque(maxlen=100))
 
     def __post_init__(self) -> None:
@@ -357,6 +369,11 @@ class NodeModel:
     def processes(self, g: GpuState) -> list[SimProcess]:
         """The compute processes on ``g`` now: its job's (``processes`` of them), sharing its memory and
         its utilization evenly."""
+        if g.sliced:  # each pod's process, its kernels' share of the GPU's busy time
+            return [
+                SimProcess(PID_BASE + g.index * 10 + i, "compute", mem, load / SLICED_BUSY, pod)
+                for i, (pod, load, mem) in enumerate(SLICES)
+            ]
         n = g.processes
         return [
             SimProcess(PID_BASE + g.index * 10 + i, "compute", g.mem_used_bytes // n, 1.0 / n)
@@ -449,6 +466,9 @@ class NodeModel:
             return Phase.OFF
         if name == "offload_starvation":
             return _offload_phase(plan, t)
+        if name == TIME_SLICING and g in plan.affected:  # the pods' kernels in turn, then none
+            busy = (t - plan.onset) % SLICE_PERIOD_S < SLICED_BUSY * SLICE_PERIOD_S
+            return Phase.COMPUTE if busy else Phase.DATA_WAIT
         if name == "checkpoint_stall" and _checkpointing(plan, t):
             return Phase.CHECKPOINT
         return _step_phase(plan, g, t)
@@ -499,6 +519,9 @@ class NodeModel:
         self._activity(g, f, phases, nz, reasons)
         if plan.work is not None and g.index in plan.work.gpus:
             g.mem_used_bytes = plan.work.memory(g.index, t)
+        g.sliced = name == TIME_SLICING and affected
+        if g.sliced:
+            g.mem_used_bytes, g.processes = sum(mem for _, _, mem in SLICES), len(SLICES)
         self._counters(g, f, nz, dt, reasons)
         self._nvlink_traffic(g, f, nz, dt, name == "nvlink_down", affected)
         self._pcie_traffic(g, f, phases, nz, dt, sc, name, affected)
@@ -636,7 +659,8 @@ class NodeModel:
             self._host_workload(t, dt, plan.work)
             self._host_shm(sc, name, x)
             return
-        cause = sc.effective_cause() if name in ("data_starvation", "data_starvation_all") else ""
+        starving = ("data_starvation", "data_starvation_all", TIME_SLICING)  # time_slicing: one pod starves
+        cause = sc.effective_cause() if name in starving else ""
         phase = self._phase(plan, 0, t)
         job = phase not in (Phase.OFF, Phase.IDLE)
         saving = phase == Phase.CHECKPOINT  # the ranks' writers stream the checkpoint to disk

@@ -87,6 +87,13 @@ SCENARIOS: dict[str, tuple[str, tuple[int, ...], str]] = {
         "",
     ),
     "persistence_off": ("persistence mode is off on every GPU", (), ""),
+    "time_slicing": (
+        "GPU 0 is shared by three pods through the device plugin's time-slicing replicas: two busy (their "
+        "kernels 45 % and 40 % of the time), one starving (5 %, its data loader's core pinned); the "
+        "training pod holds the other GPUs",
+        (0,),
+        "cpu",
+    ),
     # the other work that shares a fleet with training (physics.py's workloads): each GPU of the pod outside
     # the workload's GPUs holds no process (with pods=2 the second pod trains on its half)
     "serving": (
