@@ -122,6 +122,37 @@ def _coverage() -> list[str]:
     ]
 
 
+def _shared() -> list[str]:
+    pod = ", ".join(f"`{k.name}`" for k in KINDS.values() if k.scope == "pod")
+    gpu = ", ".join(f"`{k.name}`" for k in KINDS.values() if k.scope == "gpu")
+    return [
+        "## A GPU shared by pods (time-slicing, MPS)",
+        "",
+        "When the kubelet gives one GPU to two or more pods (the device plugin's time-slicing replicas, "
+        "`<uuid>::<n>`, or MPS) and the driver reports per-process utilization, each pod's share of the GPU "
+        "is judged on its own. Its processes are placed in their pods through the host's "
+        "`/proc/PID/cgroup` (the processes source: it needs the node's PID namespace); each processes read "
+        "(every `--slow-interval`, 10 s by default) gives each pod a point: its processes' SM time since "
+        "the last read, divided by its share of the GPU (1/N for N pods) and capped at 1 (how much of its "
+        "own slice it uses), and the memory they hold. Its ledger books each second at that share "
+        "(`gpu_pod_time_seconds_total`), so the pods' seconds sum to the GPU's wall time and the cost "
+        "follows them; the GPU keeps its own ledger (`gpu_time_seconds_total`).",
+        "",
+        f"The kinds whose loss is a pod's ({pod}) are judged on each pod's share and not on the GPU: a "
+        "starving pod pages once, with its `namespace` and `pod`, and an idle shared GPU does not page "
+        "twice. "
+        f"The GPU's own kinds ({gpu}) stay on the GPU.",
+        "",
+        "What a pod's share cannot show: power, clocks, temperatures and links belong to the whole GPU (a "
+        "pod's point has none, so nothing is judged of them per pod); per-process utilization comes once a "
+        "slow interval as a mean, so a pod's rhythm within it (the busy/idle alternation of a starving "
+        "loader) is not seen, only its shares of time; and a pod that uses more than its slice shows a full "
+        "slice (the time it takes from the others is theirs to lose). A GPU whose driver gives no "
+        "per-process utilization, or whose processes the host's `/proc` cannot place, is judged as one GPU.",
+        "",
+    ]
+
+
 def _kinds() -> list[str]:
     lines = ["## The verdicts", ""]
     for k in KINDS.values():
@@ -290,4 +321,5 @@ def render() -> str:
         "number below lives in the [threshold table](thresholds.md) with its reason.",
         "",
     ]
-    return "\n".join(head + _ledger() + _coverage() + _kinds() + _workloads()) + "\n" + EXAMPLES + REPLAY
+    body = head + _ledger() + _coverage() + _kinds() + _shared() + _workloads()
+    return "\n".join(body) + "\n" + EXAMPLES + REPLAY

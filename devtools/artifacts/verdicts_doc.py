@@ -34,9 +34,12 @@ def _verdict_row() -> str:
     causes = "; ".join(
         f"for `{k.name}` {_code(k.labelled_causes, ' or ')}" for k in KINDS.values() if k.labelled_causes
     )
+    pod = _code([k.name for k in KINDS.values() if k.scope == "pod"], " and ")
     return (
         f"| `gpu_bottleneck` | gauge 0/1 | | `kind` = {_code(list(KINDS))}; `cause` | 1 while the verdict "
-        f"holds. `cause`: {causes}; empty otherwise and while 0 |"
+        f"holds. `cause`: {causes}; empty otherwise and while 0. On a GPU pods share (time-slicing, MPS) "
+        f"{pod} are judged on each pod's share: their series carry its `namespace` and `pod` (the GPU's "
+        "own series of those kinds stay 0) |"
     )
 
 

@@ -230,10 +230,11 @@ class SimProcess(NamedTuple):
 PID_BASE = 4242  # GPU g's processes are PID_BASE + 10 g + i (the host's /proc holds the same PIDs)
 TIME_SLICING = "time_slicing"
 # time_slicing: the pods sharing the GPU through the device plugin's replicas (pod name, the share of the
-# GPU's time its kernels run, the memory it holds): two busy, one starving (its loader's core pinned)
+# GPU's time its kernels run, the memory it holds): two busy, one starving (its loader's core pinned),
+# whose unused turns the busy ones take (the GPU itself is never idle)
 SLICES: tuple[tuple[str, float, int], ...] = (
-    ("shared-busy-a", 0.45, 24 << 30),
-    ("shared-busy-b", 0.40, 20 << 30),
+    ("shared-busy-a", 0.52, 24 << 30),
+    ("shared-busy-b", 0.43, 20 << 30),
     ("shared-starving", 0.05, 10 << 30),
 )
 SLICED_BUSY = sum(load for _, load, _ in SLICES)  # the GPU runs someone's kernel this share of the time

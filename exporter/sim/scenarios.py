@@ -88,9 +88,9 @@ SCENARIOS: dict[str, tuple[str, tuple[int, ...], str]] = {
     ),
     "persistence_off": ("persistence mode is off on every GPU", (), ""),
     "time_slicing": (
-        "GPU 0 is shared by three pods through the device plugin's time-slicing replicas: two busy (their "
-        "kernels 45 % and 40 % of the time), one starving (5 %, its data loader's core pinned); the "
-        "training pod holds the other GPUs",
+        "GPU 0 is shared by three pods through the device plugin's time-slicing replicas: one starving "
+        "(its kernels 5 % of the time, its data loader's core pinned), two busy taking the rest (52 % and "
+        "43 %); the training pod holds the other GPUs",
         (0,),
         "cpu",
     ),
