@@ -857,3 +857,16 @@ def test_partial_records_of_a_saved_log_are_joined_up_to_a_bound():
     records = [f"{stamp} P " + "x" * 16_000] * 100 + [f"{stamp} F end"]
     ((text, t),) = list(lp.plain_lines(records))
     assert len(text) <= lp.JOINED_CHARS + 3 and text.endswith("xend") and t is not None
+
+
+def test_the_cost_check_judges_the_ratio_to_a_linear_scan_not_this_machines_speed(monkeypatch):
+    """A quadratic pattern bounded by its 1 KiB reach passes on a slow node as on a fast one: the probe
+    is judged against a linear scan timed on the same machine, so scaling every timing changes nothing."""
+    quadratic = lp.re.compile(r".*step=(?P<step>\d+).*")
+    cubic = lp.re.compile(r"step\s*\s*\s*(?P<n>\d+)")
+    real = lp._search_cpu
+    for slowdown in (1.0, 20.0):
+        monkeypatch.setattr(lp, "PROBE_SECONDS", 1e9)  # only the ratio speaks
+        monkeypatch.setattr(lp, "_search_cpu", lambda r, t, k=slowdown: k * real(r, t))
+        assert lp.check_cost(quadratic) == "", slowdown
+        assert lp.check_cost(cubic).startswith("too slow on a long line"), slowdown

@@ -259,7 +259,13 @@ try:  # the parser's own modules: private, but the same from 3.11 to 3.13
 except ImportError:  # pragma: no cover
     _sre = _sre_parse = None
 
-PROBE_SECONDS = 0.002  # CPU one search of a probe may take; a linear pattern takes microseconds
+# A probe's search may cost this many times what a linear scan of the same line costs on this machine:
+# the ratio, not the time, so that a pattern accepted on one node is accepted on a slower one. A
+# quadratic pattern (a leading .*) costs 500-1,000 times a linear scan over the 1 KiB a user pattern
+# reads, a few ms, bounded by that reach; a cubic one 100,000 times at 256 characters, seconds at 1 KiB.
+PROBE_TIMES_LINEAR = 10_000
+PROBE_SECONDS = 0.05  # ...and never more than this CPU whatever the ratio (a check must stay short)
+_LINEAR = re.compile(r"(?:\x01|\x02)\x03")  # one engine step per character: a linear search's cost
 # probe lengths: fine steps where exponential patterns blow up, then doublings
 _PROBE_STEPS = (*range(4, 64, 2), 64, 128, 256, 512, 1024, 2048, 4096)
 _NESTED = (
@@ -272,7 +278,7 @@ def check_cost(regex: re.Pattern[str], chars: int = USER_SCAN_CHARS) -> str:
     """Why a user's regex could take more than linear time on a line ('' when nothing says so): a
     repeat inside a repeat, read from its parse; or any search of a generated worst case up to
     ``chars`` long (a literal of the pattern, then a run of one character it matches or of one of its
-    literals, then one it does not match) taking more than PROBE_SECONDS. Probes grow in steps and stop
+    literals, then one it does not match) taking too long (``_too_slow``). Probes grow in steps and stop
     at the first slow one, so the check itself stays short. A heuristic: it catches the usual shapes,
     not every one; the pattern's reach bounds the rest."""
     sizes = (*(n for n in _PROBE_STEPS if n < chars), chars)
@@ -361,17 +367,23 @@ def _search_cpu(regex: re.Pattern[str], text: str) -> float:
     return time.thread_time() - started
 
 
+def _too_slow(spent: float, text: str) -> bool:
+    """More than PROBE_TIMES_LINEAR linear scans of ``text`` (the best of three), or PROBE_SECONDS."""
+    linear = min(_search_cpu(_LINEAR, text) for _ in range(3))
+    return spent > PROBE_SECONDS or spent > PROBE_TIMES_LINEAR * linear
+
+
 def _probe(regex: re.Pattern[str], heads: Iterable[str], pumps: Iterable[str], sizes: Iterable[int]) -> str:
-    """The first probe, a head then a pump repeated, a search of which takes more than PROBE_SECONDS."""
+    """The first probe, a head then a pump repeated, a search of which is too slow (``_too_slow``)."""
     pumps, sizes = tuple(p for p in pumps if p), tuple(sizes)
     for head in heads:
         for pump in pumps:
             for size in sizes:
                 text = (head + pump * max(1, (size - len(head)) // len(pump)))[: size - 1] + "\x00"
                 spent = _search_cpu(regex, text)
-                if spent > PROBE_SECONDS:
+                if _too_slow(spent, text):
                     spent = min(spent, _search_cpu(regex, text))  # twice: a hiccup is not the pattern
-                if spent > PROBE_SECONDS:
+                if _too_slow(spent, text):
                     shown = (head + pump * 3)[:40]
                     return (
                         f"too slow on a long line ({spent * 1000:.0f} ms on {len(text)} characters of "
