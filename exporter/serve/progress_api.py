@@ -11,6 +11,7 @@ layer without the push token).
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
@@ -18,6 +19,11 @@ from starlette.requests import ClientDisconnect
 
 from exporter.policy.thresholds import PROGRESS_BODY_BYTES
 from exporter.sources.progress import ProgressError, ProgressStore
+
+# Pushes that check the sender's address may wait on the Kubernetes API: they get threads of their own,
+# so a slow API never takes the default pool's threads (which check basic-auth scrapes' passwords)
+PUSH_THREADS = 2
+_PUSHES = ThreadPoolExecutor(PUSH_THREADS, thread_name_prefix="progress-push")
 
 
 async def _body(request: Request) -> bytes:
@@ -44,7 +50,8 @@ def route(app: FastAPI, store: ProgressStore) -> None:
             if store.senders is None:
                 store.report(body)
             else:  # the pod's address may come from the Kubernetes API: a blocking call, off the loop
-                await asyncio.to_thread(store.report, body, request.client.host if request.client else None)
+                sender = request.client.host if request.client else None
+                await asyncio.get_running_loop().run_in_executor(_PUSHES, store.report, body, sender)
         except ProgressError as exc:
             return PlainTextResponse(f"{exc}\n", status_code=exc.status)
         except ClientDisconnect:  # closed before its body arrived (by the client or the body deadline)

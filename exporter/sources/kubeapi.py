@@ -26,6 +26,7 @@ TIMEOUT_S = 2.0
 MAX_ANSWER_BYTES = 1 << 20  # one pod's object is a few KiB; the deadline covers a slow one
 KEEP_S = 60.0
 RECHECK_S = 5.0  # the least time between two asks for one pod (a mismatch, a failure)
+WAIT_S = 3 * TIMEOUT_S  # a push waits this long for the call another push of its pod made
 MAX_PODS = 1024  # answers kept; the progress store itself keeps at most progress.max_pods pods
 
 
@@ -52,6 +53,7 @@ class PodAddresses:
     ):
         self.fetch, self.clock = fetch, clock
         self._known: dict[tuple[str, str], Known] = {}
+        self._asking: dict[tuple[str, str], threading.Event] = {}  # one call in flight per pod
         self._lock = threading.Lock()
         self.calls = 0
 
@@ -72,16 +74,33 @@ class PodAddresses:
         return normal(sender) in known.addresses
 
     def _ask(self, key: tuple[str, str], now: float) -> Known:
-        self.calls += 1
-        try:
-            known = Known(self.fetch(*key), now)
-        except AddressUnknown as exc:
-            known = Known(None, now, str(exc))
+        """The API's answer for one pod. Pushes for a pod arriving together share one call: the others
+        wait for its answer (a burst of pushes is one API call, not one each)."""
         with self._lock:
-            if len(self._known) >= MAX_PODS and key not in self._known:
-                self._known.pop(next(iter(self._known)))
-            self._known[key] = known
-        return known
+            asking = self._asking.get(key)
+            mine = asking is None
+            if mine:
+                asking = self._asking[key] = threading.Event()
+        if not mine:
+            asking.wait(WAIT_S)
+            with self._lock:
+                known = self._known.get(key)
+            return known if known is not None else Known(None, now, "the pod's address is being looked up")
+        try:
+            self.calls += 1
+            try:
+                known = Known(self.fetch(*key), now)
+            except AddressUnknown as exc:
+                known = Known(None, now, str(exc))
+            with self._lock:
+                if len(self._known) >= MAX_PODS and key not in self._known:
+                    self._known.pop(next(iter(self._known)))
+                self._known[key] = known
+            return known
+        finally:
+            with self._lock:
+                del self._asking[key]
+            asking.set()
 
 
 def normal(address: str) -> str:
