@@ -618,8 +618,10 @@ def http_families(
     auth_failures: Callable[[], int],
     reloads: Callable[[], tuple[int, int]],
     web_config: bool = True,
+    push_refused: Callable[[], int] | None = None,
 ) -> list[Family]:
-    """The server's own metrics: what the guard closed, failed logins, web config re-reads."""
+    """The server's own metrics: what the guard closed, failed logins, web config re-reads, pushes
+    refused for a wrong push token (``push_refused``: None without a push token, no series)."""
     open_now = Family("gpu_exporter_http_connections_open", "gauge", "Open HTTP connections.")
     open_now.add("", guard.open)
     closed = Family(
@@ -635,12 +637,19 @@ def http_families(
         ("refused", stats.refused),
     ):
         closed.add(labels(reason=reason), count)
+    own = [open_now, closed]
+    if push_refused is not None:
+        pushes = Family(
+            "gpu_exporter_http_push_refused", "counter", "Pushes to /v1/progress refused: bad push token."
+        )
+        pushes.add("", push_refused())
+        own.append(pushes)
     if not web_config:  # no credentials to refuse and no file to re-read: no series (the series budget)
-        return [open_now, closed]
+        return own
     denied = Family("gpu_exporter_http_auth_failures", "counter", "Requests refused for bad credentials.")
     denied.add("", auth_failures())
     done, failed = reloads()
     reread = Family("gpu_exporter_web_config_reloads", "counter", "Re-reads of --web.config.file (SIGHUP).")
     reread.add(labels(result="success"), done)
     reread.add(labels(result="failure"), failed)
-    return [open_now, closed, denied, reread]
+    return [*own, denied, reread]

@@ -122,6 +122,7 @@ def server_config(
         lambda: web.auth_failures,
         lambda: (web.reloads, web.reload_errors),
         web_config=bool(s.web_config_file),
+        push_refused=(lambda: web.push_refused) if s.progress_token_file else None,
     )
     return uvicorn.Config(
         SmallWrites(WebMiddleware(WholeBodies(create_app(application)), web)),  # type: ignore[arg-type]

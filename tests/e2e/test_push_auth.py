@@ -4,6 +4,7 @@ scrapes keep their basic auth; a bad body is 400 with one line whatever its shap
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -87,6 +88,13 @@ def test_a_push_without_the_token_is_refused_and_changes_nothing(pushed, authori
     assert r.text.count("\n") == 1 and "push token" in r.text
     time.sleep(0.6)
     assert _steps(pushed) == [60]
+    assert _refused(pushed) >= 1  # counted where an operator can see it
+
+
+def _refused(pushed) -> float:
+    """gpu_exporter_http_push_refused_total, as a scrape with the scrape credentials reads it."""
+    text = httpx.get(pushed.url + "/metrics", auth=("prometheus", PASSWORD), timeout=5).text
+    return float(re.search(r"^gpu_exporter_http_push_refused_total (\S+)$", text, re.M).group(1))
 
 
 def test_scrapes_keep_their_own_credentials(pushed):
