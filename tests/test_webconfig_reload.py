@@ -60,6 +60,10 @@ def test_a_read_that_hangs_is_abandoned_at_the_deadline_and_the_old_config_stays
     assert [r.getMessage() for r in caplog.records] == [
         f"SIGHUP: keeping the web config in force: {state.path}: not read within 0.3 s (a hung mount?)"
     ]
+    reads = threading.active_count()
+    assert state.reload() is False  # the stuck read is not joined by another: no thread per SIGHUP
+    assert threading.active_count() == reads and state.reload_errors == 2
+    assert "still stuck" in caplog.records[-1].getMessage()
     release.set()
 
 

@@ -558,6 +558,7 @@ class WebState:
     def __init__(self, path: str | Path | None = None, token_path: str | Path | None = None) -> None:
         self.path = Path(path) if path else None
         self.token_path = Path(token_path) if token_path else None
+        self._stuck: threading.Thread | None = None  # a read left in a hung read past its deadline
         self.current = self._within_deadline(lambda: self._load(None))
         self.reloads = 0
         self.reload_errors = 0
@@ -576,7 +577,10 @@ class WebState:
         return Loaded(loaded.config, loaded.context, loaded.auth, read_token(self.token_path))
 
     def _within_deadline(self, work: Callable[[], Loaded]) -> Loaded:
-        """``work`` on a daemon thread, given READ_DEADLINE_S; a thread stuck in a hung read is left."""
+        """``work`` on a daemon thread, given READ_DEADLINE_S; a thread stuck in a hung read is left, and
+        no other read starts while it is stuck (each SIGHUP against a hung mount would leave one more)."""
+        if self._stuck is not None and self._stuck.is_alive():
+            raise WebConfigError("the previous read of the web config is still stuck (a hung mount?)")
         box: list[Loaded | BaseException] = []
 
         def run() -> None:
@@ -589,6 +593,7 @@ class WebState:
         thread.start()
         thread.join(READ_DEADLINE_S)
         if not box:
+            self._stuck = thread
             what = ", ".join(str(p) for p in (self.path, self.token_path) if p is not None)
             raise WebConfigError(f"{what}: not read within {READ_DEADLINE_S:g} s (a hung mount?)")
         if isinstance(box[0], BaseException):
