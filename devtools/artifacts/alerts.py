@@ -295,7 +295,8 @@ ALERTS: tuple[Alert, ...] = (
         '{{ if eq $labels.reason "no_process" }}with no process listed by the driver'
         "{{ else }}by process {{ $labels.pid }} ({{ $labels.command }}){{ with $labels.container_id }}, "
         "container {{ . }}{{ end }}, which "
-        '{{ if eq $labels.reason "pod_gone" }}no pod the kubelet lists owns (its pod is gone)'
+        '{{ if eq $labels.reason "pod_gone" }}belongs to no pod the kubelet lists with GPUs '
+        "(its pod deleted, or never given one)"
         '{{ else if eq $labels.reason "other_pod" }}runs in a pod not given this GPU'
         "{{ else }}runs outside any container{{ end }}{{ end }}: the memory stays lost until it is ended.",
     ),

@@ -616,6 +616,15 @@ def fleet_panels() -> list[Item]:
         ),
         Spec(
             "stat",
+            "GPUs held by nobody",
+            "GPUs whose memory a process no pod of the node owns holds (a deleted pod's process, a host "
+            "process, another pod's container), or no process at all: they look allocated but do no "
+            "pod's work (gpu_memory_unowned_bytes; needs the exporter's process owners, hostPID).",
+            target(f"count(count by (node, gpu) (gpu_memory_unowned_bytes{{{nodes}}})) or vector(0)"),
+            (3, 4),
+        ),
+        Spec(
+            "stat",
             "Firing GPU alerts",
             "Alerts of the exporter's rules firing now.",
             target('count(ALERTS{alertstate="firing", alertname=~"Gpu.*"}) or vector(0)'),
@@ -881,6 +890,7 @@ def node_panels(s: Scope) -> list[Item]:
             (8, 7),
         ),
         Custom(lambda: _workload_table(s), (24, 6)),
+        Custom(lambda: _process_table(s), (24, 6)),
         Row("Utilization"),
         utilization(
             s,
@@ -1250,6 +1260,24 @@ def _workload_table(s: Scope) -> table.Panel:
         "none",
         ("uuid", "Value"),
         {},
+    )
+
+
+def _process_table(s: Scope) -> table.Panel:
+    """Each pod's processes and memory per GPU, and the memory nobody owns with what is known of it."""
+    pods = f'label_replace(gpu_pod_process_memory_bytes{{{s.sel}}}, "owner", "pod", "", "")'
+    nobody = f'label_replace(gpu_memory_unowned_bytes{{{s.sel}}}, "owner", "nobody", "", "")'
+    return _instant_table(
+        "Processes and owners",
+        "The GPU memory each pod's processes hold (owner pod), and memory no pod of the node owns (owner "
+        "nobody, the reason says why: pod_gone, a deleted pod's process still running, its last pod named; "
+        "other_pod, a pod not given this GPU; host, no container; no_process, memory with no process), "
+        "with the process's pid, command and container. Needs the exporter's process owners (hostPID); "
+        "--detail processes adds one series per process.",
+        f"{pods} or {nobody}",
+        "bytes",
+        ("uuid",),
+        {"Value": "memory"},
     )
 
 

@@ -4,7 +4,9 @@ the NVML source listed, what the host's /proc said of each PID, and the kubelet'
 A process is judged only when all three are known and the kubelet's answer is younger than the process
 (a pod that just started is not in an older answer): its container's pod holds the GPU (owned), holds
 other GPUs of the node but not this one (``other_pod``), is not among the pods the kubelet lists
-(``pod_gone``: a deleted pod whose process lives on), or it runs in no container (``host``). A process
+(``pod_gone``: a pod the kubelet does not list with GPUs, nearly always a deleted pod whose process
+lives on; a pod that uses a GPU it was never given reads the same, as the kubelet's device answer
+names only the pods holding devices), or it runs in no container (``host``). A process
 whose container names no pod the exporter could find is not judged. A GPU whose memory stays above the
 idle line while the driver lists no process at all is held by nobody (``no_process``).
 """

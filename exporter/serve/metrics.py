@@ -27,6 +27,7 @@ from prometheus_client.samples import Sample
 
 from exporter import __version__
 from exporter.analysis.engine import KindState
+from exporter.analysis.processes import ProcessView
 from exporter.collect.snapshot import GpuView, Snapshot
 from exporter.policy import catalog
 from exporter.policy.cost import DEFAULT as DEFAULT_PRICES
@@ -165,6 +166,15 @@ def _gpu_identity(fams: _Families, view: GpuView, snapshot: Snapshot) -> Labels:
     return base
 
 
+UNOWNED = "gpu_memory_unowned_bytes"
+UNOWNED_HELP = (
+    "GPU memory held by a process no pod on the node owns (reason: pod_gone, other_pod, host) with its pid, "
+    "command, container and last pod, or held with no process at all (no_process, pid empty)."
+)
+UNOWNED_START = "gpu_memory_unowned_start_time_seconds"
+UNOWNED_START_HELP = "Unix time the process holding memory nobody owns started."
+
+
 def _gpu_processes(fams: _Families, view: GpuView, base: Labels, detail: frozenset[str]) -> None:
     """Per pod on the GPU: its processes and their memory; memory nobody on the node owns, with what is
     known of its holder; with ``--detail processes`` the top processes by memory, one series each."""
@@ -185,36 +195,30 @@ def _gpu_processes(fams: _Families, view: GpuView, base: Labels, detail: frozens
         fams.gauge("gpu_pod_process_memory_bytes", "GPU memory the pod's processes hold on the GPU.").add(
             pod_labels, used
         )
-    unowned = fams.gauge(
-        "gpu_memory_unowned_bytes",
-        "GPU memory held by a process no pod on the node owns (reason: pod_gone, other_pod, host) with its "
-        "pid, command, container and last pod, or held with no process at all (no_process, pid empty).",
-    )
     for v in found.processes:
         if v.unowned and v.owner is not None:
-            who = _process_labels(v.owner) | labels(reason=v.unowned)
-            unowned.add(gpu | who, v.process.used_bytes or 0)
-            if v.owner.start_t is not None:
-                fams.gauge(
-                    "gpu_memory_unowned_start_time_seconds",
-                    "Unix time the process holding memory nobody owns started.",
-                ).add(gpu | who, round(v.owner.start_t, 3))
+            who = gpu | _process_labels(v) | labels(reason=v.unowned)
+            _set(fams, UNOWNED, UNOWNED_HELP, who, v.process.used_bytes or 0)
+            _set(fams, UNOWNED_START, UNOWNED_START_HELP, who, v.owner.start_t)
     if found.no_process_bytes is not None:
-        empty = labels(pid="", command="", container_id="", namespace="", pod="", container="")
-        unowned.add(gpu | empty | labels(reason="no_process"), found.no_process_bytes)
+        nobody = labels(pid="", command="", container_id="", namespace="", pod="", container="")
+        _set(fams, UNOWNED, UNOWNED_HELP, gpu | nobody | labels(reason="no_process"), found.no_process_bytes)
     if "processes" in detail:
         _process_detail(fams, view, gpu)
 
 
-def _process_labels(owner: object) -> Labels:
-    o = owner  # a sources.processes.ProcessOwner (serve imports no source module)
+def _process_labels(v: ProcessView) -> Labels:
+    """Who a process is: its pid, and where the host's /proc said, its command, container and pod."""
+    o = v.owner
+    if o is None:
+        return labels(pid=str(v.process.pid), command="", container_id="", namespace="", pod="", container="")
     return labels(
-        pid=str(o.pid),  # type: ignore[attr-defined]
-        command=o.command,  # type: ignore[attr-defined]
-        container_id=o.container_id[:12],  # type: ignore[attr-defined]  # the short id, as runtimes print it
-        namespace=o.namespace,  # type: ignore[attr-defined]
-        pod=o.pod,  # type: ignore[attr-defined]
-        container=o.container,  # type: ignore[attr-defined]
+        pid=str(o.pid),
+        command=o.command,
+        container_id=o.container_id[:12],  # the short id, as the runtimes' tools print it
+        namespace=o.namespace,
+        pod=o.pod,
+        container=o.container,
     )
 
 
@@ -223,8 +227,7 @@ def _process_detail(fams: _Families, view: GpuView, gpu: Labels) -> None:
     ranked = sorted(view.processes.processes, key=lambda v: v.process.used_bytes or 0, reverse=True)
     for v in ranked[: int(PROCESS_TOP_N.value)]:
         p = v.process
-        who = _process_labels(v.owner) if v.owner is not None else labels(pid=str(p.pid))
-        pl = gpu | who | labels(kind=p.kind)
+        pl = gpu | _process_labels(v) | labels(kind=p.kind)
         _set(fams, "gpu_process_memory_bytes", "GPU memory one process holds.", pl, p.used_bytes)
         _set(
             fams,
