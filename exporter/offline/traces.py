@@ -461,7 +461,9 @@ class TraceReader:
         self._gz: _CutGzip | None = None  # the open gzip file, when the trace is one
         self._source = self.path  # what is read: the file, or the copy of a stream (_take_stream)
         self._gzip = self.path.suffix.lower() == ".gz"
-        self._copy: Path | None = None  # the temporary copy of a stream, removed after the rows
+        # the temporary copy of a stream: unlinked from the start (the kernel frees it however the
+        # process ends, a kill included), read through this open descriptor's /proc path
+        self._copy: IO[bytes] | None = None
         self._row_line = 0  # the line of the latest row (MAX_ROWLESS_LINES)
 
     # ---- plumbing ------------------------------------------------------------------------------
@@ -505,23 +507,22 @@ class TraceReader:
         blocking = os.get_blocking(fd)
         try:
             _wait(str(self.path), _poller(fd))  # a copy is made once there is something to copy
-            handle = tempfile.NamedTemporaryFile(prefix="replay-", delete=False)  # noqa: SIM115 - see close
-            self._copy = Path(handle.name)
-            with handle:
-                _spool(str(self.path), fd, handle)
+            self._copy = tempfile.TemporaryFile(prefix="replay-")  # noqa: SIM115 - closed in close()
+            _spool(str(self.path), fd, self._copy)
+            self._copy.flush()
         finally:
             if close:
                 os.close(fd)
             else:
                 os.set_blocking(fd, blocking)
-        with self._copy.open("rb") as copy:
+        self._source = Path(f"/proc/self/fd/{self._copy.fileno()}")  # each open reads from the start
+        with self._source.open("rb") as copy:
             self._gzip = copy.read(2) == b"\x1f\x8b"  # no name to go by: gzip's magic
-        self._source = self._copy
 
     def close(self) -> None:
-        """Remove the copy of a stream, if one was made."""
+        """Free the copy of a stream, if one was made."""
         if self._copy is not None:
-            self._copy.unlink(missing_ok=True)
+            self._copy.close()
             self._copy = None
 
     def _bounded(self, handle: IO[str]) -> Iterator[str]:
