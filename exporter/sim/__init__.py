@@ -208,7 +208,9 @@ def _sliced(model: NodeModel) -> int | None:
 
 def _sharing_pods(model: NodeModel, gpu: int | None, generation: int) -> list[SimPod]:
     """The pods sharing a GPU: each is given one of the device plugin's time-slicing replicas of it
-    (``<uuid>::<n>``), and its process (physics.SLICES) runs in it."""
+    (``<uuid>::<n>``), and its process (physics.SLICES) runs in it. Each is set up as well as the training
+    pod (a memory-backed /dev/shm, an EFA device, its environment, IPC_LOCK): only the starving one's loss
+    is a fault."""
     if gpu is None:
         return []
     uuid = model.gpus[gpu].uuid
@@ -219,7 +221,10 @@ def _sharing_pods(model: NodeModel, gpu: int | None, generation: int) -> list[Si
             uid=f"5e2d3c4b-6a79-4b8c-9d0e-{generation * 4 + k + 8:012x}",
             sandbox_id=f"{generation:032x}{k + 8:032x}",
             container="worker",
-            devices={"nvidia.com/gpu": [f"{uuid}::{k}"]},
+            devices={"nvidia.com/gpu": [f"{uuid}::{k}"], "vpc.amazonaws.com/efa": [f"efa{k}"]},
+            shm_volume="dshm",
+            env=BASE_ENV,
+            capabilities=("CAP_IPC_LOCK",),
         )
         for k, (name, _, _) in enumerate(SLICES)
     ]

@@ -48,6 +48,19 @@ SCENARIOS = {
         "GpuMemoryUnowned",
         {"gpu": "1", "pid": "4252", "reason": "pod_gone", "namespace": "ml", "pod": "llm-train-prev"},
     ),
+    # GPU 0 shared by three pods (time-slicing replicas): the starving pod pages as itself, once; its GPU
+    # and the two busy pods page nothing
+    "time_slicing": (
+        "time_slicing",
+        "GpuDataStarvation",
+        {
+            "gpu": "0",
+            "kind": "data_starvation",
+            "cause": "cpu",
+            "namespace": "research",
+            "pod": "shared-starving",
+        },
+    ),
     "healthy": ("healthy", None, {}),
     # with the pods' logs read: the hung job's log stops and confirms the hang early; the same NVML
     # picture with lines flowing (an idle tensor-parallel server) pages nothing
@@ -62,7 +75,7 @@ SCENARIOS = {
         {"kind": "data_starvation", "cause": "cpu", "namespace": "ml", "pod": "vllm-llama-8b-0"},
     ),
 }
-ONLY = ("zombie",)  # nodes whose one fault must page nothing besides its own alert
+ONLY = ("zombie", "time_slicing")  # nodes whose one fault must page nothing besides its own alert
 SERVERS = ("serving", "vllm")  # idle servers: busy at low power now and then, which raw-signal rules report
 # on: the simulated pods' logs
 POD_LOGS = {name: ["--pod-logs", "on"] for name in ("hang_logs", "serving", "vllm", "vllm_starved")}
@@ -105,6 +118,7 @@ def test_each_failure_pages_with_its_labels_and_healthy_pages_nothing(tmp_path):
             hits = [p for p in mine if p.labels["alertname"] == expected]
             if name in ONLY:
                 assert {p.labels["alertname"] for p in mine} == {expected}, [p.labels for p in mine]
+                assert len(hits) == 1, [p.labels for p in hits]  # one page: one pod, one GPU
             assert hits, f"{name}: no {expected} page; got {[p.labels.get('alertname') for p in mine]}"
             for page in hits:  # every page of the alert on that node, not only the first, is the right one
                 assert labels.items() <= page.labels.items(), page.labels
@@ -115,6 +129,12 @@ def test_each_failure_pages_with_its_labels_and_healthy_pages_nothing(tmp_path):
                 assert "127.0.0.1" in description  # names the node (the target here)...
                 if "pod" in labels:  # ...and the pod, for a GPU's alert (a node check has none)
                     assert f"(pod {labels['namespace']}/{labels['pod']})" in description
+        # the time-sliced pods' shares of GPU 0 sum to its wall time (within the first slow read's seconds)
+        shares = stack.query('sum(gpu_pod_time_seconds_total{scenario="time_slicing"}) by (pod)')
+        assert {s["metric"]["pod"] for s in shares} == {"shared-busy-a", "shared-busy-b", "shared-starving"}
+        (gpu,) = stack.query('sum(gpu_time_seconds_total{scenario="time_slicing", gpu="0"})')
+        pods = sum(float(s["value"][1]) for s in shares)
+        assert pods == pytest.approx(float(gpu["value"][1]), rel=0.05), (pods, gpu)
         # the vLLM pods are judged as inference servers, as their logs say (the dashboards' workload table)
         for name in ("vllm", "vllm_starved"):
             series = stack.query(f'gpu_workload_class{{scenario="{name}"}}')
