@@ -282,3 +282,23 @@ def test_verdicts_are_exported_per_gpu_and_kind(make_node, make_sampler, clock):
         (x.labels["gpu"], x.labels["kind"]): x.value for x in samples_by_name(body)["gpu_bottleneck_score"]
     }
     assert scores[("3", "data_starvation")] > 0.5 and scores[("0", "data_starvation")] < 0.1
+
+
+def test_a_render_reads_no_file_the_process_metrics_come_from_their_own_thread(healthy_body, monkeypatch):
+    """The scrape path never reads files: process_* (read from /proc/self by the library) are served
+    from what a thread of their own read last."""
+    import builtins
+    import os
+
+    _, snap, _, _ = healthy_body
+    renderer = Renderer()
+    renderer.render(snap)  # the process metrics are read once, when first needed
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"a render read {args[0]!r}")
+
+    monkeypatch.setattr(builtins, "open", refuse)
+    monkeypatch.setattr(os, "listdir", refuse)
+    later = replace(snap, seq=snap.seq + 1)  # a new snapshot: rendered afresh, not from the cache
+    body, _ = renderer.render(later)
+    assert b"process_cpu_seconds_total" in body and b"process_open_fds" in body

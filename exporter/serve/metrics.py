@@ -15,6 +15,7 @@ import logging
 import platform
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from importlib import metadata
 
@@ -662,14 +663,43 @@ class SnapshotCollector(Collector):
             yield metric
 
 
+SELF_REFRESH_S = 5.0  # how often the process's own metrics are read: a counter a few seconds old is fine
+
+
+class SelfMetrics(Collector):
+    """The library's process (process_*, Linux only), platform (python_info) and GC (python_gc_*)
+    metrics, read on a thread of their own every SELF_REFRESH_S and served from there: the process
+    collector reads /proc/self and lists every open descriptor, which the scrape path never does. One
+    per process (what they describe is the process), read once when made."""
+
+    def __init__(self) -> None:
+        self._inner = CollectorRegistry(auto_describe=False)
+        ProcessCollector(registry=self._inner)
+        PlatformCollector(registry=self._inner)
+        GCCollector(registry=self._inner)
+        self._metrics: list[Metric] = list(self._inner.collect())
+        threading.Thread(target=self._refresh, name="self-metrics", daemon=True).start()
+
+    def _refresh(self) -> None:
+        while True:
+            time.sleep(SELF_REFRESH_S)
+            self._metrics = list(self._inner.collect())  # one assignment: a render sees old or new
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._metrics)
+
+
+@functools.cache
+def _self_metrics() -> SelfMetrics:
+    return SelfMetrics()
+
+
 def runtime_registry(collector: Collector) -> CollectorRegistry:
     """A private registry (the library's global one is left alone): the snapshot's families first, then
-    the library's process (process_*, Linux only), platform (python_info) and GC (python_gc_*) metrics."""
+    the process's own metrics (``SelfMetrics``)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
-    ProcessCollector(registry=registry)
-    PlatformCollector(registry=registry)
-    GCCollector(registry=registry)
+    registry.register(_self_metrics())
     return registry
 
 
