@@ -889,13 +889,19 @@ class NvmlSource:
             return None
         mps = self._call(dev, "processes_mps", "nvmlDeviceGetMPSComputeRunningProcesses", h) or []
         util = self._process_util(dev)
-        out = []
+        out: dict[int, GpuProcess] = {}
         for kind, procs in (("compute", compute), ("mps", mps)):
             for p in procs:  # type: ignore[attr-defined]
                 used = getattr(p, "usedGpuMemory", None)
-                sm, mem = util.get(int(p.pid), (None, None))
-                out.append(GpuProcess(int(p.pid), int(used) if used is not None else None, kind, sm, mem))
-        return tuple(out)
+                pid = int(p.pid)
+                sm, mem = util.get(pid, (None, None))
+                seen = out.get(pid)
+                if seen is not None:  # listed twice (both lists): one process, its larger memory figure
+                    if used is not None and (seen.used_bytes is None or used > seen.used_bytes):
+                        out[pid] = GpuProcess(pid, int(used), seen.kind, sm, mem)
+                    continue
+                out[pid] = GpuProcess(pid, int(used) if used is not None else None, kind, sm, mem)
+        return tuple(out.values())
 
     def _process_util(self, dev: Device) -> dict[int, tuple[float, float]]:
         """pid -> (SM, memory) utilization, 0-1, averaged over its samples newer than the cursor."""

@@ -63,3 +63,21 @@ def test_a_driver_that_cannot_list_processes_reports_none_not_zero(make_node, cl
     clock.advance(1.0)
     reading = source.collect(devices[0])
     assert reading.processes is None and reading.process_count is None
+
+
+def test_a_process_both_lists_name_is_one_process(make_node, clock, monkeypatch):
+    """A driver that lists an MPS client among the compute processes too: one process, not two series
+    with the same labels and its memory counted twice."""
+    from exporter.sim.driver import FakeNvmlLibrary
+
+    monkeypatch.setattr(
+        FakeNvmlLibrary,
+        "nvmlDeviceGetMPSComputeRunningProcesses_v3",
+        lambda self, handle, count, procs: self._processes(handle, count, procs, "compute"),
+    )
+    node = make_node("zombie_process")
+    source = NvmlSource(node.install(), ErrorCounter(), clock=clock, slow_interval_s=10.0)
+    devices = source.open()
+    clock.advance(3.0)
+    listed = source.collect(devices[0]).processes
+    assert [(p.pid, p.kind, p.used_bytes) for p in listed] == [(4242, "compute", 62000 << 20)]
