@@ -49,3 +49,9 @@ def test_push_settings_without_the_progress_api_are_refused():
         assert "need progressApi.enabled" in render_error(
             sets={key: "gbe-push" if "token" in key else "true"}
         )
+
+
+def test_check_address_behind_kube_rbac_proxy_is_refused():
+    """Behind the proxy every push comes from the proxy's own address: the check would refuse them all."""
+    said = render_error(sets={**PUSH, "progressApi.checkAddress": "true", "kubeRbacProxy.enabled": "true"})
+    assert "cannot work behind kubeRbacProxy" in said
