@@ -81,7 +81,7 @@ def test_sighup_returns_at_once_and_one_more_read_follows_signals_during_a_read(
     started = time.monotonic()
     for _ in range(20):
         state.reload_soon()
-    assert time.monotonic() - started < 0.2  # the handler only starts a thread
+    assert time.monotonic() - started < 2  # the handler only starts a thread: far under the 5 s read
     gate.set()
     deadline = time.monotonic() + 10
     while state.reloads < 2:
