@@ -15,6 +15,7 @@ from exporter.sim.driver import Capabilities, FakeNvmlLibrary
 from exporter.sim.faults import Fault, FaultPlan
 from exporter.sim.hostfs import SimHost
 from exporter.sim.kubelet import KubeletProcess, SimKubelet, SimPod
+from exporter.sim.mig import LAYOUT, MIG_H100, mig_uuid
 from exporter.sim.physics import SLICES, TIME_SLICING, BoardSpec, NodeModel
 from exporter.sim.podlogs import SimPodLogs
 from exporter.sim.scenarios import Scenario, ScenarioError, parse_scenario, scenario_names
@@ -171,6 +172,7 @@ def pod_layout(
     split = n if pods == 1 else (n + 1) // 2
     orphaned = _orphaned(model)  # a deleted pod's GPUs: no pod holds them
     sliced = _sliced(model)  # a GPU pods share through time-slicing replicas: not the training pod's
+    partitioned = _partitioned(model)  # a GPU in MIG mode: its instances are other pods'
     volume = "" if cond.pod_shm_default else "dshm"
     # the first pod is named for its work, as a deployment would be (a vLLM server is no trainer)
     stem, container = POD_NAMES.get(model.timeline[0][1].name, ("llm-train", "trainer"))
@@ -179,7 +181,7 @@ def pod_layout(
         specs.append(("research", f"finetune-{generation}", "worker", "", range(split, n)))
     out = []
     for i, (namespace, name, container, volume, gpus) in enumerate(specs):
-        uuids = [model.gpus[g].uuid for g in gpus if g not in orphaned and g != sliced]
+        uuids = [model.gpus[g].uuid for g in gpus if g not in orphaned and g not in (sliced, partitioned)]
         devices = {"nvidia.com/gpu": uuids} if uuids else {}
         first = i == 0
         if first and cond.pod_efa and uuids:
@@ -197,7 +199,40 @@ def pod_layout(
                 capabilities=("CAP_IPC_LOCK",) if first else (),
             )
         )
-    return out + _sharing_pods(model, sliced, generation)
+    return out + _sharing_pods(model, sliced, generation) + _mig_pods(model, partitioned, generation)
+
+
+def _partitioned(model: NodeModel) -> int | None:
+    """The GPU of mig_h100 in MIG mode (its first affected GPU); None in other scenarios."""
+    sc = model.timeline[0][1]
+    return sc.affected(model.n_gpus)[0] if sc.name == MIG_H100 else None
+
+
+def _mig_pods(model: NodeModel, gpu: int | None, generation: int) -> list[SimPod]:
+    """The pods holding a MIG instance each, as the device plugin's mixed strategy gives them out
+    (``nvidia.com/mig-<profile>``, the instance's MIG UUID); set up as well as the training pod, so that
+    only the starving one's loss is a fault."""
+    if gpu is None:
+        return []
+    uuid = model.gpus[gpu].uuid
+    return [
+        SimPod(
+            namespace="research",
+            name=spec.pod,
+            uid=f"7a3b4c5d-6e7f-4a8b-9c0d-{generation * 4 + k + 16:012x}",
+            sandbox_id=f"{generation:032x}{k + 16:032x}",
+            container="worker",
+            devices={
+                f"nvidia.com/mig-{spec.profile}": [mig_uuid(uuid, k)],
+                "vpc.amazonaws.com/efa": [f"efa{k}"],
+            },
+            shm_volume="dshm",
+            env=BASE_ENV,
+            capabilities=("CAP_IPC_LOCK",),
+        )
+        for k, spec in enumerate(LAYOUT)
+        if spec.pod
+    ]
 
 
 def _sliced(model: NodeModel) -> int | None:

@@ -47,6 +47,23 @@ _GPM_METRICS = {
     N.NVML_GPM_METRIC_DRAM_BW_UTIL: 4,
 }
 _SUPPORTED_EVENTS = N.nvmlEventTypeXidCriticalError | N.nvmlEventTypeDoubleBitEccError
+# what a MIG device handle answers (its identity and its memory); everything else on it is the GPU's, and the
+# driver refuses it there with NOT_SUPPORTED (utilization rates and samples among them)
+_MIG_HANDLE_CALLS = frozenset(
+    {
+        "nvmlDeviceGetUUID",
+        "nvmlDeviceGetName",
+        "nvmlDeviceGetGpuInstanceId",
+        "nvmlDeviceGetComputeInstanceId",
+        "nvmlDeviceGetAttributes_v2",
+        "nvmlDeviceGetMemoryInfo",
+        "nvmlDeviceGetMemoryInfo_v2",
+        "nvmlDeviceIsMigDeviceHandle",
+        "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
+    }
+)
+_MIG_SLOTS = 7  # MIG devices a GPU may hold (A100, H100)
+_SMS_PER_SLICE = 16  # an H100 instance's SMs per compute slice (132 on the whole board)
 
 
 @dataclass
@@ -128,7 +145,8 @@ class FakeNvmlLibrary:
         self.cpu_s = 0.0
         self._lock = threading.Lock()
         self._init_count = 0
-        self._gpm_samples: dict[int, tuple[int, list[float]] | None] = {}
+        # sample -> (GPU index, or (index, GPU instance id), its integrals)
+        self._gpm_samples: dict[int, tuple[object, list[float]] | None] = {}
         self._event_sets: dict[int, dict[str, object]] = {}
         # opaque handles (GPM samples, event sets) unique to this library, like pointers into its heap
         self._ids = itertools.count(0x7E0000000010 + (id(self) & 0xFFFFFF) * 0x10000, 0x10)
@@ -149,6 +167,13 @@ class FakeNvmlLibrary:
         gpu = self._gpu_index(args[0]) if args and isinstance(_obj(args[0]), N.c_nvmlDevice_t) else None
         with self._lock:
             self.calls[name] += 1
+        if gpu is not None and self._slot(args[0]) and name not in _MIG_HANDLE_CALLS:
+            with self.model.lock:
+                return (
+                    N.NVML_ERROR_NOT_SUPPORTED
+                    if self._mig_slot(args[0]) is not None
+                    else N.NVML_ERROR_INVALID_ARGUMENT
+                )
         fault = self.faults.take(name, gpu)
         if fault is not None:
             FaultPlan.apply(fault)
@@ -182,6 +207,31 @@ class FakeNvmlLibrary:
     def _gpu_index(self, handle: object) -> int | None:
         index = (_addr(handle) - _DEVICE_BASE) // 0x40
         return index if 0 <= index < self.model.n_gpus else None
+
+    @staticmethod
+    def _slot(handle: object) -> int:
+        """0 for a GPU's handle, 1 + i for its MIG device i (MIG handles sit just above their GPU's)."""
+        return (_addr(handle) - _DEVICE_BASE) % 0x40
+
+    def _migs(self, g) -> list[str]:
+        """The MIG device UUIDs of a GPU in MIG mode: the capabilities' list, or its simulated instances."""
+        listed = self.caps.mig.get(g.index)
+        return listed if listed is not None else [m.uuid for m in g.mig]
+
+    def _mig_slot(self, handle: object):  # -> (GpuState, i) | None
+        index, slot = self._gpu_index(handle), self._slot(handle)
+        if index is None or not slot:
+            return None
+        g = self.model.gpus[index]
+        return (g, slot - 1) if slot - 1 < len(self._migs(g)) else None
+
+    def _instance(self, handle: object):  # -> mig.MigState | int (an error code)
+        """The simulated GPU instance behind a MIG device handle."""
+        found = self._mig_slot(handle)
+        if found is None:
+            return N.NVML_ERROR_INVALID_ARGUMENT if self._slot(handle) else N.NVML_ERROR_NOT_SUPPORTED
+        g, i = found
+        return g.mig[i] if i < len(g.mig) else N.NVML_ERROR_NOT_SUPPORTED
 
     def _gpu(self, handle: object):  # -> GpuState | int (an error code)
         index = self._gpu_index(handle)
@@ -234,22 +284,27 @@ class FakeNvmlLibrary:
 
     def nvmlDeviceGetName(self, handle: object, buf: object, length: object) -> int:
         g = self._gpu(handle)
-        return g if isinstance(g, int) else _put_str(buf, length, g.board.name)
+        if isinstance(g, int):
+            return g
+        inst = self._instance(handle) if self._slot(handle) else None
+        if inst is not None and not isinstance(inst, int):
+            return _put_str(buf, length, f"{g.board.name} MIG {inst.spec.profile}")
+        return _put_str(buf, length, g.board.name)
 
     def nvmlDeviceGetUUID(self, handle: object, buf: object, length: object) -> int:
         g = self._gpu(handle)
         if isinstance(g, int):
             return g
-        slot = (_addr(handle) - _DEVICE_BASE) % 0x40  # MIG device handles sit just above their GPU's
+        slot = self._slot(handle)
         if slot:
-            return _put_str(buf, length, self.caps.mig[g.index][slot - 1])
+            return _put_str(buf, length, self._migs(g)[slot - 1])
         return _put_str(buf, length, g.uuid)
 
     def nvmlDeviceGetMigMode(self, handle: object, current: object, pending: object) -> int:
         g = self._gpu(handle)
         if isinstance(g, int):
             return g
-        mode = 1 if g.index in self.caps.mig else 0
+        mode = 1 if self._migs(g) else 0
         _put(current, mode)
         _put(pending, mode)
         return N.NVML_SUCCESS
@@ -258,19 +313,51 @@ class FakeNvmlLibrary:
         g = self._gpu(handle)
         if isinstance(g, int):
             return g
-        _put(ref, 7 if g.index in self.caps.mig else 0)
+        _put(ref, _MIG_SLOTS if self._migs(g) else 0)
         return N.NVML_SUCCESS
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: object, index: object, ref: object) -> int:
         g = self._gpu(handle)
         if isinstance(g, int):
             return g
-        slices, i = self.caps.mig.get(g.index, []), _int(index)
-        if i >= 7:
+        slices, i = self._migs(g), _int(index)
+        if i >= _MIG_SLOTS:
             return N.NVML_ERROR_INVALID_ARGUMENT
         if i >= len(slices):
             return N.NVML_ERROR_NOT_FOUND
         _set_pointer(ref, _DEVICE_BASE + g.index * 0x40 + 1 + i)
+        return N.NVML_SUCCESS
+
+    def nvmlDeviceIsMigDeviceHandle(self, handle: object, ref: object) -> int:
+        g = self._gpu(handle)
+        if isinstance(g, int):
+            return g
+        _put(ref, 1 if self._slot(handle) else 0)
+        return N.NVML_SUCCESS
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: object, ref: object) -> int:
+        inst = self._instance(handle)
+        if isinstance(inst, int):
+            return inst
+        _put(ref, inst.spec.gi)
+        return N.NVML_SUCCESS
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: object, ref: object) -> int:
+        inst = self._instance(handle)
+        if isinstance(inst, int):
+            return inst
+        _put(ref, inst.spec.ci)
+        return N.NVML_SUCCESS
+
+    def nvmlDeviceGetAttributes_v2(self, handle: object, ref: object) -> int:
+        """A MIG device's share of the GPU: its slices, SMs and memory."""
+        inst = self._instance(handle)
+        if isinstance(inst, int):
+            return inst
+        attrs, slices = _obj(ref), inst.spec.slices
+        attrs.multiprocessorCount = slices * _SMS_PER_SLICE
+        attrs.gpuInstanceSliceCount = attrs.computeInstanceSliceCount = slices
+        attrs.memorySizeMB = inst.spec.mem_total >> 20
         return N.NVML_SUCCESS
 
     def nvmlDeviceGetSerial(self, handle: object, buf: object, length: object) -> int:
@@ -379,9 +466,10 @@ class FakeNvmlLibrary:
         mem = _obj(ref)
         if mem.version != N.nvmlMemory_v2:
             return N.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
-        reserved = 500 * (1 << 20)
-        mem.total, mem.reserved, mem.used = g.board.mem_total_bytes, reserved, g.mem_used_bytes
-        mem.free = g.board.mem_total_bytes - reserved - g.mem_used_bytes
+        total, used = self._memory(g, handle)
+        reserved = 500 * (1 << 20) * total // g.board.mem_total_bytes
+        mem.total, mem.reserved, mem.used = total, reserved, used
+        mem.free = total - reserved - used
         return N.NVML_SUCCESS
 
     def nvmlDeviceGetMemoryInfo(self, handle: object, ref: object) -> int:
@@ -389,9 +477,16 @@ class FakeNvmlLibrary:
         if isinstance(g, int):
             return g
         mem = _obj(ref)
-        mem.total, mem.used = g.board.mem_total_bytes, g.mem_used_bytes
-        mem.free = g.board.mem_total_bytes - g.mem_used_bytes
+        mem.total, mem.used = self._memory(g, handle)
+        mem.free = mem.total - mem.used
         return N.NVML_SUCCESS
+
+    def _memory(self, g, handle: object) -> tuple[int, int]:
+        """(total, used) of the GPU, or of the MIG instance behind a MIG handle."""
+        inst = self._instance(handle) if self._slot(handle) else None
+        if inst is None or isinstance(inst, int):
+            return g.board.mem_total_bytes, g.mem_used_bytes
+        return inst.spec.mem_total, inst.mem_used
 
     # ---- thermal and clocks ------------------------------------------------------------------
 
@@ -694,7 +789,7 @@ class FakeNvmlLibrary:
         g = self._gpu(handle)
         if isinstance(g, int):
             return g
-        if not self.caps.samples:
+        if not self.caps.samples or g.mig:  # in MIG mode the driver has no per-process utilization
             return N.NVML_ERROR_NOT_SUPPORTED
         last = _int(last_seen)
         procs = self.model.processes(g)
@@ -743,6 +838,21 @@ class FakeNvmlLibrary:
         if address not in self._gpm_samples:
             return N.NVML_ERROR_INVALID_ARGUMENT
         self._gpm_samples[address] = (g.index, list(g.gpm_integrals))
+        return N.NVML_SUCCESS
+
+    def nvmlGpmMigSampleGet(self, handle: object, gpu_instance: object, sample: object) -> int:
+        """A GPM sample of one GPU instance (by its id) of a GPU in MIG mode."""
+        g = self._gpu(handle)
+        if isinstance(g, int):
+            return g
+        if not (self.caps.gpm and g.board.gpm):
+            return N.NVML_ERROR_NOT_SUPPORTED
+        gi = _int(gpu_instance)
+        inst = next((m for m in g.mig if m.spec.gi == gi), None)
+        address = _addr(sample)
+        if inst is None or address not in self._gpm_samples:
+            return N.NVML_ERROR_INVALID_ARGUMENT
+        self._gpm_samples[address] = ((g.index, gi), list(inst.gpm_integrals))
         return N.NVML_SUCCESS
 
     def nvmlGpmMetricsGet(self, ref: object) -> int:

@@ -28,6 +28,7 @@ from enum import IntEnum
 from typing import NamedTuple
 
 from exporter.policy.nvml_vocab import GPU_IDLE, HW_THERMAL, SW_POWER_CAP, SW_THERMAL, THROTTLE_COUNTER_BITS
+from exporter.sim import mig
 from exporter.sim.scenarios import TOURS, WORKLOADS, Scenario, tour_seconds, tour_timeline
 
 MiB = 1 << 20
@@ -274,6 +275,7 @@ class GpuState:
     lost: bool = False
     unresponsive: bool = False  # every NVML call on it times out (gpu_unresponsive)
     sliced: bool = False  # shared by the pods of SLICES (time_slicing)
+    mig: list[mig.MigState] = field(default_factory=list)  # its GPU instances in MIG mode (mig_h100)
     samples: deque[DriverSample] = field(default_factory=lambda: deque(maxlen=100))
 
     def __post_init__(self) -> None:
@@ -370,6 +372,12 @@ class NodeModel:
     def processes(self, g: GpuState) -> list[SimProcess]:
         """The compute processes on ``g`` now: its job's (``processes`` of them), sharing its memory and
         its utilization evenly."""
+        if g.mig:  # one process in each held instance, in the pod holding it
+            return [
+                SimProcess(mig.PID_BASE + m.spec.gi, "compute", m.mem_used, m.sm, m.spec.pod)
+                for m in g.mig
+                if m.spec.pod
+            ]
         if g.sliced:  # each pod's process, its kernels' share of the GPU's busy time
             return [
                 SimProcess(PID_BASE + g.index * 10 + i, "compute", mem, load / SLICED_BUSY, pod)
@@ -467,6 +475,8 @@ class NodeModel:
             return Phase.OFF
         if name == "offload_starvation":
             return _offload_phase(plan, t)
+        if name == mig.MIG_H100 and g in plan.affected:
+            return Phase.COMPUTE  # its busy instance always computes (its utilization: mig.step)
         if name == TIME_SLICING and g in plan.affected:  # the pods' kernels in turn, then none
             busy = (t - plan.onset) % SLICE_PERIOD_S < SLICED_BUSY * SLICE_PERIOD_S
             return Phase.COMPUTE if busy else Phase.DATA_WAIT
@@ -523,11 +533,30 @@ class NodeModel:
         g.sliced = name == TIME_SLICING and affected
         if g.sliced:
             g.mem_used_bytes, g.processes = sum(mem for _, _, mem in SLICES), len(SLICES)
+        gpm = list(g.gpm_integrals)
         self._counters(g, f, nz, dt, reasons)
+        self._step_mig(
+            g, sc.name == mig.MIG_H100 and g.index in sc.affected(self.n_gpus), t - plan.start, dt, gpm
+        )
         self._nvlink_traffic(g, f, nz, dt, name == "nvlink_down", affected)
         self._pcie_traffic(g, f, phases, nz, dt, sc, name, affected)
         if record:
             g.samples.append(DriverSample(int(t * 1e6), g.util, g.mem_util, int(g.power_w * 1000)))
+
+    @staticmethod
+    def _step_mig(g: GpuState, partitioned: bool, x: float, dt: float, gpm: list[float]) -> None:
+        """A GPU in MIG mode (mig_h100): its instances run loads of their own; the GPU's utilization,
+        memory, processes and GPM SM activity are theirs summed (SM activity weighted by their slices)."""
+        if not partitioned:
+            g.mig = []
+            return
+        if not g.mig:
+            g.mig = mig.new_instances(g.uuid)
+        busy = mig.step(g.mig, x, dt)
+        g.util = round(100 * busy)
+        g.mem_used_bytes = sum(m.mem_used for m in g.mig)
+        g.processes = sum(1 for m in g.mig if m.spec.pod)
+        g.gpm_integrals[1] = gpm[1] + busy * dt
 
     def _report_lost(self, g: GpuState, plan: _Plan, sc: Scenario, t: float) -> None:
         """A GPU off the bus reports XID 79 once per fault."""
@@ -660,7 +689,8 @@ class NodeModel:
             self._host_workload(t, dt, plan.work)
             self._host_shm(sc, name, x)
             return
-        starving = ("data_starvation", "data_starvation_all", TIME_SLICING)  # time_slicing: one pod starves
+        # time_slicing, mig_h100: one pod starves
+        starving = ("data_starvation", "data_starvation_all", TIME_SLICING, mig.MIG_H100)
         cause = sc.effective_cause() if name in starving else ""
         phase = self._phase(plan, 0, t)
         job = phase not in (Phase.OFF, Phase.IDLE)

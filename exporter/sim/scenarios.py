@@ -94,6 +94,14 @@ SCENARIOS: dict[str, tuple[str, tuple[int, ...], str]] = {
         (0,),
         "cpu",
     ),
+    "mig_h100": (
+        "GPU 0 is in MIG mode, 3g.40gb + 2g.20gb + 1g.10gb + 1g.10gb, each instance given to a pod by its "
+        "MIG UUID: mig-busy computes (93 % SM), mig-starving computes 2 s of every 6 (its loader's core "
+        "pinned), mig-idle holds 7 GiB and runs nothing, the last 1g.10gb is free; the training pod holds "
+        "the other GPUs",
+        (0,),
+        "cpu",
+    ),
     # the other work that shares a fleet with training (physics.py's workloads): each GPU of the pod outside
     # the workload's GPUs holds no process (with pods=2 the second pod trains on its half)
     "serving": (
