@@ -101,3 +101,19 @@ def test_memory_held_with_no_process_listed_is_nobodys(make_node, make_sampler, 
     sampler, _ = make_sampler(node, pods=True)
     (found,) = _unowned(step(sampler, clock, cycles=15))
     assert (found["gpu"], found["reason"], found["pid"]) == ("3", "no_process", "")
+
+
+def test_each_generation_of_pods_is_owned_by_the_pod_holding_the_gpu_now(make_node, make_sampler, clock):
+    """Pod churn: new pods run new processes. A process younger than the kubelet's answer is not judged,
+    and one that ended leaves its pod's series (within a cycle: the sources of one cycle run at once)."""
+    node = make_node("pod_churn", n_gpus=2)
+    sampler, _ = make_sampler(node, pods=True, pod_resources_interval_s=1.0)
+    before: set[str] = set()
+    for _ in range(8):  # four generations of pods, two collections each
+        snap = step(sampler, clock, seconds=5.0)
+        now = {p.name for p in node.current_pods()}
+        body, _ = Renderer().render(snap)
+        shown = {s.labels["pod"] for s in samples(body).get("gpu_pod_processes", [])}
+        assert shown <= now | before, (shown, now, before)
+        assert _unowned(snap) == []
+        before = now

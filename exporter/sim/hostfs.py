@@ -28,7 +28,11 @@ SANDBOX_SHM = "/run/containerd/io.containerd.grpc.v1.cri/sandboxes/{id}/shm"
 EMPTY_DIR = "/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~empty-dir/{volume}"
 BOOTED_BEFORE_S = 3600  # the node booted an hour before the simulation starts
 PROCESS_AGE_S = 60  # its GPU processes started a minute before
-PROC_FILES = ("cgroup", "cmdline", "comm", "stat")
+LIMITS = (  # every GPU process's /proc/PID/limits: locked memory unlimited, as EFA/RDMA needs
+    "Limit                     Soft Limit           Hard Limit           Units     \n"
+    "Max open files            1048576              1048576              files     \n"
+    "Max locked memory         unlimited            unlimited            bytes     \n"
+)
 
 
 class SimHost:
@@ -44,6 +48,7 @@ class SimHost:
         self.pods = pods if pods is not None else []
         self.ghosts = ghosts or []  # deleted pods whose task lives on (a process still runs in it)
         self._procs: dict[int, str] = {}  # the GPU processes' /proc files as last written: pid -> cgroup
+        self._started: dict[int, float] = {}  # when each GPU process started (seconds since the epoch)
         self.before_refresh: Callable[[], object] | None = None  # lets the node change its pods first
         self.conditions = conditions or NodeConditions()
         self._own_root = root is None
@@ -132,16 +137,20 @@ class SimHost:
         if cgroups == self._procs:
             return
         for pid in set(self._procs) - set(cgroups):  # ended: its /proc entry goes
-            for name in PROC_FILES:
-                (self.root / f"proc/{pid}/{name}").unlink(missing_ok=True)
-        ticks = (BOOTED_BEFORE_S - PROCESS_AGE_S) * os.sysconf("SC_CLK_TCK")
+            shutil.rmtree(self.root / f"proc/{pid}", ignore_errors=True)
+        # the first processes started a minute before the simulation; later ones (new pods') as they appear
+        started = self.model.t if self._procs else self.model.start - PROCESS_AGE_S
+        self._started = {pid: self._started.get(pid, started) for pid in cgroups}
+        btime, hz = self._btime(), os.sysconf("SC_CLK_TCK")
         for pid, cgroup in cgroups.items():
+            ticks = int((self._started[pid] - btime) * hz)
             self._write(f"proc/{pid}/cgroup", cgroup)
             self._write(f"proc/{pid}/cmdline", "python\0train.py\0--config\0llama.yaml\0")
             self._write(f"proc/{pid}/comm", "python\n")
+            self._write(f"proc/{pid}/limits", LIMITS)
             self._write(
                 f"proc/{pid}/stat",
-                f"{pid} (python) S 1 {pid} {pid} 0 -1 4194560" + " 0" * 11 + f" {ticks} 0\n",
+                f"{pid} (python) S 1 {pid} {pid} 0 -1 4194560" + " 0" * 12 + f" {ticks} 0\n",
             )
         self._procs = cgroups
 
@@ -187,7 +196,9 @@ class SimHost:
         )
 
     def pods_changed(self) -> None:
-        """New pods: containerd removes the bundles of ended tasks and writes the new ones."""
+        """New pods: containerd removes the bundles of ended tasks and writes the new ones; the new pods'
+        processes are new processes."""
+        self.model.renew_processes()
         shutil.rmtree(self.root / "host" / CONTAINERD_TASKS, ignore_errors=True)
         self._write_bundles()
 
@@ -254,13 +265,8 @@ class SimHost:
                 self._write(f"sys/bus/pci/devices/{bdf}/{name}", text + "\n")
         for name in EFA_DEVICES:
             (self.root / "sys/class/infiniband" / name).mkdir(parents=True, exist_ok=True)
-        limits = (
-            "Limit                     Soft Limit           Hard Limit           Units     \n"
-            "Max open files            1048576              1048576              files     \n"
-            "Max locked memory         unlimited            unlimited            bytes     \n"
-        )
         for g in self.model.gpus:
-            self._write(f"proc/{4242 + g.index * 10}/limits", limits)
+            self._write(f"proc/{4242 + g.index * 10}/limits", LIMITS)
 
     @staticmethod
     def _stat(jiffies: list[list[float]], btime: int) -> str:

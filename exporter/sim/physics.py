@@ -229,6 +229,7 @@ class SimProcess(NamedTuple):
 
 
 PID_BASE = 4242  # GPU g's processes are PID_BASE + 10 g + i (the host's /proc holds the same PIDs)
+PID_GENERATION_STEP = 1000  # the PIDs of each new generation of pods (pod churn) start this much higher
 TIME_SLICING = "time_slicing"
 # time_slicing: the pods sharing the GPU through the device plugin's replicas (pod name, the share of the
 # GPU's time its kernels run, the memory it holds): two busy, one starving (its loader's core pinned),
@@ -329,6 +330,7 @@ class NodeModel:
         self.gpus = [self._new_gpu(i) for i in range(n_gpus)]
         self.host = HostState()
         self.xid_events: list[tuple[float, int, int]] = []  # append-only: readers keep a cursor
+        self.process_generation = 0  # new pods run new processes: each generation has PIDs of its own
         self.xid_raised = threading.Condition(self.lock)  # notified with every new XID event
         self._xid_sent: set[tuple[float, int]] = set()
         self._works: dict[tuple[int, int], Workload] = {}  # per scenario run: its workload's events
@@ -369,6 +371,14 @@ class NodeModel:
         with self.lock:
             return self._plan(t).work
 
+    def _pid(self, g: GpuState, i: int) -> int:
+        return PID_BASE + self.process_generation * PID_GENERATION_STEP + g.index * 10 + i
+
+    def renew_processes(self) -> None:
+        """New pods took the GPUs: their processes are new ones, with PIDs of their own."""
+        with self.lock:
+            self.process_generation += 1
+
     def processes(self, g: GpuState) -> list[SimProcess]:
         """The compute processes on ``g`` now: its job's (``processes`` of them), sharing its memory and
         its utilization evenly."""
@@ -380,14 +390,11 @@ class NodeModel:
             ]
         if g.sliced:  # each pod's process, its kernels' share of the GPU's busy time
             return [
-                SimProcess(PID_BASE + g.index * 10 + i, "compute", mem, load / SLICED_BUSY, pod)
+                SimProcess(self._pid(g, i), "compute", mem, load / SLICED_BUSY, pod)
                 for i, (pod, load, mem) in enumerate(SLICES)
             ]
         n = g.processes
-        return [
-            SimProcess(PID_BASE + g.index * 10 + i, "compute", g.mem_used_bytes // n, 1.0 / n)
-            for i in range(n)
-        ]
+        return [SimProcess(self._pid(g, i), "compute", g.mem_used_bytes // n, 1.0 / n) for i in range(n)]
 
     def p2p_ok(self, a: int, b: int) -> bool:
         """Whether NVLink P2P works between GPUs a and b right now."""

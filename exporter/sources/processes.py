@@ -134,6 +134,7 @@ class ProcessSource:
         self._next_full = float("-inf")
         self._boot_t, self._ticks = 0.0, 100.0
         self._reading = ProcessOwners({})
+        self._pid_dirs: dict[int, str] = {}  # each owned PID's /proc directory, made once
 
     def want(self, pids: Iterable[int]) -> None:
         """The PIDs the driver listed lately (the sampler hands them over from the GPU readings)."""
@@ -155,14 +156,17 @@ class ProcessSource:
             known = {}
         elif self._down_reason:
             return None
-        elif wanted == known.keys():
-            return self._reading  # nothing new: no file read
+        else:  # a process that has exited is no one's, though the driver's list (a slow read) still names it
+            known = {pid: o for pid, o in known.items() if os.path.exists(self._pid_dirs.get(pid, ""))}
+            if wanted == known.keys() and len(known) == len(self._reading.owners):
+                return self._reading  # nothing new, nothing ended: one stat a process
         owners = {pid: known[pid] for pid in wanted if pid in known}
         for pid in sorted(wanted - owners.keys()):
             owner = self._owner(pid, self._boot_t, self._ticks)
             if owner is not None:
                 owners[pid] = owner
         self._reading = ProcessOwners(owners)
+        self._pid_dirs = {pid: str(self.proc / str(pid)) for pid in owners}
         return self._reading
 
     def _usable(self) -> bool:
