@@ -33,7 +33,7 @@ from exporter.policy.thresholds import LEDGER_STALE, SERVER_LOAD_FRESH
 from exporter.sources.errors import ErrorCounter
 from exporter.sources.kubelet import Assignment, PodResourcesSource
 from exporter.sources.processes import ProcessOwners
-from exporter.sources.readings import GpuIdentity, GpuReading, HostReading
+from exporter.sources.readings import GpuIdentity, GpuReading, HostReading, MigReading
 from exporter.sources.registry import Reports, Schedule, Threaded, registration
 
 __all__ = ["EMPTY_SNAPSHOT", "GpuView", "Sampler", "Snapshot"]
@@ -71,6 +71,8 @@ class Sampler:
         self._fed: dict[int, object] = {}  # GPU -> the processes reading its pods were last fed from
         self._waited: dict[int, object] = {}  # GPU -> a reading held back a cycle for its owners
         self._entities: set[str] = set()
+        self._mig_fed: dict[int, object] = {}  # GPU -> the reading its MIG instances were last fed from
+        self._mig_entities: set[str] = set()
         self._snapshot, self._seq, self._ready = EMPTY_SNAPSHOT, 0, False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -272,6 +274,44 @@ class Sampler:
         self._entities = now
         return out
 
+    def _mig(
+        self, slots: Mapping[int, object], held: Mapping[int, list[tuple[Assignment, str]]]
+    ) -> dict[int, list[tuple[str, str, str, MigReading]]]:
+        """GPUs in MIG mode: each MIG instance is an entity, ``<gpu>/mig<gpu instance>``, booked at its
+        compute slices' share of the GPU's wall time (all given out: the instances sum to the GPU), judged
+        for the pod's kinds on its own point (its GPM SM activity, its memory; NVML gives no utilization
+        per instance) in the group of the pod holding it. Returns GPU -> (entity, namespace, pod, reading)."""
+        out: dict[int, list[tuple[str, str, str, MigReading]]] = {}
+        for index, slot in slots.items():
+            r = slot.reading  # type: ignore[attr-defined]
+            if r is None or not r.migs:
+                continue
+            self.analyzer.set_split(str(index), True)
+            pods = {mig: a.ref for a, mig in held.get(index, ()) if mig}
+            entities = out[index] = []
+            for m in r.migs:
+                entity, ref = f"{index}/mig{m.gpu_instance}", pods.get(m.uuid)
+                share = m.slices / m.gpu_slices if m.slices and m.gpu_slices else 1 / len(r.migs)
+                self.analyzer.set_share(entity, share, LEDGER_STALE.value)
+                self.analyzer.set_group(entity, f"{ref.namespace}/{ref.pod}" if ref else entity)
+                entities.append((entity, ref.namespace if ref else "", ref.pod if ref else "", m))
+            if self._mig_fed.get(index) is r:
+                continue  # not collected since
+            self._mig_fed[index] = r
+            for entity, _, _, m in entities:
+                point = GpuPoint(
+                    t=r.t,
+                    util=m.sm_active,
+                    mem_used_bytes=m.mem_used_bytes,
+                    mem_total_bytes=m.mem_total_bytes,
+                )
+                self.analyzer.add_gpu_points(entity, [point])
+        now = {entity for entities in out.values() for entity, _, _, _ in entities}
+        for entity in self._mig_entities - now:  # repartitioned, or MIG mode off
+            self.analyzer.forget(entity)
+        self._mig_entities = now
+        return out
+
     def _publish(self) -> Snapshot:
         now, session = self.clock(), self.session
         slots = session.slots if session is not None else {}
@@ -281,12 +321,14 @@ class Sampler:
             [(i, s.device.identity.uuid, s.reading.mig_uuids if s.reading else ()) for i, s in slots.items()],
         )
         shares = self._split(slots, held)
+        migs = self._mig(slots, held)
         # the GPUs of one pod are one job; GPUs no pod is known to hold are taken as one job (as in replay);
         # a GPU pods share is a job of its own (its pods' shares are in theirs)
         hints: dict[str, Workload | None] = {}
         for index in slots:
             ref = owners.get(index)
-            group = f"{ref.namespace}/{ref.pod}" if ref else f"{index}/shared" if index in shares else "node"
+            split = index in shares or index in migs
+            group = f"{ref.namespace}/{ref.pod}" if ref else f"{index}/shared" if split else "node"
             self.analyzer.set_group(str(index), group)
             hint = self.job.workload.get(index)  # what the pod's log or name says it is
             if hint is not None or group not in hints:
@@ -294,6 +336,7 @@ class Sampler:
         self.analyzer.set_workloads(hints)
         up = [str(i) for i, slot in slots.items() if slot.status == "ok"]
         up += [entity for i in up for entity, _, _ in shares.get(int(i), ())]
+        up += [entity for i in up if "/" not in i for entity, _, _, _ in migs.get(int(i), ())]
         result = analyze(self.analyzer, now, up, self.settings.window_s)
         self.events = result.events
         for e in self.events:
@@ -326,6 +369,7 @@ class Sampler:
             node_checks=getattr(self.checker, "latest", ()),
             pod_logs=pod_logs,
             shares=shares,
+            migs=migs,
         )
         self._seq += 1
         self._snapshot = build(self._seq, now, self._ready, src, result)

@@ -21,7 +21,7 @@ from exporter.collect.poller import Books
 from exporter.sources.kubelet import Assignment, PodRef
 from exporter.sources.podlogs import PodLogsView
 from exporter.sources.processes import ProcessOwners
-from exporter.sources.readings import GpuIdentity, GpuReading, GpuState, HostReading
+from exporter.sources.readings import GpuIdentity, GpuReading, GpuState, HostReading, MigReading
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,21 @@ class PodShare:
     """One pod's share of a GPU pods share (time-slicing, MPS): its own ledger (booked at its share of the
     GPU's wall time), the verdicts whose loss is a pod's, and the class its time is judged as."""
 
+    namespace: str
+    pod: str
+    ledger: dict[str, float] = field(default_factory=dict)
+    verdicts: dict[str, KindState] = field(default_factory=dict)
+    workload: Workload = UNKNOWN
+
+
+@dataclass(frozen=True)
+class MigShare:
+    """One MIG instance of a GPU in MIG mode, judged apart: its own ledger (booked at its compute slices'
+    share of the GPU's wall time), the verdicts whose loss is a pod's, and the pod holding it ("" free)."""
+
+    instance: str  # its GPU instance id, as nvidia-smi mig -lgi shows it
+    uuid: str
+    profile: str
     namespace: str
     pod: str
     ledger: dict[str, float] = field(default_factory=dict)
@@ -59,6 +74,7 @@ class GpuView:
     collected_t: float | None = None  # wall time of its last successful collection (kept while down)
     processes: GpuProcesses = field(default_factory=GpuProcesses)  # its processes, their owners
     shares: tuple[PodShare, ...] = ()  # the pods sharing it, each judged on its share (empty: not split)
+    migs: tuple[MigShare, ...] = ()  # its MIG instances, each judged apart (empty: MIG mode off)
 
     @property
     def up(self) -> bool:
@@ -125,6 +141,8 @@ class Sources:
     pod_logs: PodLogsView | None = None
     # GPUs shared by pods: GPU -> (analysis entity, namespace, pod) of each pod's share
     shares: Mapping[int, Iterable[tuple[str, str, str]]] = field(default_factory=dict)
+    # GPUs in MIG mode: GPU -> (analysis entity, namespace, pod, its reading) of each MIG instance
+    migs: Mapping[int, Iterable[tuple[str, str, str, MigReading]]] = field(default_factory=dict)
 
 
 def _held_throughout(now: int | None, listed: int | None) -> int | None:
@@ -139,6 +157,7 @@ def gpu_view(
     xids: dict[int, int],
     p2p: dict[tuple[int, str], bool],
     shares: tuple[PodShare, ...] = (),
+    instances: tuple[MigShare, ...] = (),
 ) -> GpuView:
     is_up = gpu.status == "ok"
     r = gpu.reading if is_up else None
@@ -176,6 +195,7 @@ def gpu_view(
         collected_t=gpu.collected_t,
         processes=procs,
         shares=shares if is_up else (),
+        migs=instances if is_up else (),
     )
 
 
@@ -187,6 +207,28 @@ def _shares(result: Result, entities: Iterable[tuple[str, str, str]]) -> tuple[P
         if stats is not None:
             verdicts = {k: v for k, v in stats.verdicts.items() if KINDS[k].scope == "pod"}
             out.append(PodShare(namespace, pod, stats.ledger, verdicts, stats.workload))
+    return tuple(out)
+
+
+def _migs(result: Result, entities: Iterable[tuple[str, str, str, MigReading]]) -> tuple[MigShare, ...]:
+    """A MIG GPU's instances as the analysis judged them: only the kinds whose loss is a pod's."""
+    out = []
+    for entity, namespace, pod, m in entities:
+        stats = result.gpus.get(entity)
+        if stats is not None:
+            verdicts = {k: v for k, v in stats.verdicts.items() if KINDS[k].scope == "pod"}
+            out.append(
+                MigShare(
+                    str(m.gpu_instance),
+                    m.uuid,
+                    m.profile,
+                    namespace,
+                    pod,
+                    stats.ledger,
+                    verdicts,
+                    stats.workload,
+                )
+            )
     return tuple(out)
 
 
@@ -204,6 +246,7 @@ def build(seq: int, t: float, ready: bool, src: Sources, result: Result) -> Snap
             src.xids.get(g.index, {}),
             p2p.get(g.index, {}),
             _shares(result, src.shares.get(g.index, ())),
+            _migs(result, src.migs.get(g.index, ())),
         )
         for g in sorted(src.gpus, key=lambda g: g.index)
     )

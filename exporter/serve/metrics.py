@@ -124,6 +124,7 @@ def _gpu(fams: _Families, view: GpuView, snapshot: Snapshot, detail: frozenset[s
         _gpu_workload,
         _gpu_verdicts,
         _gpu_shares,
+        _gpu_migs,
         _readings,
         _gpu_windows,
         _gpu_clock_events,
@@ -308,6 +309,30 @@ def _gpu_shares(fams: _Families, view: GpuView, base: Labels, detail: frozenset[
             if seconds > 0:  # as gpu_time_seconds: a state appears with its first second
                 time_fam.add(pod | {"state": state}, round(seconds, 3))
         _verdicts(fams, share.verdicts, pod, detail)
+
+
+def _gpu_migs(fams: _Families, view: GpuView, base: Labels, detail: frozenset[str]) -> None:
+    """A GPU in MIG mode: each instance's ledger, booked at its compute slices' share of the GPU's wall
+    time, and the verdicts judged on it, labelled with the instance and the pod holding it. A family of its
+    own: an instance stands whether or not a pod holds it, and its seconds are not a pod's share."""
+    for m in view.migs:
+        inst = {
+            "gpu": base["gpu"],
+            "uuid": base["uuid"],
+            "mig_instance": m.instance,
+            "mig_profile": m.profile,
+        }
+        inst |= labels(namespace=m.namespace, pod=m.pod)
+        time_fam = fams.counter(
+            "gpu_mig_time_seconds",
+            "A MIG instance of a GPU in MIG mode: seconds in each ledger state, booked at its compute "
+            "slices' share of the GPU's wall time (the instances' seconds sum to the GPU's when every slice "
+            "is given out).",
+        )
+        for state, seconds in m.ledger.items():
+            if seconds > 0:
+                time_fam.add(inst | {"state": state}, round(seconds, 3))
+        _verdicts(fams, m.verdicts, {k: v for k, v in inst.items() if k != "mig_profile"}, detail)
 
 
 def _gpu_windows(fams: _Families, view: GpuView, base: Labels, detail: frozenset[str]) -> None:

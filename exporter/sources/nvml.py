@@ -33,7 +33,7 @@ from exporter.policy import catalog
 from exporter.policy.nvml_vocab import FABRIC_STATES, FI_THROTTLE_NS, NVLINK_STATE_UP
 from exporter.policy.thresholds import SAMPLE_CARRY, SIGNAL_RETRY_INITIAL, SIGNAL_RETRY_MAX
 from exporter.sources.errors import ErrorCounter
-from exporter.sources.readings import GpuIdentity, GpuProcess, GpuReading, NvLinkReading, Sample
+from exporter.sources.readings import GpuIdentity, GpuProcess, GpuReading, MigReading, NvLinkReading, Sample
 from exporter.sources.registry import Inputs, Registration, Schedule, register
 
 log = logging.getLogger(__name__)
@@ -345,11 +345,27 @@ class Device:
     gpm_samples: list[object] = field(default_factory=list)
     gpm_metrics: list[int] = field(default_factory=lambda: list(GPM_METRICS))
     gpm_buffer: object | None = None
+    migs: list[MigDevice] = field(default_factory=list)  # its MIG devices (MIG mode on), from the slow read
     next_slow: float = 0.0
     process_cursor: int = 0  # time stamp (us) of the newest per-process utilization sample read
     slow: dict[str, object] = field(default_factory=dict)
     retry: dict[object, tuple[float, float]] = field(default_factory=dict)  # key -> (next try, backoff)
     failed: set[str] = field(default_factory=set)  # keys whose read failed in the current collection
+
+
+@dataclass
+class MigDevice:
+    """A MIG device of a GPU: its handle and identity (slow read), its pair of GPM samples."""
+
+    handle: object
+    uuid: str
+    gpu_instance: int
+    compute_instance: int
+    profile: str
+    slices: int
+    gpu_slices: int
+    gpm_samples: list[object] = field(default_factory=list)
+    gpm_buffer: object | None = None
 
 
 class NvmlSource:
@@ -386,9 +402,10 @@ class NvmlSource:
 
     def close(self, devices: Iterable[Device] = ()) -> None:
         for dev in devices:
-            for sample in dev.gpm_samples:
+            for sample in [*dev.gpm_samples, *(s for m in dev.migs for s in m.gpm_samples)]:
                 self._quiet(self.N.nvmlGpmSampleFree, sample)
             dev.gpm_samples = []
+            dev.migs = []
         if self._open:
             self._open = False
             self._quiet(self.N.nvmlShutdown)
@@ -657,6 +674,7 @@ class NvmlSource:
             processes=slow.get("processes"),  # type: ignore[arg-type]
             processes_mem_bytes=slow.get("processes_mem"),  # type: ignore[arg-type]
             mig_uuids=slow.get("mig_uuids", ()),  # type: ignore[arg-type]
+            migs=tuple(self._mig_reading(dev, m) for m in dev.migs),
             extra=self._catalog_reads(dev, slow=False) | slow.get("extra", {}),  # type: ignore[operator]
         )
 
@@ -954,21 +972,96 @@ class NvmlSource:
         dev.slow["link_states"], dev.slow["link_errors"] = states, errors
 
     def _mig_uuids(self, dev: Device) -> tuple[str, ...]:
-        """The MIG devices of a GPU in MIG mode: pods get MIG slices, and the kubelet names them by UUID."""
+        """The MIG devices of a GPU in MIG mode: pods get MIG slices, and the kubelet names them by UUID.
+        Their handles and identity are kept (``dev.migs``) for the per-instance reads of each collection."""
         mode = self._call(dev, "mig", "nvmlDeviceGetMigMode", dev.handle)
         if not mode or mode[0] != 1:
+            self._drop_migs(dev, ())
             return ()
-        uuids = []
-        for i in range(self._call(dev, "mig", "nvmlDeviceGetMaxMigDeviceCount", dev.handle) or 0):
+        known = {m.uuid: m for m in dev.migs}
+        slots = self._call(dev, "mig", "nvmlDeviceGetMaxMigDeviceCount", dev.handle) or 0
+        found: list[MigDevice] = []
+        for i in range(slots):
             try:
                 handle = self.N.nvmlDeviceGetMigDeviceHandleByIndex(dev.handle, i)
-                uuids.append(_text(self.N.nvmlDeviceGetUUID(handle)))
+                uuid = _text(self.N.nvmlDeviceGetUUID(handle))
             except self.N.NVMLError_NotFound:
                 continue  # an empty slot
             except Exception as exc:  # noqa: BLE001
                 self._handle(dev, "mig", "nvmlDeviceGetMigDeviceHandleByIndex", exc)
                 break
-        return tuple(uuids)
+            found.append(known.get(uuid) or self._mig_device(handle, uuid, slots))
+        self._drop_migs(dev, found)
+        return tuple(m.uuid for m in found)
+
+    def _mig_device(self, handle: object, uuid: str, gpu_slices: int) -> MigDevice:
+        """A new MIG device's identity: its instance ids, its profile (the driver's name ends with it) and
+        its compute slices."""
+        gi = self._quiet(self.N.nvmlDeviceGetGpuInstanceId, handle)
+        ci = self._quiet(self.N.nvmlDeviceGetComputeInstanceId, handle)
+        attrs = self._quiet(self.N.nvmlDeviceGetAttributes_v2, handle)
+        name = _text(self._quiet(self.N.nvmlDeviceGetName, handle) or "")
+        return MigDevice(
+            handle,
+            uuid,
+            int(gi) if gi is not None else -1,
+            int(ci) if ci is not None else -1,
+            name.rpartition(" MIG ")[2] if " MIG " in name else "",
+            int(attrs.computeInstanceSliceCount) if attrs is not None else 0,  # type: ignore[attr-defined]
+            gpu_slices,
+        )
+
+    def _drop_migs(self, dev: Device, keep: list[MigDevice]) -> None:
+        """MIG devices gone (the GPU repartitioned, MIG mode off): their GPM samples are freed."""
+        for m in dev.migs:
+            if m not in keep:
+                for sample in m.gpm_samples:
+                    self._quiet(self.N.nvmlGpmSampleFree, sample)
+        dev.migs = list(keep)
+
+    def _mig_reading(self, dev: Device, m: MigDevice) -> MigReading:
+        """One MIG device now: its memory, and its SM activity since the last collection (GPM per GPU
+        instance, nvmlGpmMigSampleGet, where the GPU has GPM)."""
+        mem = self._call(dev, "mig_memory", "nvmlDeviceGetMemoryInfo", m.handle)
+        return MigReading(
+            m.uuid,
+            m.gpu_instance,
+            m.compute_instance,
+            m.profile,
+            m.slices,
+            m.gpu_slices,
+            int(mem.used) if mem is not None else None,  # type: ignore[attr-defined]
+            int(mem.total) if mem is not None else None,  # type: ignore[attr-defined]
+            self._mig_sm(dev, m),
+        )
+
+    def _mig_sm(self, dev: Device, m: MigDevice) -> float | None:
+        if "gpm" in dev.unsupported or m.gpu_instance < 0 or self._off(dev, "gpm_mig"):
+            return None
+        if not m.gpm_samples:  # first read: two samples, the first one the baseline
+            first = self._call(dev, "gpm_mig", "nvmlGpmSampleAlloc")
+            second = self._call(dev, "gpm_mig", "nvmlGpmSampleAlloc") if first is not None else None
+            if second is None:
+                if first is not None:
+                    self._quiet(self.N.nvmlGpmSampleFree, first)
+                return None
+            m.gpm_samples = [first, second]
+            m.gpm_buffer = _plain(self.N.c_nvmlGpmMetricsGet_t)()
+            self._call(dev, "gpm_mig", "nvmlGpmMigSampleGet", dev.handle, m.gpu_instance, first)
+            return None
+        previous, current = m.gpm_samples
+        if self._call(dev, "gpm_mig", "nvmlGpmMigSampleGet", dev.handle, m.gpu_instance, current) is None:
+            return None
+        mg = m.gpm_buffer
+        mg.version = self.N.NVML_GPM_METRICS_GET_VERSION  # type: ignore[union-attr]
+        mg.numMetrics = 1  # type: ignore[union-attr]
+        mg.sample1, mg.sample2 = previous, current  # type: ignore[union-attr]
+        mg.metrics[0].metricId = self.N.NVML_GPM_METRIC_SM_UTIL  # type: ignore[union-attr]
+        m.gpm_samples = [current, previous]
+        if self._call(dev, "gpm_mig", "nvmlGpmMetricsGet", mg) is None:
+            return None
+        entry = mg.metrics[0]  # type: ignore[union-attr]
+        return max(0.0, min(entry.value / 100.0, 1.0)) if entry.nvmlReturn == 0 else None
 
     # ---- node level: P2P between every pair ----------------------------------------------------
 

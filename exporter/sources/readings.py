@@ -58,6 +58,23 @@ class GpuProcess:
     mem_util: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class MigReading:
+    """One MIG device (a GPU instance with its compute instance) of a GPU in MIG mode. The driver answers for
+    its identity, its memory and (with GPM) its SM activity; utilization, power, clocks, temperatures and
+    links are the GPU's alone."""
+
+    uuid: str
+    gpu_instance: int
+    compute_instance: int
+    profile: str  # e.g. 3g.40gb ("" when the driver's name does not say)
+    slices: int  # its compute slices (0: unknown)
+    gpu_slices: int  # the compute slices of its GPU (7 on A100 and H100)
+    mem_used_bytes: int | None = None
+    mem_total_bytes: int | None = None
+    sm_active: float | None = None  # GPM SM activity since the last collection, 0-1; None: not offered
+
+
 @dataclass(slots=True)  # not frozen: one per GPU each second, 34 fields (see Sample)
 class GpuReading:
     """Everything one collection learnt about one GPU. ``t`` is when the collection ended."""
@@ -97,6 +114,7 @@ class GpuReading:
     processes: tuple[GpuProcess, ...] | None = None  # None: not read (the calls failed or are not offered)
     processes_mem_bytes: int | None = None  # memory in use when ``processes`` was listed
     mig_uuids: tuple[str, ...] = ()  # MIG devices carved out of this GPU (MIG mode on)
+    migs: tuple[MigReading, ...] = ()  # the same MIG devices, read at each collection
     extra: dict[str, float] = field(default_factory=dict)  # catalog signals read generically, by name
 
 

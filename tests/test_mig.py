@@ -1,0 +1,67 @@
+"""A GPU in MIG mode (the simulator's mig_h100): each MIG instance is an entity of its own, its ledger booked
+at its compute slices' share of the GPU's wall time, judged for the pod's kinds on its own GPM SM activity
+and memory, and labelled on /metrics with the instance and the pod holding it."""
+
+from __future__ import annotations
+
+import pytest
+
+from exporter.policy.thresholds import SERIES_BUDGET
+from exporter.serve.metrics import Renderer
+from exporter.sim.mig import LAYOUT
+from tests.conftest import step
+from tests.test_series_budget import own_and_runtime, samples, series_per_family
+
+BUSY, STARVING, IDLE, FREE = (str(s.gi) for s in LAYOUT)
+
+
+def test_each_instance_is_judged_apart_and_the_starving_one_is_named(make_node, make_sampler, clock):
+    sampler, _ = make_sampler(make_node("mig_h100", n_gpus=2), pods=True)
+    snap = step(sampler, clock, cycles=240)
+    gpu = snap.gpus[0]
+    assert [(m.instance, m.profile, m.pod) for m in gpu.migs] == [
+        (str(s.gi), s.profile, s.pod) for s in LAYOUT
+    ]
+    by = {m.instance: m for m in gpu.migs}
+    # every slice is given out: the instances' ledgers sum to the GPU's wall time (and its cost)
+    wall = sum(gpu.ledger.values())
+    assert sum(sum(m.ledger.values()) for m in gpu.migs) == pytest.approx(wall, rel=0.03)
+    assert sum(by[BUSY].ledger.values()) == pytest.approx(wall * 3 / 7, rel=0.03)
+    firing = {(m.instance, k) for m in gpu.migs for k, v in m.verdicts.items() if v.firing}
+    assert (STARVING, "data_starvation") in firing
+    assert not {k for i, k in firing if i in (BUSY, FREE)}  # the busy and the free instance page nothing
+    assert not [k for k, v in gpu.verdicts.items() if v.firing]  # nor the GPU itself
+    assert by[STARVING].verdicts["data_starvation"].cause == "cpu"
+    assert by[STARVING].ledger["input_wait"] > by[STARVING].ledger["computing"]
+    assert by[BUSY].ledger["computing"] > 0.9 * sum(by[BUSY].ledger.values())
+    idle = by[IDLE].ledger
+    assert idle["idle"] > 0.9 * sum(idle.values())  # memory held, no kernels
+    assert by[FREE].ledger.get("free", 0.0) > 0.9 * sum(by[FREE].ledger.values())
+
+    body, _ = Renderer().render(snap)
+    s = samples(body)
+    per = {}
+    for x in s["gpu_mig_time_seconds_total"]:
+        key = (x.labels["mig_instance"], x.labels["mig_profile"], x.labels.get("pod", ""))
+        per[key] = per.get(key, 0.0) + x.value
+    assert set(per) == {(str(s.gi), s.profile, s.pod) for s in LAYOUT}
+    ledger = sum(x.value for x in s["gpu_time_seconds_total"] if x.labels["gpu"] == "0")
+    assert sum(per.values()) == pytest.approx(ledger, rel=0.03)
+    pages = [
+        x.labels for x in s["gpu_bottleneck"] if x.value == 1 and x.labels.get("kind") == "data_starvation"
+    ]
+    assert [(p["mig_instance"], p["pod"], p["cause"]) for p in pages] == [(STARVING, "mig-starving", "cpu")]
+    own, _ = own_and_runtime(series_per_family(body))
+    assert own <= SERIES_BUDGET.value
+
+
+def test_without_gpm_an_instance_has_memory_only_and_utilization_kinds_say_so(make_node, make_sampler, clock):
+    from exporter.sim import Capabilities
+
+    sampler, _ = make_sampler(
+        make_node("mig_h100", n_gpus=1, capabilities=Capabilities(gpm=False)), pods=True
+    )
+    snap = step(sampler, clock, cycles=30)
+    assert [m.pod for m in snap.gpus[0].migs] == [s.pod for s in LAYOUT]
+    assert not any(v.firing for m in snap.gpus[0].migs for v in m.verdicts.values())
+    assert "data_starvation" in sampler.analyzer.missing  # needs utilization.gpu: said, not guessed
