@@ -153,6 +153,34 @@ def _shared() -> list[str]:
     ]
 
 
+def _mig() -> list[str]:
+    pod = ", ".join(f"`{k.name}`" for k in KINDS.values() if k.scope == "pod")
+    return [
+        "## A GPU in MIG mode",
+        "",
+        "Each MIG instance (a GPU instance with its compute instance) of a GPU in MIG mode is judged as an "
+        "entity of its own, in the job of the pod the kubelet gives it to (the device plugin names it by its "
+        "MIG UUID). The instances are listed at each slow read; at each collection each one gets a point: "
+        "its SM activity since the last collection from GPM (`nvmlGpmMigSampleGet`, Hopper and later) and "
+        "its memory in use. Its ledger books each second at its compute slices' share of the GPU (a "
+        "3g.40gb instance 3/7 of an H100's), so when every slice is given out the instances' seconds sum "
+        "to the GPU's wall time and the cost follows them: `gpu_mig_time_seconds_total` with `mig_instance` "
+        "(the GPU instance id), `mig_profile`, and the `namespace` and `pod` holding it (none for a free "
+        "instance).",
+        "",
+        f"The kinds whose loss is a pod's ({pod}) are judged on each instance and not on the GPU: a "
+        "starving instance pages with its `mig_instance`, `namespace` and `pod`, and a busy instance beside "
+        "it hides nothing. The GPU keeps its own ledger and its own kinds.",
+        "",
+        "What cannot be seen per instance: the driver gives no utilization (samples or rates) for an "
+        "instance, nor per-process utilization in MIG mode, so without GPM (before Hopper) an instance has "
+        "its memory only, and the kinds that need utilization say so in the missing inputs instead of "
+        "guessing. Power, temperatures, clocks, clock-event reasons, PCIe and NVLink are the GPU's: an "
+        "instance's point has none, so a heat or power verdict stays the GPU's and names no instance.",
+        "",
+    ]
+
+
 def _kinds() -> list[str]:
     lines = ["## The verdicts", ""]
     for k in KINDS.values():
@@ -321,5 +349,5 @@ def render() -> str:
         "number below lives in the [threshold table](thresholds.md) with its reason.",
         "",
     ]
-    body = head + _ledger() + _coverage() + _kinds() + _shared() + _workloads()
+    body = head + _ledger() + _coverage() + _kinds() + _shared() + _mig() + _workloads()
     return "\n".join(body) + "\n" + EXAMPLES + REPLAY

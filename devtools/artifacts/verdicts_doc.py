@@ -39,7 +39,8 @@ def _verdict_row() -> str:
         f"| `gpu_bottleneck` | gauge 0/1 | | `kind` = {_code(list(KINDS))}; `cause` | 1 while the verdict "
         f"holds. `cause`: {causes}; empty otherwise and while 0. On a GPU pods share (time-slicing, MPS) "
         f"{pod} are judged on each pod's share: their series carry its `namespace` and `pod` (the GPU's "
-        "own series of those kinds stay 0) |"
+        "own series of those kinds stay 0); on a GPU in MIG mode they are judged on each MIG instance and "
+        "carry its `mig_instance`, `namespace` and `pod` |"
     )
 
 
