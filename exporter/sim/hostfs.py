@@ -155,12 +155,14 @@ class SimHost:
         self._procs = cgroups
 
     def _write_own_stat(self) -> None:
-        """The reader's own /proc entry: the simulated node shares its PID namespace with the exporter."""
+        """The reader's own /proc entry, and the kernel's thread parent: the simulated node shares its PID
+        namespace with the exporter, as a node's exporter with hostPID does."""
         try:
             own = Path("/proc/self/stat").read_text()
         except OSError:
             return
         self._write(f"proc/{os.getpid()}/stat", own)
+        self._write("proc/2/stat", "2 (kthreadd) S 0 0 0 0 -1 2129984" + " 0" * 13 + "\n")
 
     def _shm_mounts(self) -> dict[str, tuple[int, int]]:
         """Memory-backed mounts of the node: mountpoint -> (size, used). The job's shm volume is the

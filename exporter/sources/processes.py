@@ -9,9 +9,11 @@ bundle outlives its pod while a process of it still runs, and a container seen o
 process left behind by a deleted pod still names its last pod.
 
 NVML names only the processes of the caller's PID namespace: the PIDs mean something only when the
-exporter shares the host's (``hostPID``). When it does not, or the host's /proc cannot be read, the
-source says so once (a log line, one counted error) and reports nothing: the GPUs keep today's
-attribution by the kubelet alone, and ``gpu_exporter_source_up{source="processes"}`` is 0.
+exporter shares the host's (``hostPID``): the /proc it reads must show this process as itself, and the
+kernel's threads (``kthreadd``, PID 2), which a container's PID namespace does not show. When it does
+not, or the host's /proc cannot be read, the source says so once (a log line, one counted error) and
+reports nothing: the GPUs keep today's attribution by the kubelet alone, and
+``gpu_exporter_source_up{source="processes"}`` is 0.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from exporter.sources.registry import Inputs, Registration, Schedule, register
 from exporter.sources.runtime import BUNDLE_DIRS, CONTAINERD, CRIO
 
 SOURCE = "processes"
+KTHREADD = "(kthreadd)"  # PID 2 of the node's own PID namespace, parent of the kernel's threads
 log = logging.getLogger(__name__)
 
 # the last component of a container's cgroup: a runtime's scope unit, or the bare id (cgroupfs driver)
@@ -194,6 +197,14 @@ class ProcessSource:
             return f"this process ({mine}) is not in {self.proc}: not the host's PID namespace (hostPID)"
         if _start_time(own, 0.0, 1.0) != _start_time(seen, 0.0, 1.0):
             return f"PID {mine} in {self.proc} is another process: not the host's PID namespace (hostPID)"
+        try:  # the kernel's threads are seen only from the node's own PID namespace, not a container's
+            kernel = KTHREADD in (self.proc / "2" / "stat").read_text()
+        except OSError:
+            kernel = False
+        if not kernel:
+            return (
+                f"{self.proc} shows no kernel threads: a container's PID namespace, not the host's (hostPID)"
+            )
         return ""
 
     def _boot_time(self) -> float:

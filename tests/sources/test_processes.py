@@ -104,6 +104,8 @@ def node(tmp_path: Path) -> Path:
     own = tmp_path / "proc" / str(os.getpid())
     own.mkdir()
     (own / "stat").write_text(Path("/proc/self/stat").read_text())
+    (tmp_path / "proc" / "2").mkdir()
+    (tmp_path / "proc" / "2" / "stat").write_text("2 (kthreadd) S 0 0 0 0 -1 0" + " 0" * 13 + "\n")
     return tmp_path
 
 
@@ -165,12 +167,14 @@ def test_only_new_pids_are_read_between_refreshes(node):
     assert set(source.collect().owners) == {1, 2}
 
 
-@pytest.mark.parametrize("broken", ["no_proc", "other_namespace"])
+@pytest.mark.parametrize("broken", ["no_proc", "other_namespace", "containers_own_proc"])
 def test_without_the_hosts_proc_or_pid_namespace_it_says_so_once_and_reports_nothing(node, caplog, broken):
     if broken == "no_proc":
         for path in sorted((node / "proc").rglob("*"), reverse=True):
             path.unlink() if path.is_file() else path.rmdir()
         (node / "proc").rmdir()
+    elif broken == "containers_own_proc":  # /proc of the exporter's own namespace: no kernel threads
+        (node / "proc" / "2" / "stat").unlink()
     else:  # our PID in the node's /proc is another process: the exporter has a PID namespace of its own
         (node / "proc" / str(os.getpid()) / "stat").write_text(
             f"{os.getpid()} (bash) S 1 1 1 0 -1 0" + " 0" * 12 + " 1 0\n"
