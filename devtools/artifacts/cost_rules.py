@@ -11,7 +11,7 @@ paid for.
 
 from __future__ import annotations
 
-from devtools.artifacts.recording import INFO, JOB_LABEL, Record
+from devtools.artifacts.recording import INFO, JOB_LABEL, LEDGER_RATE, Record
 from exporter.analysis.ledger import LOST_STATES
 
 GROUP = "gpu-bottleneck-cost"
@@ -30,10 +30,11 @@ RECORDS: tuple[Record, ...] = (
     Record(
         POD,
         "sum by (node, instance, namespace, pod, state, currency) (\n"
-        "  rate(gpu_time_seconds_total[${window}])\n"
+        f"  ({LEDGER_RATE})\n"
         f"    * on (instance, gpu) group_left (currency) (\n      {GPU_PRICE}\n    )\n)",
-        "What each ledger state's GPU time costs per hour, per pod and node (pod empty: free GPUs): the "
-        "state's GPU-seconds per second times the price of a GPU-hour of each GPU's model.",
+        "What each ledger state's GPU time costs per hour, per pod and node (pod empty: free GPUs; a shared "
+        "GPU's cost follows its pods' shares): the state's GPU-seconds per second times the price of a "
+        "GPU-hour of each GPU's model.",
         GROUP,
     ),
     Record(

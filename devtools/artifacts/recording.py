@@ -38,6 +38,13 @@ JOB_LABELS: tuple[str, ...] = (
 
 INFO = "namespace_pod:gpu_job:info"
 POD_RATE = "node_namespace_pod_state:gpu_time_seconds:rate5m"
+# Each GPU's ledger rate by state, held by whom: a GPU shared by pods (time-slicing, MPS) counts through
+# its pods' shares (gpu_pod_time_seconds_total, summing to its wall time), not as one GPU of no pod
+LEDGER_RATE = (
+    "(\n    rate(gpu_time_seconds_total[${window}])\n"
+    "      unless on (instance, gpu) gpu_pod_time_seconds_total\n"
+    "  )\n  or rate(gpu_pod_time_seconds_total[${window}])"
+)
 JOB_POD_RATE = "namespace_job_pod_state:gpu_time_seconds:rate5m"
 JOB_RATE = "namespace_job_state:gpu_time_seconds:rate5m"
 NODE_RATE = "node_state:gpu_time_seconds:rate5m"
@@ -118,8 +125,9 @@ RECORDS: tuple[Record, ...] = (
     ),
     Record(
         POD_RATE,
-        "sum by (node, instance, namespace, pod, state) (rate(gpu_time_seconds_total[${window}]))",
-        "Seconds per second of GPU time in each ledger state, per pod and node (pod empty: free GPUs).",
+        f"sum by (node, instance, namespace, pod, state) (\n  {LEDGER_RATE}\n)",
+        "Seconds per second of GPU time in each ledger state, per pod and node (pod empty: free GPUs; a "
+        "shared GPU through its pods' shares).",
     ),
     Record(JOB_POD_RATE, _job(POD_RATE), "The same per pod, with the pod's job.", JOB_GROUP),
     Record(
