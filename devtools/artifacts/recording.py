@@ -39,11 +39,12 @@ JOB_LABELS: tuple[str, ...] = (
 INFO = "namespace_pod:gpu_job:info"
 POD_RATE = "node_namespace_pod_state:gpu_time_seconds:rate5m"
 # Each GPU's ledger rate by state, held by whom: a GPU shared by pods (time-slicing, MPS) counts through
-# its pods' shares (gpu_pod_time_seconds_total, summing to its wall time), not as one GPU of no pod
+# its pods' shares (gpu_pod_time_seconds_total), a GPU in MIG mode through its instances
+# (gpu_mig_time_seconds_total), each summing to the GPU's wall time, not as one GPU of no pod
 LEDGER_RATE = (
     "(\n    rate(gpu_time_seconds_total[${window}])\n"
-    "      unless on (instance, gpu) gpu_pod_time_seconds_total\n"
-    "  )\n  or rate(gpu_pod_time_seconds_total[${window}])"
+    "      unless on (instance, gpu) (gpu_pod_time_seconds_total or gpu_mig_time_seconds_total)\n"
+    "  )\n  or rate(gpu_pod_time_seconds_total[${window}])\n  or rate(gpu_mig_time_seconds_total[${window}])"
 )
 JOB_POD_RATE = "namespace_job_pod_state:gpu_time_seconds:rate5m"
 JOB_RATE = "namespace_job_state:gpu_time_seconds:rate5m"
