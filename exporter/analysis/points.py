@@ -9,13 +9,36 @@ All values are in base units: ratios 0-1, watts, bytes, bytes/s, hertz, celsius.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
 
 from exporter.sources.readings import GpuReading, HostReading, NvLinkReading, Sample
 
-NO_EXTRA: Mapping[str, float] = MappingProxyType({})
+
+class _NoExtra(Mapping[str, float]):
+    """The empty mapping every point without catalog signals shares, which nobody can fill; unlike a
+    MappingProxyType it pickles (replay's process pool hands points back), as the one shared instance."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key: str) -> float:
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+    def __reduce__(self) -> tuple[object, tuple[()]]:
+        return (_no_extra, ())
+
+
+def _no_extra() -> Mapping[str, float]:
+    return NO_EXTRA
+
+
+NO_EXTRA: Mapping[str, float] = _NoExtra()
 
 
 # not frozen, like the readings' samples: five to ten are made for every GPU each second, and a frozen

@@ -121,3 +121,13 @@ def test_each_point_carries_the_p2p_failures_and_the_seconds_since_the_last_sign
     assert [p.log_silent_s for p in gpu_points(reading, None, None, last_sign=None)] == [None, None]
     future = gpu_points(reading, None, None, last_sign=200.0)  # a clock step: never negative
     assert [p.log_silent_s for p in future] == [0.0, 0.0]
+
+
+def test_points_pickle_for_the_replays_process_pool():
+    """replay --prometheus judges nodes in a process pool and hands points back: they must pickle."""
+    import pickle
+
+    from exporter.analysis.points import NO_EXTRA, GpuPoint
+
+    back = pickle.loads(pickle.dumps(GpuPoint(t=1.0, util=0.5)))
+    assert back.extra is NO_EXTRA and back.util == 0.5 and not back.extra
