@@ -87,5 +87,6 @@ def test_mig_slices_are_attributed_through_nvml_mig_uuids(make_node, make_sample
     s = series(step(sampler, clock, cycles=3))
     info = {(x.labels["gpu"], x.labels["pod"], x.labels["mig_uuid"]) for x in s["gpu_pod_info"]}
     assert info == {("0", "train", ""), ("1", "nb-1", "MIG-aaa"), ("1", "nb-2", "MIG-bbb")}
-    owners = {x.labels["gpu"]: x.labels.get("pod") for x in s["gpu_utilization_ratio"]}
+    # (memory, not utilization: the driver gives no utilization of a GPU in MIG mode)
+    owners = {x.labels["gpu"]: x.labels.get("pod") for x in s["gpu_memory_used_bytes"]}
     assert owners == {"0": "train", "1": None}  # a GPU shared by two pods names none of them

@@ -17,8 +17,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from exporter.analysis.engine import Analyzer, VerdictEvent
+from exporter.analysis.mig import gpu_util, instance_point, instance_share
 from exporter.analysis.pods import gpu_owners, pod_uses, share_point, sharing_pods
 from exporter.analysis.points import GpuPoint, HostPoint, gpu_points, host_point, p2p_failures
 from exporter.analysis.result import analyze
@@ -230,6 +232,8 @@ class Sampler:
         fresh = seen is not None and reading.t - seen[0] <= SERVER_LOAD_FRESH.value
         load = (float(seen[1].running), float(seen[1].waiting)) if fresh and seen else None
         points = gpu_points(reading, prev, p2p_failed, last, load)
+        if reading.migs and all(p.util is None for p in points):  # MIG mode: no utilization of the GPU
+            points = [replace(p, util=gpu_util(reading.migs)) for p in points]
         self.analyzer.set_identity(gpu, reading.identity.name, reading.temp_slowdown_c)
         self.analyzer.add_gpu_points(gpu, points)
         for listener in self.gpu_listeners:
@@ -291,21 +295,14 @@ class Sampler:
             entities = out[index] = []
             for m in r.migs:
                 entity, ref = f"{index}/mig{m.gpu_instance}", pods.get(m.uuid)
-                share = m.slices / m.gpu_slices if m.slices and m.gpu_slices else 1 / len(r.migs)
-                self.analyzer.set_share(entity, share, LEDGER_STALE.value)
+                self.analyzer.set_share(entity, instance_share(m, len(r.migs)), LEDGER_STALE.value)
                 self.analyzer.set_group(entity, f"{ref.namespace}/{ref.pod}" if ref else entity)
                 entities.append((entity, ref.namespace if ref else "", ref.pod if ref else "", m))
             if self._mig_fed.get(index) is r:
                 continue  # not collected since
             self._mig_fed[index] = r
             for entity, _, _, m in entities:
-                point = GpuPoint(
-                    t=r.t,
-                    util=m.sm_active,
-                    mem_used_bytes=m.mem_used_bytes,
-                    mem_total_bytes=m.mem_total_bytes,
-                )
-                self.analyzer.add_gpu_points(entity, [point])
+                self.analyzer.add_gpu_points(entity, [instance_point(r.t, m)])
         now = {entity for entities in out.values() for entity, _, _, _ in entities}
         for entity in self._mig_entities - now:  # repartitioned, or MIG mode off
             self.analyzer.forget(entity)

@@ -397,6 +397,8 @@ class FakeNvmlLibrary:
         if isinstance(g, int):
             return g
         kind = _int(stype)
+        if self._migs(g) and kind != N.NVML_TOTAL_POWER_SAMPLES:
+            return N.NVML_ERROR_NOT_SUPPORTED  # in MIG mode the GPU's utilization is not offered either
         if not self.caps.samples or kind not in (
             N.NVML_GPU_UTILIZATION_SAMPLES,
             N.NVML_MEMORY_UTILIZATION_SAMPLES,
@@ -427,6 +429,8 @@ class FakeNvmlLibrary:
         g = self._gpu(handle)
         if isinstance(g, int):
             return g
+        if self._migs(g):  # "on MIG-enabled GPUs, querying device utilization rates is not supported"
+            return N.NVML_ERROR_NOT_SUPPORTED
         util = _obj(ref)
         util.gpu, util.memory = g.util, g.mem_util
         return N.NVML_SUCCESS

@@ -61,6 +61,21 @@ SCENARIOS = {
             "pod": "shared-starving",
         },
     ),
+    # GPU 0 in MIG mode (3g + 2g + 1g + 1g): the starving instance pages as itself, with its GPU instance
+    # and its pod; the busy one, the free one and the GPU page nothing (the idle one's idle_allocated needs
+    # ten minutes: longer than this test, so its ledger is checked below)
+    "mig": (
+        "mig_h100",
+        "GpuDataStarvation",
+        {
+            "gpu": "0",
+            "kind": "data_starvation",
+            "cause": "cpu",
+            "mig_instance": "3",
+            "namespace": "research",
+            "pod": "mig-starving",
+        },
+    ),
     "healthy": ("healthy", None, {}),
     # with the pods' logs read: the hung job's log stops and confirms the hang early; the same NVML
     # picture with lines flowing (an idle tensor-parallel server) pages nothing
@@ -75,7 +90,7 @@ SCENARIOS = {
         {"kind": "data_starvation", "cause": "cpu", "namespace": "ml", "pod": "vllm-llama-8b-0"},
     ),
 }
-ONLY = ("zombie", "time_slicing")  # nodes whose one fault must page nothing besides its own alert
+ONLY = ("zombie", "time_slicing", "mig")  # nodes whose one fault must page nothing besides its own alert
 SERVERS = ("serving", "vllm")  # idle servers: busy at low power now and then, which raw-signal rules report
 # on: the simulated pods' logs
 POD_LOGS = {name: ["--pod-logs", "on"] for name in ("hang_logs", "serving", "vllm", "vllm_starved")}
@@ -135,6 +150,20 @@ def test_each_failure_pages_with_its_labels_and_healthy_pages_nothing(tmp_path):
         (gpu,) = stack.query('sum(gpu_time_seconds_total{scenario="time_slicing", gpu="0"})')
         pods = sum(float(s["value"][1]) for s in shares)
         assert pods == pytest.approx(float(gpu["value"][1]), rel=0.05), (pods, gpu)
+        # the MIG instances' ledgers sum to GPU 0's wall time (every slice given out); the idle one idles
+        instances = stack.query('sum(gpu_mig_time_seconds_total{scenario="mig"}) by (mig_instance, pod)')
+        assert {(s["metric"]["mig_instance"], s["metric"].get("pod", "")) for s in instances} == {
+            ("2", "mig-busy"),
+            ("3", "mig-starving"),
+            ("9", "mig-idle"),
+            ("10", ""),
+        }
+        (gpu,) = stack.query('sum(gpu_time_seconds_total{scenario="mig", gpu="0"})')
+        total = sum(float(s["value"][1]) for s in instances)
+        assert total == pytest.approx(float(gpu["value"][1]), rel=0.05), (total, gpu)
+        idle = stack.query('sum(gpu_mig_time_seconds_total{scenario="mig", pod="mig-idle", state="idle"})')
+        held = stack.query('sum(gpu_mig_time_seconds_total{scenario="mig", pod="mig-idle"})')
+        assert float(idle[0]["value"][1]) > 0.9 * float(held[0]["value"][1])
         # the vLLM pods are judged as inference servers, as their logs say (the dashboards' workload table)
         for name in ("vllm", "vllm_starved"):
             series = stack.query(f'gpu_workload_class{{scenario="{name}"}}')

@@ -78,7 +78,8 @@ def test_utilization_is_the_gpus_alone_and_gpm_is_per_instance(make_node, clock)
             call(busy)
     with pytest.raises(pynvml.NVMLError_NotSupported):
         pynvml.nvmlDeviceGetProcessUtilization(h, 0)  # no per-process utilization in MIG mode
-    assert pynvml.nvmlDeviceGetUtilizationRates(h).gpu > 0
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        pynvml.nvmlDeviceGetUtilizationRates(h)  # nor the GPU's own, in MIG mode
     assert _sm(h, LAYOUT[0].gi, clock, 6) == pytest.approx([0.93] * 6)
     rhythm = _sm(h, LAYOUT[1].gi, clock, 12)
     assert rhythm.count(0.0) == 8 and max(rhythm) == pytest.approx(0.9)  # 2 s of every 6 computing
