@@ -17,7 +17,7 @@ BUSY, STARVING, IDLE, FREE = (str(s.gi) for s in LAYOUT)
 
 def test_each_instance_is_judged_apart_and_the_starving_one_is_named(make_node, make_sampler, clock):
     sampler, _ = make_sampler(make_node("mig_h100", n_gpus=2), pods=True)
-    snap = step(sampler, clock, cycles=240)
+    snap = step(sampler, clock, cycles=400)  # idle_allocated's five minutes of evidence, and more
     gpu = snap.gpus[0]
     assert [(m.instance, m.profile, m.pod) for m in gpu.migs] == [
         (str(s.gi), s.profile, s.pod) for s in LAYOUT
@@ -28,8 +28,8 @@ def test_each_instance_is_judged_apart_and_the_starving_one_is_named(make_node, 
     assert sum(sum(m.ledger.values()) for m in gpu.migs) == pytest.approx(wall, rel=0.03)
     assert sum(by[BUSY].ledger.values()) == pytest.approx(wall * 3 / 7, rel=0.03)
     firing = {(m.instance, k) for m in gpu.migs for k, v in m.verdicts.items() if v.firing}
-    assert (STARVING, "data_starvation") in firing
-    assert not {k for i, k in firing if i in (BUSY, FREE)}  # the busy and the free instance page nothing
+    # the starving instance, and the one holding memory with no kernels; the busy and the free one nothing
+    assert firing == {(STARVING, "data_starvation"), (IDLE, "idle_allocated")}
     assert not [k for k, v in gpu.verdicts.items() if v.firing]  # nor the GPU itself
     assert by[STARVING].verdicts["data_starvation"].cause == "cpu"
     assert by[STARVING].ledger["input_wait"] > by[STARVING].ledger["computing"]
@@ -51,6 +51,10 @@ def test_each_instance_is_judged_apart_and_the_starving_one_is_named(make_node, 
         x.labels for x in s["gpu_bottleneck"] if x.value == 1 and x.labels.get("kind") == "data_starvation"
     ]
     assert [(p["mig_instance"], p["pod"], p["cause"]) for p in pages] == [(STARVING, "mig-starving", "cpu")]
+    (idle_page,) = [
+        x.labels for x in s["gpu_bottleneck"] if x.value == 1 and x.labels["kind"] == "idle_allocated"
+    ]
+    assert (idle_page["mig_instance"], idle_page["pod"]) == (IDLE, "mig-idle")
     own, _ = own_and_runtime(series_per_family(body))
     assert own <= SERIES_BUDGET.value
 
