@@ -155,11 +155,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         wall, cpu = time.monotonic() - wall0, _cpu() - cpu0
         server_mib = peak_rss_mib(proc.pid)
+        worker_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # before the server's
     finally:
         proc.terminate()
         proc.wait(timeout=60)
     own_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    worker_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     gpu_days = args.nodes * demo.GPUS * args.days
     steps = gpu_days * DAY_S / args.step
     print(
@@ -172,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         f"({held / loaded / 1e6:.2f} M samples/s)"
     )
     print(
-        f"replay: {wall:.1f} s wall, {cpu:.1f} s CPU ({args.jobs} jobs); peak RSS {own_mib:.0f} MiB here, "
+        f"replay: {wall:.1f} s wall, {cpu:.1f} s CPU ({args.jobs} jobs; reading {seen.reading_s:.1f} s CPU, "
+        f"analysis the rest); peak RSS {own_mib:.0f} MiB here, "
         f"{worker_mib:.0f} MiB the largest worker, {server_mib:.0f} MiB VictoriaMetrics; "
         f"{seen.queries} queries, "
         f"{seen.samples:,} samples read, {len(result.stats.gpus)} GPUs, {result.stats.rows:,} rows"
@@ -194,6 +195,7 @@ def _cpu() -> float:
 
 def _keep(into: Progress, p: Progress) -> None:
     into.queries, into.samples, into.nodes_done = p.queries, p.samples, p.nodes_done
+    into.reading_s = p.reading_s
 
 
 if __name__ == "__main__":

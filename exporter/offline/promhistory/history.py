@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import os
 import statistics
+import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -83,6 +84,7 @@ class Progress:
     nodes_done: int = 0
     queries: int = 0
     samples: int = 0
+    reading_s: float = 0.0  # CPU seconds spent reading and placing the samples (workers' added)
 
 
 @dataclass
@@ -464,12 +466,15 @@ def replay_prometheus(
             for done in pool.map(judge_remote, [replace(task, node=n) for n in sorted(found.nodes)]):
                 counts.queries += done.queries
                 counts.samples += done.samples
+                progress.reading_s += done.reading_s
                 done.replay(merged, hooks)
                 progress.nodes_done += 1
                 tell()
     else:
         for node in sorted(found.nodes):
+            began = time.process_time()
             gpus, host = read_node(client, request, found, node, step)
+            progress.reading_s += time.process_time() - began
             tell()
             judge_node(merged, gpus, host, found.pod_jobs, hooks)
             progress.nodes_done += 1
@@ -503,6 +508,7 @@ class Done:
     ticks: list[tuple[float, str, str]]
     queries: int
     samples: int
+    reading_s: float  # CPU seconds the worker spent reading the node
 
     def replay(self, merged: Merged, hooks: Hooks) -> None:
         for kind, payload in self.calls:
@@ -523,8 +529,9 @@ class Done:
 def judge_remote(task: Task) -> Done:
     """A worker's part: one node read and judged, the callbacks recorded."""
     client = PromClient(task.request.url, task.request.auth, task.request.timeout_s)
+    began = time.process_time()
     gpus, host = read_node(client, task.request, task.found, task.node, task.step)
-    done = Done([], [], [], [], 0, 0)
+    done = Done([], [], [], [], 0, 0, time.process_time() - began)
     hooks = Hooks(
         on_event=lambda e: done.calls.append(("event", e)),
         on_job=lambda j: done.calls.append(("job", j)),
