@@ -170,7 +170,9 @@ def _mig() -> list[str]:
         "",
         f"The kinds whose loss is a pod's ({pod}) are judged on each instance and not on the GPU: a "
         "starving instance pages with its `mig_instance`, `namespace` and `pod`, and a busy instance beside "
-        "it hides nothing. The GPU keeps its own ledger and its own kinds.",
+        "it hides nothing. The GPU keeps its own kinds and its own ledger; the driver gives no "
+        "utilization of a GPU in MIG mode, so the GPU's ledger takes its instances' SM activity weighted by "
+        "their slices, and `gpu_utilization_ratio` is absent for it (the raw utilization rules stay silent).",
         "",
         "What cannot be seen per instance: the driver gives no utilization (samples or rates) for an "
         "instance, nor per-process utilization in MIG mode, so without GPM (before Hopper) an instance has "
