@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from exporter.analysis.mig import gpu_util, instance_point, instance_share
 from exporter.policy.thresholds import SERIES_BUDGET
 from exporter.serve.metrics import Renderer
 from exporter.sim.mig import LAYOUT
+from exporter.sources.readings import MigReading
 from tests.conftest import step
 from tests.test_series_budget import own_and_runtime, samples, series_per_family
 
@@ -69,3 +71,40 @@ def test_without_gpm_an_instance_has_memory_only_and_utilization_kinds_say_so(ma
     assert [m.pod for m in snap.gpus[0].migs] == [s.pod for s in LAYOUT]
     assert not any(v.firing for m in snap.gpus[0].migs for v in m.verdicts.values())
     assert "data_starvation" in sampler.analyzer.missing  # needs utilization.gpu: said, not guessed
+
+
+def test_an_instance_stands_for_its_slices_and_the_gpus_utilization_is_theirs_weighted():
+    busy = MigReading("MIG-a", 2, 0, "3g.40gb", 3, 7, 30 << 30, 40 << 30, sm_active=0.9)
+    idle = MigReading("MIG-b", 9, 0, "1g.10gb", 1, 7, 7 << 30, 10 << 30, sm_active=0.0)
+    blind = MigReading("MIG-c", 10, 0, "", 0, 7)  # slices unknown, no GPM
+    assert instance_share(busy, 3) == pytest.approx(3 / 7) and instance_share(blind, 3) == pytest.approx(
+        1 / 3
+    )
+    assert gpu_util([busy, idle]) == pytest.approx(0.9 * 3 / 7)
+    assert gpu_util([blind]) is None  # nothing known: no utilization is made up
+    point = instance_point(5.0, busy)
+    assert (point.util, point.mem_used_bytes, point.mem_total_bytes) == (0.9, 30 << 30, 40 << 30)
+    assert point.power_w is None and point.temp_c is None and point.sm_clock_hz is None  # the GPU's
+
+
+def test_the_source_reads_each_instance_and_nothing_when_mig_mode_is_off(make_node, clock):
+    from exporter.sources.errors import ErrorCounter
+    from exporter.sources.nvml import NvmlSource
+
+    node = make_node("mig_h100", n_gpus=2)
+    source = NvmlSource(node.install(), ErrorCounter(), clock=clock)
+    mig, plain = source.open()
+    readings = []
+    for _ in range(3):
+        clock.advance(1.0)
+        readings.append(source.collect(mig))
+    first, last = readings[0], readings[-1]
+    assert [(m.gpu_instance, m.profile, m.slices, m.gpu_slices) for m in last.migs] == [
+        (s.gi, s.profile, s.slices, 7) for s in LAYOUT
+    ]
+    assert [m.mem_used_bytes for m in last.migs] == [s.mem_held for s in LAYOUT]
+    assert all(m.sm_active is None for m in first.migs)  # GPM needs two samples: from the second read
+    assert last.migs[0].sm_active == pytest.approx(0.93) and last.util is None  # no utilization in MIG mode
+    assert last.mig_uuids == tuple(m.uuid for m in last.migs)
+    assert source.collect(plain).migs == ()
+    source.close([mig, plain])
