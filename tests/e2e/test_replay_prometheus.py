@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from exporter.offline.promhistory import agreement, export, names
-from exporter.offline.promhistory.history import Request, replay_prometheus
+from exporter.offline.promhistory.client import PromClient
+from exporter.offline.promhistory.history import Request, discover, replay_prometheus
 from exporter.offline.promhistory.resolution import silenced
 from exporter.offline.replay import replay
 from exporter.offline.traces import TraceReader
@@ -196,6 +197,9 @@ def test_victoria_metrics_export_reads_what_a_query_reads_and_prometheus_too(loa
         read = result.fleet["read"] if result.fleet else {}
         return result.stats.rows, result.ledger, episodes, read.get("samples")
 
+    for url, exports in ((loaded.victoria, True), (loaded.prometheus, False)):
+        request = Request(url, start, end, selector=selector)
+        assert discover(PromClient(url), request).export is exports
     exported = read(loaded.victoria, None)  # found by itself: VictoriaMetrics exports
     assert exported == read(loaded.victoria, False)
     # the node's rates are range queries, whose edges each server draws its own way: the samples read

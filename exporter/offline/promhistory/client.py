@@ -182,12 +182,21 @@ class PromClient:
 
     def has_export(self, match: str, at: float) -> bool:
         """Whether the server exports raw samples (VictoriaMetrics' /api/v1/export; Prometheus has no
-        such path and answers 404)."""
+        such path and answers 404): an answer of JSON lines of series, or none (a proxy's page is not)."""
         try:
-            self._request("/api/v1/export", [("match[]", match), ("start", _ts(at)), ("end", _ts(at))], False)
+            body = self._request(
+                "/api/v1/export", [("match[]", match), ("start", _ts(at - 1)), ("end", _ts(at))], False
+            )
         except PromError:
             return False
-        return True
+        first = body.strip().split(b"\n", 1)[0]
+        if not first:
+            return True
+        try:
+            line = json.loads(first)
+        except ValueError:
+            return False
+        return isinstance(line, dict) and "metric" in line
 
     def raw(self, selector: str, start: float, end: float, span_s: float, export: bool = False) -> list[Raw]:
         """The raw samples of ``selector`` in ``(start, end]``, per series (sorted by their labels, as
