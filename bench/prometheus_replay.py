@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -32,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from exporter.offline.promhistory import export, names
-from exporter.offline.promhistory.history import Progress, Request, replay_prometheus
+from exporter.offline.promhistory.history import Progress, Request, cores, replay_prometheus
 from scripts import demo_prometheus as demo
 from scripts.stack import free_port, tool, wait_http
 
@@ -135,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=10)
     parser.add_argument("--days", type=float, default=7.0)
     parser.add_argument("--step", type=float, default=30.0)
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--jobs", type=int, default=cores())
     parser.add_argument("--signals", choices=("five", "all"), default="five")
     args = parser.parse_args(argv)
     end = float(int(time.time()) // 3600 * 3600 - 3600)

@@ -459,7 +459,7 @@ def replay_prometheus(
     hooks = Hooks(on_event, on_job, on_row, on_tick)
     fmt = "prometheus: " + ", ".join(found.schemes)
     merged = Merged(_label(request.url), step, fmt, request.start, prices, workload)
-    jobs = min(request.jobs or os.cpu_count() or 1, len(found.nodes))
+    jobs = min(request.jobs or cores(), len(found.nodes))
     if jobs > 1:
         task = Task(request, found, "", step, fmt, prices, workload, on_row is not None, on_tick is not None)
         with ProcessPoolExecutor(jobs) as pool:
@@ -480,6 +480,13 @@ def replay_prometheus(
             progress.nodes_done += 1
             tell()
     return merged.result({"queries": counts.queries, "samples": counts.samples})
+
+
+def cores() -> int:
+    """The cores this process may run on (a container's CPU set, not the host's count)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
 
 
 @dataclass
