@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -158,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+        shutil.rmtree(work, ignore_errors=True)  # the server's storage: hundreds of MiB at full size
     own_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     gpu_days = args.nodes * demo.GPUS * args.days
     steps = gpu_days * DAY_S / args.step
