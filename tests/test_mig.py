@@ -108,3 +108,19 @@ def test_the_source_reads_each_instance_and_nothing_when_mig_mode_is_off(make_no
     assert last.mig_uuids == tuple(m.uuid for m in last.migs)
     assert source.collect(plain).migs == ()
     source.close([mig, plain])
+
+
+def test_a_failed_read_keeps_the_instances_ledgers(make_node, make_sampler, clock):
+    import pynvml
+
+    node = make_node("mig_h100", n_gpus=1)
+    sampler, _ = make_sampler(node, pods=True)
+    step(sampler, clock, cycles=20)
+    before = sum(sampler.analyzer.ledger("0/mig2").totals.values())
+    node.faults.add("*", pynvml.NVML_ERROR_UNKNOWN, gpu=0)  # every read of GPU 0 fails: no reading
+    down = step(sampler, clock, cycles=3)
+    node.faults.clear()
+    step(sampler, clock, cycles=5)
+    assert not down.gpus[0].up and [m.instance for m in step(sampler, clock).gpus[0].migs]
+    assert "0/mig2" in sampler.analyzer.gpus()
+    assert sum(sampler.analyzer.ledger("0/mig2").totals.values()) > before

@@ -75,6 +75,7 @@ class Sampler:
         self._entities: set[str] = set()
         self._mig_fed: dict[int, object] = {}  # GPU -> the reading its MIG instances were last fed from
         self._mig_entities: set[str] = set()
+        self._mig_last: dict[int, list[tuple[str, str, str, MigReading]]] = {}  # the last cycle's instances
         self._snapshot, self._seq, self._ready = EMPTY_SNAPSHOT, 0, False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -288,6 +289,11 @@ class Sampler:
         out: dict[int, list[tuple[str, str, str, MigReading]]] = {}
         for index, slot in slots.items():
             r = slot.reading  # type: ignore[attr-defined]
+            if r is None and index in self._mig_last:
+                out[index] = self._mig_last[
+                    index
+                ]  # a failed read (no reading): its instances stay as they were
+                continue
             if r is None or not r.migs:
                 continue
             self.analyzer.set_split(str(index), True)
@@ -306,7 +312,7 @@ class Sampler:
         now = {entity for entities in out.values() for entity, _, _, _ in entities}
         for entity in self._mig_entities - now:  # repartitioned, or MIG mode off
             self.analyzer.forget(entity)
-        self._mig_entities = now
+        self._mig_entities, self._mig_last = now, out
         return out
 
     def _publish(self) -> Snapshot:
