@@ -99,3 +99,20 @@ def test_a_pod_that_leaves_takes_its_share_with_it(make_node, make_sampler, cloc
     assert [s.pod for s in snap.gpus[0].shares] == ["shared-busy-a", STARVING]
     assert "0/research/shared-busy-b" not in sampler.analyzer.gpus()
     assert sampler.analyzer.ledger("0/research/shared-busy-a").share == 0.5
+
+
+def test_a_failed_read_keeps_the_pods_shares_and_their_ledgers(make_node, make_sampler, clock):
+    import pynvml
+
+    node = make_node("time_slicing")
+    sampler, _ = make_sampler(node, pods=True)
+    step(sampler, clock, cycles=30)
+    entity = f"0/research/{STARVING}"
+    before = sum(sampler.analyzer.ledger(entity).totals.values())
+    assert before > 0
+    node.faults.add("*", pynvml.NVML_ERROR_UNKNOWN, gpu=0)  # every read of GPU 0 fails: no reading
+    down = step(sampler, clock, cycles=3)
+    assert not down.gpus[0].up and entity in sampler.analyzer.gpus()
+    node.faults.clear()
+    step(sampler, clock, cycles=15)
+    assert sum(sampler.analyzer.ledger(entity).totals.values()) > before  # went on, not started again

@@ -73,6 +73,7 @@ class Sampler:
         self._fed: dict[int, object] = {}  # GPU -> the processes reading its pods were last fed from
         self._waited: dict[int, object] = {}  # GPU -> a reading held back a cycle for its owners
         self._entities: set[str] = set()
+        self._split_pods: dict[int, list[tuple[str, str]]] = {}  # GPU -> the pods it was split among
         self._mig_fed: dict[int, object] = {}  # GPU -> the reading its MIG instances were last fed from
         self._mig_entities: set[str] = set()
         self._mig_last: dict[int, list[tuple[str, str, str, MigReading]]] = {}  # the last cycle's instances
@@ -258,13 +259,21 @@ class Sampler:
                 self._per_process.add(index)
             pods = sharing_pods(held.get(index, ()))
             split = len(pods) >= 2 and owners is not None and procs is not None and index in self._per_process
-            self.analyzer.set_split(str(index), split)
-            if not split:
+            # a read that failed this cycle (the GPU's, or the owners') keeps the split it had, unfed:
+            # the pods' ledgers go on rather than start again from zero
+            unread = r is None or procs is None or owners is None
+            kept = unread and len(pods) >= 2 and self._split_pods.get(index) == pods
+            self.analyzer.set_split(str(index), split or kept)
+            if not (split or kept):
+                self._split_pods.pop(index, None)
                 continue
+            self._split_pods[index] = pods
             entities = out[index] = [(f"{index}/{ns}/{pod}", ns, pod) for ns, pod in pods]
             for entity, ns, pod in entities:
                 self.analyzer.set_share(entity, 1 / len(pods), stale_s)
                 self.analyzer.set_group(entity, f"{ns}/{pod}")
+            if kept:
+                continue
             if procs is self._fed.get(index):
                 continue  # no new processes read since
             if any(p.pid not in owners for p in procs) and self._waited.get(index) is not procs:
