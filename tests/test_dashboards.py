@@ -322,3 +322,22 @@ def test_job_view_puts_the_pods_gpus_side_by_side():
         target = panes[title]["targets"][0]
         assert 'namespace="$namespace", pod=~"$pod"' in target["expr"]
         assert "{{node}}" in target["legendFormat"] and "{{gpu}}" in target["legendFormat"]
+
+
+@pytest.mark.parametrize(
+    ("path", "selector"),
+    [
+        ("dashboards/gpu-bottleneck-node.json", 'node="$node", gpu=~"$gpu"'),
+        ("dashboards/gpu-bottleneck-job.json", 'namespace="$namespace", pod=~"$pod"'),
+    ],
+)
+def test_shared_gpus_get_a_row_per_pod_and_mig_instance(path, selector):
+    table = by_title(load(path))["Shared GPUs: each pod's and MIG instance's time"]
+    assert table["type"] == "table"
+    (target,) = table["targets"]
+    assert target["instant"] and target["format"] == "table"
+    for metric in ("gpu_pod_time_seconds_total", "gpu_mig_time_seconds_total"):
+        assert f'increase({metric}{{{selector}, state!="free"}}[$__range])' in target["expr"]
+    assert "by (node, gpu, namespace, pod, mig_instance, mig_profile)" in target["expr"]
+    # a pod or instance that lost nothing reads 0, not a missing row
+    assert target["expr"].count("* 0") == 2

@@ -891,6 +891,7 @@ def node_panels(s: Scope) -> list[Item]:
         ),
         Custom(lambda: _workload_table(s), (24, 6)),
         Custom(lambda: _process_table(s), (24, 6)),
+        Custom(lambda: _shares_table(s), (24, 6)),
         Row("Utilization"),
         utilization(
             s,
@@ -1142,6 +1143,7 @@ def job_panels(s: Scope) -> list[Item]:
             (14, 9),
         ),
         Custom(lambda: _workload_table(s), (24, 6)),
+        Custom(lambda: _shares_table(s), (24, 6)),
         Spec(
             "shares",
             "Where the job's GPU time goes",
@@ -1278,6 +1280,40 @@ def _process_table(s: Scope) -> table.Panel:
         "bytes",
         ("uuid",),
         {"Value": "memory"},
+    )
+
+
+SHARE_METRICS = ("gpu_pod_time_seconds_total", "gpu_mig_time_seconds_total")  # a pod's share, an instance
+SHARE_BY = "node, gpu, namespace, pod, mig_instance, mig_profile"
+
+
+def shares_lost(selector: str) -> str:
+    """Per pod sharing a GPU (time-slicing, MPS) and per MIG instance, the share of its held time over
+    the dashboard's range not spent computing (free time, an instance no pod holds, left out)."""
+
+    def seconds(metric: str, states: str) -> str:
+        return f"sum by ({SHARE_BY}) (increase({metric}{{{selector}, {states}}}[$__range]))"
+
+    losses, held = f'state=~"{LOSS_STATES}"', 'state!="free"'
+    # an entity that lost nothing has no series of a lost state: 0, not a missing row
+    lost = [f"{seconds(m, losses)} / {seconds(m, held)}\nor {seconds(m, held)} * 0" for m in SHARE_METRICS]
+    return "\nor\n".join(f"({q})" for q in lost)
+
+
+def _shares_table(s: Scope) -> table.Panel:
+    """Each pod's share of a shared GPU and each MIG instance: the part of its time it lost."""
+    return _instant_table(
+        "Shared GPUs: each pod's and MIG instance's time",
+        "On a GPU pods share (time-slicing replicas, MPS), each pod's own ledger; on a GPU in MIG mode, "
+        "each instance's (mig_instance, mig_profile, the pod holding it): the share of its held time over "
+        "the dashboard's range not spent computing (waiting for input, stalled, idle...). The verdicts "
+        "data_starvation and idle_allocated are judged on these, not on the whole GPU. Empty where no "
+        "GPU is shared or in MIG mode; a time-sliced pod's share needs the exporter's process owners "
+        "(hostPID).",
+        shares_lost(s.sel),
+        "percentunit",
+        (),
+        {"Value": "time lost"},
     )
 
 

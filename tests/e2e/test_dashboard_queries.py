@@ -20,6 +20,7 @@ SCENARIOS = {
     "sim-hang": "comm_hang",
     "sim-thermal": "thermal_throttle:gpus=1",
     "sim-shm": "shm_exhaustion:fill=40,shm_gib=16",
+    "sim-shared": "time_slicing",  # the shared-GPU table: a pod's share (the MIG rows are the same query)
 }
 RATE_INTERVAL = "30s"  # what Grafana would pick for a short range at a 1 s scrape interval
 RANGE = "3600s"  # $__range as Grafana writes it for Prometheus on a one-hour dashboard
