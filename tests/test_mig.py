@@ -57,6 +57,10 @@ def test_each_instance_is_judged_apart_and_the_starving_one_is_named(make_node, 
         x.labels for x in s["gpu_bottleneck"] if x.value == 1 and x.labels["kind"] == "idle_allocated"
     ]
     assert (idle_page["mig_instance"], idle_page["pod"]) == (IDLE, "mig-idle")
+    # what holds it: the instance's pod's process, named on the verdict's own labels for the alert's join
+    (holder,) = [x.labels for x in s["gpu_holder_info"]]
+    assert (holder["gpu"], holder["mig_instance"], holder["pod"]) == ("0", IDLE, "mig-idle")
+    assert holder["pid"].isdigit() and holder["command"]
     own, _ = own_and_runtime(series_per_family(body))
     assert own <= SERIES_BUDGET.value
 

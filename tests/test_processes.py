@@ -117,3 +117,20 @@ def test_each_generation_of_pods_is_owned_by_the_pod_holding_the_gpu_now(make_no
         assert shown <= now | before, (shown, now, before)
         assert _unowned(snap) == []
         before = now
+
+
+def test_an_idle_gpu_names_the_process_holding_its_memory(make_node, make_sampler, clock):
+    import dataclasses
+
+    from exporter.analysis.engine import KindState
+
+    sampler, _ = make_sampler(make_node("healthy"), pods=True)
+    snap = step(sampler, clock, cycles=15)
+    assert "gpu_holder_info" not in samples(Renderer().render(snap)[0])  # nothing idle: nothing named
+    idle = {"idle_allocated": KindState(1.0, True)}
+    gpus = tuple(dataclasses.replace(g, verdicts=idle) if g.index == 2 else g for g in snap.gpus)
+    body, _ = Renderer().render(dataclasses.replace(snap, gpus=gpus))
+    (holder,) = [s.labels for s in samples(body)["gpu_holder_info"]]
+    # on the verdict's own labels (the pod holding the GPU), the largest process's host PID and command
+    assert (holder["gpu"], holder["pod"], holder["pid"]) == ("2", "llm-train-0", str(4242 + 10 * 2))
+    assert holder["command"]

@@ -74,6 +74,15 @@ class AlertText:
     cause: str = ""  # page only for this cause of the kind
 
 
+# the process holding an idle GPU's memory, from the exporter's gpu_holder_info on the verdict's own labels
+# (a pod's share and a MIG instance have theirs); nothing is said where it is not known
+HOLDER_TEXT = (
+    '{{ with printf "gpu_holder_info{instance=%q, gpu=%q, mig_instance=%q, pod=%q}" $labels.instance '
+    "$labels.gpu $labels.mig_instance $labels.pod | query }}{{ with . | first }} Its memory is held by "
+    "process {{ .Labels.pid }} ({{ .Labels.command }}).{{ end }}{{ end }}"
+)
+
+
 @dataclass(frozen=True)
 class Shared:
     """How long a job-wide verdict must hold, and the cause it carries, in one case of how it is shared."""
@@ -368,7 +377,7 @@ _ALL = (
             + _minutes(IDLE_AFTER, ALERT_POLICIES[IDLE_ALERT].for_)
             + ' minutes{{ if eq $labels.cause "no_requests" }}: an inference server with no requests (idle '
             'serving capacity){{ else if eq $labels.cause "notebook" }}: a notebook session waiting for its '
-            "user{{ end }}.",
+            "user{{ end }}." + HOLDER_TEXT,
         ),
         score="idle time over five minutes",
         scope="pod",

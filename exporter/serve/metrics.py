@@ -280,6 +280,39 @@ def _gpu_workload(fams: _Families, view: GpuView, base: Labels, detail: frozense
 def _gpu_verdicts(fams: _Families, view: GpuView, base: Labels, detail: frozenset[str]) -> None:
     """One series per verdict kind, with its cause; their scores with ``--detail scores``."""
     _verdicts(fams, view.verdicts, base, detail)
+    _holder(fams, view, view.verdicts, base, None)
+
+
+HOLDER = "gpu_holder_info"
+HOLDER_HELP = (
+    "While idle_allocated holds (on the GPU, a pod's share of it or a MIG instance): the process holding "
+    "the most of its memory, by pid and command; one series per such verdict."
+)
+
+
+def _holder(
+    fams: _Families,
+    view: GpuView,
+    verdicts: Mapping[str, KindState],
+    entity: Labels,
+    pod: tuple[str, str] | None,
+) -> None:
+    """Names what holds an idle GPU's memory: the largest process on it (of ``pod`` only, for a pod's
+    share or a MIG instance), with the entity's labels so the alert can join on them. Nothing while the
+    verdict does not hold or no process is known (the processes source off or down)."""
+    state = verdicts.get("idle_allocated")
+    if state is None or not state.firing:
+        return
+    found = [
+        v
+        for v in view.processes.processes
+        if pod is None or (v.owner is not None and (v.owner.namespace, v.owner.pod) == pod)
+    ]
+    if not found:
+        return
+    top = max(found, key=lambda v: v.process.used_bytes or 0)
+    command = top.owner.command if top.owner is not None else ""
+    fams.gauge(HOLDER, HOLDER_HELP).add(entity | labels(pid=str(top.process.pid), command=command), 1)
 
 
 def _verdicts(
@@ -309,6 +342,7 @@ def _gpu_shares(fams: _Families, view: GpuView, base: Labels, detail: frozenset[
             if seconds > 0:  # as gpu_time_seconds: a state appears with its first second
                 time_fam.add(pod | {"state": state}, round(seconds, 3))
         _verdicts(fams, share.verdicts, pod, detail)
+        _holder(fams, view, share.verdicts, pod, (share.namespace, share.pod))
 
 
 def _gpu_migs(fams: _Families, view: GpuView, base: Labels, detail: frozenset[str]) -> None:
@@ -332,7 +366,10 @@ def _gpu_migs(fams: _Families, view: GpuView, base: Labels, detail: frozenset[st
         for state, seconds in m.ledger.items():
             if seconds > 0:
                 time_fam.add(inst | {"state": state}, round(seconds, 3))
-        _verdicts(fams, m.verdicts, {k: v for k, v in inst.items() if k != "mig_profile"}, detail)
+        entity = {k: v for k, v in inst.items() if k != "mig_profile"}
+        _verdicts(fams, m.verdicts, entity, detail)
+        if m.pod:  # a free instance holds nothing of a pod's
+            _holder(fams, view, m.verdicts, entity, (m.namespace, m.pod))
 
 
 def _gpu_windows(fams: _Families, view: GpuView, base: Labels, detail: frozenset[str]) -> None:
