@@ -3,6 +3,8 @@ deleted pod left a process behind (zombie_process) and over a healthy one."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from exporter.analysis.processes import attribute, holders
@@ -31,6 +33,11 @@ def _owner(pid: int, pod: tuple[str, str] = TRAIN, container: str = "c" * 64, st
         (_owner(1, ("", "")), ""),  # a container whose pod nothing names: not judged
         (_owner(1, ("ml", "gone-0"), start=1001.0), ""),  # younger than the kubelet's answer
         (None, ""),  # gone from /proc
+        # the node's MPS server: its context serves the pods' clients, on the host or in a daemon's pod
+        (ProcessOwner(1, "/usr/bin/nvidia-cuda-mps-server", start_t=900.0), ""),
+        (ProcessOwner(1, "nvidia-cuda-mps", start_t=900.0), ""),  # the kernel's name: no cmdline
+        (dataclasses.replace(_owner(1, ("nvidia", "mps-daemon")), command="nvidia-cuda-mps-server -d"), ""),
+        (ProcessOwner(1, "python nvidia-cuda-mps-server.py", start_t=900.0), "host"),  # not its command
     ],
 )
 def test_a_process_is_owned_by_the_pod_holding_its_gpu(owner, verdict):
@@ -120,8 +127,6 @@ def test_each_generation_of_pods_is_owned_by_the_pod_holding_the_gpu_now(make_no
 
 
 def test_an_idle_gpu_names_the_process_holding_its_memory(make_node, make_sampler, clock):
-    import dataclasses
-
     from exporter.analysis.engine import KindState
 
     sampler, _ = make_sampler(make_node("healthy"), pods=True)

@@ -10,7 +10,7 @@ import pytest
 
 from exporter.analysis.pods import PodUse, gpu_owners, pod_uses, share_point, sharing_pods
 from exporter.policy.thresholds import SERIES_BUDGET
-from exporter.serve.metrics import Renderer
+from exporter.serve.metrics import UNOWNED, Renderer
 from exporter.sources.kubelet import Assignment, PodRef
 from exporter.sources.processes import ProcessOwner
 from exporter.sources.readings import GpuProcess
@@ -54,10 +54,15 @@ def test_a_pods_point_is_its_use_of_its_own_slice():
     assert point.power_w is None and point.temp_c is None and point.sm_clock_hz is None
 
 
-def test_each_pod_gets_its_share_and_the_starving_one_is_named(make_node, make_sampler, clock):
-    sampler, _ = make_sampler(make_node("time_slicing"), pods=True)
+@pytest.mark.parametrize("scenario", ["time_slicing", "mps"])
+def test_each_pod_gets_its_share_and_the_starving_one_is_named(make_node, make_sampler, clock, scenario):
+    sampler, _ = make_sampler(make_node(scenario), pods=True)
     snap = step(sampler, clock, cycles=240)
     gpu = snap.gpus[0]
+    if scenario == "mps":  # the pods' processes are the MPS server's clients; the server is the node's
+        kinds = {v.owner.pod or v.owner.command: v.process.kind for v in gpu.processes.processes if v.owner}
+        assert kinds == {"nvidia-cuda-mps-server": "compute", **dict.fromkeys((*BUSY, STARVING), "mps")}
+        assert not [v for v in gpu.processes.processes if v.unowned]  # the server's memory is not nobody's
     assert [s.pod for s in gpu.shares] == [*BUSY, STARVING]
     wall = sum(gpu.ledger.values())
     assert sum(sum(s.ledger.values()) for s in gpu.shares) == pytest.approx(wall, rel=0.03)
@@ -75,6 +80,7 @@ def test_each_pod_gets_its_share_and_the_starving_one_is_named(make_node, make_s
         pods[x.labels["pod"]] = pods.get(x.labels["pod"], 0.0) + x.value
     ledger = sum(x.value for x in s["gpu_time_seconds_total"] if x.labels["gpu"] == "0")
     assert set(pods) == {*BUSY, STARVING} and sum(pods.values()) == pytest.approx(ledger, rel=0.03)
+    assert UNOWNED not in s  # nor for the MPS server
     (page,) = [x.labels for x in s["gpu_bottleneck"] if x.value == 1]
     assert (page["kind"], page["namespace"], page["pod"], page["cause"]) == (
         "data_starvation",
@@ -116,3 +122,26 @@ def test_a_failed_read_keeps_the_pods_shares_and_their_ledgers(make_node, make_s
     node.faults.clear()
     step(sampler, clock, cycles=15)
     assert sum(sampler.analyzer.ledger(entity).totals.values()) > before  # went on, not started again
+
+
+def test_mps_that_books_the_kernels_to_its_server_leaves_the_gpu_whole(make_node, make_sampler, clock):
+    """A driver that samples the MPS server, not its clients (MPS before Volta): every pod would read
+    idle, so the GPU is not split, then or later (a read with no kernel at all does not split it again)."""
+    node = make_node("mps", n_gpus=2)
+    listed = node.model.processes
+
+    def to_server(g):
+        procs = listed(g)
+        if not g.mps:
+            return procs
+        server, *clients = procs
+        return [server._replace(sm_share=1.0), *(c._replace(sm_share=0.0) for c in clients)]
+
+    node.model.processes = to_server
+    sampler, _ = make_sampler(node, pods=True)
+    snap = step(sampler, clock, cycles=30)
+    assert snap.gpus[0].shares == ()
+    node.model.processes = listed
+    assert step(sampler, clock, cycles=30).gpus[0].shares == ()
+    fresh, _ = make_sampler(node, pods=True)  # with the clients sampled apart, it is split
+    assert [s.pod for s in step(fresh, clock, cycles=30).gpus[0].shares] == [*BUSY, STARVING]

@@ -150,6 +150,20 @@ def _shared() -> list[str]:
         "slice (the time it takes from the others is theirs to lose). A GPU whose driver gives no "
         "per-process utilization, or whose processes the host's `/proc` cannot place, is judged as one GPU.",
         "",
+        "Under MPS the pods' processes are the MPS server's clients: the driver lists them apart "
+        "(`nvmlDeviceGetMPSComputeRunningProcesses`, `kind` `mps` under `--detail processes`) and, from "
+        "Volta on, samples each client's utilization apart, so the split is the same as under "
+        "time-slicing (the simulator's `mps` scenario). A driver that books the clients' kernels to the "
+        "server instead (MPS before Volta) gives no pod any SM time, and every pod would read idle: once "
+        "the server is seen with SM time of its own, the GPU is judged as one GPU while the exporter runs. "
+        "The server itself, `nvidia-cuda-mps-server`, holds a context on "
+        "each GPU it serves and is listed as a compute process of no pod: it is the node's daemon, not "
+        "memory nobody owns. It is recognised by its command (the first word of its command line, any "
+        "path, or the kernel's name `nvidia-cuda-mps` where the command line is empty), on the host or in "
+        "the device plugin's MPS daemon pod, and is never reported as `gpu_memory_unowned_bytes`; its "
+        "memory counts in `gpu_pod_process_memory_bytes` under its daemon's pod, or under none on the "
+        "host.",
+        "",
     ]
 
 

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from exporter.analysis.points import GpuPoint
+from exporter.analysis.processes import mps_server
 from exporter.policy.thresholds import SHM_DEFAULT_BYTES
 from exporter.sources.kubelet import Assignment, PodRef
 from exporter.sources.processes import ProcessOwner
@@ -84,6 +85,17 @@ def pod_uses(
             acc[0] += p.sm_util or 0.0  # no sample since the last read: no kernel ran
             acc[1] += p.used_bytes or 0
     return [PodUse(ns, pod, sm, int(mem)) for (ns, pod), (sm, mem) in sums.items()]
+
+
+def booked_to_server(processes: Iterable[GpuProcess], owners: Mapping[int, ProcessOwner]) -> bool:
+    """Whether the driver books kernels to the MPS server rather than to its clients (MPS before Volta):
+    the server, a process of no pod, has SM time of its own. The pods' shares cannot be told apart then
+    (each would read idle): the GPU is judged as one."""
+    for p in processes:
+        owner = owners.get(p.pid)
+        if (p.sm_util or 0.0) > 0.0 and owner is not None and mps_server(owner.command):
+            return True
+    return False
 
 
 def share_point(t: float, use: PodUse, pods: int, mem_total: float | None) -> GpuPoint:

@@ -9,6 +9,12 @@ lives on; a pod that uses a GPU it was never given reads the same, as the kubele
 names only the pods holding devices), or it runs in no container (``host``). A process
 whose container names no pod the exporter could find is not judged. A GPU whose memory stays above the
 idle line while the driver lists no process at all is held by nobody (``no_process``).
+
+The node's MPS server (``nvidia-cuda-mps-server``, started by the MPS control daemon, on the host or in
+the device plugin's own pod) holds a context on each GPU it serves and is listed as a compute process;
+its clients, the pods' processes, are the driver's MPS list. It is the node's, not memory nobody owns:
+it is recognised by its command (the first word of its command line, or the kernel's 15-character name
+``nvidia-cuda-mps`` where the command line is empty) and never judged.
 """
 
 from __future__ import annotations
@@ -22,6 +28,14 @@ from exporter.sources.processes import ProcessOwner
 from exporter.sources.readings import GpuProcess
 
 REPLICA = "::"  # the device plugin's time-slicing replicas: <uuid>::<n>
+# the MPS server's command, and its name as the kernel keeps it (15 characters) where the cmdline is empty
+MPS_SERVER_COMMANDS = frozenset({"nvidia-cuda-mps-server", "nvidia-cuda-mps"})
+
+
+def mps_server(command: str) -> bool:
+    """Whether a process's command is the node's MPS server (any path to it, any arguments)."""
+    first = command.split(" ", 1)[0]
+    return first.rsplit("/", 1)[-1] in MPS_SERVER_COMMANDS
 
 
 @dataclass(frozen=True)
@@ -81,6 +95,8 @@ def _verdict(
         return ""
     if owner.start_t is not None and owner.start_t > assignment_t:
         return ""  # younger than the kubelet's answer: its pod may not be in it yet
+    if mps_server(owner.command):
+        return ""  # the node's MPS server: its context serves the pods' clients
     if not owner.container_id:
         return "host"
     if not owner.pod:

@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from exporter.analysis.engine import Analyzer, VerdictEvent
 from exporter.analysis.mig import gpu_util, instance_point, instance_share
-from exporter.analysis.pods import gpu_owners, pod_uses, share_point, sharing_pods
+from exporter.analysis.pods import booked_to_server, gpu_owners, pod_uses, share_point, sharing_pods
 from exporter.analysis.points import GpuPoint, HostPoint, gpu_points, host_point, p2p_failures
 from exporter.analysis.result import analyze
 from exporter.analysis.workload import Workload
@@ -70,6 +70,7 @@ class Sampler:
         # GPUs shared by pods (time-slicing, MPS): each pod's share is an entity of the analysis, fed from
         # the processes' slow reads (see _split)
         self._per_process: set[int] = set()  # GPUs whose driver has given per-process utilization
+        self._server_booked: set[int] = set()  # GPUs whose MPS server had SM time of its own
         self._fed: dict[int, object] = {}  # GPU -> the processes reading its pods were last fed from
         self._waited: dict[int, object] = {}  # GPU -> a reading held back a cycle for its owners
         self._entities: set[str] = set()
@@ -258,7 +259,10 @@ class Sampler:
             if procs and any(p.sm_util is not None for p in procs):
                 self._per_process.add(index)
             pods = sharing_pods(held.get(index, ()))
+            if procs and owners is not None and booked_to_server(procs, owners):
+                self._server_booked.add(index)  # MPS before Volta: the clients' kernels are the server's
             split = len(pods) >= 2 and owners is not None and procs is not None and index in self._per_process
+            split = split and index not in self._server_booked  # judged as one GPU from then on
             # a read that failed this cycle (the GPU's, or the owners') keeps the split it had, unfed:
             # the pods' ledgers go on rather than start again from zero
             unread = r is None or procs is None or owners is None

@@ -16,7 +16,7 @@ from exporter.sim.faults import Fault, FaultPlan
 from exporter.sim.hostfs import SimHost
 from exporter.sim.kubelet import KubeletProcess, SimKubelet, SimPod
 from exporter.sim.mig import LAYOUT, MIG_H100, mig_uuid
-from exporter.sim.physics import SLICES, TIME_SLICING, BoardSpec, NodeModel
+from exporter.sim.physics import SHARED_SCENARIOS, SLICES, BoardSpec, NodeModel
 from exporter.sim.podlogs import SimPodLogs
 from exporter.sim.scenarios import Scenario, ScenarioError, parse_scenario, scenario_names
 
@@ -236,9 +236,9 @@ def _mig_pods(model: NodeModel, gpu: int | None, generation: int) -> list[SimPod
 
 
 def _sliced(model: NodeModel) -> int | None:
-    """The GPU the pods of time_slicing share (its first affected GPU); None in other scenarios."""
+    """The GPU the pods of time_slicing (or mps) share (its first affected GPU); None in other scenarios."""
     sc = model.timeline[0][1]
-    return sc.affected(model.n_gpus)[0] if sc.name == TIME_SLICING else None
+    return sc.affected(model.n_gpus)[0] if sc.name in SHARED_SCENARIOS else None
 
 
 def _sharing_pods(model: NodeModel, gpu: int | None, generation: int) -> list[SimPod]:

@@ -95,7 +95,7 @@ class SimHost:
             self.model.advance()
             h = self.model.host
             xids = list(self.model.xid_events)
-            procs = {p.pid: (g, p.pod) for g in self.model.gpus for p in self.model.processes(g)}
+            procs = {p.pid: (g, p.pod, p.command) for g in self.model.gpus for p in self.model.processes(g)}
             stat = self._stat(h.jiffies, self._btime())
             diskstats = self._diskstats(h.disk_read_bytes, h.disk_write_bytes)
             pressure = {
@@ -123,13 +123,16 @@ class SimHost:
         """A pod by name: the one a process on a GPU pods share runs in."""
         return next((pod for pod in self.pods if pod.name == name), None)
 
-    def _write_processes(self, procs: dict[int, tuple[object, str]]) -> None:
+    def _write_processes(self, procs: dict[int, tuple[object, str, str]]) -> None:
         """/proc/PID/{cgroup,cmdline,comm,stat} of the GPU processes: cgroup v2 under the systemd driver, as
         containerd writes a Guaranteed pod's container; rewritten only when a process or its pod changes."""
         cgroups = {}
-        for pid, (g, name) in procs.items():
+        commands = {pid: command for pid, (_, _, command) in procs.items() if command}
+        for pid, (g, name, command) in procs.items():
             pod = self._pod(name) if name else self._owner(g.uuid)  # type: ignore[attr-defined]
-            if pod is None:
+            if command:  # a daemon of the node's (the MPS server): its systemd service
+                cgroups[pid] = f"0::/system.slice/{command}.service\n"
+            elif pod is None:
                 cgroups[pid] = "0::/system.slice/gpu-burn.service\n"
             else:
                 slice_ = f"kubepods-pod{pod.uid.replace('-', '_')}.slice"
@@ -144,13 +147,18 @@ class SimHost:
         btime, hz = self._btime(), os.sysconf("SC_CLK_TCK")
         for pid, cgroup in cgroups.items():
             ticks = int((self._started[pid] - btime) * hz)
+            command = commands.get(pid)
+            comm = command[:15] if command else "python"  # the kernel keeps 15 characters of the name
             self._write(f"proc/{pid}/cgroup", cgroup)
-            self._write(f"proc/{pid}/cmdline", "python\0train.py\0--config\0llama.yaml\0")
-            self._write(f"proc/{pid}/comm", "python\n")
+            self._write(
+                f"proc/{pid}/cmdline",
+                f"{command}\0" if command else "python\0train.py\0--config\0llama.yaml\0",
+            )
+            self._write(f"proc/{pid}/comm", f"{comm}\n")
             self._write(f"proc/{pid}/limits", LIMITS)
             self._write(
                 f"proc/{pid}/stat",
-                f"{pid} (python) S 1 {pid} {pid} 0 -1 4194560" + " 0" * 12 + f" {ticks} 0\n",
+                f"{pid} ({comm}) S 1 {pid} {pid} 0 -1 4194560" + " 0" * 12 + f" {ticks} 0\n",
             )
         self._procs = cgroups
 

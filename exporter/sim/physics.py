@@ -226,11 +226,18 @@ class SimProcess(NamedTuple):
     mem_bytes: int
     sm_share: float  # its share of the GPU's utilization samples
     pod: str = ""  # the pod it runs in, by name, on a GPU pods share ("": the pod holding the GPU)
+    command: str = ""  # its command line when not the job's (the MPS server's)
 
 
 PID_BASE = 4242  # GPU g's processes are PID_BASE + 10 g + i (the host's /proc holds the same PIDs)
 PID_GENERATION_STEP = 1000  # the PIDs of each new generation of pods (pod churn) start this much higher
 TIME_SLICING = "time_slicing"
+# mps: the same pods share the GPU through the device plugin's MPS replicas: their processes are the MPS
+# server's clients (the driver's MPS list), and the server, a host process, holds a context of its own
+MPS = "mps"
+SHARED_SCENARIOS = (TIME_SLICING, MPS)
+MPS_SERVER = "nvidia-cuda-mps-server"
+MPS_SERVER_BYTES = 512 << 20  # the server's own context on the GPU
 # time_slicing: the pods sharing the GPU through the device plugin's replicas (pod name, the share of the
 # GPU's time its kernels run, the memory it holds): two busy, one starving (its loader's core pinned),
 # whose unused turns the busy ones take (the GPU itself is never idle)
@@ -275,7 +282,8 @@ class GpuState:
     fabric_state: int = 3  # NVML_GPU_FABRIC_STATE_COMPLETED
     lost: bool = False
     unresponsive: bool = False  # every NVML call on it times out (gpu_unresponsive)
-    sliced: bool = False  # shared by the pods of SLICES (time_slicing)
+    sliced: bool = False  # shared by the pods of SLICES (time_slicing, mps)
+    mps: bool = False  # through an MPS server (mps)
     mig: list[mig.MigState] = field(default_factory=list)  # its GPU instances in MIG mode (mig_h100)
     samples: deque[DriverSample] = field(default_factory=lambda: deque(maxlen=100))
 
@@ -389,10 +397,16 @@ class NodeModel:
                 if m.spec.pod
             ]
         if g.sliced:  # each pod's process, its kernels' share of the GPU's busy time
-            return [
-                SimProcess(self._pid(g, i), "compute", mem, load / SLICED_BUSY, pod)
+            kind = "mps" if g.mps else "compute"  # under MPS: the server's clients, each sampled apart
+            pods = [
+                SimProcess(self._pid(g, i), kind, mem, load / SLICED_BUSY, pod)
                 for i, (pod, load, mem) in enumerate(SLICES)
             ]
+            if not g.mps:
+                return pods
+            # the MPS server: a compute process of the host, its context only; no kernel of its own
+            server = SimProcess(self._pid(g, len(SLICES)), "compute", MPS_SERVER_BYTES, 0.0, "", MPS_SERVER)
+            return [server, *pods]
         n = g.processes
         return [SimProcess(self._pid(g, i), "compute", g.mem_used_bytes // n, 1.0 / n) for i in range(n)]
 
@@ -484,7 +498,7 @@ class NodeModel:
             return _offload_phase(plan, t)
         if name == mig.MIG_H100 and g in plan.affected:
             return Phase.COMPUTE  # its busy instance always computes (its utilization: mig.step)
-        if name == TIME_SLICING and g in plan.affected:  # the pods' kernels in turn, then none
+        if name in SHARED_SCENARIOS and g in plan.affected:  # the pods' kernels in turn, then none
             busy = (t - plan.onset) % SLICE_PERIOD_S < SLICED_BUSY * SLICE_PERIOD_S
             return Phase.COMPUTE if busy else Phase.DATA_WAIT
         if name == "checkpoint_stall" and _checkpointing(plan, t):
@@ -537,9 +551,12 @@ class NodeModel:
         self._activity(g, f, phases, nz, reasons)
         if plan.work is not None and g.index in plan.work.gpus:
             g.mem_used_bytes = plan.work.memory(g.index, t)
-        g.sliced = name == TIME_SLICING and affected
+        g.sliced = name in SHARED_SCENARIOS and affected
+        g.mps = g.sliced and name == MPS
         if g.sliced:
             g.mem_used_bytes, g.processes = sum(mem for _, _, mem in SLICES), len(SLICES)
+            if g.mps:
+                g.mem_used_bytes, g.processes = g.mem_used_bytes + MPS_SERVER_BYTES, len(SLICES) + 1
         gpm = list(g.gpm_integrals)
         self._counters(g, f, nz, dt, reasons)
         self._step_mig(
@@ -697,7 +714,7 @@ class NodeModel:
             self._host_shm(sc, name, x)
             return
         # time_slicing, mig_h100: one pod starves
-        starving = ("data_starvation", "data_starvation_all", TIME_SLICING, mig.MIG_H100)
+        starving = ("data_starvation", "data_starvation_all", *SHARED_SCENARIOS, mig.MIG_H100)
         cause = sc.effective_cause() if name in starving else ""
         phase = self._phase(plan, 0, t)
         job = phase not in (Phase.OFF, Phase.IDLE)

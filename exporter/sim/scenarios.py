@@ -94,6 +94,13 @@ SCENARIOS: dict[str, tuple[str, tuple[int, ...], str]] = {
         (0,),
         "cpu",
     ),
+    "mps": (
+        "GPU 0 is shared by the same three pods through the device plugin's MPS replicas: their processes "
+        "are clients of the node's MPS server (nvidia-cuda-mps-server, a host process holding 512 MiB of "
+        "its own), each sampled apart by the driver; one starving, two busy, as in time_slicing",
+        (0,),
+        "cpu",
+    ),
     "mig_h100": (
         "GPU 0 is in MIG mode, 3g.40gb + 2g.20gb + 1g.10gb + 1g.10gb, each instance given to a pod by its "
         "MIG UUID: mig-busy computes (93 % SM), mig-starving computes 2 s of every 6 (its loader's core "
