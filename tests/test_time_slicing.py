@@ -4,10 +4,12 @@ pod is named; the pure parts: which pods share a GPU and what each one's point i
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
 
+from exporter.analysis.engine import KindState
 from exporter.analysis.pods import PodUse, gpu_owners, pod_uses, share_point, sharing_pods
 from exporter.policy.thresholds import SERIES_BUDGET
 from exporter.serve.metrics import UNOWNED, Renderer
@@ -91,6 +93,13 @@ def test_each_pod_gets_its_share_and_the_starving_one_is_named(make_node, make_s
     # series stay bounded: only the split GPU has pod series (a ledger and two verdicts per pod)
     own, _ = own_and_runtime(series_per_family(body))
     assert own <= SERIES_BUDGET.value
+    # a pod's share left idle names that pod's own process (not the busy pods' larger ones, nor the server)
+    idle = {"idle_allocated": KindState(1.0, True)}
+    shares = tuple(dataclasses.replace(x, verdicts=idle) if x.pod == STARVING else x for x in gpu.shares)
+    gpus = (dataclasses.replace(gpu, shares=shares), *snap.gpus[1:])
+    (holder,) = samples(Renderer().render(dataclasses.replace(snap, gpus=gpus))[0])["gpu_holder_info"]
+    mine = {str(v.process.pid) for v in gpu.processes.processes if v.owner and v.owner.pod == STARVING}
+    assert holder.labels["pod"] == STARVING and {holder.labels["pid"]} == mine
 
 
 def test_a_pod_that_leaves_takes_its_share_with_it(make_node, make_sampler, clock):
