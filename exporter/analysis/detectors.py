@@ -81,14 +81,14 @@ STALLED_SHARE = 0.5  # half of the evidence window in the ledger's stalled state
 FLOWING = 0.2  # the job's log still moves: under the exit score, so a hang verdict never holds on
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: every kind's for every GPU every evaluation (frozen costs 3x)
 class Evidence:
     score: float = 0.0
     cause: str = ""
     missing: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: made for every GPU every evaluation, and frozen costs 6x to make
 class Context:
     """Everything a kind's detector may look at for one GPU at one evaluation."""
 

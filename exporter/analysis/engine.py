@@ -52,7 +52,7 @@ _SCOPES: dict[str, frozenset[str]] = {
 _NONE = d.Evidence()
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen (never changed): one per kind per GPU per evaluation; frozen costs 3x
 class KindState:
     """What a GPU's snapshot says about one verdict kind."""
 
@@ -379,7 +379,7 @@ class Analyzer:
                 if ev.missing:
                     if kind not in self.had_inputs:
                         self.missing[kind] = ev.missing
-                else:
+                elif kind not in self.had_inputs:  # (a kind that had its inputs is never missing)
                     self.had_inputs.add(kind)
                     self.missing.pop(kind, None)
         verdicts, events = self._decide(now, chosen, evidence)
@@ -413,7 +413,18 @@ class Analyzer:
                 {kind: _shown(kind, rule, members, evidence) for kind, rule in JOB_EVENTS.items()},
             )
             for gpu in members:
-                out[gpu] = {kind.name: self._step(now, gpu, kind, job, events) for kind in KINDS.values()}
+                tracks, own = self._gpus[gpu].tracks, evidence[gpu]
+                states = out[gpu] = {}
+                for name, kind in KINDS.items():
+                    score, track = own[name].score, tracks[name]
+                    at_rest = not track.firing and track.pending_since is None
+                    if at_rest and not score and score < kind.timing.enter:
+                        # no evidence on a track at rest: the job's reasoning can only take evidence away
+                        # and ``step`` leaves the track at rest; the same state without either
+                        track.score = score
+                        states[name] = KindState(score, False, "")
+                    else:
+                        states[name] = self._step(now, gpu, kind, job, events)
         return out, events
 
     def _holding_back(self, members: list[str], evidence: dict[str, dict[str, d.Evidence]]) -> list[str]:

@@ -28,6 +28,8 @@ a log) are not counted: the states sum to the observed time.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -100,6 +102,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "throttle": ("throttled",),
     "idle": ("idle",),
 }
+_ZEROS = itertools.repeat(0.0)  # the share of a state a window has none of
 # the states whose GPU time is lost (every verdict family's; computing is work, free is no job's): what
 # replay and the cost rules price
 LOST_STATES: tuple[str, ...] = tuple(state for states in FAMILIES.values() for state in states)
@@ -321,18 +324,16 @@ class _Horizon:
 
     def add(self, t: float, vec: list[float]) -> None:
         self.items.append((t, vec))
-        for i, v in enumerate(vec):
-            self.sums[i] += v
+        self.sums = list(map(operator.add, self.sums, vec))  # slot by slot, without a Python loop
 
     def evict(self, now: float) -> None:
         cutoff = now - self.span
         while self.items and self.items[0][0] <= cutoff:
             _, vec = self.items.popleft()
-            for i, v in enumerate(vec):
-                self.sums[i] -= v
+            self.sums = list(map(operator.sub, self.sums, vec))
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: three for every GPU every evaluation (frozen costs 2x to make)
 class Shares:
     """Shares of the counted time of one horizon lost to each state (0-1), and how much was counted."""
 
@@ -341,7 +342,7 @@ class Shares:
     thermal: float = 0.0  # the share throttled for heat (part of by_state["throttled"])
 
     def family(self, name: str) -> float:
-        return sum(self.by_state.get(s, 0.0) for s in FAMILIES[name])
+        return sum(map(self.by_state.get, FAMILIES[name], _ZEROS))  # each state's share, 0 if none
 
     def get(self, state: str) -> float:
         return self.by_state.get(state, 0.0)
@@ -353,11 +354,11 @@ def _shares(h: _Horizon) -> Shares:
     if counted <= 0:
         return Shares()
     # `v if v > 0.0 else 0.0` is max(0.0, v) (a rounding residue below zero counts nothing) without a
-    # call: this runs for 9 slots of 3 horizons of every GPU every second
+    # call: this runs for 9 slots of 3 horizons of every GPU every second (zip leaves out the thermal slot)
     thermal = sums[_THERMAL]
     return Shares(
         counted_s=counted,
-        by_state={s: (sums[i] if sums[i] > 0.0 else 0.0) / counted for i, s in enumerate(STATES)},
+        by_state={s: (v if v > 0.0 else 0.0) / counted for s, v in zip(STATES, sums, strict=False)},
         thermal=(thermal if thermal > 0.0 else 0.0) / counted,
     )
 
@@ -566,21 +567,31 @@ def coverage(
         and pick(recent) < COVERAGE_CLEAR.value
     ):
         return 0.0
-
-    def one(s: Shares, span: float, enter: float, exit_: float, read: Callable[[Shares], float]) -> float:
-        if s.counted_s < span / 2:
-            return 0.0
-        return exit_score + (enter_score - exit_score) * (read(s) - exit_) / (enter - exit_)
-
+    scores = (enter_score, exit_score)
     fast_read = fast_pick or pick
-    fast_score = one(
-        fast, LEDGER_FAST_WINDOW.value, COVERAGE_FAST_SHARE.value, COVERAGE_FAST_EXIT.value, fast_read
+    fast_score = _one(
+        fast, LEDGER_FAST_WINDOW.value, COVERAGE_FAST_SHARE.value, COVERAGE_FAST_EXIT.value, fast_read, scores
     )
-    slow_score = one(slow, LEDGER_WINDOW.value, COVERAGE_SHARE.value, COVERAGE_EXIT.value, pick)
+    slow_score = _one(slow, LEDGER_WINDOW.value, COVERAGE_SHARE.value, COVERAGE_EXIT.value, pick, scores)
     if fast.counted_s >= LEDGER_FAST_WINDOW.value / 2 and pick(fast) < COVERAGE_CLEAR.value:
         slow_score = 0.0  # nothing lost lately: the condition has ended
     score = max(fast_score, slow_score)
     return min(1.0, max(0.0, score))
+
+
+def _one(
+    s: Shares,
+    span: float,
+    enter: float,
+    exit_: float,
+    read: Callable[[Shares], float],
+    scores: tuple[float, float],
+) -> float:
+    """One window's coverage score (``scores``: the verdicts' enter and exit scores)."""
+    if s.counted_s < span / 2:
+        return 0.0
+    enter_score, exit_score = scores
+    return exit_score + (enter_score - exit_score) * (read(s) - exit_) / (enter - exit_)
 
 
 def job_totals(ledgers: Iterable[GpuLedger]) -> dict[str, float]:

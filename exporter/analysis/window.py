@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import math
 import operator
@@ -88,12 +89,19 @@ class Stats:
 
 def quantile(ordered: list[float], q: float) -> float:
     """Linear-interpolated quantile of an already sorted, non-empty list."""
-    if len(ordered) == 1:
+    n = len(ordered)
+    if n == 1:
         return ordered[0]
-    pos = q * (len(ordered) - 1)
+    lo, hi, frac = _spot(n, q)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * frac
+
+
+@functools.cache  # a window holds about the same number of points every evaluation
+def _spot(n: int, q: float) -> tuple[int, int, float]:
+    """Where a quantile of ``n`` sorted values lies: the two values it is between, and how far."""
+    pos = q * (n - 1)
     lo = math.floor(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+    return lo, min(lo + 1, n - 1), pos - lo
 
 
 def summarize(values: list[float]) -> Stats | None:
