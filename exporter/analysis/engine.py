@@ -50,6 +50,14 @@ _SCOPES: dict[str, frozenset[str]] = {
     **{scope: frozenset(k.name for k in KINDS.values() if k.scope == scope) for scope in ("gpu", "pod")},
 }
 _NONE = d.Evidence()
+# the kinds whose evidence the job's reasoning passes on as it is (``_in_job``): the others' it may drop
+_PASSED_ON = frozenset(
+    k.name
+    for k in KINDS.values()
+    if k.job_event is not None
+    or k.holds_peers_back
+    or (k.explained_by is not JobCause.STRAGGLER and k.peer_fault is None)
+)
 
 
 @dataclass(slots=True)  # not frozen (never changed): one per kind per GPU per evaluation; frozen costs 3x
@@ -418,9 +426,10 @@ class Analyzer:
                 for name, kind in KINDS.items():
                     score, track = own[name].score, tracks[name]
                     at_rest = not track.firing and track.pending_since is None
-                    if at_rest and not score and score < kind.timing.enter:
-                        # no evidence on a track at rest: the job's reasoning can only take evidence away
-                        # and ``step`` leaves the track at rest; the same state without either
+                    if at_rest and score < kind.timing.enter and (not score or name in _PASSED_ON):
+                        # evidence under the enter score on a track at rest, as the job's reasoning would
+                        # judge it (it passes it on, or there is none to drop): ``step`` leaves the track
+                        # at rest, so the same state without either
                         track.score = score
                         states[name] = KindState(score, False, "")
                     else:

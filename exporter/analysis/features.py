@@ -17,7 +17,7 @@ from typing import Any
 
 from exporter.analysis.envelope import board_power
 from exporter.analysis.points import GpuPoint, HostPoint
-from exporter.analysis.window import HIGH_Q, Window, central, fraction_below, quantile, summarize
+from exporter.analysis.window import HIGH_Q, LOW_Q, Window, central, fraction_below, quantile, summarize
 from exporter.policy.nvml_vocab import HW_SLOWDOWN, POWER_CAP_BITS, THERMAL_BITS
 from exporter.policy.thresholds import LEDGER_BUSY_UTIL, TEMP_HOT, UTIL_IDLE_LINE
 
@@ -430,15 +430,15 @@ def _util_features(rows: Rows, last_t: float) -> dict[str, Any]:
     older, newer = utils[:half], utils[half:]
     older_sorted, newer_sorted = sorted(older), sorted(newer)
     # two sorted runs: sorting them together is a merge (a stable sort, so the same list as sorting utils)
-    whole = _util_stats(utils, classes, sorted(older_sorted + newer_sorted))
+    ordered = sorted(older_sorted + newer_sorted)
     last_working = max(classes.rfind(LOW), classes.rfind(BUSY))  # the trailing idle run starts after it
     idle_from = rows.util_t[last_working + 1] if last_working + 1 < len(utils) else None
-    return {
-        "util_mean": whole.mean if whole else None,
-        "util_p05": whole.p05 if whole else None,
-        "idle_fraction": whole.idle_fraction if whole else None,
+    return {  # the whole window's ``_util_stats``, only the figures read
+        "util_mean": sum(utils) / len(utils),
+        "util_p05": quantile(ordered, LOW_Q),
+        "idle_fraction": classes.count(IDLE) / len(classes),
         "busy_fraction": classes.count(BUSY) / len(utils),
-        "gaps": whole.gaps if whole else 0,
+        "gaps": _gaps(classes),
         "halves": (
             _util_stats(older, classes[:half], older_sorted),
             _util_stats(newer, classes[half:], newer_sorted),

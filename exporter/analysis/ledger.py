@@ -189,7 +189,7 @@ def _quiet(p: GpuPoint) -> bool:
     )
 
 
-@dataclass
+@dataclass(slots=True)  # made for every GPU every evaluation
 class Tick:
     """One GPU's second, measured from its points, before its context is known."""
 
