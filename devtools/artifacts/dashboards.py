@@ -1300,6 +1300,11 @@ def shares_lost(selector: str) -> str:
     return "\nor\n".join(f"({q})" for q in lost)
 
 
+def _pod_kinds() -> str:
+    """The kinds a shared GPU's pods and a MIG GPU's instances are judged for (their registry scope)."""
+    return " and ".join(k.name for k in KINDS.values() if k.scope == "pod")
+
+
 def _shares_table(s: Scope) -> table.Panel:
     """Each pod's share of a shared GPU and each MIG instance: the part of its time it lost."""
     return _instant_table(
@@ -1307,7 +1312,7 @@ def _shares_table(s: Scope) -> table.Panel:
         "On a GPU pods share (time-slicing replicas, MPS), each pod's own ledger; on a GPU in MIG mode, "
         "each instance's (mig_instance, mig_profile, the pod holding it): the share of its held time over "
         "the dashboard's range not spent computing (waiting for input, stalled, idle...). The verdicts "
-        "data_starvation and idle_allocated are judged on these, not on the whole GPU. Empty where no "
+        f"{_pod_kinds()} are judged on these, not on the whole GPU. Empty where no "
         "GPU is shared or in MIG mode; a time-sliced pod's share needs the exporter's process owners "
         "(hostPID).",
         shares_lost(s.sel),
