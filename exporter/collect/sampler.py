@@ -33,8 +33,8 @@ from exporter.collect.snapshot import EMPTY_SNAPSHOT, GpuView, Snapshot, Sources
 from exporter.config.settings import Settings
 from exporter.policy.thresholds import LEDGER_STALE, SERVER_LOAD_FRESH
 from exporter.sources.errors import ErrorCounter
-from exporter.sources.kubelet import Assignment, PodResourcesSource
-from exporter.sources.processes import ProcessOwners
+from exporter.sources.kubelet import Assignment, PodRef, PodResourcesSource
+from exporter.sources.processes import ProcessOwner, ProcessOwners
 from exporter.sources.readings import GpuIdentity, GpuReading, HostReading, MigReading
 from exporter.sources.registry import Reports, Schedule, Threaded, registration
 
@@ -242,6 +242,20 @@ class Sampler:
         for listener in self.gpu_listeners:
             listener(reading.identity, points)
 
+    def _group(self, slots: Mapping[int, object], owners: Mapping[int, PodRef], split: set[int]) -> None:
+        """The GPUs of one pod are one job; GPUs no pod is known to hold are taken as one job (as in
+        replay); a GPU pods share or cut into MIG instances is a job of its own (its pods' shares and its
+        instances are in theirs). Each job's class hint: what its pod's log or name says it is."""
+        hints: dict[str, Workload | None] = {}
+        for index in slots:
+            ref = owners.get(index)
+            group = f"{ref.namespace}/{ref.pod}" if ref else f"{index}/shared" if index in split else "node"
+            self.analyzer.set_group(str(index), group)
+            hint = self.job.workload.get(index)
+            if hint is not None or group not in hints:
+                hints[group] = Workload(hint.kind, hint.source, hint.evidence) if hint else None
+        self.analyzer.set_workloads(hints)
+
     def _split(
         self, slots: Mapping[int, object], held: Mapping[int, list[tuple[Assignment, str]]]
     ) -> dict[int, list[tuple[str, str, str]]]:
@@ -255,18 +269,8 @@ class Sampler:
         out: dict[int, list[tuple[str, str, str]]] = {}
         for index, slot in slots.items():
             r = slot.reading  # type: ignore[attr-defined]
-            procs = r.processes if r is not None else None
-            if procs and any(p.sm_util is not None for p in procs):
-                self._per_process.add(index)
             pods = sharing_pods(held.get(index, ()))
-            if procs and owners is not None and booked_to_server(procs, owners):
-                self._server_booked.add(index)  # MPS before Volta: the clients' kernels are the server's
-            split = len(pods) >= 2 and owners is not None and procs is not None and index in self._per_process
-            split = split and index not in self._server_booked  # judged as one GPU from then on
-            # a read that failed this cycle (the GPU's, or the owners') keeps the split it had, unfed:
-            # the pods' ledgers go on rather than start again from zero
-            unread = r is None or procs is None or owners is None
-            kept = unread and len(pods) >= 2 and self._split_pods.get(index) == pods
+            split, kept = self._split_state(index, r, pods, owners)
             self.analyzer.set_split(str(index), split or kept)
             if not (split or kept):
                 self._split_pods.pop(index, None)
@@ -276,21 +280,49 @@ class Sampler:
             for entity, ns, pod in entities:
                 self.analyzer.set_share(entity, 1 / len(pods), stale_s)
                 self.analyzer.set_group(entity, f"{ns}/{pod}")
-            if kept:
-                continue
-            if procs is self._fed.get(index):
-                continue  # no new processes read since
-            if any(p.pid not in owners for p in procs) and self._waited.get(index) is not procs:
-                self._waited[index] = procs  # the owners of new PIDs come with the next round: wait once
-                continue
-            self._fed[index] = procs
-            for use, (entity, _, _) in zip(pod_uses(procs, owners, pods), entities, strict=True):
-                self.analyzer.add_gpu_points(entity, [share_point(r.t, use, len(pods), r.mem_total_bytes)])
+            if not kept:
+                self._feed_shares(index, r, pods, owners, entities)  # type: ignore[arg-type]
         now = {entity for entities in out.values() for entity, _, _ in entities}
         for entity in self._entities - now:
             self.analyzer.forget(entity)
         self._entities = now
         return out
+
+    def _split_state(
+        self, index: int, r: GpuReading | None, pods: list[tuple[str, str]], owners: object
+    ) -> tuple[bool, bool]:
+        """Is the GPU split among its pods this cycle, and is that split only kept (a read failed)?"""
+        procs = r.processes if r is not None else None
+        if procs and any(p.sm_util is not None for p in procs):
+            self._per_process.add(index)
+        if procs and owners is not None and booked_to_server(procs, owners):  # type: ignore[arg-type]
+            self._server_booked.add(index)  # MPS before Volta: the clients' kernels are the server's
+        split = len(pods) >= 2 and owners is not None and procs is not None and index in self._per_process
+        split = split and index not in self._server_booked  # judged as one GPU from then on
+        # a read that failed this cycle (the GPU's, or the owners') keeps the split it had, unfed: the
+        # pods' ledgers go on rather than start again from zero
+        unread = r is None or procs is None or owners is None
+        kept = unread and len(pods) >= 2 and self._split_pods.get(index) == pods
+        return split, kept
+
+    def _feed_shares(
+        self,
+        index: int,
+        r: GpuReading,
+        pods: list[tuple[str, str]],
+        owners: Mapping[int, ProcessOwner],
+        entities: list[tuple[str, str, str]],
+    ) -> None:
+        """Each pod's point from a processes read not fed yet (new PIDs wait one round for their owners)."""
+        procs = r.processes
+        if procs is None or procs is self._fed.get(index):
+            return  # no new processes read since
+        if any(p.pid not in owners for p in procs) and self._waited.get(index) is not procs:
+            self._waited[index] = procs  # the owners of new PIDs come with the next round: wait once
+            return
+        self._fed[index] = procs
+        for use, (entity, _, _) in zip(pod_uses(procs, owners, pods), entities, strict=True):
+            self.analyzer.add_gpu_points(entity, [share_point(r.t, use, len(pods), r.mem_total_bytes)])
 
     def _mig(
         self, slots: Mapping[int, object], held: Mapping[int, list[tuple[Assignment, str]]]
@@ -338,18 +370,7 @@ class Sampler:
         )
         shares = self._split(slots, held)
         migs = self._mig(slots, held)
-        # the GPUs of one pod are one job; GPUs no pod is known to hold are taken as one job (as in replay);
-        # a GPU pods share is a job of its own (its pods' shares are in theirs)
-        hints: dict[str, Workload | None] = {}
-        for index in slots:
-            ref = owners.get(index)
-            split = index in shares or index in migs
-            group = f"{ref.namespace}/{ref.pod}" if ref else f"{index}/shared" if split else "node"
-            self.analyzer.set_group(str(index), group)
-            hint = self.job.workload.get(index)  # what the pod's log or name says it is
-            if hint is not None or group not in hints:
-                hints[group] = Workload(hint.kind, hint.source, hint.evidence) if hint else None
-        self.analyzer.set_workloads(hints)
+        self._group(slots, owners, set(shares) | set(migs))
         up = [str(i) for i, slot in slots.items() if slot.status == "ok"]
         up += [entity for i in up for entity, _, _ in shares.get(int(i), ())]
         up += [entity for i in up if "/" not in i for entity, _, _, _ in migs.get(int(i), ())]

@@ -368,6 +368,9 @@ class MigDevice:
     gpm_buffer: object | None = None
 
 
+Samples = tuple[Sample, ...] | None  # a sample buffer's read: None when it failed or is not offered
+
+
 class NvmlSource:
     """Collects GPUs through ``nvml`` (the pynvml module, or the same module over the simulator)."""
 
@@ -579,17 +582,13 @@ class NvmlSource:
 
     # ---- collection --------------------------------------------------------------------------
 
-    def collect(self, dev: Device) -> GpuReading:
-        """One collection of one GPU. Raises GpuLost or SessionError; everything else is counted."""
-        if dev.lost or dev.handle is None:
-            raise GpuLost("GpuIsLost")
-        h = dev.handle
-        now = self.clock()
-        dev.failed = set()
+    def _sample_buffers(self, dev: Device, now: float) -> tuple[Samples, Samples, Samples]:
+        """Utilization, memory utilization and power: the driver's samples since the last read (an
+        instantaneous reading where a buffer is not offered); each one's latest value kept while current."""
         util = self._samples(dev, SAMPLE_GPU_UTIL, "samples_util", 0.01)
         mem_util = self._samples(dev, SAMPLE_MEM_UTIL, "samples_mem_util", 0.01)
         if util is None or mem_util is None:  # no sample buffer: one instantaneous reading instead
-            rates = self._call(dev, "utilization", "nvmlDeviceGetUtilizationRates", h)
+            rates = self._call(dev, "utilization", "nvmlDeviceGetUtilizationRates", dev.handle)
             if rates is not None:
                 util = util if util is not None else (Sample(now, rates.gpu / 100.0),)
                 mem_util = mem_util if mem_util is not None else (Sample(now, rates.memory / 100.0),)
@@ -602,6 +601,16 @@ class NvmlSource:
                 dev.last[key], dev.last_t[key] = samples[-1].value, now
             elif samples is None or now - dev.last_t.get(key, now) > SAMPLE_CARRY.value:
                 dev.last.pop(key, None)  # failed, not offered, or a buffer silent too long: not current
+        return util, mem_util, power
+
+    def collect(self, dev: Device) -> GpuReading:
+        """One collection of one GPU. Raises GpuLost or SessionError; everything else is counted."""
+        if dev.lost or dev.handle is None:
+            raise GpuLost("GpuIsLost")
+        h = dev.handle
+        now = self.clock()
+        dev.failed = set()
+        util, mem_util, power = self._sample_buffers(dev, now)
 
         mem = self._first(
             dev,
