@@ -123,13 +123,14 @@ def slope(pairs: Sequence[tuple[float, float]], most: int = SLOPE_POINTS) -> flo
     it is used for change once per collection, not per sample)."""
     if len(pairs) > most:
         pairs = [pairs[i] for i in _spaced(len(pairs), most)]
-    return _fit(pairs)
+    return _fit_columns([t for t, _ in pairs], [v for _, v in pairs])
 
 
 def slope_of(times: list[float], values: list[float], most: int = SLOPE_POINTS) -> float | None:
     """``slope`` of two columns, pairing only the points it fits (not every point of the window)."""
     if len(times) > most:
-        return _fit([(times[i], values[i]) for i in _spaced(len(times), most)])
+        spaced = _spaced(len(times), most)
+        return _fit_columns([times[i] for i in spaced], [values[i] for i in spaced])
     return _fit_columns(times, values)
 
 
@@ -140,26 +141,9 @@ def _spaced(n: int, most: int) -> tuple[int, ...]:
     return (*[int(i * step) for i in range(most)], n - 1)
 
 
-def _fit(pairs: Sequence[tuple[float, float]]) -> float | None:
+def _fit_columns(times: list[float], values: list[float]) -> float | None:
     """The least-squares slope about the means. Times are Unix seconds (about 1.7e9): the one-pass form
     (sum of t*t less the square of the sum over n) loses every digit of a ten-second spread to rounding."""
-    n = len(pairs)
-    if n < SLOPE_MIN_POINTS:
-        return None
-    mean_t = sum(t for t, _ in pairs) / n
-    mean_v = sum(v for _, v in pairs) / n
-    var = cov = 0.0
-    for t, v in pairs:
-        dt = t - mean_t
-        var += dt * dt
-        cov += dt * (v - mean_v)
-    if var <= FLAT:
-        return None
-    return cov / var
-
-
-def _fit_columns(times: list[float], values: list[float]) -> float | None:
-    """``_fit`` of every point of two columns (the same sums in the same order), without pairing them."""
     n = len(times)
     if n < SLOPE_MIN_POINTS:
         return None
