@@ -216,23 +216,34 @@ def _mig_pods(model: NodeModel, gpu: int | None, generation: int) -> list[SimPod
         return []
     uuid = model.gpus[gpu].uuid
     return [
-        SimPod(
-            namespace="research",
-            name=spec.pod,
-            uid=f"7a3b4c5d-6e7f-4a8b-9c0d-{generation * 4 + k + 16:012x}",
-            sandbox_id=f"{generation:032x}{k + 16:032x}",
-            container="worker",
-            devices={
-                f"nvidia.com/mig-{spec.profile}": [mig_uuid(uuid, k)],
-                "vpc.amazonaws.com/efa": [f"efa{k}"],
-            },
-            shm_volume="dshm",
-            env=BASE_ENV,
-            capabilities=("CAP_IPC_LOCK",),
+        _worker_pod(
+            spec.pod,
+            "7a3b4c5d-6e7f-4a8b-9c0d",
+            k + 16,
+            generation,
+            f"nvidia.com/mig-{spec.profile}",
+            mig_uuid(uuid, k),
         )
         for k, spec in enumerate(LAYOUT)
         if spec.pod
     ]
+
+
+def _worker_pod(name: str, uid_head: str, slot: int, generation: int, resource: str, device: str) -> SimPod:
+    """A research pod given one device of a shared GPU (an instance, a replica), set up as well as the
+    training pod (a memory-backed /dev/shm, an EFA device, its environment, IPC_LOCK): only the starving
+    one's loss is a fault. ``slot`` keeps its UID and sandbox apart from the other simulated pods'."""
+    return SimPod(
+        namespace="research",
+        name=name,
+        uid=f"{uid_head}-{generation * 4 + slot:012x}",
+        sandbox_id=f"{generation:032x}{slot:032x}",
+        container="worker",
+        devices={resource: [device], "vpc.amazonaws.com/efa": [f"efa{slot % 8}"]},
+        shm_volume="dshm",
+        env=BASE_ENV,
+        capabilities=("CAP_IPC_LOCK",),
+    )
 
 
 def _sliced(model: NodeModel) -> int | None:
@@ -250,17 +261,7 @@ def _sharing_pods(model: NodeModel, gpu: int | None, generation: int) -> list[Si
         return []
     uuid = model.gpus[gpu].uuid
     return [
-        SimPod(
-            namespace="research",
-            name=name,
-            uid=f"5e2d3c4b-6a79-4b8c-9d0e-{generation * 4 + k + 8:012x}",
-            sandbox_id=f"{generation:032x}{k + 8:032x}",
-            container="worker",
-            devices={"nvidia.com/gpu": [f"{uuid}::{k}"], "vpc.amazonaws.com/efa": [f"efa{k}"]},
-            shm_volume="dshm",
-            env=BASE_ENV,
-            capabilities=("CAP_IPC_LOCK",),
-        )
+        _worker_pod(name, "5e2d3c4b-6a79-4b8c-9d0e", k + 8, generation, "nvidia.com/gpu", f"{uuid}::{k}")
         for k, (name, _, _) in enumerate(SLICES)
     ]
 
