@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from exporter.offline.promhistory import export, names
 from exporter.offline.promhistory.history import Progress, Request, cores, replay_prometheus
 from scripts import demo_prometheus as demo
-from scripts.stack import free_port, tool, wait_http
+from scripts.stack import free_port, start_victoria_metrics, tool, wait_http
 
 TARGET_GPU_DAYS = 100 * 8 * 7.0  # the week of 100 nodes x 8 GPUs
 DAY_S = 86400.0
@@ -97,17 +97,7 @@ def start_victoria(work: Path) -> tuple[subprocess.Popen[bytes], str]:
     if not binary:
         raise SystemExit("bench: needs victoria-metrics on PATH (scripts/install-tools.sh)")
     port = free_port()
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"-storageDataPath={work / 'vm'}",
-            f"-httpListenAddr=127.0.0.1:{port}",
-            "-retentionPeriod=100y",
-            "-search.disableCache",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=(work / "vm.log").open("w"),
-    )
+    proc = start_victoria_metrics(binary, work, port)
     url = f"http://127.0.0.1:{port}"
     wait_http(f"{url}/health", 60, proc)
     return proc, url

@@ -294,6 +294,22 @@ class Stack:
                 proc.kill()
 
 
+def start_victoria_metrics(binary: str, work: Path, port: int) -> subprocess.Popen:
+    """A single-node VictoriaMetrics on loopback, its data and log in ``work``, keeping any history it is
+    given (imported samples may be years old) and caching no query (the tests and bench compare answers)."""
+    return subprocess.Popen(
+        [
+            binary,
+            f"-storageDataPath={work / 'vm'}",
+            f"-httpListenAddr=127.0.0.1:{port}",
+            "-retentionPeriod=100y",
+            "-search.disableCache",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=(work / "vm.log").open("w"),
+    )
+
+
 def start_exporter(args: list[str], port: int, log: Path | None = None) -> subprocess.Popen:
     """The real command, on loopback."""
     out = log.open("a") if log else subprocess.DEVNULL

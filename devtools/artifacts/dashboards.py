@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from devtools.artifacts import cost_rules
 from devtools.artifacts import recording as rec
-from exporter.analysis.kinds import KINDS
+from exporter.analysis.kinds import KINDS, in_scope
 from exporter.analysis.ledger import STATES
 from exporter.policy import thresholds as th
 
@@ -1302,7 +1302,7 @@ def shares_lost(selector: str) -> str:
 
 def _pod_kinds() -> str:
     """The kinds a shared GPU's pods and a MIG GPU's instances are judged for (their registry scope)."""
-    return " and ".join(k.name for k in KINDS.values() if k.scope == "pod")
+    return " and ".join(in_scope("pod"))
 
 
 def _shares_table(s: Scope) -> table.Panel:

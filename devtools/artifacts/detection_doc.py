@@ -3,7 +3,7 @@ every number come from the ledger's states, the verdict registry and the thresho
 
 from __future__ import annotations
 
-from exporter.analysis.kinds import KINDS
+from exporter.analysis.kinds import KINDS, in_scope
 from exporter.analysis.ledger import FAMILIES, STATE_MEANING, STATES
 from exporter.analysis.workload import CLASS_MEANING, IDLE_GAPS
 from exporter.policy import thresholds as th
@@ -123,8 +123,8 @@ def _coverage() -> list[str]:
 
 
 def _shared() -> list[str]:
-    pod = ", ".join(f"`{k.name}`" for k in KINDS.values() if k.scope == "pod")
-    gpu = ", ".join(f"`{k.name}`" for k in KINDS.values() if k.scope == "gpu")
+    pod = ", ".join(f"`{name}`" for name in in_scope("pod"))
+    gpu = ", ".join(f"`{name}`" for name in in_scope("gpu"))
     return [
         "## A GPU shared by pods (time-slicing, MPS)",
         "",
@@ -168,7 +168,7 @@ def _shared() -> list[str]:
 
 
 def _mig() -> list[str]:
-    pod = ", ".join(f"`{k.name}`" for k in KINDS.values() if k.scope == "pod")
+    pod = ", ".join(f"`{name}`" for name in in_scope("pod"))
     return [
         "## A GPU in MIG mode",
         "",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from devtools.artifacts.chart import REPO, _replace_block
-from exporter.analysis.kinds import KINDS
+from exporter.analysis.kinds import KINDS, in_scope
 from exporter.analysis.workload import CLASSES, SOURCES
 
 TROUBLESHOOTING = "docs/troubleshooting.md"
@@ -34,7 +34,7 @@ def _verdict_row() -> str:
     causes = "; ".join(
         f"for `{k.name}` {_code(k.labelled_causes, ' or ')}" for k in KINDS.values() if k.labelled_causes
     )
-    pod = _code([k.name for k in KINDS.values() if k.scope == "pod"], " and ")
+    pod = _code(list(in_scope("pod")), " and ")
     return (
         f"| `gpu_bottleneck` | gauge 0/1 | | `kind` = {_code(list(KINDS))}; `cause` | 1 while the verdict "
         f"holds. `cause`: {causes}; empty otherwise and while 0. On a GPU pods share (time-slicing, MPS) "

@@ -432,3 +432,8 @@ _ALL = (
 
 KINDS: dict[str, Kind] = {k.name: k for k in _ALL}
 NAMES: tuple[str, ...] = tuple(KINDS)
+
+
+def in_scope(scope: str) -> tuple[str, ...]:
+    """The kinds judged on a shared GPU's pods and a MIG GPU's instances ("pod"), or on the GPU ("gpu")."""
+    return tuple(k.name for k in KINDS.values() if k.scope == scope)

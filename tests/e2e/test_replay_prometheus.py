@@ -22,7 +22,7 @@ from exporter.offline.promhistory.history import Request, discover, replay_prome
 from exporter.offline.promhistory.resolution import silenced
 from exporter.offline.replay import replay
 from exporter.offline.traces import TraceReader
-from scripts.stack import free_port, wait_http
+from scripts.stack import free_port, start_victoria_metrics, wait_http
 from tests.conftest import REPO, require_tool
 
 TRACES = REPO / "examples" / "traces"
@@ -82,17 +82,7 @@ def loaded(tmp_path_factory) -> Iterator[Loaded]:
             stdout=subprocess.DEVNULL,
             stderr=(work / "prometheus.log").open("w"),
         ),
-        subprocess.Popen(
-            [
-                victoria,
-                f"-storageDataPath={work / 'vm'}",
-                f"-httpListenAddr=127.0.0.1:{vm_port}",
-                "-retentionPeriod=10y",
-                "-search.disableCache",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=(work / "vm.log").open("w"),
-        ),
+        start_victoria_metrics(victoria, work, vm_port),
     ]
     try:
         wait_http(f"http://127.0.0.1:{prom_port}/-/ready", 60, procs[0])
