@@ -35,3 +35,16 @@ def test_a_later_chunk_adds_only_the_samples_after_the_ones_held():
     raw.extend([1000, 2000, 3000], [1.0, 2.0, 3.0])
     raw.extend([3000, 4000], [3.0, 4.0])  # the chunks' shared edge
     assert raw.times_ms == [1000, 2000, 3000, 4000] and raw.values == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_a_node_named_by_its_scrape_target_selects_its_series_by_a_regex_of_its_host():
+    """An IP address's dots are escaped once for RE2 and once for the PromQL string, no more."""
+    from exporter.offline.promhistory.history import node_of
+
+    node, matcher = node_of({"instance": "10.0.3.7:9400"})
+    assert node == "10.0.3.7"
+    assert matcher == 'instance=~"10\\\\.0\\\\.3\\\\.7(:[0-9]+)?"'  # PromQL source: 10\\.0\\.3\\.7
+    import re
+
+    pattern = matcher.split("=~", 1)[1][1:-1].replace("\\\\", "\\")  # the string's value: RE2's pattern
+    assert re.fullmatch(pattern, "10.0.3.7:9400") and not re.fullmatch(pattern, "10x0x3x7:9400")

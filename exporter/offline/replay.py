@@ -7,6 +7,7 @@ sampler evaluates it live. Output: verdict events as they happen, then a summary
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -324,11 +325,20 @@ def event_json(event: VerdictEvent) -> str:
         "gpu": event.gpu,
         "kind": event.kind,
         "state": event.state,
-        "score": round(event.score, 2),
+        "score": _score(event.score),
     }
     if event.cause:
         record["cause"] = event.cause
     return json.dumps(record)
+
+
+def _score(score: float) -> float | None:
+    """A score as JSON: None where it is not known (a verdict read back from a Prometheus)."""
+    return None if math.isnan(score) else round(score, 2)
+
+
+def peak_text(peak: float) -> str:
+    return "" if math.isnan(peak) else f", peak score {peak:.2f}"
 
 
 def summary(result: ReplayResult) -> dict[str, object]:
@@ -354,7 +364,7 @@ def summary(result: ReplayResult) -> dict[str, object]:
                 "start": round(e.start, 1),
                 "end": round(e.end, 1) if e.end is not None else None,
                 "cause": e.cause or None,
-                "peak_score": round(e.peak, 2),
+                "peak_score": _score(e.peak),
             }
             for e in result.episodes
         ],
@@ -589,7 +599,7 @@ def _episode_line(result: ReplayResult, gpu: str, e: Episode) -> str:
     until = f"{e.end:.0f} s ({_clock(result, e.end)})" if e.end is not None else "the end"
     text = (
         f"  GPU {gpu}: {e.kind} from {e.start:.0f} s ({_clock(result, e.start)}) to {until}, "
-        f"{end - e.start:.0f} s, peak score {e.peak:.2f}"
+        f"{end - e.start:.0f} s{peak_text(e.peak)}"
     )
     if e.cause:
         text += f", cause {e.cause}"

@@ -24,7 +24,14 @@ from pathlib import Path
 
 from exporter.analysis.kinds import KINDS
 from exporter.analysis.ledger import STATE_MEANING, STATES
-from exporter.offline.replay import Episode, ReplayResult, _gpu_list, _gpu_order, workload_summary
+from exporter.offline.replay import (
+    Episode,
+    ReplayResult,
+    _gpu_list,
+    _gpu_order,
+    peak_text,
+    workload_summary,
+)
 from exporter.offline.traces import TraceRow
 from exporter.policy.thresholds import REPORT_ALIKE_SHARE
 
@@ -276,7 +283,7 @@ def _chip(kind: str) -> str:
 def _verdict(result: ReplayResult, e: Episode) -> str:
     end = e.end if e.end is not None else result.seconds
     until = _when(result, e.end) if e.end is not None else "the end"
-    text = f"from {_when(result, e.start)} to {until}, {end - e.start:.0f} s, peak score {e.peak:.2f}"
+    text = f"from {_when(result, e.start)} to {until}, {end - e.start:.0f} s{peak_text(e.peak)}"
     if e.cause:
         text += f", cause <b>{html.escape(e.cause)}</b>"
     if e.kind in KINDS and KINDS[e.kind].holds_peers_back and e.related:

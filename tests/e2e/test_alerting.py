@@ -9,6 +9,8 @@ import pytest
 
 from devtools.artifacts import alerts
 from exporter.analysis.kinds import KINDS
+from exporter.offline.promhistory.history import Request, replay_prometheus
+from exporter.offline.replay import ReplayResult
 from exporter.policy.thresholds import ALERT_POLICIES
 from scripts.stack import simulated_fleet
 from tests.conftest import require_tool
@@ -169,3 +171,28 @@ def test_each_failure_pages_with_its_labels_and_healthy_pages_nothing(tmp_path):
             series = stack.query(f'gpu_workload_class{{scenario="{name}"}}')
             classes = {(s["metric"]["workload"], s["metric"]["source"]) for s in series}
             assert classes == {("serving", "log")}, f"{name}: {classes}"
+        _read_back(stack, time.time() - (time.monotonic() - start) - 30)
+
+
+def _read_back(stack, since: float) -> None:
+    """replay --prometheus on the stack's own Prometheus: the exporter's ledger and verdicts are read
+    back as it judged them (not recomputed from the 1 s samples), pods' shares and MIG instances apart."""
+    url = f"http://127.0.0.1:{stack.prometheus_port}"
+
+    def read(scenario: str) -> ReplayResult:
+        request = Request(url, since, time.time(), selector=f'scenario="{scenario}"')
+        result = replay_prometheus(request, prices=None)
+        assert result.fleet and result.fleet["read"]["read_back_nodes"] == 1
+        return result
+
+    def episodes(result: ReplayResult) -> set[tuple[str, str, str]]:
+        return {(e.gpu, e.kind, e.cause) for e in result.episodes}
+
+    # every target is on 127.0.0.1: the scenario's selector makes it one node
+    assert ("127.0.0.1/1", "data_starvation", "cpu") in episodes(read("starvation"))
+    assert episodes(read("healthy")) == set()
+    shared = read("time_slicing")
+    assert episodes(shared) == {("127.0.0.1/0/research/shared-starving", "data_starvation", "cpu")}
+    pods = {job for job in shared.job_ledger if job.startswith("research/shared-")}
+    assert pods == {"research/shared-busy-a", "research/shared-busy-b", "research/shared-starving"}
+    assert episodes(read("mig")) == {("127.0.0.1/0/mig3", "data_starvation", "cpu")}

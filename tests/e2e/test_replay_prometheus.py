@@ -40,6 +40,9 @@ CASES = (
     ("real/r03_h100x8_near_idle_stall", names.DCGM_LEGACY, 30.0),
 )
 SHORT_OF_FINE = {"real/r03_h100x8_near_idle_stall"}
+# (trace, step) watched by this exporter itself: its raw readings, its ledger, verdicts and classes, on the
+# nodes after CASES'. comm_bound cannot be recomputed at 30 s: read back, it is there as judged live
+OWN_CASES = (("comm_bound_h100x8", 30.0), ("starvation_h100x8", 15.0), ("healthy_h100x8", 15.0))
 BASE = float(int(time.time()) // 3600 * 3600 - 2 * 86400)  # two days ago, on the hour
 SLOT_S = 3600.0
 
@@ -50,9 +53,9 @@ class Loaded:
     victoria: str
 
 
-def _families(index: int, trace: str, scheme: str, step: float) -> list[export.Family]:
+def _families(index: int, trace: str, scheme: str, step: float, prefix: str = "") -> list[export.Family]:
     rows = TraceReader(TRACES / f"{trace}.csv.gz")
-    pod = ("ml", trace.rsplit("/", 1)[-1].replace("_", "-"))
+    pod = ("ml", prefix + trace.rsplit("/", 1)[-1].replace("_", "-"))
     return export.families(rows, scheme, step, BASE + index * SLOT_S, node=f"node-{index}", pod=pod)
 
 
@@ -62,6 +65,9 @@ def loaded(tmp_path_factory) -> Iterator[Loaded]:
     victoria = require_tool("victoria-metrics")
     work = tmp_path_factory.mktemp("prom")
     fams = [f for i, case in enumerate(CASES) for f in _families(i, *case)]
+    fams += [
+        f for k, (trace, step) in enumerate(OWN_CASES) for f in _own_families(len(CASES) + k, trace, step)
+    ]
     (work / "history.om").write_text("".join(export.openmetrics(_joined(fams))))
     subprocess.run(
         [promtool, "tsdb", "create-blocks-from", "openmetrics", str(work / "history.om"), str(work / "tsdb")],
@@ -97,6 +103,13 @@ def loaded(tmp_path_factory) -> Iterator[Loaded]:
         for proc in procs:
             proc.terminate()
             proc.wait(timeout=30)
+
+
+def _own_families(index: int, trace: str, step: float) -> list[export.Family]:
+    pod = ("ml", "own-" + trace.replace("_", "-"))
+    at, node = BASE + index * SLOT_S, f"node-{index}"
+    raw = _families(index, trace, names.OWN, step, prefix="own-")
+    return raw + export.own_analysis(TRACES / f"{trace}.csv.gz", step, at, node=node, pod=pod)
 
 
 def _joined(fams: list[export.Family]) -> list[export.Family]:
@@ -212,3 +225,40 @@ def test_nodes_judged_in_parallel_give_what_one_process_gives_in_the_same_order(
     alone = read(1)
     assert len({gpu.split("/")[0] for gpu in alone[2]}) == 3 and alone[0]
     assert read(2) == alone
+
+
+@pytest.mark.parametrize("server", ["prometheus", "victoria"])
+@pytest.mark.parametrize("k", range(len(OWN_CASES)), ids=[f"{c[0]}-{c[1]:g}s" for c in OWN_CASES])
+def test_this_exporters_own_ledger_and_verdicts_are_read_back_not_recomputed(loaded, server, k):
+    """Where this exporter watched the GPUs, its ledger and verdicts (judged each second) are read as it
+    exported them: the 1-second replay's episodes, every kind (comm_bound too, which no 30 s sample
+    shows), its ledger within a scrape per series; --recompute judges the raw readings at the step."""
+    trace, step = OWN_CASES[k]
+    index = len(CASES) + k
+    start, end = _window(index)
+    url = loaded.prometheus if server == "prometheus" else loaded.victoria
+    selector = f'pod="own-{trace.replace("_", "-")}"'
+    result = replay_prometheus(Request(url, start, end, selector=selector), prices=None)
+    assert result.fleet and result.fleet["read"]["read_back_nodes"] == 1
+    ticks: dict[tuple[str, str], float] = {}  # the seconds the exported ledger counted (export.own_analysis)
+    fine = replay(
+        TRACES / f"{trace}.csv.gz",
+        prices=None,
+        on_tick=lambda t, gpu, state: ticks.__setitem__((gpu, state), ticks.get((gpu, state), 0.0) + 1),
+    )
+    node = f"node-{index}"
+    # the trace's clock starts at the window's start plus 60 s (see _window)
+    want = sorted((f"{node}/{e.gpu}", e.kind, e.cause, e.start + 60) for e in fine.episodes)
+    got = sorted((e.gpu, e.kind, e.cause, e.start) for e in result.episodes)
+    assert [w[:3] for w in want] == [g[:3] for g in got]
+    for w, g in zip(want, got, strict=True):  # each begins within a scrape of the live verdict
+        assert 0 <= g[3] - w[3] <= step + 1, (w, g)
+    assert not result.silent and not result.fleet["unjudged"]  # judged live: nothing unseen at the step
+    for (gpu, state), seconds in ticks.items():  # the first sample of each series is its baseline
+        assert result.ledger[f"{node}/{gpu}"][state] == pytest.approx(seconds, abs=step + 1), (gpu, state)
+    assert {c for classes in result.classes.values() for c in classes} == {
+        c for classes in fine.classes.values() for c in classes
+    }
+    again = replay_prometheus(Request(url, start, end, selector=selector, recompute=True), prices=None)
+    assert again.fleet and again.fleet["read"]["read_back_nodes"] == 0
+    assert set(silenced(step)) <= set(again.silent)

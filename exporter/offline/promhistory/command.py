@@ -58,6 +58,12 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         help="processes judging the nodes, one node each at a time (default: one per core)",
     )
     group.add_argument(
+        "--recompute",
+        action="store_true",
+        help="judge the nodes this exporter watched from their raw readings at the step, rather than "
+        "read back the ledger and verdicts it exported",
+    )
+    group.add_argument(
         "--prometheus-timeout",
         metavar="SECONDS",
         help=f"seconds one query may take (default {DEFAULT_TIMEOUT_S:g})",
@@ -119,6 +125,7 @@ def request_from(args: argparse.Namespace, now: float | None = None) -> Request:
         ),
         timeout_s=_seconds(args.prometheus_timeout, "--prometheus-timeout", 3600.0) or DEFAULT_TIMEOUT_S,
         jobs=_jobs(getattr(args, "jobs", None)),
+        recompute=bool(getattr(args, "recompute", False)),
     )
 
 

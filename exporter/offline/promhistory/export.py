@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from exporter.analysis.engine import VerdictEvent
 from exporter.offline.promhistory import names
 from exporter.offline.traces import TraceRow
 
@@ -223,3 +225,72 @@ def prometheus_text(fams: Iterable[Family]) -> Iterator[str]:
             text = _label_text(labels)
             for t, v in samples:
                 yield f"{fam.name}{suffix}{{{text}}} {v!r} {round(t * 1000)}\n"
+
+
+def own_analysis(
+    trace: Path,
+    step: float,
+    start: float,
+    node: str = "node-1",
+    pod: tuple[str, str] | None = None,
+) -> list[Family]:
+    """What this exporter would have exported of its own analysis of the trace, scraped every ``step``
+    seconds: each GPU's ledger counters (``gpu_time_seconds_total``: its evaluated seconds by state),
+    its verdicts (``gpu_bottleneck``: 1 with the cause while firing, else 0), its workload class and its
+    ``gpu_info``. The trace is judged at 1 s, as live."""
+    from exporter.analysis.kinds import KINDS
+    from exporter.offline.replay import replay
+
+    ticks: list[tuple[float, str, str]] = []
+    events: list[VerdictEvent] = []
+    rows: dict[str, TraceRow] = {}
+    result = replay(
+        trace,
+        on_tick=lambda t, gpu, state: ticks.append((t, gpu, state)),
+        on_event=events.append,
+        on_row=lambda row: rows.setdefault(row.gpu, row),
+    )
+    ledger = Family("gpu_time_seconds", "counter")
+    verdict, workload, info = (
+        Family("gpu_bottleneck", "gauge"),
+        Family("gpu_workload_class", "gauge"),
+        Family("gpu_info", "gauge"),
+    )
+    totals: dict[tuple[str, str], float] = {}
+    firing: dict[tuple[str, str], str] = {}  # (gpu, kind) -> cause
+    ticks.sort()
+    events.sort(key=lambda e: e.t)
+    last = ticks[-1][0] if ticks else 0.0
+    i = j = 0
+    at = 0.0
+    while at <= last + step:
+        while i < len(ticks) and ticks[i][0] <= at:
+            _, gpu, state = ticks[i]
+            totals[(gpu, state)] = totals.get((gpu, state), 0.0) + 1.0
+            i += 1
+        while j < len(events) and events[j].t <= at:
+            e = events[j]
+            if e.state == "firing":
+                firing[(e.gpu, e.kind)] = e.cause
+            else:
+                firing.pop((e.gpu, e.kind), None)
+            j += 1
+        for gpu, row in rows.items():
+            labels = {**_labels(names.OWN, gpu, row, node, pod), "uuid": _uuid(gpu)}
+            t = start + at
+            for (g, state), seconds in totals.items():
+                if g == gpu:
+                    ledger.add({**labels, "state": state}, t, seconds)
+            for kind in KINDS:
+                cause = firing.get((gpu, kind))
+                verdict.add(
+                    {**labels, "kind": kind, "cause": cause or ""}, t, 1.0 if cause is not None else 0.0
+                )
+            classes = result.classes.get(gpu) or {}
+            if classes:
+                (cls, source), _ = max(classes.items(), key=lambda kv: kv[1])
+                # as the exporter says it: training by default while nothing decided the class
+                workload.add({**labels, "workload": cls or "training", "source": source or "default"}, t, 1.0)
+            info.add({**labels, "model": row.name}, t, 1.0)
+        at += step
+    return [f for f in (ledger, verdict, workload, info) if f.series]

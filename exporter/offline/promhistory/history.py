@@ -24,8 +24,8 @@ from pathlib import Path
 
 from exporter.analysis.engine import VerdictEvent
 from exporter.analysis.points import NO_EXTRA, GpuPoint, HostPoint
-from exporter.offline.promhistory import names
-from exporter.offline.promhistory.client import Auth, PromClient, PromError
+from exporter.offline.promhistory import names, own
+from exporter.offline.promhistory.client import Auth, PromClient, PromError, Raw
 from exporter.offline.promhistory.resolution import silenced, unjudged_causes
 from exporter.offline.promhistory.rollup import rollup
 from exporter.offline.replay import ReplayResult, replay
@@ -35,6 +35,8 @@ from exporter.policy.cost import Prices
 
 # where the scrape interval is looked for: the raw samples of this many seconds
 INTERVAL_PROBE_S = 600.0
+# ...of the first of these nodes that has them
+INTERVAL_PROBE_NODES = 5
 # the coarsest step replay takes: past it no kind of the analysis can be told (docs/diagnose.md)
 MAX_STEP_S = 300.0
 # a counter's rate and the node's CPU shares are taken over this many steps (two samples at least)
@@ -61,6 +63,7 @@ class Request:
     timeout_s: float = 60.0
     export: bool | None = None  # read raw samples by VictoriaMetrics' export (None: where the server has it)
     jobs: int | None = None  # processes judging nodes (None: one per core)
+    recompute: bool = False  # judge this exporter's nodes from their raw readings, not read their verdicts
 
 
 @dataclass
@@ -95,6 +98,7 @@ class Found:
     present: set[str]
     pod_jobs: dict[str, str]  # "namespace/pod" -> its job's name (kube_pod_labels)
     export: bool = False  # the server exports raw samples (VictoriaMetrics)
+    read_back: set[str] = field(default_factory=set)  # nodes this exporter judged: its analysis is read
 
 
 def _quote(value: str) -> str:
@@ -118,7 +122,8 @@ def node_of(labels: dict[str, str]) -> tuple[str, str] | None:
 
 
 def _regex_escape(text: str) -> str:
-    return "".join("\\\\" + c if c in ".^$*+?()[]{}|\\" else c for c in text)
+    """RE2's escape of ``text`` (the string's own quoting is ``_quote``'s)."""
+    return "".join("\\" + c if c in ".^$*+?()[]{}|\\" else c for c in text)
 
 
 def pod_of(labels: dict[str, str]) -> str:
@@ -158,6 +163,8 @@ def discover(client: PromClient, request: Request) -> Found:
     wanted = {s.metric for scheme in schemes for s in names.series_for(scheme)} | {
         names.INFO_SERIES.get(s, "") for s in schemes
     }
+    if names.OWN in schemes:
+        wanted |= set(own.NAMES)
     regex = "|".join(sorted(m for m in wanted if m))
     present = set(
         client.label_values("__name__", f"{{__name__=~{_quote(regex)}}}", request.start, request.end)
@@ -171,7 +178,13 @@ def discover(client: PromClient, request: Request) -> Found:
     if export is None:
         presence = f"{names.PRESENCE[schemes[0]]}{{{next(iter(nodes.values()))}}}" if nodes else "up"
         export = client.has_export(presence, request.end)
-    return Found(schemes, nodes, host_nodes, present, _pod_jobs(client, request), export)
+    read_back = set()
+    if own.LEDGER in present and not request.recompute:  # the nodes this exporter judged
+        for labels in client.series(f"{own.LEDGER}{{{request.selector}}}", request.start, request.end):
+            where = node_of(labels)
+            if where is not None and where[0] in nodes:
+                read_back.add(where[0])
+    return Found(schemes, nodes, host_nodes, present, _pod_jobs(client, request), export, read_back)
 
 
 def _pod_jobs(client: PromClient, request: Request) -> dict[str, str]:
@@ -187,18 +200,20 @@ def _pod_jobs(client: PromClient, request: Request) -> dict[str, str]:
 
 def scrape_interval(client: PromClient, request: Request, found: Found) -> float:
     """The median spacing of the raw samples of a GPU series near the range's end, start and middle."""
-    scheme = found.schemes[0]
-    node, matcher = next(iter(found.nodes.items()))
-    expr = f"{names.PRESENCE[scheme]}{{{_matchers(matcher, request.selector)}}}"
-    for at in (request.end, request.start + INTERVAL_PROBE_S, (request.start + request.end) / 2):
-        gaps = [
-            b - a
-            for times in client.raw_times(expr, at, INTERVAL_PROBE_S)
-            for a, b in itertools.pairwise(times)
-        ]
-        if gaps:
-            return max(1.0, round(statistics.median(gaps)))
-    raise PromError(f"{client.url}: the GPU series of {node} have too few samples to tell their interval")
+    # a server may name nodes with no sample in the range (VictoriaMetrics' series index is by day), and
+    # each scheme is on some nodes only
+    nodes = itertools.islice(found.nodes.values(), INTERVAL_PROBE_NODES)
+    for matcher, scheme in itertools.product(nodes, found.schemes):
+        expr = f"{names.PRESENCE[scheme]}{{{_matchers(matcher, request.selector)}}}"
+        for at in (request.end, request.start + INTERVAL_PROBE_S, (request.start + request.end) / 2):
+            gaps = [
+                b - a
+                for times in client.raw_times(expr, at, INTERVAL_PROBE_S)
+                for a, b in itertools.pairwise(times)
+            ]
+            if gaps:
+                return max(1.0, round(statistics.median(gaps)))
+    raise PromError(f"{client.url}: the GPU series have too few samples in the range to tell their interval")
 
 
 def read_node(
@@ -459,11 +474,18 @@ def replay_prometheus(
     hooks = Hooks(on_event, on_job, on_row, on_tick)
     fmt = "prometheus: " + ", ".join(found.schemes)
     merged = Merged(_label(request.url), step, fmt, request.start, prices, workload)
-    jobs = min(request.jobs or cores(), len(found.nodes))
+    for node in sorted(found.read_back):  # this exporter's nodes: their verdicts are read, not judged
+        began = time.process_time()
+        read_back(client, request, found, node, step, merged, hooks)
+        progress.reading_s += time.process_time() - began
+        progress.nodes_done += 1
+        tell()
+    judged = sorted(set(found.nodes) - found.read_back)
+    jobs = min(request.jobs or cores(), len(judged))
     if jobs > 1:
         task = Task(request, found, "", step, fmt, prices, workload, on_row is not None, on_tick is not None)
         with ProcessPoolExecutor(jobs) as pool:
-            for done in pool.map(judge_remote, [replace(task, node=n) for n in sorted(found.nodes)]):
+            for done in pool.map(judge_remote, [replace(task, node=n) for n in judged]):
                 counts.queries += done.queries
                 counts.samples += done.samples
                 progress.reading_s += done.reading_s
@@ -471,7 +493,7 @@ def replay_prometheus(
                 progress.nodes_done += 1
                 tell()
     else:
-        for node in sorted(found.nodes):
+        for node in judged:
             began = time.process_time()
             gpus, host = read_node(client, request, found, node, step)
             progress.reading_s += time.process_time() - began
@@ -480,6 +502,41 @@ def replay_prometheus(
             progress.nodes_done += 1
             tell()
     return merged.result({"queries": counts.queries, "samples": counts.samples})
+
+
+def read_back(
+    client: PromClient, request: Request, found: Found, node: str, step: float, merged: Merged, hooks: Hooks
+) -> None:
+    """A node this exporter watched: its ledger, verdicts and classes as it exported them, by job; the
+    rows of its raw readings only where the caller watches them (the report's charts)."""
+
+    def job_name(node: str, labels: dict[str, str]) -> str:
+        return _job_name(node, pod_of(labels), found.pod_jobs)
+
+    sel = _matchers(found.nodes[node], request.selector)
+
+    def raw(metric: str) -> list[Raw]:  # from each series' baseline: its last sample before the range
+        lo = max(0.0, request.start - LOOKBACK_S)
+        return client.raw(f"{metric}{{{sel}}}", lo, request.end, CHUNK_STEPS * step, found.export)
+
+    where = own.Where(client, sel, request.start, request.end, step, found.present, raw)
+    back = own.read_node(where, node, job_name, merged.prices, merged.origin, hooks.on_tick is not None)
+    if hooks.on_row:
+        gpus, host = read_node(client, request, found, node, step)
+        by_name = {g.name: g for g in gpus.values()}
+        for job, times in sorted(jobs_of(gpus, found.pod_jobs).items()):
+            rows = JobRows(job, [by_name[g] for g in times], times, host, step, merged.origin, merged.fmt)
+            for row in rows:
+                hooks.on_row(row)
+    if hooks.on_event:
+        for event in sorted(back.events, key=lambda e: e.t):
+            hooks.on_event(event)
+    if hooks.on_tick:
+        for tick in back.ticks:
+            hooks.on_tick(*tick)
+    for job, result in sorted(back.results.items()):
+        merged.add(job, result, read_back=True)
+    merged.read_back_nodes += 1
 
 
 def cores() -> int:
@@ -643,6 +700,8 @@ class Merged:
         )
         self.step = step
         self.silent: dict[str, str] | None = None
+        self.judged_jobs = 0  # jobs judged here at the step (the others' verdicts were read back)
+        self.read_back_nodes = 0
 
     def event(self, event: VerdictEvent, hooks: Hooks) -> None:
         if hooks.on_event and self.shown(event.kind, event.cause):
@@ -652,10 +711,14 @@ class Merged:
         if hooks.on_job and self.shown(str(job.get("kind")), str(job.get("cause", ""))):
             hooks.on_job(job)
 
-    def add(self, job: str, r: ReplayResult) -> None:
+    def add(self, job: str, r: ReplayResult, read_back: bool = False) -> None:
+        """One job's result; ``read_back``: this exporter's own, judged live (nothing left out, nothing
+        silent at the step)."""
         if self.keep is not None:
             self.keep.append((job, r))
             return
+        shown = (lambda kind, cause: True) if read_back else self.shown
+        self.judged_jobs += not read_back
         out, s = self.out, self.out.stats
         s.rows += r.stats.rows
         s.gpus.extend(g for g in r.stats.gpus if g not in s.gpus)
@@ -666,10 +729,10 @@ class Merged:
         s.gaps.extend(r.stats.gaps[: max(0, 5 - len(s.gaps))])
         out.seconds = max(out.seconds, r.seconds)
         out.sampled_seconds = max(out.sampled_seconds, r.sampled_seconds)
-        out.events.extend(e for e in r.events if self.shown(e.kind, e.cause))
-        episodes = [e for e in r.episodes if self.shown(e.kind, e.cause)]
+        out.events.extend(e for e in r.events if shown(e.kind, e.cause))
+        episodes = [e for e in r.episodes if shown(e.kind, e.cause)]
         out.episodes.extend(episodes)
-        out.jobs.extend(j for j in r.jobs if self.shown(str(j.get("kind")), str(j.get("cause", ""))))
+        out.jobs.extend(j for j in r.jobs if shown(str(j.get("kind")), str(j.get("cause", ""))))
         kinds = self.verdicts.setdefault(job, {})
         for e in episodes:
             kinds[e.kind] = kinds.get(e.kind, 0) + 1
@@ -689,9 +752,12 @@ class Merged:
             _add(out.classes.setdefault(gpu, {}), classes)  # type: ignore[arg-type]
         out.class_evidence.update(r.class_evidence)
         # a kind is silent only where no job had its inputs
-        self.silent = (
-            dict(r.silent) if self.silent is None else {k: v for k, v in self.silent.items() if k in r.silent}
-        )
+        if not read_back:
+            self.silent = (
+                dict(r.silent)
+                if self.silent is None
+                else {k: v for k, v in self.silent.items() if k in r.silent}
+            )
 
     def shown(self, kind: str, cause: str) -> bool:
         """A verdict the step can show (its kind, and its cause, told apart at this step)."""
@@ -702,11 +768,13 @@ class Merged:
         out = self.out
         out.events.sort(key=lambda e: e.t)
         out.episodes.sort(key=lambda e: e.start)
-        out.silent = {**(self.silent or {}), **self.quiet}
+        judged = self.judged_jobs > 0  # what the step cannot show matters only where it was judged
+        out.silent = {**(self.silent or {}), **(self.quiet if judged else {})}
         out.stats.period = None
+        unjudged = self.unjudged if judged else {}
         out.fleet = {
-            "read": {"step_s": self.step, **(read or {})},
-            "unjudged": {f"{kind}/{cause}": why for (kind, cause), why in self.unjudged.items()},
+            "read": {"step_s": self.step, "read_back_nodes": self.read_back_nodes, **(read or {})},
+            "unjudged": {f"{kind}/{cause}": why for (kind, cause), why in unjudged.items()},
             "namespaces": rollup(out, self.verdicts),
         }
         return out

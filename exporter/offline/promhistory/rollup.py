@@ -106,6 +106,12 @@ def lines(result: ReplayResult) -> list[str]:
         if "queries" in read:
             line += f": {read['queries']} queries, {read['samples'] / 1e6:.2f} M samples"
         out.append(line)
+        if read.get("read_back_nodes"):
+            out.append(
+                f"  gpu-bottleneck-exporter's own ledger, verdicts and classes read back for "
+                f"{read['read_back_nodes']} node(s), as it judged them each second (--recompute: judge "
+                "them again at the step)"
+            )
     for why in dict(fleet.get("unjudged") or {}).values():
         out.append(f"  at this step {why}")
     spaces = fleet.get("namespaces")
