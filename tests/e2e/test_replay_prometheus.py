@@ -6,6 +6,7 @@ kind the step can show, and no verdict the 1-second replay or the trace's labels
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -262,3 +263,24 @@ def test_this_exporters_own_ledger_and_verdicts_are_read_back_not_recomputed(loa
     again = replay_prometheus(Request(url, start, end, selector=selector, recompute=True), prices=None)
     assert again.fleet and again.fleet["read"]["read_back_nodes"] == 0
     assert set(silenced(step)) <= set(again.silent)
+
+
+def test_the_cli_says_what_it_read_back_and_its_json_and_report_carry_it(loaded, tmp_path):
+    k = 0  # comm_bound at 30 s: read back, as judged live
+    start, end = _window(len(CASES) + k)
+    args = ["--prometheus", loaded.victoria, "--from", str(start), "--to", str(end)]
+    args += ["--selector", 'pod="own-comm-bound-h100x8"']
+    text = _cli(args)
+    assert text.returncode == 0, text.stderr
+    assert "read back for 1 node(s)" in text.stdout and "comm_bound" in text.stdout
+    assert "peak score" not in text.stdout  # not known from the verdict series
+    lines = [json.loads(line) for line in _cli([*args, "--json"]).stdout.splitlines()]
+    verdicts = [e for e in lines if e.get("event") == "verdict"]
+    assert verdicts and all(e["score"] is None for e in verdicts)
+    assert {e["kind"] for e in verdicts} == {"comm_bound"}
+    (summary,) = [e for e in lines if e.get("event") == "summary"]
+    assert summary["fleet"]["read"]["read_back_nodes"] == 1 and summary["silent"] == {}
+    report = tmp_path / "report.html"
+    assert _cli([*args, "--report", str(report)]).returncode == 0
+    page = report.read_text()
+    assert "comm_bound" in page and "node-8/0" in page
