@@ -9,9 +9,11 @@ read, and the cost per GPU-day, extrapolated to the issue's week of 100 nodes x 
 is linear in GPU-days: each worker holds one node at a time).
 
 ``--signals five`` (default) writes the issue's five dcgm-exporter series per GPU (utilization, power,
-framebuffer used, temperature, SM clock); ``--signals all`` the demo's seventeen.
+framebuffer used, temperature, SM clock); ``--signals all`` the demo's seventeen. ``--own`` writes this
+exporter's series instead (its utilization, a ledger and verdicts made up from it): their ledger and
+verdicts are read back, not judged, and the figures are the reading's.
 
-    python bench/prometheus_replay.py [--nodes 10] [--days 7] [--step 30] [--jobs N] [--signals five]
+    python bench/prometheus_replay.py [--nodes 10] [--days 7] [--step 30] [--jobs N] [--signals five] [--own]
 """
 
 from __future__ import annotations
@@ -60,6 +62,44 @@ def lines(
             labels |= {"job": "kube-state-metrics", "instance": "ksm:8080"}
             times = demo._times(run.start, run.end, step)
             yield _line(names.KUBE_POD_LABELS, labels, [(t, 1.0) for t in times])
+
+
+# --own: this exporter's series, as its chart scrapes them (the node label added by relabelling)
+OWN_KINDS = ("data_starvation", "comm_hang", "comm_bound", "thermal_throttle", "power_throttle")
+BUSY = 0.5  # --own's made-up ledger: a sample this busy is computing, a less busy one waiting for input
+
+
+def own_lines(fleet: dict[str, list[demo.Run]], loops: demo.Loops, start: float, end: float) -> Iterator[str]:
+    """This exporter's series for the fleet: its utilization (how replay finds the GPUs), a ledger made
+    up from it (computing, input_wait, free: the counters carried across pods as live), five verdict
+    series (data_starvation 1 while waiting), the workload class and gpu_info. Their reading is what is
+    measured, not what they say."""
+    step = loops.step
+    util = next(s for s in export.writers(names.DCGM_49) if s.attr == "util")
+    for node, runs in fleet.items():
+        for gpu in range(demo.GPUS):
+            base = {"gpu": str(gpu), "uuid": f"GPU-{node}-{gpu}", "node": node, "instance": f"{node}:9612"}
+            base |= {"job": "gpu-bottleneck-exporter"}
+            yield _line("gpu_info", {**base, "model": demo.MODEL}, [(start, 1.0), (end, 1.0)])
+            totals: dict[str, float] = {}
+            for labels, samples in demo._gpu_series(util, node, str(gpu), runs, loops, start, end, step):
+                own = {**base, **{k: labels[k] for k in ("namespace", "pod", "container") if k in labels}}
+                yield _line("gpu_utilization_ratio", own, samples)
+                by_state: dict[str, list[tuple[float, float]]] = {}
+                waiting: list[tuple[float, float]] = []
+                for t, v in samples:
+                    state = "free" if "pod" not in own else "computing" if v >= BUSY else "input_wait"
+                    totals[state] = totals.get(state, 0.0) + step
+                    for name, total in totals.items():
+                        by_state.setdefault(name, []).append((t, total))
+                    waiting.append((t, 1.0 if state == "input_wait" else 0.0))
+                for state, counted in by_state.items():
+                    yield _line("gpu_time_seconds_total", {**own, "state": state}, counted)
+                for kind in OWN_KINDS:
+                    values = waiting if kind == "data_starvation" else [(t, 0.0) for t, _ in waiting]
+                    yield _line("gpu_bottleneck", {**own, "kind": kind}, values)
+                klass = {"workload": "training", "source": "default"}
+                yield _line("gpu_workload_class", {**own, **klass}, [(t, 1.0) for t, _ in samples])
 
 
 def _line(name: str, labels: dict[str, str], samples: list[tuple[float, float]]) -> str:
@@ -111,9 +151,9 @@ def peak_rss_mib(pid: int) -> float:
     return 0.0
 
 
-def samples_in(url: str, start: float, end: float) -> int:
+def samples_in(url: str, start: float, end: float, names_re: str) -> int:
     """The samples the server holds in the range (its own count: what the load put there)."""
-    query = f"sum(count_over_time({{__name__=~'DCGM_.*'}}[{int(end - start) + 1}s]))"
+    query = f"sum(count_over_time({{__name__=~'{names_re}'}}[{int(end - start) + 1}s]))"
     params = urllib.parse.urlencode({"query": query, "time": f"{end:.3f}"})
     doc = json.loads(urllib.request.urlopen(f"{url}/api/v1/query?{params}", timeout=600).read())
     result = doc["data"]["result"]
@@ -127,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--step", type=float, default=30.0)
     parser.add_argument("--jobs", type=int, default=cores())
     parser.add_argument("--signals", choices=("five", "all"), default="five")
+    parser.add_argument(
+        "--own", action="store_true", help="this exporter's series: its ledger and verdicts read back"
+    )
     args = parser.parse_args(argv)
     end = float(int(time.time()) // 3600 * 3600 - 3600)
     start = end - args.days * DAY_S
@@ -135,9 +178,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         began = time.monotonic()
         fleet = demo.schedule(args.nodes, start, end)
-        series, sent = load(url, lines(fleet, demo.Loops(args.step), start, end, args.signals == "five"))
+        loops = demo.Loops(args.step)
+        made = (
+            own_lines(fleet, loops, start, end)
+            if args.own
+            else lines(fleet, loops, start, end, args.signals == "five")
+        )
+        series, sent = load(url, made)
         loaded = time.monotonic() - began
-        held = samples_in(url, start, end)
+        held = samples_in(url, start, end, "gpu_.*" if args.own else "DCGM_.*")
         seen = Progress()
         wall0, cpu0 = time.monotonic(), _cpu()
         result = replay_prometheus(
@@ -155,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     steps = gpu_days * DAY_S / args.step
     print(
         f"fleet: {args.nodes} nodes x {demo.GPUS} GPUs, {args.days:g} days at {args.step:g} s, "
-        f"{args.signals} signals: {held:,} GPU samples in {series:,} series "
+        f"{'this exporter' + chr(39) + 's series' if args.own else args.signals + ' signals'}: "
+        f"{held:,} GPU samples in {series:,} series "
         f"({sent / 2**20:.0f} MiB of JSON lines)"
     )
     print(
@@ -169,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{seen.queries} queries, "
         f"{seen.samples:,} samples read, {len(result.stats.gpus)} GPUs, {result.stats.rows:,} rows"
     )
+    if result.fleet:
+        back = result.fleet["read"]["read_back_nodes"]  # type: ignore[index]
+        print(f"read back (this exporter's own ledger and verdicts): {back} of {args.nodes} nodes")
     print(
         f"cost: {wall / gpu_days:.3f} s wall and {cpu / gpu_days:.3f} s CPU per GPU-day "
         f"({cpu * 1e6 / steps:.0f} us CPU per GPU-step); the issue's week of 100 x 8 GPUs "
