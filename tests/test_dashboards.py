@@ -338,6 +338,6 @@ def test_shared_gpus_get_a_row_per_pod_and_mig_instance(path, selector):
     assert target["instant"] and target["format"] == "table"
     for metric in ("gpu_pod_time_seconds_total", "gpu_mig_time_seconds_total"):
         assert f'increase({metric}{{{selector}, state!="free"}}[$__range])' in target["expr"]
-    assert "by (node, gpu, namespace, pod, mig_instance, mig_profile)" in target["expr"]
+    assert "by (node, gpu, namespace, pod, mig_instance, mig_compute_instance, mig_profile)" in target["expr"]
     # a pod or instance that lost nothing reads 0, not a missing row
     assert target["expr"].count("* 0") == 2

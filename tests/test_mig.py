@@ -6,10 +6,16 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.analysis.mig import gpu_util, instance_point, instance_share
+from exporter.analysis.mig import (
+    gpu_util,
+    instance_point,
+    instance_points,
+    instance_share,
+    split_gpu_instances,
+)
 from exporter.policy.thresholds import SERIES_BUDGET
 from exporter.serve.metrics import Renderer
-from exporter.sim.mig import LAYOUT
+from exporter.sim.mig import LAYOUT, LAYOUT_COMPUTE
 from exporter.sources.readings import MigReading
 from tests.conftest import step
 from tests.test_series_budget import own_and_runtime, samples, series_per_family
@@ -128,3 +134,106 @@ def test_a_failed_read_keeps_the_instances_ledgers(make_node, make_sampler, cloc
     assert not down.gpus[0].up and [m.instance for m in step(sampler, clock).gpus[0].migs]
     assert "0/mig2" in sampler.analyzer.gpus()
     assert sum(sampler.analyzer.ledger("0/mig2").totals.values()) > before
+
+
+# ---- a GPU instance split into compute instances (mig_compute_h100) ------------------------------------
+
+
+def test_compute_instances_of_one_gpu_instance_are_entities_and_series_of_their_own(
+    make_node, make_sampler, clock
+):
+    sampler, _ = make_sampler(make_node("mig_compute_h100", n_gpus=2), pods=True)
+    snap = step(sampler, clock, cycles=200)
+    gpu = snap.gpus[0]
+    assert [(m.instance, m.compute_instance, m.profile, m.pod) for m in gpu.migs] == [
+        (str(s.gi), str(s.ci) if s.gi_slices else "", s.profile, s.pod) for s in LAYOUT_COMPUTE
+    ]
+    assert {"0/mig1.0", "0/mig1.1", "0/mig5", "0/mig13"} <= set(sampler.analyzer.gpus())
+    # each compute instance books its own compute slices' share: 2/7 each, and all of them the GPU's time
+    wall = sum(gpu.ledger.values())
+    for m, spec in zip(gpu.migs, LAYOUT_COMPUTE, strict=True):
+        assert sum(m.ledger.values()) == pytest.approx(wall * spec.slices / 7, rel=0.03)
+    a, b = gpu.migs[0], gpu.migs[1]
+    assert a.ledger["computing"] > 0.9 * sum(a.ledger.values())  # the GPU instance's 93 %, each held one's
+    assert b.ledger["computing"] > 0.9 * sum(b.ledger.values())
+    firing = {
+        (m.instance, m.compute_instance, k) for m in gpu.migs for k, v in m.verdicts.items() if v.firing
+    }
+    assert firing == {("5", "", "data_starvation")}
+
+    body, _ = Renderer().render(snap)
+    s = samples(body)
+    per: dict[tuple[str, str, str], float] = {}
+    for x in s["gpu_mig_time_seconds_total"]:
+        key = (x.labels["mig_instance"], x.labels.get("mig_compute_instance", ""), x.labels.get("pod", ""))
+        per[key] = per.get(key, 0.0) + x.value
+    # two series sets for GPU instance 1, told apart by the compute instance; none for the unsplit ones
+    assert set(per) == {
+        ("1", "0", "mig-ci-a"),
+        ("1", "1", "mig-ci-b"),
+        ("5", "", "mig-starving"),
+        ("13", "", ""),
+    }
+    assert per[("1", "0", "mig-ci-a")] == pytest.approx(per[("5", "", "mig-starving")], rel=0.03)
+    ledger = sum(x.value for x in s["gpu_time_seconds_total"] if x.labels["gpu"] == "0")
+    assert sum(per.values()) == pytest.approx(ledger, rel=0.03)
+    verdict_keys = [
+        (x.labels["mig_instance"], x.labels.get("mig_compute_instance"), x.labels["kind"])
+        for x in s["gpu_bottleneck"]
+        if "mig_instance" in x.labels
+    ]
+    assert len(verdict_keys) == len(set(verdict_keys))  # no two series with one label set
+    assert ("1", "0", "data_starvation") in verdict_keys and ("1", "1", "data_starvation") in verdict_keys
+
+
+def test_compute_instances_share_their_gpu_instances_activity_and_memory():
+    def ci(uuid: str, gi: int, c: int, slices: int, sm: float | None, mem: int = 20 << 30) -> MigReading:
+        return MigReading(uuid, gi, c, "2c.4g.40gb", slices, 7, mem, 40 << 30, sm_active=sm)
+
+    alone = MigReading("MIG-s", 5, 0, "2g.20gb", 2, 7, 14 << 30, 20 << 30, sm_active=0.4)
+    a, b = ci("MIG-a", 1, 0, 2, 0.5), ci("MIG-b", 1, 1, 2, 0.5)  # GPM and memory are GPU instance 1's
+    assert split_gpu_instances([a, b, alone]) == {1}
+    assert (
+        split_gpu_instances(
+            [alone, MigReading("MIG-u", -1, -1, "", 0, 7), MigReading("MIG-v", -1, -1, "", 0, 7)]
+        )
+        == set()
+    )
+    # both held: each is given the GPU instance's activity (which of them computes is not seen)
+    both = instance_points(1.0, [a, b, alone], {"MIG-a", "MIG-b", "MIG-s"})
+    assert [p.util for p in both] == [pytest.approx(0.5), pytest.approx(0.5), pytest.approx(0.4)]
+    assert [p.mem_used_bytes for p in both] == [20 << 30, 20 << 30, 14 << 30]
+    # one held: it alone ran the GPU instance's kernels, on half its SMs; the free one ran and holds nothing
+    one = instance_points(1.0, [a, b, alone], {"MIG-a"})
+    assert (one[0].util, one[0].mem_used_bytes) == (pytest.approx(1.0), 20 << 30)
+    assert (one[1].util, one[1].mem_used_bytes) == (0.0, 0)
+    assert one[2].util == pytest.approx(0.4)  # alone in its GPU instance: its own, held or not
+    # none held: all of them count (a host process may run there)
+    assert [p.util for p in instance_points(1.0, [a, b], set())] == [pytest.approx(0.5)] * 2
+    # without GPM nothing is made up; the GPU's utilization stays the slice-weighted sum
+    blind = instance_points(1.0, [ci("MIG-a", 1, 0, 2, None), ci("MIG-b", 1, 1, 2, None)], {"MIG-a"})
+    assert [p.util for p in blind] == [None, None]
+    assert gpu_util([a, b, alone]) == pytest.approx(0.5 * 4 / 7 + 0.4 * 2 / 7)
+    assert instance_share(a, 3) == pytest.approx(2 / 7)  # its own compute slices, not its GPU instance's
+
+
+def test_the_source_reads_each_compute_instance_through_the_real_library(make_node, clock):
+    from exporter.sources.errors import ErrorCounter
+    from exporter.sources.nvml import NvmlSource
+
+    node = make_node("mig_compute_h100", n_gpus=1)
+    source = NvmlSource(node.install(), ErrorCounter(), clock=clock)
+    (dev,) = source.open()
+    for _ in range(3):
+        clock.advance(1.0)
+        last = source.collect(dev)
+    assert [(m.gpu_instance, m.compute_instance, m.profile, m.slices) for m in last.migs] == [
+        (s.gi, s.ci, s.profile, s.slices) for s in LAYOUT_COMPUTE
+    ]
+    assert len({m.uuid for m in last.migs}) == len(LAYOUT_COMPUTE)  # a MIG device, a UUID each
+    a, b = last.migs[0], last.migs[1]
+    held = LAYOUT_COMPUTE[0].mem_held + LAYOUT_COMPUTE[1].mem_held
+    assert a.mem_used_bytes == b.mem_used_bytes == held  # memory is the GPU instance's
+    assert a.mem_total_bytes == b.mem_total_bytes == LAYOUT_COMPUTE[0].mem_total
+    assert a.sm_active == b.sm_active == pytest.approx(0.93)  # GPM is the GPU instance's
+    source.close([dev])

@@ -1284,7 +1284,7 @@ def _process_table(s: Scope) -> table.Panel:
 
 
 SHARE_METRICS = ("gpu_pod_time_seconds_total", "gpu_mig_time_seconds_total")  # a pod's share, an instance
-SHARE_BY = "node, gpu, namespace, pod, mig_instance, mig_profile"
+SHARE_BY = "node, gpu, namespace, pod, mig_instance, mig_compute_instance, mig_profile"
 
 
 def shares_lost(selector: str) -> str:
@@ -1310,7 +1310,8 @@ def _shares_table(s: Scope) -> table.Panel:
     return _instant_table(
         "Shared GPUs: each pod's and MIG instance's time",
         "On a GPU pods share (time-slicing replicas, MPS), each pod's own ledger; on a GPU in MIG mode, "
-        "each instance's (mig_instance, mig_profile, the pod holding it): the share of its held time over "
+        "each instance's (mig_instance, mig_compute_instance where a GPU instance is split, mig_profile, the "
+        "pod holding it): the share of its held time over "
         "the dashboard's range not spent computing (waiting for input, stalled, idle...). The verdicts "
         f"{_pod_kinds()} are judged on these, not on the whole GPU. Empty where no "
         "GPU is shared or in MIG mode; a time-sliced pod's share needs the exporter's process owners "

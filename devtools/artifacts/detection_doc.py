@@ -194,6 +194,17 @@ def _mig() -> list[str]:
         "guessing. Power, temperatures, clocks, clock-event reasons, PCIe and NVLink are the GPU's: an "
         "instance's point has none, so a heat or power verdict stays the GPU's and names no instance.",
         "",
+        "A GPU instance split into several compute instances (a 4g.40gb into two 2c.4g.40gb, the "
+        "simulator's `mig_compute_h100`) has a MIG device, a UUID and possibly a pod per compute instance: "
+        "each is an entity of its own (`<gpu>/mig<gpu instance>.<compute instance>`) whose series carry "
+        "`mig_compute_instance` beside `mig_instance` (a GPU instance with one compute instance, the usual "
+        "layout, has no such label), and its ledger books its own compute slices' share (2/7 of an H100 for "
+        "a 2c.4g.40gb). Its memory and its GPM metrics are the GPU instance's: the driver measures no "
+        "compute instance apart. So a compute instance no pod holds is taken to run nothing and hold "
+        "nothing, and the held ones are each given the GPU instance's SM activity spread over their slices "
+        "(their mean) and its memory in use: one held compute instance is seen exactly; of two held ones, "
+        "which one computes is not seen, and a verdict on one of them is their GPU instance's.",
+        "",
     ]
 
 

@@ -40,7 +40,8 @@ def _verdict_row() -> str:
         f"holds. `cause`: {causes}; empty otherwise and while 0. On a GPU pods share (time-slicing, MPS) "
         f"{pod} are judged on each pod's share: their series carry its `namespace` and `pod` (the GPU's "
         "own series of those kinds stay 0); on a GPU in MIG mode they are judged on each MIG instance and "
-        "carry its `mig_instance`, `namespace` and `pod` |"
+        "carry its `mig_instance` (and `mig_compute_instance` where its GPU instance is split into several "
+        "compute instances), `namespace` and `pod` |"
     )
 
 

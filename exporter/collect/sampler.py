@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from exporter.analysis.engine import Analyzer, VerdictEvent
-from exporter.analysis.mig import gpu_util, instance_point, instance_share
+from exporter.analysis.mig import gpu_util, instance_points, instance_share, split_gpu_instances
 from exporter.analysis.pods import booked_to_server, gpu_owners, pod_uses, share_point, sharing_pods
 from exporter.analysis.points import GpuPoint, HostPoint, gpu_points, host_point, p2p_failures
 from exporter.analysis.result import analyze
@@ -327,10 +327,11 @@ class Sampler:
     def _mig(
         self, slots: Mapping[int, object], held: Mapping[int, list[tuple[Assignment, str]]]
     ) -> dict[int, list[tuple[str, str, str, MigReading]]]:
-        """GPUs in MIG mode: each MIG instance is an entity, ``<gpu>/mig<gpu instance>``, booked at its
-        compute slices' share of the GPU's wall time (all given out: the instances sum to the GPU), judged
-        for the pod's kinds on its own point (its GPM SM activity, its memory; NVML gives no utilization
-        per instance) in the group of the pod holding it. Returns GPU -> (entity, namespace, pod, reading)."""
+        """GPUs in MIG mode: each MIG device is an entity, ``<gpu>/mig<gpu instance>`` (``.<compute
+        instance>`` after it where its GPU instance is split into several), booked at its compute slices'
+        share of the GPU's wall time (all given out: the instances sum to the GPU), judged for the pod's
+        kinds on its own point (its GPM SM activity, its memory; NVML gives no utilization per instance) in
+        the group of the pod holding it. Returns GPU -> (entity, namespace, pod, reading)."""
         out: dict[int, list[tuple[str, str, str, MigReading]]] = {}
         for index, slot in slots.items():
             r = slot.reading  # type: ignore[attr-defined]
@@ -344,16 +345,18 @@ class Sampler:
             self.analyzer.set_split(str(index), True)
             pods = {mig: a.ref for a, mig in held.get(index, ()) if mig}
             entities = out[index] = []
+            split = split_gpu_instances(r.migs)
             for m in r.migs:
-                entity, ref = f"{index}/mig{m.gpu_instance}", pods.get(m.uuid)
+                ci = f".{m.compute_instance}" if m.gpu_instance in split else ""
+                entity, ref = f"{index}/mig{m.gpu_instance}{ci}", pods.get(m.uuid)
                 self.analyzer.set_share(entity, instance_share(m, len(r.migs)), LEDGER_STALE.value)
                 self.analyzer.set_group(entity, f"{ref.namespace}/{ref.pod}" if ref else entity)
                 entities.append((entity, ref.namespace if ref else "", ref.pod if ref else "", m))
             if self._mig_fed.get(index) is r:
                 continue  # not collected since
             self._mig_fed[index] = r
-            for entity, _, _, m in entities:
-                self.analyzer.add_gpu_points(entity, [instance_point(r.t, m)])
+            for (entity, _, _, _), point in zip(entities, instance_points(r.t, r.migs, pods), strict=True):
+                self.analyzer.add_gpu_points(entity, [point])
         now = {entity for entities in out.values() for entity, _, _, _ in entities}
         for entity in self._mig_entities - now:  # repartitioned, or MIG mode off
             self.analyzer.forget(entity)

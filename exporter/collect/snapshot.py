@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from exporter.analysis.engine import KindState
 from exporter.analysis.kinds import KINDS
+from exporter.analysis.mig import split_gpu_instances
 from exporter.analysis.pods import default_shm
 from exporter.analysis.processes import GpuProcesses, attribute, holders
 from exporter.analysis.result import GpuStats, Result
@@ -49,6 +50,7 @@ class MigShare:
     ledger: dict[str, float] = field(default_factory=dict)
     verdicts: dict[str, KindState] = field(default_factory=dict)
     workload: Workload = UNKNOWN
+    compute_instance: str = ""  # its compute instance id where its GPU instance is split into several
 
 
 @dataclass(frozen=True)
@@ -213,6 +215,8 @@ def _shares(result: Result, entities: Iterable[tuple[str, str, str]]) -> tuple[P
 def _migs(result: Result, entities: Iterable[tuple[str, str, str, MigReading]]) -> tuple[MigShare, ...]:
     """A MIG GPU's instances as the analysis judged them: only the kinds whose loss is a pod's."""
     out = []
+    entities = tuple(entities)
+    split = split_gpu_instances(m for _, _, _, m in entities)
     for entity, namespace, pod, m in entities:
         stats = result.gpus.get(entity)
         if stats is not None:
@@ -227,6 +231,7 @@ def _migs(result: Result, entities: Iterable[tuple[str, str, str, MigReading]]) 
                     stats.ledger,
                     verdicts,
                     stats.workload,
+                    str(m.compute_instance) if m.gpu_instance in split else "",
                 )
             )
     return tuple(out)

@@ -347,8 +347,9 @@ def _gpu_shares(fams: _Families, view: GpuView, base: Labels, detail: frozenset[
 
 def _gpu_migs(fams: _Families, view: GpuView, base: Labels, detail: frozenset[str]) -> None:
     """A GPU in MIG mode: each instance's ledger, booked at its compute slices' share of the GPU's wall
-    time, and the verdicts judged on it, labelled with the instance and the pod holding it. A family of its
-    own: an instance stands whether or not a pod holds it, and its seconds are not a pod's share."""
+    time, and the verdicts judged on it, labelled with the instance (its GPU instance, and its compute
+    instance where the GPU instance is split into several) and the pod holding it. A family of its own: an
+    instance stands whether or not a pod holds it, and its seconds are not a pod's share."""
     for m in view.migs:
         inst = {
             "gpu": base["gpu"],
@@ -356,6 +357,8 @@ def _gpu_migs(fams: _Families, view: GpuView, base: Labels, detail: frozenset[st
             "mig_instance": m.instance,
             "mig_profile": m.profile,
         }
+        if m.compute_instance:  # its GPU instance split into several compute instances: one series each
+            inst["mig_compute_instance"] = m.compute_instance
         inst |= labels(namespace=m.namespace, pod=m.pod)
         time_fam = fams.counter(
             "gpu_mig_time_seconds",

@@ -15,7 +15,7 @@ from exporter.sim.driver import Capabilities, FakeNvmlLibrary
 from exporter.sim.faults import Fault, FaultPlan
 from exporter.sim.hostfs import SimHost
 from exporter.sim.kubelet import KubeletProcess, SimKubelet, SimPod
-from exporter.sim.mig import LAYOUT, MIG_H100, mig_uuid
+from exporter.sim.mig import LAYOUTS, mig_uuid
 from exporter.sim.physics import SHARED_SCENARIOS, SLICES, BoardSpec, NodeModel
 from exporter.sim.podlogs import SimPodLogs
 from exporter.sim.scenarios import Scenario, ScenarioError, parse_scenario, scenario_names
@@ -203,9 +203,10 @@ def pod_layout(
 
 
 def _partitioned(model: NodeModel) -> int | None:
-    """The GPU of mig_h100 in MIG mode (its first affected GPU); None in other scenarios."""
+    """The GPU of mig_h100 or mig_compute_h100 in MIG mode (its first affected GPU); None in other
+    scenarios."""
     sc = model.timeline[0][1]
-    return sc.affected(model.n_gpus)[0] if sc.name == MIG_H100 else None
+    return sc.affected(model.n_gpus)[0] if sc.name in LAYOUTS else None
 
 
 def _mig_pods(model: NodeModel, gpu: int | None, generation: int) -> list[SimPod]:
@@ -224,7 +225,7 @@ def _mig_pods(model: NodeModel, gpu: int | None, generation: int) -> list[SimPod
             f"nvidia.com/mig-{spec.profile}",
             mig_uuid(uuid, k),
         )
-        for k, spec in enumerate(LAYOUT)
+        for k, spec in enumerate(LAYOUTS[model.timeline[0][1].name])
         if spec.pod
     ]
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import pynvml as N
 
 from exporter.policy.nvml_vocab import FI_THROTTLE_NS, THROTTLE_COUNTER_BITS
+from exporter.sim import mig
 from exporter.sim.conditions import PCIE_GEN, PCIE_WIDTH, NodeConditions, conditions_for
 from exporter.sim.faults import FaultPlan
 from exporter.sim.physics import NodeModel
@@ -356,8 +357,9 @@ class FakeNvmlLibrary:
             return inst
         attrs, slices = _obj(ref), inst.spec.slices
         attrs.multiprocessorCount = slices * _SMS_PER_SLICE
-        attrs.gpuInstanceSliceCount = attrs.computeInstanceSliceCount = slices
-        attrs.memorySizeMB = inst.spec.mem_total >> 20
+        attrs.computeInstanceSliceCount = slices
+        attrs.gpuInstanceSliceCount = inst.spec.instance_slices
+        attrs.memorySizeMB = inst.spec.mem_total >> 20  # its GPU instance's, shared by its compute instances
         return N.NVML_SUCCESS
 
     def nvmlDeviceGetSerial(self, handle: object, buf: object, length: object) -> int:
@@ -486,11 +488,12 @@ class FakeNvmlLibrary:
         return N.NVML_SUCCESS
 
     def _memory(self, g, handle: object) -> tuple[int, int]:
-        """(total, used) of the GPU, or of the MIG instance behind a MIG handle."""
+        """(total, used) of the GPU, or of the GPU instance behind a MIG handle (memory is a GPU instance's:
+        each of its compute instances answers with all of it)."""
         inst = self._instance(handle) if self._slot(handle) else None
         if inst is None or isinstance(inst, int):
             return g.board.mem_total_bytes, g.mem_used_bytes
-        return inst.spec.mem_total, inst.mem_used
+        return mig.gpu_instance_memory(g.mig, inst.spec.gi)
 
     # ---- thermal and clocks ------------------------------------------------------------------
 
@@ -852,11 +855,11 @@ class FakeNvmlLibrary:
         if not (self.caps.gpm and g.board.gpm):
             return N.NVML_ERROR_NOT_SUPPORTED
         gi = _int(gpu_instance)
-        inst = next((m for m in g.mig if m.spec.gi == gi), None)
+        integrals = mig.gpu_instance_integrals(g.mig, gi)  # its compute instances' together
         address = _addr(sample)
-        if inst is None or address not in self._gpm_samples:
+        if integrals is None or address not in self._gpm_samples:
             return N.NVML_ERROR_INVALID_ARGUMENT
-        self._gpm_samples[address] = ((g.index, gi), list(inst.gpm_integrals))
+        self._gpm_samples[address] = ((g.index, gi), integrals)
         return N.NVML_SUCCESS
 
     def nvmlGpmMetricsGet(self, ref: object) -> int:

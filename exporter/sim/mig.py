@@ -1,28 +1,36 @@
-"""A MIG-partitioned GPU of the simulator (scenario ``mig_h100``): GPU 0 of the node in MIG mode, carved into
-GPU instances (one compute instance each) that run loads of their own. The driver (driver.py) answers for
-each instance through its MIG device handle; the kubelet gives each held instance to a pod by its MIG UUID.
+"""A MIG-partitioned GPU of the simulator (scenarios ``mig_h100`` and ``mig_compute_h100``): GPU 0 of the node
+in MIG mode, carved into GPU instances that run loads of their own: one compute instance each (``mig_h100``),
+or one GPU instance split into two compute instances held by two pods (``mig_compute_h100``). Each compute
+instance is a MIG device of its own. The driver (driver.py) answers for each through its MIG device handle;
+the kubelet gives each held one to a pod by its MIG UUID.
 
 What a real driver offers per instance, and so what the fake one does: its identity (UUID, GPU and compute
-instance ids, its slices and memory: nvmlDeviceGetAttributes), its memory in use, and its GPM metrics
-(nvmlGpmMigSampleGet on the parent). Utilization rates and samples are the GPU's only (NOT_SUPPORTED on an
-instance's handle); power, temperatures, clocks and links are the GPU's."""
+instance ids, its slices and memory: nvmlDeviceGetAttributes), its memory in use (its GPU instance's:
+memory is a GPU instance's, shared by its compute instances), and its GPM metrics (nvmlGpmMigSampleGet on
+the parent, per GPU instance: the compute instances of one GPU instance are measured together).
+Utilization rates and samples are the GPU's only (NOT_SUPPORTED on an instance's handle); power,
+temperatures, clocks and links are the GPU's."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 MIG_H100 = "mig_h100"
+MIG_COMPUTE_H100 = "mig_compute_h100"  # mig_h100 with a 4g.40gb GPU instance split into two compute instances
 GPU_SLICES = 7  # the compute slices of an A100 or H100: an instance's share of the GPU is its slices over 7
 MIG_PERIOD_S = 6.0  # the starving instance's step: computes its batch, then waits for the next one
 MIG_FED_S = 2.0  # ... computing this long of each step
 GIB = 1 << 30
-PID_BASE = 5300  # the process in GPU instance gi is PID_BASE + gi (the host's /proc holds the same PIDs)
+PID_BASE = 5300  # the process in GPU instance gi, compute instance ci is PID_BASE + gi + 100 ci (as /proc)
+CI_PID_STEP = 100
 
 
 @dataclass(frozen=True)
 class MigSlice:
-    """One GPU instance of the partition: its profile, GPU instance id (as nvidia-smi mig -lgi lists it
-    for this placement), compute slices, memory, the pod holding it ("" free) and its load."""
+    """One MIG device of the partition (a compute instance of a GPU instance): its profile, GPU instance id
+    (as nvidia-smi mig -lgi lists it for this placement), compute slices, its GPU instance's memory, the pod
+    holding it ("" free), its load, the memory it holds, its compute instance id and its GPU instance's
+    slices (0: the same as its own, one compute instance spanning the GPU instance)."""
 
     profile: str
     gi: int
@@ -31,10 +39,13 @@ class MigSlice:
     pod: str
     load: str  # busy, starving, idle (memory held, no kernels), free (no pod)
     mem_held: int
+    ci: int = 0  # one compute instance spanning the GPU instance, as the device plugin's profiles make
+    gi_slices: int = 0
 
     @property
-    def ci(self) -> int:
-        return 0  # one compute instance spanning the GPU instance, as the device plugin's profiles make
+    def instance_slices(self) -> int:
+        """The compute slices of its GPU instance."""
+        return self.gi_slices or self.slices
 
 
 # 3g.40gb + 2g.20gb + 1g.10gb + 1g.10gb: all 7 compute slices given out, so the instances' shares sum to 1
@@ -44,6 +55,16 @@ LAYOUT: tuple[MigSlice, ...] = (
     MigSlice("1g.10gb", 9, 1, 10 * GIB, "mig-idle", "idle", 7 * GIB),
     MigSlice("1g.10gb", 10, 1, 10 * GIB, "", "free", 0),
 )
+# mig_compute_h100: a 4g.40gb GPU instance split into two 2c.4g.40gb compute instances (two MIG devices with
+# UUIDs of their own, sharing the GPU instance's 40 GB), each given to a pod; beside it the starving
+# 2g.20gb and a free 1g.10gb of mig_h100. All 7 compute slices given out: 2 + 2 + 2 + 1.
+LAYOUT_COMPUTE: tuple[MigSlice, ...] = (
+    MigSlice("2c.4g.40gb", 1, 2, 40 * GIB, "mig-ci-a", "busy", 12 * GIB, ci=0, gi_slices=4),
+    MigSlice("2c.4g.40gb", 1, 2, 40 * GIB, "mig-ci-b", "busy", 15 * GIB, ci=1, gi_slices=4),
+    MigSlice("2g.20gb", 5, 2, 20 * GIB, "mig-starving", "starving", 14 * GIB),
+    MigSlice("1g.10gb", 13, 1, 10 * GIB, "", "free", 0),
+)
+LAYOUTS: dict[str, tuple[MigSlice, ...]] = {MIG_H100: LAYOUT, MIG_COMPUTE_H100: LAYOUT_COMPUTE}
 # GPM integrals per unit of SM activity: SM occupancy, tensor and DRAM activity follow the SMs'
 _GPM_FOLLOW = (0.55, 0.45, 0.35)
 
@@ -74,8 +95,33 @@ def sm_activity(spec: MigSlice, x: float) -> float:
     return 0.0
 
 
-def new_instances(gpu_uuid: str) -> list[MigState]:
-    return [MigState(spec, mig_uuid(gpu_uuid, k)) for k, spec in enumerate(LAYOUT)]
+def new_instances(gpu_uuid: str, layout: tuple[MigSlice, ...] = LAYOUT) -> list[MigState]:
+    return [MigState(spec, mig_uuid(gpu_uuid, k)) for k, spec in enumerate(layout)]
+
+
+def pid(spec: MigSlice) -> int:
+    """The PID of the process in a held MIG device."""
+    return PID_BASE + spec.gi + CI_PID_STEP * spec.ci
+
+
+def gpu_instance_memory(instances: list[MigState], gi: int) -> tuple[int, int]:
+    """(total, used) of a GPU instance: what the driver answers on each of its compute instances' handles."""
+    mine = [m for m in instances if m.spec.gi == gi]
+    return mine[0].spec.mem_total, sum(m.mem_used for m in mine)
+
+
+def gpu_instance_integrals(instances: list[MigState], gi: int) -> list[float] | None:
+    """The GPM integrals of a GPU instance (nvmlGpmMigSampleGet): its compute instances' activities
+    weighted by their slices of it (time itself is not summed); None for a GPU instance that is not there."""
+    mine = [m for m in instances if m.spec.gi == gi]
+    if not mine:
+        return None
+    out = [mine[0].gpm_integrals[0]] + [0.0] * (len(mine[0].gpm_integrals) - 1)
+    for m in mine:
+        weight = m.spec.slices / m.spec.instance_slices
+        for i in range(1, len(out)):
+            out[i] += m.gpm_integrals[i] * weight
+    return out
 
 
 def step(instances: list[MigState], x: float, dt: float) -> float:

@@ -392,7 +392,7 @@ class NodeModel:
         its utilization evenly."""
         if g.mig:  # one process in each held instance, in the pod holding it
             return [
-                SimProcess(mig.PID_BASE + m.spec.gi, "compute", m.mem_used, m.sm, m.spec.pod)
+                SimProcess(mig.pid(m.spec), "compute", m.mem_used, m.sm, m.spec.pod)
                 for m in g.mig
                 if m.spec.pod
             ]
@@ -496,7 +496,7 @@ class NodeModel:
             return Phase.OFF
         if name == "offload_starvation":
             return _offload_phase(plan, t)
-        if name == mig.MIG_H100 and g in plan.affected:
+        if name in mig.LAYOUTS and g in plan.affected:
             return Phase.COMPUTE  # its busy instance always computes (its utilization: mig.step)
         if name in SHARED_SCENARIOS and g in plan.affected:  # the pods' kernels in turn, then none
             busy = (t - plan.onset) % SLICE_PERIOD_S < SLICED_BUSY * SLICE_PERIOD_S
@@ -559,23 +559,25 @@ class NodeModel:
                 g.mem_used_bytes, g.processes = g.mem_used_bytes + MPS_SERVER_BYTES, len(SLICES) + 1
         gpm = list(g.gpm_integrals)
         self._counters(g, f, nz, dt, reasons)
-        self._step_mig(
-            g, sc.name == mig.MIG_H100 and g.index in sc.affected(self.n_gpus), t - plan.start, dt, gpm
-        )
+        layout = mig.LAYOUTS.get(sc.name) if g.index in sc.affected(self.n_gpus) else None
+        self._step_mig(g, layout, t - plan.start, dt, gpm)
         self._nvlink_traffic(g, f, nz, dt, name == "nvlink_down", affected)
         self._pcie_traffic(g, f, phases, nz, dt, sc, name, affected)
         if record:
             g.samples.append(DriverSample(int(t * 1e6), g.util, g.mem_util, int(g.power_w * 1000)))
 
     @staticmethod
-    def _step_mig(g: GpuState, partitioned: bool, x: float, dt: float, gpm: list[float]) -> None:
-        """A GPU in MIG mode (mig_h100): its instances run loads of their own; the GPU's utilization,
-        memory, processes and GPM SM activity are theirs summed (SM activity weighted by their slices)."""
-        if not partitioned:
+    def _step_mig(
+        g: GpuState, layout: tuple[mig.MigSlice, ...] | None, x: float, dt: float, gpm: list[float]
+    ) -> None:
+        """A GPU in MIG mode (mig_h100, mig_compute_h100: its ``layout``): its instances run loads of their
+        own; the GPU's utilization, memory, processes and GPM SM activity are theirs summed (SM activity
+        weighted by their slices)."""
+        if layout is None:
             g.mig = []
             return
         if not g.mig:
-            g.mig = mig.new_instances(g.uuid)
+            g.mig = mig.new_instances(g.uuid, layout)
         busy = mig.step(g.mig, x, dt)
         g.util = round(100 * busy)
         g.mem_used_bytes = sum(m.mem_used for m in g.mig)
@@ -713,8 +715,8 @@ class NodeModel:
             self._host_workload(t, dt, plan.work)
             self._host_shm(sc, name, x)
             return
-        # time_slicing, mig_h100: one pod starves
-        starving = ("data_starvation", "data_starvation_all", *SHARED_SCENARIOS, mig.MIG_H100)
+        # time_slicing, mig_h100, mig_compute_h100: one pod starves
+        starving = ("data_starvation", "data_starvation_all", *SHARED_SCENARIOS, *mig.LAYOUTS)
         cause = sc.effective_cause() if name in starving else ""
         phase = self._phase(plan, 0, t)
         job = phase not in (Phase.OFF, Phase.IDLE)

@@ -109,6 +109,14 @@ SCENARIOS: dict[str, tuple[str, tuple[int, ...], str]] = {
         (0,),
         "cpu",
     ),
+    "mig_compute_h100": (
+        "GPU 0 is in MIG mode as in mig_h100, but its 4g.40gb GPU instance is split into two 2c.4g.40gb "
+        "compute instances, each a MIG device of its own given to a pod (mig-ci-a and mig-ci-b, both "
+        "computing at 93 % SM, sharing the GPU instance's memory); beside them mig-starving's 2g.20gb and a "
+        "free 1g.10gb; the training pod holds the other GPUs",
+        (0,),
+        "cpu",
+    ),
     # the other work that shares a fleet with training (physics.py's workloads): each GPU of the pod outside
     # the workload's GPUs holds no process (with pods=2 the second pod trains on its half)
     "serving": (
