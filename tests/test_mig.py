@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from exporter.analysis.kinds import in_scope
 from exporter.analysis.mig import (
     gpu_util,
     instance_point,
@@ -13,9 +14,9 @@ from exporter.analysis.mig import (
     instance_share,
     split_gpu_instances,
 )
-from exporter.policy.thresholds import SERIES_BUDGET
+from exporter.policy.thresholds import SERIES_BUDGET, SERIES_BUDGET_MIG
 from exporter.serve.metrics import Renderer
-from exporter.sim.mig import LAYOUT, LAYOUT_COMPUTE
+from exporter.sim.mig import LAYOUT, LAYOUT_1G, LAYOUT_COMPUTE
 from exporter.sources.readings import MigReading
 from tests.conftest import step
 from tests.test_series_budget import own_and_runtime, samples, series_per_family
@@ -237,3 +238,25 @@ def test_the_source_reads_each_compute_instance_through_the_real_library(make_no
     assert a.mem_total_bytes == b.mem_total_bytes == LAYOUT_COMPUTE[0].mem_total
     assert a.sm_active == b.sm_active == pytest.approx(0.93)  # GPM is the GPU instance's
     source.close([dev])
+
+
+def test_an_all_mig_node_stays_within_its_series_budget(make_node, make_sampler, clock):
+    """Every GPU of an 8 x H100 node in MIG mode at the finest partition, 7 x 1g.10gb each held by a pod
+    (mig_all_h100): the series follow the 56 instances and their pods. Over exporter.series_budget (a node of
+    whole GPUs), within exporter.series_budget_mig, and bounded per instance and per pod."""
+    sampler, _ = make_sampler(make_node("mig_all_h100", n_gpus=8), pods=True)
+    snap = step(sampler, clock, cycles=400)  # idle_allocated's evidence: every kind an instance pages for
+    assert sum(len(g.migs) for g in snap.gpus) == 8 * len(LAYOUT_1G)
+    body, _ = Renderer().render(snap)
+    counts = series_per_family(body)
+    own, _ = own_and_runtime(counts)
+    assert SERIES_BUDGET.value < own <= SERIES_BUDGET_MIG.value, own
+    instances = 8 * len(LAYOUT_1G)
+    # per instance: its ledger's states so far, one series per kind judged on it, the holder of an idle one
+    s = samples(body)
+    per_instance = counts["gpu_mig_time_seconds_total"] + len(
+        [x for x in s["gpu_bottleneck"] if "mig_instance" in x.labels]
+    )
+    assert per_instance <= instances * (len(in_scope("pod")) + 3)
+    assert counts["gpu_holder_info"] == 8  # the idle instance of each GPU
+    assert counts["gpu_pod_info"] == instances  # a device each

@@ -1210,6 +1210,18 @@ SERIES_BUDGET = _t(
     "0.44 M series, what one Prometheus holds comfortably; per-link, per-pair, per-XID and per-process "
     "series are --detail.",
 )
+SERIES_BUDGET_MIG = _t(
+    "exporter.series_budget_mig",
+    1100.0,
+    "count",
+    "Series of an 8-GPU node at the default detail with every GPU in MIG mode at the finest partition "
+    "(7 x 1g.10gb per H100, 56 instances held by 56 pods): 976 on the simulator (mig_all_h100), over "
+    "exporter.series_budget by 536 because the series follow the instances and their pods, not the GPUs: "
+    "each instance its ledger states (1-3) and its two verdicts, about 3.4 (192), each pod 8 (448: its "
+    "device, its processes and their memory, its /dev/shm default, and the used and size of its two shm "
+    "mounts), the GPUs and the node the other 336. 1,100 leaves each instance two more ledger states; "
+    "1,000 such nodes stay near 1.1 M series, and a node of whole GPUs keeps exporter.series_budget.",
+)
 PROCESS_TOP_N = _t(
     "processes.top_n",
     8.0,

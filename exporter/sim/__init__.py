@@ -15,7 +15,7 @@ from exporter.sim.driver import Capabilities, FakeNvmlLibrary
 from exporter.sim.faults import Fault, FaultPlan
 from exporter.sim.hostfs import SimHost
 from exporter.sim.kubelet import KubeletProcess, SimKubelet, SimPod
-from exporter.sim.mig import LAYOUTS, mig_uuid
+from exporter.sim.mig import LAYOUTS, mig_uuid, pod_name
 from exporter.sim.physics import SHARED_SCENARIOS, SLICES, BoardSpec, NodeModel
 from exporter.sim.podlogs import SimPodLogs
 from exporter.sim.scenarios import Scenario, ScenarioError, parse_scenario, scenario_names
@@ -181,7 +181,9 @@ def pod_layout(
         specs.append(("research", f"finetune-{generation}", "worker", "", range(split, n)))
     out = []
     for i, (namespace, name, container, volume, gpus) in enumerate(specs):
-        uuids = [model.gpus[g].uuid for g in gpus if g not in orphaned and g not in (sliced, partitioned)]
+        uuids = [
+            model.gpus[g].uuid for g in gpus if g not in orphaned and g != sliced and g not in partitioned
+        ]
         devices = {"nvidia.com/gpu": uuids} if uuids else {}
         first = i == 0
         if first and cond.pod_efa and uuids:
@@ -202,30 +204,29 @@ def pod_layout(
     return out + _sharing_pods(model, sliced, generation) + _mig_pods(model, partitioned, generation)
 
 
-def _partitioned(model: NodeModel) -> int | None:
-    """The GPU of mig_h100 or mig_compute_h100 in MIG mode (its first affected GPU); None in other
-    scenarios."""
+def _partitioned(model: NodeModel) -> tuple[int, ...]:
+    """The GPUs of mig_h100, mig_compute_h100 or mig_all_h100 in MIG mode (the scenario's affected GPUs: GPU
+    0 by default, every GPU in mig_all_h100); none in other scenarios."""
     sc = model.timeline[0][1]
-    return sc.affected(model.n_gpus)[0] if sc.name in LAYOUTS else None
+    return sc.affected(model.n_gpus) if sc.name in LAYOUTS else ()
 
 
-def _mig_pods(model: NodeModel, gpu: int | None, generation: int) -> list[SimPod]:
+def _mig_pods(model: NodeModel, gpus: tuple[int, ...], generation: int) -> list[SimPod]:
     """The pods holding a MIG instance each, as the device plugin's mixed strategy gives them out
     (``nvidia.com/mig-<profile>``, the instance's MIG UUID); set up as well as the training pod, so that
     only the starving one's loss is a fault."""
-    if gpu is None:
-        return []
-    uuid = model.gpus[gpu].uuid
+    layout = LAYOUTS.get(model.timeline[0][1].name, ())
     return [
         _worker_pod(
-            spec.pod,
+            pod_name(spec, gpu),
             "7a3b4c5d-6e7f-4a8b-9c0d",
-            k + 16,
+            16 + 8 * gpu + k,
             generation,
             f"nvidia.com/mig-{spec.profile}",
-            mig_uuid(uuid, k),
+            mig_uuid(model.gpus[gpu].uuid, k),
         )
-        for k, spec in enumerate(LAYOUTS[model.timeline[0][1].name])
+        for gpu in gpus
+        for k, spec in enumerate(layout)
         if spec.pod
     ]
 

@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 
 MIG_H100 = "mig_h100"
 MIG_COMPUTE_H100 = "mig_compute_h100"  # mig_h100 with a 4g.40gb GPU instance split into two compute instances
+MIG_ALL_H100 = "mig_all_h100"  # every GPU in MIG mode at the finest partition: 7 x 1g.10gb, each held
 GPU_SLICES = 7  # the compute slices of an A100 or H100: an instance's share of the GPU is its slices over 7
 MIG_PERIOD_S = 6.0  # the starving instance's step: computes its batch, then waits for the next one
 MIG_FED_S = 2.0  # ... computing this long of each step
 GIB = 1 << 30
 PID_BASE = 5300  # the process in GPU instance gi, compute instance ci is PID_BASE + gi + 100 ci (as /proc)
 CI_PID_STEP = 100
+GPU_PID_STEP = 1000  # ... plus 1000 per GPU index where every GPU is partitioned (mig_all_h100)
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,19 @@ LAYOUT_COMPUTE: tuple[MigSlice, ...] = (
     MigSlice("2g.20gb", 5, 2, 20 * GIB, "mig-starving", "starving", 14 * GIB),
     MigSlice("1g.10gb", 13, 1, 10 * GIB, "", "free", 0),
 )
-LAYOUTS: dict[str, tuple[MigSlice, ...]] = {MIG_H100: LAYOUT, MIG_COMPUTE_H100: LAYOUT_COMPUTE}
+# mig_all_h100: seven 1g.10gb instances (GPU instance ids 7-13, as nvidia-smi gives them), each held by a pod:
+# five compute, one starves, one holds memory and runs nothing (the most series an instance has: a verdict
+# firing, the process holding its memory named)
+_ONE_G_LOADS = ("busy", "starving", "idle", "busy", "busy", "busy", "busy")
+LAYOUT_1G: tuple[MigSlice, ...] = tuple(
+    MigSlice("1g.10gb", 7 + k, 1, 10 * GIB, f"mig-1g-{k}", load, (6 if load == "idle" else 8) * GIB)
+    for k, load in enumerate(_ONE_G_LOADS)
+)
+LAYOUTS: dict[str, tuple[MigSlice, ...]] = {
+    MIG_H100: LAYOUT,
+    MIG_COMPUTE_H100: LAYOUT_COMPUTE,
+    MIG_ALL_H100: LAYOUT_1G,
+}
 # GPM integrals per unit of SM activity: SM occupancy, tensor and DRAM activity follow the SMs'
 _GPM_FOLLOW = (0.55, 0.45, 0.35)
 
@@ -81,6 +95,7 @@ class MigState:
 
     spec: MigSlice
     uuid: str
+    gpu: int = 0  # the index of its GPU
     mem_used: int = 0
     sm: float = 0.0
     gpm_integrals: list[float] = field(default_factory=lambda: [0.0] * 5)
@@ -95,13 +110,19 @@ def sm_activity(spec: MigSlice, x: float) -> float:
     return 0.0
 
 
-def new_instances(gpu_uuid: str, layout: tuple[MigSlice, ...] = LAYOUT) -> list[MigState]:
-    return [MigState(spec, mig_uuid(gpu_uuid, k)) for k, spec in enumerate(layout)]
+def new_instances(gpu_uuid: str, layout: tuple[MigSlice, ...] = LAYOUT, gpu: int = 0) -> list[MigState]:
+    return [MigState(spec, mig_uuid(gpu_uuid, k), gpu) for k, spec in enumerate(layout)]
 
 
-def pid(spec: MigSlice) -> int:
+def pod_name(spec: MigSlice, gpu: int) -> str:
+    """The pod holding a MIG device of GPU ``gpu`` ("" free): the layout's name on GPU 0, with the GPU's
+    index after it on the others (mig_all_h100 partitions every GPU)."""
+    return spec.pod if not spec.pod or gpu == 0 else f"{spec.pod}-gpu{gpu}"
+
+
+def pid(spec: MigSlice, gpu: int = 0) -> int:
     """The PID of the process in a held MIG device."""
-    return PID_BASE + spec.gi + CI_PID_STEP * spec.ci
+    return PID_BASE + GPU_PID_STEP * gpu + spec.gi + CI_PID_STEP * spec.ci
 
 
 def gpu_instance_memory(instances: list[MigState], gi: int) -> tuple[int, int]:

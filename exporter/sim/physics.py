@@ -392,7 +392,7 @@ class NodeModel:
         its utilization evenly."""
         if g.mig:  # one process in each held instance, in the pod holding it
             return [
-                SimProcess(mig.pid(m.spec), "compute", m.mem_used, m.sm, m.spec.pod)
+                SimProcess(mig.pid(m.spec, m.gpu), "compute", m.mem_used, m.sm, mig.pod_name(m.spec, m.gpu))
                 for m in g.mig
                 if m.spec.pod
             ]
@@ -577,7 +577,7 @@ class NodeModel:
             g.mig = []
             return
         if not g.mig:
-            g.mig = mig.new_instances(g.uuid, layout)
+            g.mig = mig.new_instances(g.uuid, layout, g.index)
         busy = mig.step(g.mig, x, dt)
         g.util = round(100 * busy)
         g.mem_used_bytes = sum(m.mem_used for m in g.mig)

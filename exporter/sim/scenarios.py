@@ -117,6 +117,13 @@ SCENARIOS: dict[str, tuple[str, tuple[int, ...], str]] = {
         (0,),
         "cpu",
     ),
+    "mig_all_h100": (
+        "every GPU is in MIG mode at the finest partition, 7 x 1g.10gb, each instance given to a pod of its "
+        "own (56 pods on 8 GPUs): five compute, one starves (its loader's core pinned), one holds 6 GiB "
+        "and runs nothing; no training pod holds a whole GPU",
+        (),
+        "cpu",
+    ),
     # the other work that shares a fleet with training (physics.py's workloads): each GPU of the pod outside
     # the workload's GPUs holds no process (with pods=2 the second pod trains on its half)
     "serving": (
