@@ -6,7 +6,7 @@ trace on a virtual clock); it never reads a clock or a file itself.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from exporter.analysis import detectors as d
@@ -50,6 +50,11 @@ _SCOPES: dict[str, frozenset[str]] = {
     **{scope: frozenset(k.name for k in KINDS.values() if k.scope == scope) for scope in ("gpu", "pod")},
 }
 _NONE = d.Evidence()
+# per scope, every kind in the registry's order with its detector, None where it is not judged there
+_DETECTORS: dict[str, tuple[tuple[str, Callable[[d.Context], d.Evidence] | None], ...]] = {
+    scope: tuple((name, kind.detector if name in judged else None) for name, kind in KINDS.items())
+    for scope, judged in _SCOPES.items()
+}
 # the kinds whose evidence the job's reasoning passes on as it is (``_in_job``): the others' it may drop
 _PASSED_ON = frozenset(
     k.name
@@ -253,44 +258,63 @@ class Analyzer:
 
     def _tick_ledgers(self, now: float, chosen: list[str]) -> None:
         """Give each GPU's last second its states: measure every GPU, then judge each in its job."""
+        gpus = self._gpus
         ticks: dict[str, Tick] = {}
         groups: dict[str, list[str]] = {}
         for gpu in chosen:
-            groups.setdefault(self._gpus[gpu].group, []).append(gpu)
+            groups.setdefault(gpus[gpu].group, []).append(gpu)
         for gone in self._turns.keys() - groups.keys():  # a job that left: its turns go with it
             del self._turns[gone]
+        recent = now - EVIDENCE_WINDOW.value  # a GPU active since is a peer (``_active``)
+        idle_line = UTIL_IDLE_LINE.value
         for group, members in groups.items():
             # a collective needs a peer that works or waits in one too: GPUs that only hold memory
             # (a resident model nobody uses) are no peers to wait for
-            active = sum(self._gpus[g].held and self._active(self._gpus[g], now) for g in members)
-            for gpu in members:
-                state = self._gpus[gpu]
-                start = state.ticked if state.ticked is not None else now - self.step
-                if now <= start:
-                    continue
-                fresh = [p for p in _since(state.window, start) if p.t <= now]
-                if fresh:  # after a hole in the data (a lost GPU, a gap in a log) count from the samples
-                    start = max(start, fresh[0].t - self.stale_s)
-                points = state.ledger.points_for(fresh, now)
-                peers = active - (1 if state.held and self._active(state, now) else 0)
-                state.power.see(points)
-                envelope = state.power.envelope(state.name)
-                ticks[gpu] = measure(points, start, now, peers, envelope, state.slowdown_c)
-                state.ticked = now
-            for gpu in holding_back({g: ticks[g] for g in members if g in ticks}):
-                ledger = self._gpus[gpu].ledger
-                ledger.held_back_s += ticks[gpu].span * ledger.share
-            job = [ticks[g] for g in members if g in ticks and ticks[g].span > 0 and ticks[g].held]
+            states = [gpus[g] for g in members]
+            active = sum(s.held and s.active_at is not None and s.active_at > recent for s in states)
+            job_ticks: dict[str, Tick] = {}  # the members measured, in their order
+            for gpu, state in zip(members, states, strict=True):
+                tick = self._measure(state, now, active, recent)
+                if tick is not None:
+                    ticks[gpu] = job_ticks[gpu] = tick
+            for gpu in holding_back(job_ticks):
+                ledger = gpus[gpu].ledger
+                ledger.held_back_s += job_ticks[gpu].span * ledger.share
+            job = [t for t in job_ticks.values() if t.span > 0 and t.held]
             stopped = bool(job) and all(t.stopped for t in job)
             quiet = stopped and not any(t.off_kernel for t in job)
+            alone = len(job) < 2
             self._classify(group, now, members, ticks)
-            for gpu in members:
-                if gpu in ticks:
-                    tick, state = ticks[gpu], self._gpus[gpu]
-                    state.held = tick.span > 0 and tick.held
-                    if tick.work + tick.comm_quiet > UTIL_IDLE_LINE.value * tick.span:
-                        state.active_at = now
-                    state.ledger.commit(tick, stopped, quiet, alone=len(job) < 2, idle_gaps=_idle_gaps(state))
+            for gpu, tick in job_ticks.items():
+                state = gpus[gpu]
+                state.held = tick.span > 0 and tick.held
+                if tick.work + tick.comm_quiet > idle_line * tick.span:
+                    state.active_at = now
+                state.ledger.commit(tick, stopped, quiet, alone=alone, idle_gaps=_idle_gaps(state))
+
+    def _measure(self, state: _Gpu, now: float, active: int, recent: float) -> Tick | None:
+        """The GPU's second up to ``now`` from its new points (None: it was measured up to ``now``);
+        ``active``: the GPUs of its job active since ``recent``, itself included."""
+        start = state.ticked if state.ticked is not None else now - self.step
+        if now <= start:
+            return None
+        fresh: list[GpuPoint] = []  # the window's points in (start, now], walked back from the newest
+        for p in reversed(state.window):
+            t = p.t
+            if t <= start:
+                break
+            if t <= now:
+                fresh.append(p)
+        fresh.reverse()
+        if fresh:  # after a hole in the data (a lost GPU, a gap in a log) count from the samples
+            start = max(start, fresh[0].t - self.stale_s)
+        points = state.ledger.points_for(fresh, now)
+        peers = active - (1 if state.held and state.active_at is not None and state.active_at > recent else 0)
+        power = state.power
+        power.see(points)
+        tick = measure(points, start, now, peers, power.envelope(state.name), state.slowdown_c)
+        state.ticked = now
+        return tick
 
     @staticmethod
     def _active(state: _Gpu, now: float) -> bool:
@@ -342,6 +366,7 @@ class Analyzer:
         self.host_features = host or HostFeatures()
         evidence: dict[str, dict[str, d.Evidence]] = {}
         held: dict[str, int] = {}
+        had_inputs = self.had_inputs
         for gpu in chosen:
             state = self._gpus[gpu]
             held[state.group] = held.get(state.group, 0) + state.held
@@ -377,18 +402,18 @@ class Analyzer:
                 idle_gaps=_idle_gaps(state),
                 undecided=state.undecided,
             )
-            judged = _SCOPES[state.scope]
-            evidence[gpu] = {
-                name: kind.detector(ctx) if name in judged else _NONE for name, kind in KINDS.items()
-            }
-            for kind, ev in evidence[gpu].items():
-                if kind not in judged:
+            own = evidence[gpu] = {}
+            for kind, detector in _DETECTORS[state.scope]:
+                if detector is None:  # not judged on this scope
+                    own[kind] = _NONE
+                    continue
+                ev = own[kind] = detector(ctx)
+                if kind in had_inputs:  # (a kind that had its inputs is never missing)
                     continue
                 if ev.missing:
-                    if kind not in self.had_inputs:
-                        self.missing[kind] = ev.missing
-                elif kind not in self.had_inputs:  # (a kind that had its inputs is never missing)
-                    self.had_inputs.add(kind)
+                    self.missing[kind] = ev.missing
+                else:
+                    had_inputs.add(kind)
                     self.missing.pop(kind, None)
         verdicts, events = self._decide(now, chosen, evidence)
         self._judged_at, self._judged_gpus, self._judged = now, chosen, verdicts
@@ -549,14 +574,3 @@ def _idle_gaps(state: _Gpu) -> bool:
     if not state.workload.idle_gaps:
         return False
     return not (state.workload.kind == "serving" and (state.waiting or 0.0) > 0)
-
-
-def _since(window: Window[GpuPoint], t: float) -> list[GpuPoint]:
-    """The window's points after t, oldest first (walks back from the newest)."""
-    out: list[GpuPoint] = []
-    for p in reversed(window):
-        if p.t <= t:
-            break
-        out.append(p)
-    out.reverse()
-    return out

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from exporter.analysis.points import GpuPoint
 from exporter.policy.thresholds import POWER_FLOOR_TO_CEILING, UTIL_IDLE_LINE, board_idle, board_tdp
@@ -58,6 +58,9 @@ class EnvelopeLearner:
     busy_w: float | None = None
     limit_w: float | None = None
     default_w: float | None = None
+    # the last envelope made and what it was made of: asked twice per GPU every evaluation, it changes
+    # only when one of the ends moves
+    _made: tuple[tuple[object, ...], Envelope] | None = field(default=None, repr=False, compare=False)
 
     def see(self, points: Sequence[GpuPoint]) -> None:
         """A second's points: a second with no kernel resident in any sample is an idle reading."""
@@ -77,6 +80,15 @@ class EnvelopeLearner:
         self.busy_w = max(self.busy_w or 0.0, watts)
 
     def envelope(self, name: str = "") -> Envelope:
+        key = (name, self.idle_w, self.busy_w, self.limit_w, self.default_w)
+        made = self._made
+        if made is not None and made[0] == key:
+            return made[1]
+        envelope = self._envelope(name)
+        self._made = (key, envelope)
+        return envelope
+
+    def _envelope(self, name: str) -> Envelope:
         tdp, table_idle = board_power(name)
         floor, floor_from = self.idle_w, "idle samples"
         if floor is None and table_idle is not None:

@@ -382,13 +382,14 @@ def gpu_features(
     if rows is None:
         rows = rows_of(points)
     last_t = points[-1].t
-    limit, default = rows.last.get("power_limit_w"), rows.last.get("power_default_w")
+    last = rows.last.get
+    limit, default = last("power_limit_w"), last("power_default_w")
     tdp = board_power(name)[0]
-    return GpuFeatures(
+    # the fields set one by one below (a slotted object's attributes are cheap to set; merged keyword
+    # dictionaries were not, every GPU every evaluation)
+    f = GpuFeatures(
         n=len(points),
         span_s=last_t - points[0].t,
-        **_util_features(rows, last_t),
-        **_power_features(rows.power),
         power_ref_w=limit or default or tdp or ceiling_w,
         limit_w=limit,
         default_w=default or tdp,
@@ -397,38 +398,53 @@ def gpu_features(
         pcie_bps=_mean(rows.pcie),
         mem_util_mean=_mean(rows.mem),
         mem_util_in_gaps=_mean(rows.idle_mem),
-        **_temp_features(rows.temp_t, rows.temp),
         busy_clock_ratio=_mean(rows.clocks),
-        **_reason_features(rows, last_t),
         nvlink_error_rate=_error_rate(rows.error_t, rows.errors),
-        **{name: rows.last.get(name) for name in LAST_FEATURES},
+        mem_used_bytes=last("mem_used_bytes"),
+        mem_total_bytes=last("mem_total_bytes"),
+        nvlink_active=last("nvlink_active"),
+        nvlink_links=last("nvlink_links"),
+        p2p_failed=last("p2p_failed"),
+        fabric_ready=last("fabric_ready"),
     )
+    if rows.util:
+        _util_features(f, rows, last_t)
+    if rows.power:
+        _power_features(f, rows.power)
+    temps = rows.temp
+    if temps:
+        f.temp_last, f.temp_mean, f.temp_slope = (
+            temps[-1],
+            sum(temps) / len(temps),
+            slope_of(rows.temp_t, temps),
+        )
+    if rows.capped:
+        _reason_features(f, rows, last_t)
+    return f
 
 
-def _util_features(rows: Rows, last_t: float) -> dict[str, Any]:
+def _util_features(f: GpuFeatures, rows: Rows, last_t: float) -> None:
     utils = rows.util
-    if not utils:
-        return {"halves": (None, None)}
     classes = "".join(rows.util_class)
-    half = len(utils) // 2
+    n = len(utils)
+    half = n // 2
     older, newer = utils[:half], utils[half:]
     older_sorted, newer_sorted = sorted(older), sorted(newer)
     # two sorted runs: sorting them together is a merge (a stable sort, so the same list as sorting utils)
     ordered = sorted(older_sorted + newer_sorted)
     last_working = max(classes.rfind(LOW), classes.rfind(BUSY))  # the trailing idle run starts after it
-    idle_from = rows.util_t[last_working + 1] if last_working + 1 < len(utils) else None
-    return {  # the whole window's ``_util_stats``, only the figures read
-        "util_mean": sum(utils) / len(utils),
-        "util_p05": quantile(ordered, LOW_Q),
-        "idle_fraction": classes.count(IDLE) / len(classes),
-        "busy_fraction": classes.count(BUSY) / len(utils),
-        "gaps": _gaps(classes),
-        "halves": (
-            _util_stats(older, classes[:half], older_sorted),
-            _util_stats(newer, classes[half:], newer_sorted),
-        ),
-        "trailing_idle_s": last_t - idle_from if idle_from is not None else 0.0,
-    }
+    idle_from = rows.util_t[last_working + 1] if last_working + 1 < n else None
+    # the whole window's ``_util_stats``, only the figures read
+    f.util_mean = sum(utils) / n
+    f.util_p05 = quantile(ordered, LOW_Q)
+    f.idle_fraction = classes.count(IDLE) / n
+    f.busy_fraction = classes.count(BUSY) / n
+    f.gaps = _gaps(classes)
+    f.halves = (
+        _util_stats(older, classes[:half], older_sorted),
+        _util_stats(newer, classes[half:], newer_sorted),
+    )
+    f.trailing_idle_s = last_t - idle_from if idle_from is not None else 0.0
 
 
 def _util_stats(utils: list[float], classes: str, ordered: list[float] | None = None) -> UtilStats | None:
@@ -437,13 +453,7 @@ def _util_stats(utils: list[float], classes: str, ordered: list[float] | None = 
     if not utils:
         return None
     mean, p05, p95 = central(utils, sorted(utils) if ordered is None else ordered)
-    return UtilStats(
-        mean=mean,
-        p05=p05,
-        p95=p95,
-        idle_fraction=classes.count(IDLE) / len(classes),
-        gaps=_gaps(classes),
-    )
+    return UtilStats(mean, p05, p95, classes.count(IDLE) / len(classes), _gaps(classes))
 
 
 def _gaps(classes: str) -> int:
@@ -452,40 +462,24 @@ def _gaps(classes: str) -> int:
     return waits.count(BUSY + IDLE) + waits.startswith(IDLE)
 
 
-def _power_features(powers: list[float]) -> dict[str, float | None]:
-    mean = _mean(powers)
-    cv = None
-    if mean and len(powers) > 1:
+def _power_features(f: GpuFeatures, powers: list[float]) -> None:
+    """Mean, p95 and coefficient of variation of a non-empty column of power readings."""
+    n = len(powers)
+    mean = sum(powers) / n
+    f.power_mean = mean
+    f.power_p95 = quantile(sorted(powers), HIGH_Q)
+    if mean and n > 1:
         # (x - mean) ** 2 summed in sample order, without a Python loop
         squares = map(pow, map(operator.sub, powers, itertools.repeat(mean)), itertools.repeat(2))
-        cv = math.sqrt(sum(squares) / len(powers)) / mean
-    return {
-        "power_mean": mean,
-        "power_p95": quantile(sorted(powers), HIGH_Q) if powers else None,
-        "power_cv": cv,
-    }
+        f.power_cv = math.sqrt(sum(squares) / n) / mean
 
 
-def _temp_features(times: list[float], temps: list[float]) -> dict[str, float | None]:
-    if not temps:
-        return {}
-    return {
-        "temp_last": temps[-1],
-        "temp_mean": _mean(temps),
-        "temp_slope": slope_of(times, temps),
-    }
-
-
-def _reason_features(rows: Rows, last_t: float) -> dict[str, float | None]:
+def _reason_features(f: GpuFeatures, rows: Rows, last_t: float) -> None:
     """Power cap over the busy samples with reasons, thermal reasons over those of the last 10 s."""
-    if not rows.capped:
-        return {}
     # the rows are in time order: the last 10 s are a suffix
     recent = rows.hot[bisect.bisect_right(rows.reason_t, last_t - RECENT_S) :]
-    return {
-        "thermal_share": sum(recent) / len(recent) if recent else None,
-        "cap_share": sum(rows.capped) / len(rows.capped),
-    }
+    f.thermal_share = sum(recent) / len(recent) if recent else None
+    f.cap_share = sum(rows.capped) / len(rows.capped)
 
 
 def _error_rate(times: list[float], errors: list[float]) -> float | None:

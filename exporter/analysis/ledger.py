@@ -28,7 +28,6 @@ a log) are not counted: the states sum to the observed time.
 
 from __future__ import annotations
 
-import itertools
 import operator
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -102,11 +101,18 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "throttle": ("throttled",),
     "idle": ("idle",),
 }
-_ZEROS = itertools.repeat(0.0)  # the share of a state a window has none of
 # the states whose GPU time is lost (every verdict family's; computing is work, free is no job's): what
 # replay and the cost rules price
 LOST_STATES: tuple[str, ...] = tuple(state for states in FAMILIES.values() for state in states)
 _INDEX = {state: i for i, state in enumerate(STATES)}
+# the lines ``measure`` reads for every point, looked up once
+_BUSY, _STEADY = LEDGER_BUSY_UTIL.value, LEDGER_STEADY_UTIL.value
+_IDLE_LINE, _IDLE_MEMORY = UTIL_IDLE_LINE.value, IDLE_MEMORY.value
+# each family's first slot and the others': its share is theirs summed in this order
+_FAMILY_SLOTS = {
+    name: (_INDEX[states[0]], tuple(_INDEX[state] for state in states[1:]))
+    for name, states in FAMILIES.items()
+}
 _THERMAL = len(STATES)  # one more slot: the part of `throttled` that is for heat (the rest is power)
 _SLOTS = len(STATES) + 1
 
@@ -267,48 +273,63 @@ def measure(
     slowdown_c: float | None = None,
 ) -> Tick:
     """Split the second (t0, t1] between the raw parts, each point weighing the same."""
-    tick = Tick(t=t1)
     usable = [p for p in points if p.util is not None]
     if not usable:
-        return tick
-    tick.span = t1 - t0
-    weight = tick.span / len(usable)
-    tick.util = sum(p.util or 0.0 for p in usable) / len(usable)
-    tick.samples = len(usable)
-    tick.busy_at = tuple(p.t for p in usable if (p.util or 0.0) >= LEDGER_BUSY_UTIL.value)
-    resident_all = tick.util >= LEDGER_STEADY_UTIL.value
+        return Tick(t=t1)
+    n = len(usable)
+    span = t1 - t0
+    weight = span / n
+    mean_util = sum(p.util or 0.0 for p in usable) / n
+    busy_at = tuple(p.t for p in usable if (p.util or 0.0) >= _BUSY)
+    resident_all = mean_util >= _STEADY
     power_intensity = intensity(usable, envelope)
+    # the parts, summed point by point in these locals (set on the tick once, at the end)
+    free = gap_s = comm_quiet = comm_flow = compute = throttled = thermal = 0.0
+    mem_bytes = mem_total = waiting = None
     for p in usable:
         util = p.util or 0.0
-        tick.mem_bytes = p.mem_used_bytes if p.mem_used_bytes is not None else tick.mem_bytes
-        tick.mem_total = p.mem_total_bytes if p.mem_total_bytes is not None else tick.mem_total
+        used = p.mem_used_bytes
+        mem_bytes = used if used is not None else mem_bytes
+        mem_total = p.mem_total_bytes if p.mem_total_bytes is not None else mem_total
         if p.requests_waiting is not None:
-            tick.waiting = max(tick.waiting or 0.0, p.requests_waiting)
-        if (
-            p.mem_used_bytes is not None
-            and p.mem_used_bytes < IDLE_MEMORY.value
-            and util < UTIL_IDLE_LINE.value
-        ):
-            tick.free += weight
+            waiting = max(waiting or 0.0, p.requests_waiting)
+        if used is not None and used < _IDLE_MEMORY and util < _IDLE_LINE:
+            free += weight
             continue
         gap = waiting_part(util)
         resident = (1.0 - gap) * weight
         comm = comm_part(p, resident_all, power_intensity, peers) * resident
         work = resident - comm
-        tick.gap += gap * weight
+        gap_s += gap * weight
         if comm:
             if _quiet(p):
-                tick.comm_quiet += comm
+                comm_quiet += comm
             else:
-                tick.comm_flow += comm
+                comm_flow += comm
         reason = throttle_reason(p, slowdown_c) if work > 0 else ""
         if reason:
-            tick.throttled += work
+            throttled += work
             if reason == "thermal":
-                tick.thermal += work
+                thermal += work
         else:
-            tick.compute += work
-    return tick
+            compute += work
+    return Tick(
+        t1,
+        span,
+        free,
+        gap_s,
+        comm_quiet,
+        comm_flow,
+        compute,
+        throttled,
+        thermal,
+        mem_bytes,
+        mem_total,
+        mean_util,
+        waiting,
+        busy_at,
+        n,
+    )
 
 
 # ---- rolling shares -----------------------------------------------------------------------------
@@ -333,33 +354,69 @@ class _Horizon:
             self.sums = list(map(operator.sub, self.sums, vec))
 
 
-@dataclass(slots=True)  # not frozen: three for every GPU every evaluation (frozen costs 2x to make)
 class Shares:
-    """Shares of the counted time of one horizon lost to each state (0-1), and how much was counted."""
+    """Shares of the counted time of one horizon lost to each state (0-1), and how much was counted.
 
-    counted_s: float = 0.0
-    by_state: dict[str, float] = field(default_factory=dict)
-    thermal: float = 0.0  # the share throttled for heat (part of by_state["throttled"])
+    Held as one share per slot of ``STATES`` (a list, not a dict: three are made for every GPU every
+    evaluation); ``by_state`` makes the mapping for whoever wants one."""
+
+    __slots__ = ("_slots", "counted_s", "thermal")
+
+    def __init__(
+        self, counted_s: float = 0.0, by_state: dict[str, float] | None = None, thermal: float = 0.0
+    ) -> None:
+        self.counted_s = counted_s
+        self.thermal = thermal  # the share throttled for heat (part of the throttled share)
+        states = by_state or {}
+        self._slots = [states.get(state, 0.0) for state in STATES]
+
+    @classmethod
+    def _of(cls, counted_s: float, slots: list[float], thermal: float) -> Shares:
+        shares = cls.__new__(cls)
+        shares.counted_s, shares._slots, shares.thermal = counted_s, slots, thermal
+        return shares
+
+    @property
+    def by_state(self) -> dict[str, float]:
+        return dict(zip(STATES, self._slots, strict=True))
 
     def family(self, name: str) -> float:
-        return sum(map(self.by_state.get, FAMILIES[name], _ZEROS))  # each state's share, 0 if none
+        slots = self._slots
+        first, rest = _FAMILY_SLOTS[name]
+        total = slots[first]
+        for i in rest:  # each state's share, in the family's order
+            total += slots[i]
+        return total
 
     def get(self, state: str) -> float:
-        return self.by_state.get(state, 0.0)
+        return self._slots[_INDEX[state]]
+
+    def __repr__(self) -> str:
+        return f"Shares(counted_s={self.counted_s!r}, by_state={self.by_state!r}, thermal={self.thermal!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Shares):
+            return NotImplemented
+        return (self.counted_s, self._slots, self.thermal) == (other.counted_s, other._slots, other.thermal)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass was
+
+
+_EMPTY_SLOTS = (0.0,) * len(STATES)
 
 
 def _shares(h: _Horizon) -> Shares:
     sums = h.sums
     counted = sum(sums[: len(STATES)])
     if counted <= 0:
-        return Shares()
+        return Shares._of(0.0, list(_EMPTY_SLOTS), 0.0)
     # `v if v > 0.0 else 0.0` is max(0.0, v) (a rounding residue below zero counts nothing) without a
     # call: this runs for 9 slots of 3 horizons of every GPU every second (zip leaves out the thermal slot)
     thermal = sums[_THERMAL]
-    return Shares(
-        counted_s=counted,
-        by_state={s: (v if v > 0.0 else 0.0) / counted for s, v in zip(STATES, sums, strict=False)},
-        thermal=(thermal if thermal > 0.0 else 0.0) / counted,
+    return Shares._of(
+        counted,
+        [(v if v > 0.0 else 0.0) / counted for v in sums[: len(STATES)]],
+        (thermal if thermal > 0.0 else 0.0) / counted,
     )
 
 
