@@ -63,6 +63,20 @@ SCENARIOS = {
             "pod": "shared-starving",
         },
     ),
+    # the same three pods through MPS: their processes are the MPS server's clients, sampled apart; the
+    # starving one pages as itself, once, and the server (a host process of no pod, holding memory of its
+    # own) is the node's daemon, never memory nobody owns
+    "mps": (
+        "mps",
+        "GpuDataStarvation",
+        {
+            "gpu": "0",
+            "kind": "data_starvation",
+            "cause": "cpu",
+            "namespace": "research",
+            "pod": "shared-starving",
+        },
+    ),
     # GPU 0 in MIG mode (3g + 2g + 1g + 1g): the starving instance pages as itself, with its GPU instance
     # and its pod; the busy one, the free one and the GPU page nothing (the idle one's idle_allocated needs
     # ten minutes: longer than this test, so its ledger is checked below)
@@ -74,6 +88,20 @@ SCENARIOS = {
             "kind": "data_starvation",
             "cause": "cpu",
             "mig_instance": "3",
+            "namespace": "research",
+            "pod": "mig-starving",
+        },
+    ),
+    # its 4g.40gb GPU instance split into two compute instances held by two busy pods: each has series of
+    # its own (mig_compute_instance) and neither pages; the starving 2g.20gb beside them does
+    "mig_compute": (
+        "mig_compute_h100",
+        "GpuDataStarvation",
+        {
+            "gpu": "0",
+            "kind": "data_starvation",
+            "cause": "cpu",
+            "mig_instance": "5",
             "namespace": "research",
             "pod": "mig-starving",
         },
@@ -92,7 +120,13 @@ SCENARIOS = {
         {"kind": "data_starvation", "cause": "cpu", "namespace": "ml", "pod": "vllm-llama-8b-0"},
     ),
 }
-ONLY = ("zombie", "time_slicing", "mig")  # nodes whose one fault must page nothing besides its own alert
+ONLY = (
+    "zombie",
+    "time_slicing",
+    "mps",
+    "mig",
+    "mig_compute",
+)  # nodes whose one fault must page nothing besides its own alert
 SERVERS = ("serving", "vllm")  # idle servers: busy at low power now and then, which raw-signal rules report
 # on: the simulated pods' logs
 POD_LOGS = {name: ["--pod-logs", "on"] for name in ("hang_logs", "serving", "vllm", "vllm_starved")}
@@ -146,12 +180,36 @@ def test_each_failure_pages_with_its_labels_and_healthy_pages_nothing(tmp_path):
                 assert "127.0.0.1" in description  # names the node (the target here)...
                 if "pod" in labels:  # ...and the pod, for a GPU's alert (a node check has none)
                     assert f"(pod {labels['namespace']}/{labels['pod']})" in description
-        # the time-sliced pods' shares of GPU 0 sum to its wall time (within the first slow read's seconds)
-        shares = stack.query('sum(gpu_pod_time_seconds_total{scenario="time_slicing"}) by (pod)')
-        assert {s["metric"]["pod"] for s in shares} == {"shared-busy-a", "shared-busy-b", "shared-starving"}
-        (gpu,) = stack.query('sum(gpu_time_seconds_total{scenario="time_slicing", gpu="0"})')
-        pods = sum(float(s["value"][1]) for s in shares)
-        assert pods == pytest.approx(float(gpu["value"][1]), rel=0.05), (pods, gpu)
+        # the time-sliced (and MPS) pods' shares of GPU 0 sum to its wall time (within the first slow read's
+        # seconds); the MPS server has no share of its own
+        for name in ("time_slicing", "mps"):
+            shares = stack.query(f'sum(gpu_pod_time_seconds_total{{scenario="{name}"}}) by (pod)')
+            pods = {s["metric"]["pod"] for s in shares}
+            assert pods == {"shared-busy-a", "shared-busy-b", "shared-starving"}, (name, pods)
+            (gpu,) = stack.query(f'sum(gpu_time_seconds_total{{scenario="{name}", gpu="0"}})')
+            total = sum(float(s["value"][1]) for s in shares)
+            assert total == pytest.approx(float(gpu["value"][1]), rel=0.05), (name, total, gpu)
+        assert stack.query('gpu_memory_unowned_bytes{scenario="mps"}') == []  # the server is no zombie
+        # the compute instances of one GPU instance: a ledger each, at its own 2 of the GPU's 7 slices
+        by = "mig_instance, mig_compute_instance, pod"
+        split = stack.query(f'sum(gpu_mig_time_seconds_total{{scenario="mig_compute"}}) by ({by})')
+        got = {
+            (
+                s["metric"]["mig_instance"],
+                s["metric"].get("mig_compute_instance", ""),
+                s["metric"].get("pod", ""),
+            )
+            for s in split
+        }
+        assert got == {
+            ("1", "0", "mig-ci-a"),
+            ("1", "1", "mig-ci-b"),
+            ("5", "", "mig-starving"),
+            ("13", "", ""),
+        }
+        seconds = {s["metric"].get("pod", ""): float(s["value"][1]) for s in split}
+        assert seconds["mig-ci-a"] == pytest.approx(seconds["mig-starving"], rel=0.05), seconds
+        assert seconds["mig-ci-b"] == pytest.approx(seconds["mig-starving"], rel=0.05), seconds
         # the MIG instances' ledgers sum to GPU 0's wall time (every slice given out); the idle one idles
         instances = stack.query('sum(gpu_mig_time_seconds_total{scenario="mig"}) by (mig_instance, pod)')
         assert {(s["metric"]["mig_instance"], s["metric"].get("pod", "")) for s in instances} == {
@@ -196,3 +254,8 @@ def _read_back(stack, since: float) -> None:
     pods = {job for job in shared.job_ledger if job.startswith("research/shared-")}
     assert pods == {"research/shared-busy-a", "research/shared-busy-b", "research/shared-starving"}
     assert episodes(read("mig")) == {("127.0.0.1/0/mig3", "data_starvation", "cpu")}
+    # under MPS, as under time-slicing: the starving pod's share, and nothing of the MPS server
+    mps = read("mps")
+    assert episodes(mps) == {("127.0.0.1/0/research/shared-starving", "data_starvation", "cpu")}
+    pods = {job for job in mps.job_ledger if job.startswith("research/")}
+    assert pods == {"research/shared-busy-a", "research/shared-busy-b", "research/shared-starving"}
