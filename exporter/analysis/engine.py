@@ -63,6 +63,8 @@ _PASSED_ON = frozenset(
     or k.holds_peers_back
     or (k.explained_by is not JobCause.STRAGGLER and k.peer_fault is None)
 )
+# each kind in the registry's order: its entry, its enter score, and whether its evidence is passed on
+_RULES = tuple((name, kind, kind.timing.enter, name in _PASSED_ON) for name, kind in KINDS.items())
 
 
 @dataclass(slots=True)  # not frozen (never changed): one per kind per GPU per evaluation; frozen costs 3x
@@ -385,22 +387,22 @@ class Analyzer:
             state.shares = state.ledger.shares(now)
             recent, fast, slow = state.shares
             pauses, longest_pause = state.ledger.pauses(now)
-            ctx = d.Context(
-                f=f,
-                host=host,
-                recent=recent,
-                fast=fast,
-                slow=slow,
-                idle_s=idle_s,
-                idle_horizon_s=IDLE_AFTER.value,
-                slowdown_c=state.slowdown_c,
-                pauses=pauses,
-                longest_pause_s=longest_pause,
-                peers=held.get(state.group, 0) - (1 if state.held else 0),
-                silent_s=_silent(points, now),
-                workload=state.workload.kind,
-                idle_gaps=_idle_gaps(state),
-                undecided=state.undecided,
+            ctx = d.Context(  # positional, in the fields' order: made for every GPU every evaluation
+                f,  # f
+                host,  # host
+                recent,  # recent
+                fast,  # fast
+                slow,  # slow
+                idle_s,  # idle_s
+                IDLE_AFTER.value,  # idle_horizon_s
+                state.slowdown_c,  # slowdown_c
+                pauses,  # pauses
+                longest_pause,  # longest_pause_s
+                held.get(state.group, 0) - (1 if state.held else 0),  # peers
+                _silent(points, now),  # silent_s
+                state.workload.kind,  # workload
+                _idle_gaps(state),  # idle_gaps
+                state.undecided,  # undecided
             )
             own = evidence[gpu] = {}
             for kind, detector in _DETECTORS[state.scope]:
@@ -438,28 +440,38 @@ class Analyzer:
         out: dict[str, dict[str, KindState]] = {}
         events: list[VerdictEvent] = []
         for members in groups.values():
-            job = _Job(
-                members,
-                evidence,
-                self._holding_back(members, evidence),
-                self._waiting(members),
-                {kind: _shown(kind, rule, members, evidence) for kind, rule in JOB_EVENTS.items()},
-            )
+            job: _Job | None = None  # the job's reasoning, made when a track first needs it
             for gpu in members:
                 tracks, own = self._gpus[gpu].tracks, evidence[gpu]
                 states = out[gpu] = {}
-                for name, kind in KINDS.items():
+                for name, kind, enter, passed_on in _RULES:
                     score, track = own[name].score, tracks[name]
-                    at_rest = not track.firing and track.pending_since is None
-                    if at_rest and score < kind.timing.enter and (not score or name in _PASSED_ON):
+                    if (
+                        not track.firing
+                        and track.pending_since is None
+                        and score < enter
+                        and (passed_on or not score)
+                    ):
                         # evidence under the enter score on a track at rest, as the job's reasoning would
                         # judge it (it passes it on, or there is none to drop): ``step`` leaves the track
                         # at rest, so the same state without either
                         track.score = score
                         states[name] = KindState(score, False, "")
-                    else:
-                        states[name] = self._step(now, gpu, kind, job, events)
+                        continue
+                    if job is None:  # before any track of the job steps: it reads their firing
+                        job = self._job(members, evidence)
+                    states[name] = self._step(now, gpu, kind, job, events)
         return out, events
+
+    def _job(self, members: list[str], evidence: dict[str, dict[str, d.Evidence]]) -> _Job:
+        """The job-level reasoning over one job's evidence (once per job, not per rank)."""
+        return _Job(
+            members,
+            evidence,
+            self._holding_back(members, evidence),
+            self._waiting(members),
+            {kind: _shown(kind, rule, members, evidence) for kind, rule in JOB_EVENTS.items()},
+        )
 
     def _holding_back(self, members: list[str], evidence: dict[str, dict[str, d.Evidence]]) -> list[str]:
         """Ranks off-kernel a good part of the time (a kind that holds its peers back, or still starting

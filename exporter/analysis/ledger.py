@@ -114,6 +114,9 @@ _FAMILY_SLOTS = {
     for name, states in FAMILIES.items()
 }
 _THERMAL = len(STATES)  # one more slot: the part of `throttled` that is for heat (the rest is power)
+_FREE, _INPUT_WAIT, _IDLE, _COMM_WAIT, _COMPUTING, _THROTTLED = (
+    _INDEX[state] for state in ("free", "input_wait", "idle", "comm_wait", "computing", "throttled")
+)
 _SLOTS = len(STATES) + 1
 
 
@@ -559,9 +562,10 @@ class GpuLedger:
         self.pending.clear()
 
     def _add(self, t: float, vec: list[float]) -> None:
-        share = self.share
-        for i, state in enumerate(STATES):
-            self.totals[state] += vec[i] * share
+        share, totals = self.share, self.totals
+        for state, seconds in zip(STATES, vec, strict=False):  # (zip leaves out the thermal slot)
+            if seconds:  # most slots are 0.0, and adding nothing changes no total
+                totals[state] += seconds * share
         for h in self.horizons:
             h.add(t, vec)
 
@@ -592,12 +596,12 @@ class GpuLedger:
 
 def _vector(tick: Tick, started: bool, gap_state: str = "", comm_state: str = "") -> list[float]:
     vec = [0.0] * _SLOTS
-    vec[_INDEX["free"]] += tick.free
-    vec[_INDEX[gap_state or ("input_wait" if started else "idle")]] += tick.gap
-    vec[_INDEX[comm_state or "comm_wait"]] += tick.comm_quiet
-    vec[_INDEX["comm_wait"]] += tick.comm_flow
-    vec[_INDEX["computing"]] += tick.compute
-    vec[_INDEX["throttled"]] += tick.throttled
+    vec[_FREE] += tick.free
+    vec[_INDEX[gap_state] if gap_state else _INPUT_WAIT if started else _IDLE] += tick.gap
+    vec[_INDEX[comm_state] if comm_state else _COMM_WAIT] += tick.comm_quiet
+    vec[_COMM_WAIT] += tick.comm_flow
+    vec[_COMPUTING] += tick.compute
+    vec[_THROTTLED] += tick.throttled
     vec[_THERMAL] += tick.thermal
     return vec
 
