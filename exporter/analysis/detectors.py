@@ -368,13 +368,13 @@ def detect_starvation(c: Context) -> Evidence:
     """Waiting for input or for checkpoints: the rhythm in the evidence window, or the coverage rule over
     the ledger's input_wait + checkpoint time. The cause: checkpoint when synchronous long pauses
     dominate, else the node's strongest signal."""
+    if c.idle_gaps and c.f.util_mean is not None:  # (without utilization: the shape says what it misses)
+        return Evidence()  # a server without requests, a stage between turns, a notebook: nothing waits
     # the ledger's waiting decides the shape's idle share: a save split by bursts of kernels (copying the
     # weights out) is one pause, not a rhythm
     shape = starvation(c.f, c.host, _forgiven(c.recent, c) if c.recent.counted_s else None)
     if shape.missing:
         return shape
-    if c.idle_gaps:
-        return Evidence()  # a server without requests, a stage between turns, a notebook: nothing waits
     waiting = SCORE_ENTER.value * c.recent.get("input_wait") / RECENT_WAIT_SHARE.value
     score = max(
         shape.score,

@@ -282,11 +282,12 @@ class Analyzer:
             for gpu in holding_back(job_ticks):
                 ledger = gpus[gpu].ledger
                 ledger.held_back_s += job_ticks[gpu].span * ledger.share
-            job = [t for t in job_ticks.values() if t.span > 0 and t.held]
+            held = {g: t for g, t in job_ticks.items() if t.span > 0 and t.held}  # the job's held GPUs
+            job = list(held.values())
             stopped = bool(job) and all(t.stopped for t in job)
             quiet = stopped and not any(t.off_kernel for t in job)
             alone = len(job) < 2
-            self._classify(group, now, members, ticks)
+            self._classify(group, now, members, job_ticks, held)
             for gpu, tick in job_ticks.items():
                 state = gpus[gpu]
                 state.held = tick.span > 0 and tick.held
@@ -322,9 +323,11 @@ class Analyzer:
     def _active(state: _Gpu, now: float) -> bool:
         return state.active_at is not None and state.active_at > now - EVIDENCE_WINDOW.value
 
-    def _classify(self, group: str, now: float, members: list[str], ticks: dict[str, Tick]) -> None:
-        """The job's class this second: its word, its turns, each GPU's server shape."""
-        held = {g: ticks[g] for g in members if g in ticks and ticks[g].span > 0 and ticks[g].held}
+    def _classify(
+        self, group: str, now: float, members: list[str], ticks: dict[str, Tick], held: dict[str, Tick]
+    ) -> None:
+        """The job's class this second: its word, its turns, each GPU's server shape (``ticks``: its
+        members measured this second, ``held``: those of them a job held)."""
         turns = self._turns.setdefault(group, Turns())
         turns.see(
             now,

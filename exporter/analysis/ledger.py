@@ -360,10 +360,11 @@ class _Horizon:
 class Shares:
     """Shares of the counted time of one horizon lost to each state (0-1), and how much was counted.
 
-    Held as one share per slot of ``STATES`` (a list, not a dict: three are made for every GPU every
-    evaluation); ``by_state`` makes the mapping for whoever wants one."""
+    Held as the horizon's sums per slot of ``STATES`` and what they are shares of: each share is worked
+    out when it is read (three are made for every GPU every evaluation, and the detectors read a few of
+    their shares); ``by_state`` makes the mapping for whoever wants one."""
 
-    __slots__ = ("_slots", "counted_s", "thermal")
+    __slots__ = ("_of", "_sums", "counted_s", "thermal")
 
     def __init__(
         self, counted_s: float = 0.0, by_state: dict[str, float] | None = None, thermal: float = 0.0
@@ -371,28 +372,34 @@ class Shares:
         self.counted_s = counted_s
         self.thermal = thermal  # the share throttled for heat (part of the throttled share)
         states = by_state or {}
-        self._slots = [states.get(state, 0.0) for state in STATES]
+        self._sums: Sequence[float] = [states.get(state, 0.0) for state in STATES]
+        self._of = 1.0  # the shares given as they are
 
     @classmethod
-    def _of(cls, counted_s: float, slots: list[float], thermal: float) -> Shares:
+    def _counted(cls, sums: list[float], counted_s: float, of: float, thermal: float) -> Shares:
+        """Shares of ``of`` seconds from a horizon's sums (never changed: a horizon replaces its own)."""
         shares = cls.__new__(cls)
-        shares.counted_s, shares._slots, shares.thermal = counted_s, slots, thermal
+        shares._sums, shares._of, shares.counted_s, shares.thermal = sums, of, counted_s, thermal
         return shares
 
     @property
     def by_state(self) -> dict[str, float]:
-        return dict(zip(STATES, self._slots, strict=True))
+        return {state: self.get(state) for state in STATES}
 
     def family(self, name: str) -> float:
-        slots = self._slots
+        sums, of = self._sums, self._of
         first, rest = _FAMILY_SLOTS[name]
-        total = slots[first]
+        v = sums[first]
+        total = (v if v > 0.0 else 0.0) / of
         for i in rest:  # each state's share, in the family's order
-            total += slots[i]
+            v = sums[i]
+            total += (v if v > 0.0 else 0.0) / of
         return total
 
     def get(self, state: str) -> float:
-        return self._slots[_INDEX[state]]
+        # `v if v > 0.0 else 0.0` is max(0.0, v) (a rounding residue below zero counts nothing), no call
+        v = self._sums[_INDEX[state]]
+        return (v if v > 0.0 else 0.0) / self._of
 
     def __repr__(self) -> str:
         return f"Shares(counted_s={self.counted_s!r}, by_state={self.by_state!r}, thermal={self.thermal!r})"
@@ -400,27 +407,22 @@ class Shares:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Shares):
             return NotImplemented
-        return (self.counted_s, self._slots, self.thermal) == (other.counted_s, other._slots, other.thermal)
+        mine = (self.counted_s, self.by_state, self.thermal)
+        return mine == (other.counted_s, other.by_state, other.thermal)
 
     __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass was
 
 
-_EMPTY_SLOTS = (0.0,) * len(STATES)
+_EMPTY = [0.0] * _SLOTS  # the sums of a horizon that counted nothing (never changed)
 
 
 def _shares(h: _Horizon) -> Shares:
     sums = h.sums
     counted = sum(sums[: len(STATES)])
     if counted <= 0:
-        return Shares._of(0.0, list(_EMPTY_SLOTS), 0.0)
-    # `v if v > 0.0 else 0.0` is max(0.0, v) (a rounding residue below zero counts nothing) without a
-    # call: this runs for 9 slots of 3 horizons of every GPU every second (zip leaves out the thermal slot)
+        return Shares._counted(_EMPTY, 0.0, 1.0, 0.0)
     thermal = sums[_THERMAL]
-    return Shares._of(
-        counted,
-        [(v if v > 0.0 else 0.0) / counted for v in sums[: len(STATES)]],
-        (thermal if thermal > 0.0 else 0.0) / counted,
-    )
+    return Shares._counted(sums, counted, counted, (thermal if thermal > 0.0 else 0.0) / counted)
 
 
 # ---- one GPU's ledger ---------------------------------------------------------------------------

@@ -231,12 +231,16 @@ def together(busy_at: Mapping[str, tuple[float, ...]], span: float) -> tuple[int
     """Busy samples, and those with another GPU busy within ``span`` of them: data-parallel ranks
     compute at the same moments, pipeline stages in turn."""
     busy = together_n = 0
-    for gpu, times in busy_at.items():
-        others = sorted(t for g, ts in busy_at.items() if g != gpu for t in ts)
+    # another GPU busy within the span: more busy samples of every GPU within it than of this one (one
+    # sort of them all, not one of the others' for each GPU)
+    every = sorted(t for ts in busy_at.values() for t in ts)
+    left, right = bisect.bisect_left, bisect.bisect_right
+    for times in busy_at.values():
+        own = sorted(times)
         for t in times:
             busy += 1
-            i = bisect.bisect_left(others, t - span)
-            together_n += i < len(others) and others[i] <= t + span
+            low, high = t - span, t + span
+            together_n += right(every, high) - left(every, low) > right(own, high) - left(own, low)
     return busy, together_n
 
 
