@@ -1,9 +1,10 @@
 """Host source: /dev/shm and other memory-backed mounts, CPU I/O wait and the busiest core, disk reads,
 and pressure stall information, read from /proc, /sys and statvfs.
 
-CPU times and disk counters come through psutil, pointed at the configured /proc; the mount table is
-read directly, as PID 1 sees it (psutil reads this process's own, which in a container lists none of the
-pods' volumes), and so are PSI (psutil has none) and statvfs.
+Disk counters come through psutil, pointed at the configured /proc; CPU times are read from its stat
+directly, as psutil reads them (once for the machine and every core, where psutil reads the file twice);
+the mount table is read directly, as PID 1 sees it (psutil reads this process's own, which in a container
+lists none of the pods' volumes), and so are PSI (psutil has none) and statvfs.
 
 The roots are configurable because a DaemonSet sees the node's /proc and / under other paths. A file
 that cannot be read costs its signal for that collection and is counted; it never raises. A kernel
@@ -40,6 +41,8 @@ DEFAULT_MOUNT_EXCLUDE = (
 VIRTUAL_DISKS = re.compile(r"^(loop|ram|zram|fd|sr|nbd)\d*$")
 PARTITION = re.compile(r"^((sd|vd|xvd|hd)[a-z]+\d+|(nvme\d+n\d+|mmcblk\d+)p\d+)$")
 PSI_RESOURCES = ("io", "cpu", "memory")
+_SOME_AVG10 = re.compile(rb"^some avg10=([0-9.]+)", re.MULTILINE)
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # what /proc/stat counts in (psutil's CLOCK_TICKS)
 
 
 # psutil reads /proc at the module-wide psutil.PROCFS_PATH: one reader at a time points it at its root
@@ -89,8 +92,15 @@ class HostSource:
         self.pod_index_every_s = pod_index_every_s
         self._pod_index: runtime.PodIndex | None = None
         self._pod_index_at = float("-inf")
-        self._mounts_text: str | None = None  # the mount table last parsed, and what was found in it
-        self._mounts: list[str] = list(shm_paths)
+        self._mounts_raw: bytes | None = None  # the mount table last parsed, and what was found in it
+        self._mounts: list[tuple[str, str, bool]] = self._points(self._wanted(""))
+        # the files read every second, named once (their names as the errors counted against them say)
+        self._stat = str(self.proc / "stat")
+        self._diskstats = str(self.proc / "diskstats")
+        self._block = str(self.sys / "block")
+        self._mount_tables = (str(self.proc / "1" / "mounts"), str(self.proc / "self" / "mounts"))
+        self._psi = tuple((res, str(self.proc / "pressure" / res)) for res in PSI_RESOURCES)
+        self._pod_shm: tuple[runtime.PodIndex | None, dict[tuple[str, str], frozenset[str]]] = (None, {})
 
     def collect(self) -> HostReading:
         iowait, busy_max, cpus = self._cpu()
@@ -104,10 +114,16 @@ class HostSource:
             cpu_count=cpus,
             disks=self._disks(),
             pressure=self._pressure(),
-            pod_dev_shm={(b.namespace, b.pod): frozenset(b.dev_shm) for b in index.by_sandbox.values()}
-            if index
-            else {},
+            pod_dev_shm=self._pod_dev_shm(index) if index else {},
         )
+
+    def _pod_dev_shm(self, index: runtime.PodIndex) -> dict[tuple[str, str], frozenset[str]]:
+        """Each pod's own /dev/shm volumes, made once per pod index (it is re-read every few seconds;
+        the readings share the dict, which nothing changes)."""
+        if self._pod_shm[0] is not index:
+            shm = {(b.namespace, b.pod): frozenset(b.dev_shm) for b in index.by_sandbox.values()}
+            self._pod_shm = (index, shm)
+        return self._pod_shm[1]
 
     def _pods(self) -> runtime.PodIndex:
         """The runtime's pod index, re-read every few seconds (pods come and go slowly)."""
@@ -121,20 +137,15 @@ class HostSource:
 
     def _cpu(self) -> tuple[float | None, float | None, int | None]:
         """I/O-wait share of all CPU time, and the busiest core's busy share, since the last call."""
-        path = self.proc / "stat"
         try:
-            with _procfs(self.proc):
-                times = [psutil.cpu_times(), *psutil.cpu_times(percpu=True)]
+            times = self._cpu_times()
         except OSError as exc:
-            self.errors.inc(SOURCE, type(exc).__name__, str(path))
+            self.errors.inc(SOURCE, type(exc).__name__, self._stat)
             return None, None, None
-        except (ValueError, TypeError, IndexError):  # a line psutil cannot parse, or short of fields
-            self.errors.inc(SOURCE, "ParseError", str(path))
+        except (ValueError, TypeError, IndexError):  # a line that cannot be parsed, or short of fields
+            self.errors.inc(SOURCE, "ParseError", self._stat)
             return None, None, None
-        now: dict[str, tuple[float, float, float]] = {}
-        for name, t in zip(["cpu", *(f"cpu{n}" for n in range(len(times) - 1))], times, strict=True):
-            busy = t.user + t.nice + t.system + t.irq + t.softirq + getattr(t, "steal", 0.0)
-            now[name] = (busy, t.iowait, busy + t.idle + t.iowait)  # guest time is inside user and nice
+        now = dict(zip(["cpu", *(f"cpu{n}" for n in range(len(times) - 1))], times, strict=True))
         cores = [name for name in now if name != "cpu"]
         prev, self._prev_cpu = self._prev_cpu, now
         if prev is None or "cpu" not in now or "cpu" not in prev:
@@ -154,27 +165,46 @@ class HostSource:
             len(cores) or None,
         )
 
+    def _cpu_times(self) -> list[tuple[float, float, float]]:
+        """(busy, iowait, total) seconds of all CPUs, then of each core, from one read of /proc/stat, as
+        psutil's cpu_times and cpu_times(percpu=True) give them (their two reads of the file cost more
+        than the rest of the CPU figures): the first line, then every later line named cpu*, each field
+        in seconds of CLOCK_TICKS. A line needs user to softirq (7 fields); steal counts where given.
+        Raises OSError, or ValueError/TypeError on a line that is not that."""
+        with open(self._stat, "rb") as f:
+            lines = f.read().splitlines()
+        rows = [lines[0] if lines else b"", *(line for line in lines[1:] if line.startswith(b"cpu"))]
+        out = []
+        for line in rows:
+            values = line.split()[1:9]
+            if len(values) < 7:
+                raise TypeError(f"{len(values)} CPU time fields")
+            user, nice, system, idle, iowait, irq, softirq, *rest = [float(x) / _CLOCK_TICKS for x in values]
+            busy = user + nice + system + irq + softirq + (rest[0] if rest else 0.0)
+            out.append((busy, iowait, busy + idle + iowait))  # guest time is inside user and nice
+        return out
+
     # ---- disks -------------------------------------------------------------------------------
 
     def _whole_disks(self) -> set[str] | None:
         try:
-            return set(os.listdir(self.sys / "block"))
+            return set(os.listdir(self._block))
         except OSError:
             return None
 
     def _disks(self) -> tuple[DiskReading, ...]:
-        path = self.proc / "diskstats"
-        if not path.exists():  # psutil would read this container's own /sys/block instead
+        path = self._diskstats
+        if not os.path.exists(path):  # psutil would read this container's own /sys/block instead
             self.errors.inc(SOURCE, "FileNotFoundError", str(path))
             return ()
         try:
             with _procfs(self.proc):
                 counters = psutil.disk_io_counters(perdisk=True, nowrap=False)
         except OSError as exc:
-            self.errors.inc(SOURCE, type(exc).__name__, str(path))
+            self.errors.inc(SOURCE, type(exc).__name__, path)
             return ()
         except ValueError:  # a line psutil cannot parse
-            self.errors.inc(SOURCE, "ParseError", str(path))
+            self.errors.inc(SOURCE, "ParseError", path)
             return ()
         whole = self._whole_disks()
         return tuple(
@@ -188,45 +218,59 @@ class HostSource:
 
     def _pressure(self) -> dict[str, float]:
         out = {}
-        for res in PSI_RESOURCES:
+        for res, path in self._psi:
             if res in self._no_psi:
                 continue
-            path = self.proc / "pressure" / res
             try:
-                text = path.read_text()
+                with open(path, "rb") as f:
+                    text = f.read()
             except FileNotFoundError:
                 self._no_psi.add(res)  # kernel without PSI (or PSI disabled): leave it out
                 log.info("no pressure stall information at %s; PSI metrics left out", path)
                 continue
             except OSError as exc:
-                self.errors.inc(SOURCE, type(exc).__name__, str(path))
+                self.errors.inc(SOURCE, type(exc).__name__, path)
                 continue
-            match = re.search(r"^some avg10=([0-9.]+)", text, re.MULTILINE)
+            match = _SOME_AVG10.search(text)
             if match:
                 out[res] = float(match.group(1)) / 100.0
             else:
-                self.errors.inc(SOURCE, "ParseError", str(path))
+                self.errors.inc(SOURCE, "ParseError", path)
         return out
 
     # ---- shared memory -----------------------------------------------------------------------
 
-    def _mount_text(self) -> str | None:
-        """The node's mount table: PID 1's view when the host /proc is mounted."""
-        for path in (self.proc / "1" / "mounts", self.proc / "self" / "mounts"):
+    def _mount_table(self) -> tuple[bytes, str] | tuple[None, None]:
+        """The node's mount table: PID 1's view when the host /proc is mounted (its bytes, and the path
+        they came from)."""
+        for path in self._mount_tables:
             try:
-                return path.read_text()
+                with open(path, "rb") as f:
+                    return f.read(), path
             except OSError:
                 continue
-        return None
+        return None, None
 
-    def _memory_mounts(self) -> list[str]:
-        """The configured shm paths, then the table's memory-backed mounts worth watching. The table is
-        parsed again only when its text changes: a node with a hundred pods lists over a thousand mounts,
-        and parsing and matching them every second cost more than the rest of the collection."""
-        text = self._mount_text()
-        if text != self._mounts_text:
-            self._mounts_text, self._mounts = text, self._wanted(text or "")
+    def _memory_mounts(self) -> list[tuple[str, str, bool]]:
+        """The configured shm paths, then the table's memory-backed mounts worth watching, each with the
+        path its statvfs takes and whether it is a pod's. The table is parsed again only when it changes:
+        a node with a hundred pods lists over a thousand mounts, and parsing and matching them every
+        second cost more than the rest of the collection."""
+        raw, path = self._mount_table()
+        if raw != self._mounts_raw:
+            text = ""
+            if raw is not None:
+                try:
+                    text = Path(path).read_text()  # type: ignore[arg-type]
+                except OSError:
+                    raw = None  # gone since: parsed again next time
+            self._mounts_raw, self._mounts = raw, self._points(self._wanted(text))
         return self._mounts
+
+    def _points(self, mountpoints: list[str]) -> list[tuple[str, str, bool]]:
+        return [
+            (m, os.path.join(self.host_root, m.lstrip("/")), runtime.is_pod_mount(m)) for m in mountpoints
+        ]
 
     def _wanted(self, table: str) -> list[str]:
         points = dict.fromkeys(self.shm_paths)  # in order, once each
@@ -243,8 +287,7 @@ class HostSource:
         points = self._memory_mounts()
         index = None
         out = []
-        for mountpoint in points:
-            path = os.path.join(self.host_root, mountpoint.lstrip("/"))
+        for mountpoint, path, of_pod in points:
             try:
                 st = self.statvfs(path)
             except FileNotFoundError:
@@ -258,7 +301,7 @@ class HostSource:
             if size <= 0:
                 continue
             owner = ("", "", "")
-            if runtime.is_pod_mount(mountpoint):
+            if of_pod:
                 index = index or self._pods()
                 owner = index.owner(mountpoint) or owner
             out.append(
