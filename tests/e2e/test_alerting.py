@@ -259,3 +259,8 @@ def _read_back(stack, since: float) -> None:
     assert episodes(mps) == {("127.0.0.1/0/research/shared-starving", "data_starvation", "cpu")}
     pods = {job for job in mps.job_ledger if job.startswith("research/")}
     assert pods == {"research/shared-busy-a", "research/shared-busy-b", "research/shared-starving"}
+    # two compute instances of one GPU instance: a ledger each, read back apart; only the 2g.20gb starves
+    split = read("mig_compute")
+    assert episodes(split) == {("127.0.0.1/0/mig5", "data_starvation", "cpu")}
+    jobs = {job.rsplit("/", 1)[-1] for job in split.job_ledger}
+    assert {"mig-ci-a", "mig-ci-b", "mig-starving"} <= jobs, jobs

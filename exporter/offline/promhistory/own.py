@@ -47,7 +47,7 @@ DEFAULT_SOURCE = "default"  # the class no evidence decided
 class Entity:
     """What a ledger is kept for: a GPU, a pod's share of one, or a MIG instance."""
 
-    name: str  # node/gpu, node/gpu/namespace/pod, node/gpu/mig<instance>
+    name: str  # node/gpu, node/gpu/namespace/pod, node/gpu/mig<instance>[.<compute instance>]
     gpu: str  # node/gpu: whose model prices it
     job: str
 
@@ -156,8 +156,9 @@ class _Back:
             return None
         base = f"{self.node}/{gpu}"
         job = self.job_name(self.node, labels)
-        if labels.get("mig_instance"):
-            return Entity(f"{base}/mig{labels['mig_instance']}", base, job)
+        if labels.get("mig_instance"):  # a compute instance of a split GPU instance: <gi>.<ci>
+            ci = f".{labels['mig_compute_instance']}" if labels.get("mig_compute_instance") else ""
+            return Entity(f"{base}/mig{labels['mig_instance']}{ci}", base, job)
         if share and labels.get("pod"):
             return Entity(f"{base}/{labels.get('namespace', '')}/{labels['pod']}", base, job)
         return Entity(base, base, job)
