@@ -190,10 +190,20 @@ class _Column:
         self.seqs.append(seq)
         self.values.append(value)
 
-    def add(self, seq: int, *values: object) -> None:
+    def add2(self, seq: int, first: object, second: object) -> None:
+        """One point's values, for a column of two fields (this runs for every point)."""
         self.seqs.append(seq)
-        for i, value in enumerate(values):
-            self.fields[i].append(value)
+        fields = self.fields
+        fields[0].append(first)
+        fields[1].append(second)
+
+    def add3(self, seq: int, first: object, second: object, third: object) -> None:
+        """One point's values, for a column of three fields."""
+        self.seqs.append(seq)
+        fields = self.fields
+        fields[0].append(first)
+        fields[1].append(second)
+        fields[2].append(third)
 
     def prune(self, first: int) -> None:
         start = bisect.bisect_left(self.seqs, first)
@@ -289,9 +299,9 @@ class FeatureRows:
         if p.pcie_tx_bps is not None:
             self._pcie.put(seq, p.pcie_tx_bps + (p.pcie_rx_bps or 0.0))
         if p.temp_c is not None:
-            self._temps.add(seq, p.t, p.temp_c)
+            self._temps.add2(seq, p.t, p.temp_c)
         if p.nvlink_errors is not None:
-            self._errors.add(seq, p.t, p.nvlink_errors)
+            self._errors.add2(seq, p.t, p.nvlink_errors)
         for name in LAST_VALUES:
             value = getattr(p, name)
             if value is not None:
@@ -299,7 +309,7 @@ class FeatureRows:
 
     def _add_util(self, seq: int, p: GpuPoint, u: float) -> None:
         cls = util_class(u)
-        self._util.add(seq, p.t, u, cls)
+        self._util.add3(seq, p.t, u, cls)
         if cls == IDLE and p.mem_util is not None:
             self._idle_mem.put(seq, p.mem_util)
         if cls != BUSY:
@@ -308,7 +318,7 @@ class FeatureRows:
             self._clocks.put(seq, p.sm_clock_hz / p.sm_clock_max_hz)
         if p.reasons is not None:
             hot = bool(p.reasons & THERMAL_BITS or _hw_slowdown_hot(p))
-            self._reasons.add(seq, p.t, bool(p.reasons & POWER_CAP_BITS), hot)
+            self._reasons.add3(seq, p.t, bool(p.reasons & POWER_CAP_BITS), hot)
 
     def newest(self, count: int) -> Rows | None:
         """The rows of the newest ``count`` points, forgetting older ones: the evidence window only moves

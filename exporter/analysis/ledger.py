@@ -254,19 +254,6 @@ def holding_back(ticks: dict[str, Tick]) -> list[str]:
     return [gpu for gpu, t in ticks.items() if t.on_host]
 
 
-def intensity(points: Sequence[GpuPoint], envelope: Envelope) -> float | None:
-    """The share of the power envelope's headroom drawn per unit of utilization over these points."""
-    powers = [p.power_w for p in points if p.power_w is not None]
-    utils = [p.util for p in points if p.util is not None]
-    if not powers or not utils:
-        return None
-    position = envelope.position(sum(powers) / len(powers))
-    util = sum(utils) / len(utils)
-    if position is None or util <= 0:
-        return None
-    return position / util
-
-
 def measure(
     points: Sequence[GpuPoint],
     t0: float,
@@ -285,7 +272,12 @@ def measure(
     mean_util = sum(p.util or 0.0 for p in usable) / n
     busy_at = tuple(p.t for p in usable if (p.util or 0.0) >= _BUSY)
     resident_all = mean_util >= _STEADY
-    power_intensity = intensity(usable, envelope)
+    # the power's intensity: the share of the envelope's headroom drawn per unit of utilization
+    powers = [p.power_w for p in usable if p.power_w is not None]
+    power_intensity = None
+    if powers and mean_util > 0:
+        position = envelope.position(sum(powers) / len(powers))
+        power_intensity = None if position is None else position / mean_util
     # the parts, summed point by point in these locals (set on the tick once, at the end)
     free = gap_s = comm_quiet = comm_flow = compute = throttled = thermal = 0.0
     mem_bytes = mem_total = waiting = None
@@ -582,9 +574,12 @@ class GpuLedger:
     def pauses(self, now: float) -> tuple[int, float]:
         """Stopped runs longer than the pause allowance that began within the fast window: how many, and
         the longest one's seconds."""
-        while self.long_runs and self.long_runs[0][0] <= now - LEDGER_FAST_WINDOW.value:
-            self.long_runs.popleft()
-        return len(self.long_runs), max((length for _, length in self.long_runs), default=0.0)
+        runs = self.long_runs
+        if not runs:  # (most GPUs, most of the time)
+            return 0, 0.0
+        while runs and runs[0][0] <= now - LEDGER_FAST_WINDOW.value:
+            runs.popleft()
+        return len(runs), max((length for _, length in runs), default=0.0)
 
     def observed_s(self) -> float:
         """Committed plus held-back seconds (at the ledger's share): what the states must sum to."""
