@@ -395,28 +395,34 @@ def gpu_features(
     last = rows.last.get
     limit, default = last("power_limit_w"), last("power_default_w")
     tdp = board_power(name)[0]
-    # the fields set one by one below (a slotted object's attributes are cheap to set; merged keyword
-    # dictionaries were not, every GPU every evaluation)
-    f = GpuFeatures(
-        n=len(points),
-        span_s=last_t - points[0].t,
-        power_ref_w=limit or default or tdp or ceiling_w,
-        limit_w=limit,
-        default_w=default or tdp,
-        sm_mean=_mean(rows.sm),
-        nvlink_bps=_mean(rows.nvlink),
-        pcie_bps=_mean(rows.pcie),
-        mem_util_mean=_mean(rows.mem),
-        mem_util_in_gaps=_mean(rows.idle_mem),
-        busy_clock_ratio=_mean(rows.clocks),
-        nvlink_error_rate=_error_rate(rows.error_t, rows.errors),
-        mem_used_bytes=last("mem_used_bytes"),
-        mem_total_bytes=last("mem_total_bytes"),
-        nvlink_active=last("nvlink_active"),
-        nvlink_links=last("nvlink_links"),
-        p2p_failed=last("p2p_failed"),
-        fabric_ready=last("fabric_ready"),
-    )
+    # the fields set one by one (a slotted object's attributes are cheap to set; keywords to a 35-field
+    # constructor and merged keyword dictionaries were not, every GPU every evaluation); a column with no
+    # value leaves its feature None
+    f = GpuFeatures(len(points), last_t - points[0].t)
+    f.power_ref_w = limit or default or tdp or ceiling_w
+    f.limit_w = limit
+    f.default_w = default or tdp
+    if rows.sm:
+        f.sm_mean = sum(rows.sm) / len(rows.sm)
+    if rows.nvlink:
+        f.nvlink_bps = sum(rows.nvlink) / len(rows.nvlink)
+    if rows.pcie:
+        f.pcie_bps = sum(rows.pcie) / len(rows.pcie)
+    if rows.mem:
+        f.mem_util_mean = sum(rows.mem) / len(rows.mem)
+    if rows.idle_mem:
+        f.mem_util_in_gaps = sum(rows.idle_mem) / len(rows.idle_mem)
+    if rows.clocks:
+        f.busy_clock_ratio = sum(rows.clocks) / len(rows.clocks)
+    if rows.errors:
+        f.nvlink_error_rate = _error_rate(rows.error_t, rows.errors)
+    if rows.last:
+        f.mem_used_bytes = last("mem_used_bytes")
+        f.mem_total_bytes = last("mem_total_bytes")
+        f.nvlink_active = last("nvlink_active")
+        f.nvlink_links = last("nvlink_links")
+        f.p2p_failed = last("p2p_failed")
+        f.fabric_ready = last("fabric_ready")
     if rows.util:
         _util_features(f, rows, last_t)
     if rows.power:
