@@ -160,6 +160,7 @@ def gpu_view(
     p2p: dict[tuple[int, str], bool],
     shares: tuple[PodShare, ...] = (),
     instances: tuple[MigShare, ...] = (),
+    node_pods: set[tuple[str, str]] | None = None,  # (namespace, pod) of every assignment, made once
 ) -> GpuView:
     is_up = gpu.status == "ok"
     r = gpu.reading if is_up else None
@@ -171,7 +172,7 @@ def gpu_view(
             _held_throughout(r.mem_used_bytes, r.processes_mem_bytes),
             found.owners if isinstance(found, ProcessOwners) else None,
             holders(src.assignments, (gpu.identity.uuid, str(gpu.index), *migs), gpu.identity.uuid),
-            {(a.ref.namespace, a.ref.pod) for a in src.assignments},
+            node_pods if node_pods is not None else {(a.ref.namespace, a.ref.pod) for a in src.assignments},
             src.assignment_t,
         )
         if r is not None
@@ -214,8 +215,10 @@ def _shares(result: Result, entities: Iterable[tuple[str, str, str]]) -> tuple[P
 
 def _migs(result: Result, entities: Iterable[tuple[str, str, str, MigReading]]) -> tuple[MigShare, ...]:
     """A MIG GPU's instances as the analysis judged them: only the kinds whose loss is a pod's."""
-    out = []
     entities = tuple(entities)
+    if not entities:  # MIG mode off: the usual case, every GPU every second
+        return ()
+    out = []
     split = split_gpu_instances(m for _, _, _, m in entities)
     for entity, namespace, pod, m in entities:
         stats = result.gpus.get(entity)
@@ -243,6 +246,7 @@ def build(seq: int, t: float, ready: bool, src: Sources, result: Result) -> Snap
     p2p: dict[int, dict[tuple[int, str], bool]] = {}  # by GPU: (peer, capability) -> OK
     for (a, b, cap), ok in src.p2p.items():
         p2p.setdefault(a, {})[(b, cap)] = ok
+    gpu_pods = {(a.ref.namespace, a.ref.pod) for a in src.assignments}
     views = tuple(
         gpu_view(
             g,
@@ -252,10 +256,10 @@ def build(seq: int, t: float, ready: bool, src: Sources, result: Result) -> Snap
             p2p.get(g.index, {}),
             _shares(result, src.shares.get(g.index, ())),
             _migs(result, src.migs.get(g.index, ())),
+            gpu_pods,
         )
         for g in sorted(src.gpus, key=lambda g: g.index)
     )
-    gpu_pods = {(a.ref.namespace, a.ref.pod) for a in src.assignments}
     host = src.host
     if host is not None:  # a pod's own /dev/shm is worth a series only when the pod holds GPUs
         shm = tuple(s for s in host.shm if s.volume != "dev-shm" or (s.namespace, s.pod) in gpu_pods)
