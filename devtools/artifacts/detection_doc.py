@@ -71,7 +71,9 @@ def _ledger() -> list[str]:
         "- otherwise a GPU with no kernel is `input_wait` (its peers wait for it) and one in a collective "
         "`comm_wait`.",
         "",
-        "A GPU under the idle memory line with no kernel is `free`, and the next job on it starts afresh. "
+        "A GPU under the idle memory line with no kernel, or with only a desktop's rendering on it (under "
+        f"the busy line at a draw within {_pct(th.FLOOR_DRAW)} of its power envelope's headroom above the "
+        "idle floor), is `free`, and the next job on it starts afresh. "
         "Live, the GPUs of one pod are one job (from the kubelet); GPUs no pod is known to hold, and every "
         "GPU of a replayed log, are taken as one job.",
         "",
@@ -247,7 +249,12 @@ def _workloads() -> list[str]:
         f"the first of them, {th.INTERACTIVE_STRETCHES.value:g} of them within "
         f"{_s(th.INTERACTIVE_WINDOW)}, their lengths or the cycles between them varying by "
         f"{_pct(th.INTERACTIVE_IRREGULAR)} or more (a person's cells and thinking; a training loop's "
-        "saves come alike, and mark it as a loop). Anything else is judged as training. A trace without "
+        "saves come alike, and mark it as a loop). A second under the busy line at a draw within "
+        f"{_pct(th.FLOOR_DRAW)} of the power envelope's headroom above the idle floor counts as without "
+        f"work once the job's work has drawn {_pct(th.LIFTED_DRAW)} of it: a card that drives a display "
+        "shows its desktop's rendering as 10-45 % utilization at a few watts over idle between the bursts "
+        "that draw the board's power, while a loop starved by its host never lifts its draw that far. "
+        "Anything else is judged as training. A trace without "
         "`memory.total` shows a server's reservation only where the board's name states its memory "
         "(`A100-SXM4-80GB`); otherwise replay says in its `workload:` line that it could not.",
         "",

@@ -247,11 +247,13 @@ def comm_hang(f: GpuFeatures) -> Evidence:
 
 
 def waiting_in_collective(f: GpuFeatures, recent: Shares | None = None) -> bool:
-    """A peer of a starved rank: it never idles (a collective kernel stays resident while it waits), or
-    the ledger puts a good part of its recent time inside collectives."""
+    """A peer of a starved rank: it never idles (a collective kernel stays resident while it waits) and
+    draws well under what it may (a kernel polling a flag computes nothing), or the ledger puts a good
+    part of its recent time inside collectives."""
     if recent is not None and recent.get("comm_wait") >= STARVATION_IDLE_FRACTION.value:
         return True
-    return f.util_mean is not None and f.util_mean >= PINNED and not f.idle_fraction
+    fed = f.power_ratio is not None and f.power_ratio >= FED_POWER  # computing: a spinning wait draws little
+    return f.util_mean is not None and f.util_mean >= PINNED and not f.idle_fraction and not fed
 
 
 # ---- thermal -----------------------------------------------------------------------------------

@@ -344,7 +344,8 @@ class Analyzer:
                 state.serving.see(
                     now, tick.mem_bytes, tick.mem_total or state.board_bytes, tick.stopped, tick.span
                 )
-                state.interactive.see(now, tick.stopped, tick.span, tick.held and len(members) == 1)
+                alone = tick.held and len(members) == 1
+                state.interactive.see(now, tick.stopped, tick.span, alone, tick.drawn, tick.at_floor)
                 state.waiting = tick.waiting
             shape = state.serving.workload() or state.interactive.workload(now)
             state.workload = decide(hint, pipeline, shape, state.serving.unknown())

@@ -43,6 +43,7 @@ from exporter.policy.thresholds import (
     COVERAGE_FAST_SHARE,
     COVERAGE_SHARE,
     EVIDENCE_WINDOW,
+    FLOOR_DRAW,
     HANG_TRAFFIC,
     IDLE_AFTER,
     IDLE_MEMORY,
@@ -217,6 +218,7 @@ class Tick:
     waiting: float | None = None  # requests its server reported waiting (None: no such report)
     busy_at: tuple[float, ...] = ()  # when its busy points were sampled (a pipeline's turns, or not)
     samples: int = 0  # points in the second
+    drawn: float | None = None  # its mean power in the envelope: 0 floor, 1 ceiling (None: not known)
 
     @property
     def work(self) -> float:
@@ -230,6 +232,17 @@ class Tick:
     def stopped(self) -> bool:
         """No work and no data moved: waiting with no kernel or in a quiet collective."""
         return self.held and self.work < UTIL_IDLE_LINE.value * self.span
+
+    @property
+    def at_floor(self) -> bool:
+        """Held, under the busy line and drawing what the board draws doing nothing: whatever ran was not
+        a job's work (a desktop's rendering on a card that drives a display)."""
+        return (
+            self.held
+            and self.drawn is not None
+            and self.drawn < FLOOR_DRAW.value
+            and (self.util or 0.0) < LEDGER_BUSY_UTIL.value
+        )
 
     @property
     def off_kernel(self) -> bool:
@@ -274,10 +287,11 @@ def measure(
     resident_all = mean_util >= _STEADY
     # the power's intensity: the share of the envelope's headroom drawn per unit of utilization
     powers = [p.power_w for p in usable if p.power_w is not None]
-    power_intensity = None
-    if powers and mean_util > 0:
-        position = envelope.position(sum(powers) / len(powers))
-        power_intensity = None if position is None else position / mean_util
+    power_intensity = drawn = None
+    if powers:
+        drawn = envelope.position(sum(powers) / len(powers))
+        if drawn is not None and mean_util > 0:
+            power_intensity = drawn / mean_util
     # the parts, summed point by point in these locals (set on the tick once, at the end)
     free = gap_s = comm_quiet = comm_flow = compute = throttled = thermal = 0.0
     mem_bytes = mem_total = waiting = None
@@ -288,7 +302,7 @@ def measure(
         mem_total = p.mem_total_bytes if p.mem_total_bytes is not None else mem_total
         if p.requests_waiting is not None:
             waiting = max(waiting or 0.0, p.requests_waiting)
-        if used is not None and used < _IDLE_MEMORY and util < _IDLE_LINE:
+        if used is not None and used < _IDLE_MEMORY and (util < _IDLE_LINE or _desktop(p, util, envelope)):
             free += weight
             continue
         gap = waiting_part(util)
@@ -324,7 +338,16 @@ def measure(
         waiting,
         busy_at,
         n,
+        drawn,
     )
+
+
+def _desktop(p: GpuPoint, util: float, envelope: Envelope) -> bool:
+    """Under the busy line at idle draw: a display's rendering, not a job's kernels."""
+    if p.power_w is None or util >= _BUSY:
+        return False
+    position = envelope.position(p.power_w)
+    return position is not None and position < FLOOR_DRAW.value
 
 
 # ---- rolling shares -----------------------------------------------------------------------------

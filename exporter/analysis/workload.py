@@ -31,6 +31,7 @@ from exporter.policy.thresholds import (
     INTERACTIVE_IRREGULAR,
     INTERACTIVE_STRETCHES,
     INTERACTIVE_WINDOW,
+    LIFTED_DRAW,
     PIPELINE_HOLD,
     PIPELINE_MIN_STAGES,
     PIPELINE_STAGE_MAX,
@@ -147,13 +148,30 @@ class InteractiveShape:
     after_work: bool = False  # ...and it began after work (start-up is not a stretch)
     stretches: deque[tuple[float, float]] = field(default_factory=deque)  # (start, seconds), ended
     loop: bool = False  # its stretches came alike: a job's loop, until it is no longer held alone
+    lifted: bool = False  # its work has drawn a good part of the board's power since it was held alone
 
-    def see(self, t: float, stopped: bool, span: float, alone: bool) -> None:
-        """One second of the GPU: ``stopped`` held without work; ``alone`` held, the job's only GPU."""
+    def see(
+        self,
+        t: float,
+        stopped: bool,
+        span: float,
+        alone: bool,
+        drawn: float | None = None,
+        at_floor: bool = False,
+    ) -> None:
+        """One second of the GPU: ``stopped`` held without work; ``alone`` held, the job's only GPU;
+        ``drawn`` where its power sat in the envelope, ``at_floor`` under the busy line at idle draw. A
+        second at idle draw counts as without work once the job's work has lifted the power: what runs
+        at the floor between bursts that draw the board's power is not the job's (a desktop's rendering);
+        a job that never lifts it (a loop starved by its host) keeps its low duty as work."""
         if not alone:
             self.worked, self.start, self.run_s, self.loop = False, None, 0.0, False
+            self.lifted = False
             self.stretches.clear()
             return
+        if drawn is not None and drawn >= LIFTED_DRAW.value:
+            self.lifted = True
+        stopped = stopped or (at_floor and self.lifted)
         if stopped:
             if self.start is None:
                 self.start, self.run_s, self.after_work = t - span, 0.0, self.worked

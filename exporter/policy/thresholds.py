@@ -801,6 +801,25 @@ INTERACTIVE_STRETCHES = _t(
     "...and four such stretches have come (three cycles: fewer cannot show how they vary); until then no "
     "starvation verdict starts on it...",
 )
+FLOOR_DRAW = _t(
+    "workload.floor_draw",
+    0.1,
+    "ratio",
+    "A second of a GPU held alone that stays under the busy line and draws within a tenth of its power "
+    "envelope's headroom above the idle floor did no work of its job, whatever the utilization reads: a "
+    "card that drives a display shows its desktop's rendering (a compositor, a browser tab) as 10-45 % "
+    "utilization at a few watts over idle, and a job's kernels at that duty draw past a tenth. Such seconds "
+    "count as stretches without work for the interactive shape once the job's work has drawn half its "
+    "headroom (below).",
+)
+LIFTED_DRAW = _t(
+    "workload.lifted_draw",
+    0.5,
+    "ratio",
+    "A GPU held alone whose work has drawn half its power envelope's headroom or more computes in bursts "
+    "(a cell, an image generated): the seconds at the idle floor between them are the job waiting, not "
+    "its work. A loop starved by its host never lifts its draw that far, and its low duty stays work.",
+)
 INTERACTIVE_IRREGULAR = _t(
     "workload.interactive_irregularity",
     0.3,
