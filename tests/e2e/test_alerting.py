@@ -16,6 +16,14 @@ from scripts.stack import simulated_fleet
 from tests.conftest import require_tool
 
 POD = {"namespace": "ml", "pod": "llm-train-0"}  # the simulated pod that holds every GPU of a node
+# the starving pod of GPU 0 shared by three pods (time-slicing or MPS): its page's labels
+SHARED_STARVING = {
+    "gpu": "0",
+    "kind": "data_starvation",
+    "cause": "cpu",
+    "namespace": "research",
+    "pod": "shared-starving",
+}
 
 SCENARIOS = {
     # scenario name in the target label -> (--simulate, expected alert, expected labels)
@@ -55,13 +63,7 @@ SCENARIOS = {
     "time_slicing": (
         "time_slicing",
         "GpuDataStarvation",
-        {
-            "gpu": "0",
-            "kind": "data_starvation",
-            "cause": "cpu",
-            "namespace": "research",
-            "pod": "shared-starving",
-        },
+        SHARED_STARVING,
     ),
     # the same three pods through MPS: their processes are the MPS server's clients, sampled apart; the
     # starving one pages as itself, once, and the server (a host process of no pod, holding memory of its
@@ -69,13 +71,7 @@ SCENARIOS = {
     "mps": (
         "mps",
         "GpuDataStarvation",
-        {
-            "gpu": "0",
-            "kind": "data_starvation",
-            "cause": "cpu",
-            "namespace": "research",
-            "pod": "shared-starving",
-        },
+        SHARED_STARVING,
     ),
     # GPU 0 in MIG mode (3g + 2g + 1g + 1g): the starving instance pages as itself, with its GPU instance
     # and its pod; the busy one, the free one and the GPU page nothing (the idle one's idle_allocated needs
