@@ -139,7 +139,8 @@ class _Back:
         self.ticks: dict[tuple[float, str], tuple[float, str]] | None = {} if ticks else None
         self.split: dict[str, list[float]] = {}  # node/gpu -> the times its shares' ledgers were scraped
         self.last_t = 0.0
-        self.episodes: dict[tuple[str, str], list[tuple[float, float, str, str]]] = {}
+        # (entity, kind) -> (time, cause, job) of each step its verdict series was 1
+        self.episodes: dict[tuple[str, str], list[tuple[float, str, str]]] = {}
 
     def _result(self, job: str) -> ReplayResult:
         r = self.out.results.get(job)
@@ -235,7 +236,7 @@ class _Back:
         if e is None or not kind or not times:
             return
         self.episodes.setdefault((e.name, kind), []).extend(
-            (t, t, labels.get("cause", ""), e.job) for t in times
+            (t, labels.get("cause", ""), e.job) for t in times
         )
 
     def _shared_any(self, labels: dict[str, str]) -> bool:
@@ -257,7 +258,7 @@ class _Back:
         end = self.where.end
         for (name, kind), steps in sorted(self.episodes.items()):
             steps.sort()
-            run: list[tuple[float, float, str, str]] = []
+            run: list[tuple[float, str, str]] = []
             for step in steps:
                 if run and step[0] - run[-1][0] > JOIN_STEPS * self.step:
                     self._episode(name, kind, run, end)
@@ -274,9 +275,8 @@ class _Back:
             r.sampled_seconds = r.seconds
         return self.out
 
-    def _episode(self, name: str, kind: str, run: list[tuple[float, float, str, str]], end: float) -> None:
-        first, last = run[0][0], run[-1][0]
-        cause, job = run[-1][2], run[-1][3]
+    def _episode(self, name: str, kind: str, run: list[tuple[float, str, str]], end: float) -> None:
+        first, (last, cause, job) = run[0][0], run[-1]
         still = end - last < self.step  # firing at the range's end
         episode = Episode(
             name, kind, first - self.origin, None if still else last - self.origin, cause, math.nan
