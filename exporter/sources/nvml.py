@@ -654,7 +654,7 @@ class NvmlSource:
             util=dev.last.get("util"),
             mem_util=dev.last.get("mem_util"),
             power_w=dev.last.get("power"),
-            power_limit_w=self._scaled(dev, "limit", "nvmlDeviceGetEnforcedPowerLimit", 1e-3),
+            power_limit_w=slow.get("limit"),  # type: ignore[arg-type]
             power_default_limit_w=dev.default_limit_w,
             energy_j=energy / 1000.0 if energy is not None else None,
             mem_used_bytes=int(mem.used) if mem is not None else None,
@@ -663,7 +663,7 @@ class NvmlSource:
             temp_mem_c=values.get((FI_MEMORY_TEMP, 0)),
             temp_slowdown_c=dev.slowdown_c,
             clock_sm_hz=self._scaled(dev, "clock_sm", "nvmlDeviceGetClockInfo", 1e6, 1),
-            clock_mem_hz=self._scaled(dev, "clock_mem", "nvmlDeviceGetClockInfo", 1e6, 2),
+            clock_mem_hz=slow.get("clock_mem"),  # type: ignore[arg-type]
             clock_sm_max_hz=dev.sm_max_hz,
             clock_mem_max_hz=dev.mem_max_hz,
             clock_reasons=int(reasons) if reasons is not None else None,
@@ -877,6 +877,10 @@ class NvmlSource:
 
     def _slow(self, dev: Device) -> None:
         h = dev.handle
+        # settings rather than measurements, read with the slow state: the enforced power limit moves when
+        # someone sets it, the memory clock with the board's performance state (fixed on HBM boards)
+        dev.slow["limit"] = self._scaled(dev, "limit", "nvmlDeviceGetEnforcedPowerLimit", 1e-3)
+        dev.slow["clock_mem"] = self._scaled(dev, "clock_mem", "nvmlDeviceGetClockInfo", 1e6, 2)
         limit = self._scaled(dev, "default_limit", "nvmlDeviceGetPowerManagementDefaultLimit", 1e-3)
         if limit is not None:
             dev.default_limit_w = limit

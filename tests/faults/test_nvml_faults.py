@@ -88,14 +88,14 @@ def test_a_failed_signal_is_dropped_not_repeated(make_node, faulty, clock):
     ("function", "fault", "metric"),
     [
         (
-            "nvmlDeviceGetEnforcedPowerLimit",
+            "nvmlDeviceGetTotalEnergyConsumption",
             {"error": pynvml.NVML_ERROR_NO_PERMISSION},
-            "gpu_power_limit_watts",
+            "gpu_energy_joules_total",
         ),
         (
-            "nvmlDeviceGetEnforcedPowerLimit",
+            "nvmlDeviceGetTotalEnergyConsumption",
             {"error": pynvml.NVML_ERROR_INVALID_ARGUMENT},
-            "gpu_power_limit_watts",
+            "gpu_energy_joules_total",
         ),
         ("nvmlDeviceGetClockInfo", {"exception": ValueError("bad struct")}, "gpu_clock_hertz"),
         ("nvmlDeviceGetFieldValues", {"error": pynvml.NVML_ERROR_NO_PERMISSION}, "gpu_pcie_bytes_total"),
@@ -127,12 +127,12 @@ def test_backoff_doubles_up_to_its_maximum(make_node, faulty, clock):
     node = make_node("healthy", n_gpus=1)
     sampler, _ = faulty(node)
     cycle(sampler, clock, 2)
-    node.faults.add("nvmlDeviceGetEnforcedPowerLimit", pynvml.NVML_ERROR_NO_PERMISSION)
+    node.faults.add("nvmlDeviceGetTotalEnergyConsumption", pynvml.NVML_ERROR_NO_PERMISSION)
     tries = []
     for second in range(300):
-        before = node.library.calls["nvmlDeviceGetEnforcedPowerLimit"]
+        before = node.library.calls["nvmlDeviceGetTotalEnergyConsumption"]
         cycle(sampler, clock)
-        if node.library.calls["nvmlDeviceGetEnforcedPowerLimit"] > before:
+        if node.library.calls["nvmlDeviceGetTotalEnergyConsumption"] > before:
             tries.append(second)
     gaps = [b - a for a, b in itertools.pairwise(tries)]
     assert gaps[:4] == [5, 10, 20, 40]  # each refusal in a row doubles the wait...
@@ -143,19 +143,19 @@ def test_confirmed_unsupported_stays_off_until_the_session_restarts(make_node, f
     node = make_node("healthy", n_gpus=2)
     sampler, _ = faulty(node)
     cycle(sampler, clock, 2)
-    node.faults.add("nvmlDeviceGetEnforcedPowerLimit", pynvml.NVML_ERROR_NOT_SUPPORTED)
+    node.faults.add("nvmlDeviceGetTotalEnergyConsumption", pynvml.NVML_ERROR_NOT_SUPPORTED)
     cycle(sampler, clock, 2)
     node.faults.clear()
-    calls = node.library.calls["nvmlDeviceGetEnforcedPowerLimit"]
+    calls = node.library.calls["nvmlDeviceGetTotalEnergyConsumption"]
     metrics = scrape(cycle(sampler, clock, 2 * int(SIGNAL_RETRY_MAX.value)))
-    assert node.library.calls["nvmlDeviceGetEnforcedPowerLimit"] == calls  # never asked again
-    assert of_gpu(metrics, "gpu_power_limit_watts", 0) == []
+    assert node.library.calls["nvmlDeviceGetTotalEnergyConsumption"] == calls  # never asked again
+    assert of_gpu(metrics, "gpu_energy_joules_total", 0) == []
     node.faults.add("*", pynvml.NVML_ERROR_DRIVER_NOT_LOADED)  # the driver reloads: a new session
     snap = cycle(sampler, clock, 2)
     assert not snap.nvml_up
     node.faults.clear()
     metrics = scrape(cycle(sampler, clock, 3))
-    assert of_gpu(metrics, "gpu_power_limit_watts", 0) and of_gpu(metrics, "gpu_power_limit_watts", 1)
+    assert of_gpu(metrics, "gpu_energy_joules_total", 0) and of_gpu(metrics, "gpu_energy_joules_total", 1)
 
 
 @pytest.mark.parametrize("code", [pynvml.NVML_ERROR_DRIVER_NOT_LOADED, pynvml.NVML_ERROR_UNINITIALIZED])
