@@ -56,7 +56,7 @@ def run(minutes: float) -> dict[str, object]:
     settings = Settings()
     node = SimulatedNode("pod_churn", n_gpus=8, clock=clock)
     errors = ErrorCounter()
-    nvml = NvmlSource(node.install(), errors, clock=clock, slow_interval_s=settings.slow_interval_s)
+    nvml = NvmlSource.configured(node.install(), errors, settings, clock=clock)
     host = HostSource(errors, clock=clock, **node.host_options())  # type: ignore[arg-type]
     kubelet = PodResourcesSource(errors, node.kubelet_socket)
     sampler = Sampler(

@@ -156,7 +156,7 @@ def count_nvml_calls(gpus: int, cycles: int = 60) -> dict[str, float]:
     try:
         settings = Settings()
         errors = ErrorCounter()
-        nvml = NvmlSource(node.install(), errors, clock=clock, slow_interval_s=settings.slow_interval_s)
+        nvml = NvmlSource.configured(node.install(), errors, settings, clock=clock)
         sampler = Sampler(settings, errors, {"nvml": nvml}, clock=clock)
         now[0] += 1
         sampler.cycle(wait_s=5)  # the session opens: discovery is not a collection

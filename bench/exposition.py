@@ -47,7 +47,7 @@ def snapshot(gpus: int = 8, seconds: int = 70) -> object:
     mono = [1000.0]
     node = SimulatedNode("healthy", n_gpus=gpus, clock=lambda: now[0])
     settings, errors = Settings(), ErrorCounter()
-    nvml = NvmlSource(node.install(), errors, clock=lambda: now[0], slow_interval_s=settings.slow_interval_s)
+    nvml = NvmlSource.configured(node.install(), errors, settings, clock=lambda: now[0])
     host = HostSource(errors, clock=lambda: now[0], **node.host_options())  # type: ignore[arg-type]
     sampler = Sampler(
         settings, errors, {"host": host, "nvml": nvml}, clock=lambda: now[0], monotonic=lambda: mono[0]

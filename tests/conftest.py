@@ -145,7 +145,7 @@ def make_sampler(clock: ManualClock, make_node) -> Iterator:
         settings = replace(settings, **overrides)
         errors = ErrorCounter()
         host = RefreshingHostSource(node, errors, clock=clock, **node.host_options())  # type: ignore[arg-type]
-        nvml = NvmlSource(node.install(), errors, clock=clock, slow_interval_s=settings.slow_interval_s)
+        nvml = NvmlSource.configured(node.install(), errors, settings, clock=clock)
         kubelet = PodResourcesSource(errors, node.kubelet_socket, timeout_s=0.5) if pods else None
         opts = node.host_options()
         processes = ProcessSource(errors, str(opts["proc_root"]), str(opts["host_root"]))

@@ -118,7 +118,7 @@ def samples_by_name(body: bytes) -> dict[str, list]:
 @pytest.fixture
 def healthy_body(make_node, make_sampler, clock):
     node = make_node("healthy")
-    sampler, _ = make_sampler(node)
+    sampler, _ = make_sampler(node, detail=ALL_DETAIL)  # the sources read what the detail shows
     snap = step(sampler, clock, cycles=5)
     body, content_type = Renderer(ALL_DETAIL).render(snap)
     return node, snap, body, content_type
@@ -185,7 +185,7 @@ def test_values_and_units_match_the_device(healthy_body):
 
 def test_unsupported_signals_are_absent_not_zero(make_node, make_sampler, clock):
     caps = Capabilities(gpm=False, fabric=False, memory_temperature=False)
-    sampler, _ = make_sampler(make_node("healthy", capabilities=caps))
+    sampler, _ = make_sampler(make_node("healthy", capabilities=caps), detail=ALL_DETAIL)
     body, _ = Renderer(ALL_DETAIL).render(step(sampler, clock, cycles=3))
     names = samples_by_name(body)
     for absent in (
@@ -249,7 +249,7 @@ def test_docs_describe_every_exported_metric(make_node, make_sampler, clock):
     exported: set[str] = set()
     for scenario in ("healthy", "nvlink_down", "gpu_lost:onset=0"):
         node = make_node(scenario)
-        sampler, _ = make_sampler(node)
+        sampler, _ = make_sampler(node, detail=ALL_DETAIL)
         exported |= set(samples_by_name(Renderer(ALL_DETAIL).render(step(sampler, clock, cycles=3))[0]))
         node.close()
     assert not exported - documented, f"document these in docs/metrics.md: {sorted(exported - documented)}"

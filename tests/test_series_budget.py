@@ -68,7 +68,8 @@ def samples(body: bytes) -> dict[str, list]:
 
 
 def test_default_exposition_of_an_8_gpu_h100_node_fits_the_budget(make_node, make_sampler, clock):
-    sampler, _ = make_sampler(make_node("healthy"), pods=True)
+    # the sources read what every detail shows (each link's traffic); the default exposition is the same
+    sampler, _ = make_sampler(make_node("healthy"), pods=True, detail=frozenset(CATEGORIES))
     snap = step(sampler, clock, cycles=70)
     body, _ = Renderer().render(snap)
     counts = series_per_family(body)
@@ -93,7 +94,7 @@ def test_default_exposition_of_an_8_gpu_h100_node_fits_the_budget(make_node, mak
 
 
 def test_detail_adds_the_fine_grained_series_and_the_aggregates_agree(make_node, make_sampler, clock):
-    sampler, _ = make_sampler(make_node("nvlink_down"))
+    sampler, _ = make_sampler(make_node("nvlink_down"), detail=parse_detail("nvlink,p2p,xid"))
     snap = step(sampler, clock, cycles=40)
     default = samples(Renderer().render(snap)[0])
     detail = samples(Renderer(parse_detail("nvlink,p2p,xid")).render(snap)[0])
@@ -136,7 +137,7 @@ def test_detail_adds_the_fine_grained_series_and_the_aggregates_agree(make_node,
 
 
 def test_every_detail_category_names_families_the_exporter_has(make_node, make_sampler, clock):
-    sampler, _ = make_sampler(make_node("healthy"))
+    sampler, _ = make_sampler(make_node("healthy"), detail=frozenset(CATEGORIES))
     everything = samples(Renderer(frozenset(CATEGORIES)).render(step(sampler, clock, cycles=12))[0])
     for category, (names, _) in DETAIL.items():
         assert set(names) <= set(everything), (category, set(names) - set(everything))

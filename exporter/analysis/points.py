@@ -143,6 +143,13 @@ def _link_totals(links: tuple[NvLinkReading, ...]) -> tuple[int | None, int | No
     return tx, rx
 
 
+def _traffic(reading: GpuReading) -> tuple[int | None, int | None]:
+    """NVLink bytes over every link: the source's sums, or the links' counters added up."""
+    if reading.nvlink_tx_bytes is not None or reading.nvlink_rx_bytes is not None:
+        return reading.nvlink_tx_bytes, reading.nvlink_rx_bytes
+    return _link_totals(reading.nvlinks)
+
+
 def _link_states(links: tuple[NvLinkReading, ...]) -> tuple[int | None, int | None, int | None]:
     """Links up (None: no state known), links present (None: no state known), errors over all links."""
     up = errors = None
@@ -168,8 +175,8 @@ def gpu_points(
     server's requests (running, waiting) from its latest load line (None: no such line)."""
     running, waiting = load if load is not None else (None, None)
     dt = reading.t - prev.t if prev is not None else 0.0
-    nv_tx, nv_rx = _link_totals(reading.nvlinks)
-    prev_tx, prev_rx = _link_totals(prev.nvlinks) if prev else (None, None)
+    nv_tx, nv_rx = _traffic(reading)
+    prev_tx, prev_rx = _traffic(prev) if prev else (None, None)
     active, links, errors = _link_states(reading.nvlinks)
     shared = (  # in _SHARED's order
         reading.power_limit_w,

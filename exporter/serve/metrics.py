@@ -500,11 +500,13 @@ def _nvlink_totals(fams: _Families, view: GpuView, base: Labels) -> None:
     if states:
         fams.gauge("gpu_nvlink_links_up", "NVLinks active.").add(base, sum(1 for up in states if up))
         fams.gauge("gpu_nvlink_links_expected", "NVLinks the GPU has (up or not).").add(base, len(states))
-    for direction in ("tx", "rx"):
-        values = [getattr(link, f"{direction}_bytes") for link in r.nvlinks]
-        if None not in values:
+    for direction, total in (("tx", r.nvlink_tx_bytes), ("rx", r.nvlink_rx_bytes)):
+        if total is None:  # a reading without the source's sums: the links' own counters
+            values = [getattr(link, f"{direction}_bytes") for link in r.nvlinks]
+            total = sum(values) if None not in values else None  # type: ignore[arg-type]
+        if total is not None:
             fams.counter("gpu_nvlink_traffic_bytes", "NVLink data bytes over all links.").add(
-                base | {"direction": direction}, sum(values)
+                base | {"direction": direction}, total
             )
     counts = [n for link in r.nvlinks for n in link.errors.values()]
     if counts:

@@ -77,6 +77,7 @@ class Capabilities:
     missing_functions: set[str] = field(default_factory=set)  # entry points the library lacks
     unsupported_fields: set[int] = field(default_factory=set)
     memory_temperature: bool = True
+    nvlink_all_links: bool = True  # the throughput fields' all-links scope (older drivers: one link each)
     mig: dict[int, list[str]] = field(default_factory=dict)  # GPU index -> MIG device UUIDs (MIG mode on)
 
 
@@ -613,6 +614,9 @@ class FakeNvmlLibrary:
             N.NVML_FI_DEV_NVLINK_GET_STATE,
             *_FIELD_ERROR_TYPES,
         )
+        traffic = (N.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, N.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX)
+        if field_id in traffic and scope == 0xFFFFFFFF and self.caps.nvlink_all_links and links:
+            return sum(self._field(g, field_id, link) for link in range(links))  # type: ignore[misc]
         if field_id in per_link:
             if not 0 <= scope < links:
                 return None

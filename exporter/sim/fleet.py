@@ -46,7 +46,7 @@ def stepped_snapshot(scenario: str = "healthy", n_gpus: int = 8, seconds: int = 
     try:
         errors = ErrorCounter()
         host = HostSource(errors, clock=clock, **node.host_options())  # type: ignore[arg-type]
-        nvml = NvmlSource(node.install(), errors, clock=clock, slow_interval_s=settings.slow_interval_s)
+        nvml = NvmlSource.configured(node.install(), errors, settings, clock=clock)
         kubelet = PodResourcesSource(errors, node.kubelet_socket, timeout_s=0.5)
         opts = node.host_options()
         processes = ProcessSource(errors, str(opts["proc_root"]), str(opts["host_root"]))
@@ -118,7 +118,7 @@ def _role_worker(scenario: str, gpus: int, warm_s: int, conn: Connection, stop: 
     node = SimulatedNode(scenario, n_gpus=gpus, clock=clock)
     errors = ErrorCounter()
     host = HostSource(errors, clock=clock, **node.host_options())  # type: ignore[arg-type]
-    nvml = NvmlSource(node.install(), errors, clock=clock, slow_interval_s=settings.slow_interval_s)
+    nvml = NvmlSource.configured(node.install(), errors, settings, clock=clock)
     kubelet = PodResourcesSource(errors, node.kubelet_socket, timeout_s=0.5)
     sampler = Sampler(settings, errors, {"host": host, "nvml": nvml, "kubelet": kubelet}, clock=clock)
     try:

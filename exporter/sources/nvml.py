@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import ModuleType
 
+from exporter.config.settings import Settings
 from exporter.policy import catalog
 from exporter.policy.nvml_vocab import FABRIC_STATES, FI_THROTTLE_NS, NVLINK_STATE_UP
 from exporter.policy.thresholds import SAMPLE_CARRY, SIGNAL_RETRY_INITIAL, SIGNAL_RETRY_MAX
@@ -87,6 +88,7 @@ FI_MEMORY_TEMP = 82
 FI_NVLINK_LINK_COUNT = 91
 FI_NVLINK_TX_KIB = 138  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, scopeId = link
 FI_NVLINK_RX_KIB = 139
+FI_SCOPE_ALL_LINKS = 0xFFFFFFFF  # a throughput field's scopeId for its sum over every link
 FI_NVLINK_ERR = {161: "replay", 162: "recovery", 163: "crc"}  # NVML_FI_DEV_NVLINK_ERROR_DL_*, per link
 FI_NVLINK_STATE = 165  # NVML_FI_DEV_NVLINK_GET_STATE, per link
 FI_PCIE_TX_BYTES = 197
@@ -251,6 +253,14 @@ def _field_layout(entry: type) -> struct.Struct | None:
     return struct.Struct(f"={gaps[0]}xI{gaps[1]}xI{gaps[2]}xQ{tail}x")
 
 
+def _link_traffic_fields(links: int) -> list[tuple[int, int]]:
+    """Each link's own traffic counters, TX then RX."""
+    return [(fid, link) for link in range(links) for fid in (FI_NVLINK_TX_KIB, FI_NVLINK_RX_KIB)]
+
+
+_ALL_LINKS = {(FI_NVLINK_TX_KIB, FI_SCOPE_ALL_LINKS), (FI_NVLINK_RX_KIB, FI_SCOPE_ALL_LINKS)}
+
+
 @functools.cache
 def _link_keys(count: int) -> tuple[tuple[int, tuple[int, int], tuple[int, int]], ...]:
     """Each of ``count`` links with the keys of its traffic fields (TX, RX), made once per link count."""
@@ -334,6 +344,8 @@ class Device:
     batches: dict[str, FieldBatch] = field(default_factory=dict)  # by list name: its ready-made array
     slow_fields: list[tuple[int, int]] = field(default_factory=list)  # read every slow interval
     link_count: int = 0
+    # the driver does not sum the links' traffic (older drivers): each link's counters every collection
+    traffic_per_link: bool = False
     cursors: dict[int, int] = field(default_factory=dict)
     samples: SampleReader | None = None  # its sample buffers' reader (None: lost at discovery)
     last: dict[str, float] = field(default_factory=dict)
@@ -380,16 +392,30 @@ class NvmlSource:
         errors: ErrorCounter,
         clock: Callable[[], float] = time.time,
         slow_interval_s: float = 10.0,
+        link_traffic: bool = False,
     ) -> None:
         self.N = nvml
         self.errors = errors
         self.clock = clock
         self.slow_interval_s = slow_interval_s
+        self.link_traffic = link_traffic  # each NVLink's traffic every collection (--detail nvlink)
         self.driver: dict[str, str] = {}
         self._mismatched: set[str] = set()  # calls that raised NVMLLibraryMismatchError once already
         self._open = False
 
     # ---- session -----------------------------------------------------------------------------
+
+    @classmethod
+    def configured(
+        cls,
+        nvml: ModuleType,
+        errors: ErrorCounter,
+        settings: Settings,
+        clock: Callable[[], float] = time.time,
+    ) -> NvmlSource:
+        """The source as ``settings`` ask: the slow state's cadence, each link's traffic for the per-link
+        series (``--detail nvlink``)."""
+        return cls(nvml, errors, clock, settings.slow_interval_s, link_traffic="nvlink" in settings.detail)
 
     def open(self) -> list[Device]:
         """Initialise NVML and discover GPUs. Raises the NVML error when NVML is not usable."""
@@ -461,6 +487,8 @@ class NvmlSource:
         dev.mem_max_hz = self._scaled(dev, "max_mem", "nvmlDeviceGetMaxClockInfo", 1e6, 2)
         dev.link_count = self._link_count(dev)
         dev.fields, dev.slow_fields = self._field_requests(dev.link_count)
+        if self.link_traffic and dev.link_count:
+            self._traffic_per_link(dev)
         self._gpm_setup(dev)
 
     def reprobe(self, dev: Device) -> Device:
@@ -637,6 +665,10 @@ class NvmlSource:
         )
         energy = self._call(dev, "energy", "nvmlDeviceGetTotalEnergyConsumption", h)
         values = self._field_values(dev)
+        if dev.link_count and not dev.traffic_per_link and not set(dev.fields) >= _ALL_LINKS:
+            log.info("GPU %d: the driver does not sum NVLink traffic; each link is read", dev.index)
+            self._traffic_per_link(dev)  # the all-links scope was refused for good
+        nvlink_tx, nvlink_rx = self._link_traffic(dev, values) if dev.link_count else (None, None)
         gpm = self._gpm(dev)
         if now >= dev.next_slow:
             self._slow(dev)
@@ -674,7 +706,9 @@ class NvmlSource:
             sm_occupancy=gpm.get("sm_occupancy"),
             tensor_active=gpm.get("tensor_active"),
             dram_active=gpm.get("dram_active"),
-            nvlinks=self._nvlinks(dev, values),
+            nvlinks=self._nvlinks(dev, values) if dev.traffic_per_link else dev.slow.get("links", ()),  # type: ignore[arg-type]
+            nvlink_tx_bytes=nvlink_tx,
+            nvlink_rx_bytes=nvlink_rx,
             pcie_tx_bytes=_as_int(values.get((FI_PCIE_TX_BYTES, 0))),
             pcie_rx_bytes=_as_int(values.get((FI_PCIE_RX_BYTES, 0))),
             fabric_state=slow.get("fabric_state"),  # type: ignore[arg-type]
@@ -729,14 +763,40 @@ class NvmlSource:
 
     @staticmethod
     def _field_requests(links: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-        """(every collection, slow cadence): traffic counters move every second, link state rarely."""
+        """(every collection, slow cadence): traffic counters move every second, link state rarely. The
+        NVLink traffic is the driver's sum over the links (two fields, not two a link; each link's own
+        counters are read only for ``--detail nvlink``, see ``_traffic_per_link``)."""
         fast = [(FI_PCIE_TX_BYTES, 0), (FI_PCIE_RX_BYTES, 0), (FI_MEMORY_TEMP, 0)]
         fast += [(fid, 0) for fid in FI_THROTTLE_NS]
+        if links:
+            fast += [(FI_NVLINK_TX_KIB, FI_SCOPE_ALL_LINKS), (FI_NVLINK_RX_KIB, FI_SCOPE_ALL_LINKS)]
         slow = []
         for link in range(links):
-            fast += [(FI_NVLINK_TX_KIB, link), (FI_NVLINK_RX_KIB, link)]
             slow += [(FI_NVLINK_STATE, link), *((fid, link) for fid in FI_NVLINK_ERR)]
         return fast, slow
+
+    @staticmethod
+    def _traffic_per_link(dev: Device) -> None:
+        """Each link's traffic every collection, summed here: for the per-link series, or where the
+        driver cannot sum the links (it refused the all-links scope)."""
+        dev.traffic_per_link = True
+        dev.fields = [r for r in dev.fields if r[1] != FI_SCOPE_ALL_LINKS] + _link_traffic_fields(
+            dev.link_count
+        )
+
+    @staticmethod
+    def _link_traffic(dev: Device, values: dict[tuple[int, int], float]) -> tuple[int | None, int | None]:
+        """Bytes sent and received over every link: the driver's sums, or each link's counter added up
+        (None unless every link gave its part: a partial sum would look like a counter reset)."""
+        out = []
+        for fid in (FI_NVLINK_TX_KIB, FI_NVLINK_RX_KIB):
+            if dev.traffic_per_link:
+                parts = [values.get((fid, link)) for link in range(dev.link_count)]
+                kib = sum(parts) if parts and None not in parts else None  # type: ignore[arg-type]
+            else:
+                kib = values.get((fid, FI_SCOPE_ALL_LINKS))
+            out.append(int(kib) * 1024 if kib is not None else None)
+        return out[0], out[1]
 
     def _field_values(self, dev: Device, slow: bool = False) -> dict[tuple[int, int], float]:
         """One batched nvmlDeviceGetFieldValues; fields the driver does not support are dropped."""
@@ -798,8 +858,9 @@ class NvmlSource:
         return count
 
     def _nvlinks(self, dev: Device, values: dict[tuple[int, int], float]) -> tuple[NvLinkReading, ...]:
-        """Per-link traffic from this collection, state and errors from the last slow read (their dicts
-        are made new by each slow read and never changed after, so the readings share them)."""
+        """Per-link traffic from ``values``, state and errors from the last slow read (their dicts are
+        made new by each slow read and never changed after, so the readings share them). Made by each slow
+        read from its own values, and every collection where each link's traffic is read then."""
         links = []
         states: dict[int, bool] = dev.slow.get("link_states", {})  # type: ignore[assignment]
         errors: dict[int, dict[str, int]] = dev.slow.get("link_errors", {})  # type: ignore[assignment]
@@ -983,6 +1044,7 @@ class NvmlSource:
                     if value is not None:
                         errors.setdefault(link, {})[kind] = int(value)
         dev.slow["link_states"], dev.slow["link_errors"] = states, errors
+        dev.slow["links"] = self._nvlinks(dev, values)  # the readings until the next slow read share them
 
     def _mig_uuids(self, dev: Device) -> tuple[str, ...]:
         """The MIG devices of a GPU in MIG mode: pods get MIG slices, and the kubelet names them by UUID.
@@ -1106,9 +1168,7 @@ def _as_int(value: float | None) -> int | None:
 def _build(inputs: Inputs) -> NvmlSource | None:
     if inputs.nvml is None:
         return None
-    return NvmlSource(
-        inputs.nvml, inputs.errors, clock=inputs.clock, slow_interval_s=inputs.settings.slow_interval_s
-    )
+    return NvmlSource.configured(inputs.nvml, inputs.errors, inputs.settings, inputs.clock)
 
 
 # the session (collect/nvml_session.py) runs one call per GPU every cycle, each bounded by the timeout

@@ -106,6 +106,8 @@ class GpuReading:
     tensor_active: float | None = None
     dram_active: float | None = None
     nvlinks: tuple[NvLinkReading, ...] = ()
+    nvlink_tx_bytes: int | None = None  # cumulative, over every link (None: not every link counted)
+    nvlink_rx_bytes: int | None = None
     pcie_tx_bytes: int | None = None  # cumulative
     pcie_rx_bytes: int | None = None
     fabric_state: str | None = None

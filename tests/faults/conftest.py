@@ -27,7 +27,7 @@ def faulty(clock: ManualClock, make_node) -> Iterator:
         settings = replace(FAST, **overrides)
         errors = ErrorCounter()
         host = RefreshingHostSource(node, errors, clock=clock, **node.host_options())  # type: ignore[arg-type]
-        nvml = NvmlSource(node.install(), errors, clock=clock, slow_interval_s=settings.slow_interval_s)
+        nvml = NvmlSource.configured(node.install(), errors, settings, clock=clock)
         kubelet = PodResourcesSource(errors, node.kubelet_socket, timeout_s=0.5) if pods else None
         sampler = Sampler(
             settings, errors, {"host": host, "nvml": nvml, "kubelet": kubelet}, clock=clock, monotonic=clock

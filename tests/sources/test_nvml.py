@@ -73,7 +73,10 @@ def test_collect_reports_every_signal_in_base_units(make_node, clock):
     }  # what the board counts
     assert 0.5 < r.sm_active < 0.85 and 0.2 < r.tensor_active < 0.6
     assert len(r.nvlinks) == 18 and all(link.up for link in r.nvlinks)
-    assert r.nvlinks[4].tx_bytes == int(g.link_tx[4]) // 1024 * 1024  # KiB counters, exported in bytes
+    # KiB counters, exported in bytes: the driver's sum over the links (each link's own only for the
+    # per-link series)
+    assert r.nvlink_tx_bytes == sum(int(tx) // 1024 for tx in g.link_tx) * 1024
+    assert r.nvlinks[4].tx_bytes is None
     assert r.nvlinks[4].errors == {"replay": 0, "recovery": 0, "crc": 0}
     assert r.pcie_rx_bytes == int(g.pcie_rx)
     assert r.fabric_state == "completed" and r.fabric_status == "success" and r.process_count == 1
@@ -249,13 +252,43 @@ def test_field_values_read_through_the_ready_batch_match_the_bindings_call(make_
         source.collect(dev)
     batch = dev.batches["fields"]
     assert batch.requests == dev.fields and batch.array is not None  # the ready array, not the fallback
-    ours = source._field_values(dev)
-    theirs = pynvml.nvmlDeviceGetFieldValues(dev.handle, dev.fields)
-    assert len(ours) == len(dev.fields) > 30  # PCIe, memory temperature, throttle time, 18 links x 2
-    for request, fv in zip(dev.fields, theirs, strict=True):
-        assert fv.nvmlReturn == 0
-        assert ours[request] == pytest.approx(getattr(fv.value, "ullVal" if fv.valueType == 3 else "dVal"))
+    # every collection: PCIe, memory temperature, throttle time, the NVLink traffic summed by the driver;
+    # the slow state: each of 18 links' state and error counters
+    for slow, wanted, count in ((False, dev.fields, 8), (True, dev.slow_fields, 18 * 4)):
+        ours = source._field_values(dev, slow=slow)
+        theirs = pynvml.nvmlDeviceGetFieldValues(dev.handle, wanted)
+        assert len(ours) == len(wanted) == count
+        for request, fv in zip(wanted, theirs, strict=True):
+            assert fv.nvmlReturn == 0
+            value = getattr(fv.value, "ullVal" if fv.valueType == 3 else "dVal")
+            assert ours[request] == pytest.approx(value)
     assert dev.batches["fields"] is batch  # reused while the request list stands
+
+
+def test_a_driver_that_cannot_sum_the_links_has_each_link_read_every_collection(make_node, clock):
+    """Drivers before the all-links scope refuse it: the links' own counters are read and added up."""
+    node = make_node("healthy", n_gpus=1, capabilities=Capabilities(nvlink_all_links=False))
+    source, devices, _ = opened(node, clock)
+    dev = devices[0]
+    for _ in range(2):  # the first collection learns the scope is refused
+        clock.advance(1.0)
+        r = source.collect(dev)
+    g = node.model.gpus[0]
+    assert dev.traffic_per_link and len(dev.fields) == 6 + 36 and len(dev.slow_fields) == 18 * 4
+    assert r.nvlink_tx_bytes == sum(int(tx) // 1024 for tx in g.link_tx) * 1024
+    assert [link.rx_bytes for link in r.nvlinks] == [int(rx) // 1024 * 1024 for rx in g.link_rx]
+
+
+def test_the_per_link_series_have_each_link_read_every_collection(make_node, clock):
+    node = make_node("healthy", n_gpus=1)
+    source, devices, _ = opened(node, clock, link_traffic=True)
+    dev = devices[0]
+    clock.advance(1.0)
+    r = source.collect(dev)
+    g = node.model.gpus[0]
+    assert dev.traffic_per_link and len(dev.fields) == 6 + 36
+    assert [link.tx_bytes for link in r.nvlinks] == [int(tx) // 1024 * 1024 for tx in g.link_tx]
+    assert r.nvlink_tx_bytes == sum(link.tx_bytes for link in r.nvlinks)
 
 
 def test_an_entry_the_driver_leaves_unfilled_is_no_value(make_node, clock, monkeypatch):
