@@ -104,7 +104,7 @@ def main() -> None:
     _timed(engine.Analyzer, "add_gpu_points", "add_gpu_points")
     _timed(sampler, "gpu_points", "gpu_points")
     _timed(sampler, "build", "snapshot build")
-    _timed(sampler.Sampler, "cycle", "sampler cycle")
+    _timed(sampler.Sampler, "turn", "sampler cycle")
     _timed(NvmlSource, "collect", "nvml collect")
     _timed(HostSource, "collect", "host collect")
     _timed(PodResourcesSource, "collect", "kubelet collect")

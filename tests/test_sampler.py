@@ -306,3 +306,25 @@ def test_an_open_waits_for_the_close_of_the_failed_one_before_it():
     session.schedule(time.monotonic())
     assert session._open_call is not None and session._open_call.done.wait(5)
     assert len(opens) == 2
+
+
+def test_a_cycles_snapshot_is_built_when_first_read_with_that_cycles_books(
+    make_node, make_sampler, clock, monkeypatch
+):
+    """A turn leaves its snapshot unbuilt (most are never scraped); the first read builds the latest
+    turn's, once, from that turn's inputs even when the books have moved since."""
+    import exporter.collect.sampler as sampler_module
+
+    sampler, _ = make_sampler(make_node("healthy", n_gpus=2))
+    built: list[int] = []
+    real = sampler_module.build
+    monkeypatch.setattr(sampler_module, "build", lambda seq, *rest: built.append(seq) or real(seq, *rest))
+    for _ in range(3):
+        clock.advance(1.0)
+        sampler.turn(wait_s=2.0)
+    assert built == []
+    stamped = dict(sampler.poller.books.last_success)
+    sampler.poller.books.last_success["nvml"] = 0.0  # the books move on after the turn
+    snap = sampler.snapshot
+    assert built == [3] and snap.seq == 3 and sampler.snapshot is snap and built == [3]
+    assert snap.last_success == stamped

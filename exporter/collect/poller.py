@@ -194,6 +194,9 @@ class Books:
     # seconds between its attempts, for those same sources: how old a last success may be depends on it
     intervals: dict[str, float] = field(default_factory=dict)
 
+    def copy(self) -> Books:
+        return Books(dict(self.up), dict(self.durations), dict(self.last_success), dict(self.intervals))
+
 
 @dataclass
 class Poller:

@@ -23,7 +23,7 @@ from exporter.analysis.engine import Analyzer, VerdictEvent
 from exporter.analysis.mig import gpu_util, instance_points, instance_share, split_gpu_instances
 from exporter.analysis.pods import booked_to_server, gpu_owners, pod_uses, share_point, sharing_pods
 from exporter.analysis.points import GpuPoint, HostPoint, gpu_points, host_point, p2p_failures
-from exporter.analysis.result import analyze
+from exporter.analysis.result import Result, analyze
 from exporter.analysis.workload import Workload
 from exporter.collect.job_signals import JobSignals
 from exporter.collect.nvml_session import NvmlSession
@@ -80,6 +80,10 @@ class Sampler:
         self._mig_entities: set[str] = set()
         self._mig_last: dict[int, list[tuple[str, str, str, MigReading]]] = {}  # the last cycle's instances
         self._snapshot, self._seq, self._ready = EMPTY_SNAPSHOT, 0, False
+        # the last cycle's inputs of build(), made into the snapshot when someone reads it: scraped every
+        # 15-60 s, a snapshot built every second would be thrown away unread nearly every time
+        self._unbuilt: tuple[int, float, bool, Sources, Result] | None = None
+        self._build_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         for name, source in sources.items():
@@ -140,10 +144,14 @@ class Sampler:
 
     @property
     def snapshot(self) -> Snapshot:
-        return self._snapshot
+        """The latest cycle's snapshot (built on its first read)."""
+        with self._build_lock:
+            if self._unbuilt is not None:
+                self._snapshot, self._unbuilt = build(*self._unbuilt), None
+            return self._snapshot
 
     def start(self) -> None:
-        args = (self.settings.interval_s, self.cycle, self._stop, self.monotonic, self.errors)
+        args = (self.settings.interval_s, self.turn, self._stop, self.monotonic, self.errors)
         self._thread = threading.Thread(target=run_every, args=args, name="sampler", daemon=True)
         self._thread.start()
         for source in self._threads():
@@ -161,6 +169,11 @@ class Sampler:
             self.pods.close()
 
     def cycle(self, wait_s: float | None = None) -> Snapshot:
+        """One collection round (``turn``), and its snapshot."""
+        self.turn(wait_s)
+        return self.snapshot
+
+    def turn(self, wait_s: float | None = None) -> None:
         """One collection round: start what is due, wait a bounded time, take what came, publish."""
         mono = self.monotonic()
         if self.session is not None:
@@ -170,7 +183,7 @@ class Sampler:
         self.poller.start_due(mono)
         self._wait(mono + (wait_s if wait_s is not None else self.settings.interval_s * 0.8))
         self._take(self.monotonic())
-        return self._publish()
+        self._publish()
 
     def _wait(self, deadline: float) -> None:
         pending = self.poller.pending() + (self.session.pending() if self.session else [])
@@ -367,7 +380,7 @@ class Sampler:
         self._mig_entities, self._mig_last = now, out
         return out
 
-    def _publish(self) -> Snapshot:
+    def _publish(self) -> None:
         now, session = self.clock(), self.session
         slots = session.slots if session is not None else {}
         assignments = self.pods.current if self.pods is not None else ()
@@ -408,7 +421,7 @@ class Sampler:
             assignment_t=self.pods.t if self.pods is not None else None,
             owners=owners,
             held=held,
-            books=self.poller.books,
+            books=self.poller.books.copy(),  # as of this cycle, whenever the snapshot is built
             errors=self.errors.snapshot(),
             node_checks=getattr(self.checker, "latest", ()),
             pod_logs=pod_logs,
@@ -416,5 +429,5 @@ class Sampler:
             migs=migs,
         )
         self._seq += 1
-        self._snapshot = build(self._seq, now, self._ready, src, result)
-        return self._snapshot
+        with self._build_lock:
+            self._unbuilt = (self._seq, now, self._ready, src, result)
