@@ -94,7 +94,7 @@ SERVE_FLAGS = (
         "--slow-interval",
         "slow_interval_s",
         _float,
-        "seconds between reads of slowly changing GPU state (fabric, processes, default power limit)",
+        "seconds between reads of slowly changing GPU state (fabric, processes, power limits, memory clock)",
     ),
     Flag("--p2p-interval", "p2p_interval_s", _float, "seconds between reads of the GPU-pair P2P status"),
     Flag("--proc-root", "proc_root", str, "where the node's /proc is mounted"),

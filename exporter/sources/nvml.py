@@ -344,7 +344,7 @@ class Device:
     batches: dict[str, FieldBatch] = field(default_factory=dict)  # by list name: its ready-made array
     slow_fields: list[tuple[int, int]] = field(default_factory=list)  # read every slow interval
     link_count: int = 0
-    # the driver does not sum the links' traffic (older drivers): each link's counters every collection
+    # each link's traffic read every collection: for --detail nvlink, or a driver that cannot sum the links
     traffic_per_link: bool = False
     cursors: dict[int, int] = field(default_factory=dict)
     samples: SampleReader | None = None  # its sample buffers' reader (None: lost at discovery)
