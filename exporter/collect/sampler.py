@@ -62,6 +62,7 @@ class Sampler:
         self._host_done = False
         self._p2p_table: object = None  # the P2P table whose failed peers per GPU are in _p2p_failed
         self._p2p_failed: dict[int, int] = {}
+        self._wanted_pids: set[int] | None = None  # the PIDs last handed to the process owners
         self.job = JobSignals()  # the job's own word about its progress
         self.analyzer = Analyzer(window_s=settings.window_s)  # owns the windows of points
         self.events: list[VerdictEvent] = []  # verdict changes of the last cycle
@@ -239,7 +240,10 @@ class Sampler:
             if slot.reading and slot.reading.processes
             for p in slot.reading.processes
         }
-        source.want(pids)  # type: ignore[attr-defined]
+        if pids != self._wanted_pids:  # the driver listed another set: its owners are read next cycle
+            self._wanted_pids = pids
+            source.want(pids)  # type: ignore[attr-defined]
+            self.poller.delay("processes", self.monotonic())
 
     def _feed(self, reading: GpuReading, prev: GpuReading | None, p2p_failed: int | None) -> None:
         index = reading.identity.index

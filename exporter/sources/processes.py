@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from exporter.config.settings import Settings
 from exporter.policy.thresholds import PROCESS_COMMAND_CHARS, PROCESS_OWNERS_REMEMBERED
 from exporter.sources.errors import ErrorCounter
 from exporter.sources.registry import Inputs, Registration, Schedule, register
@@ -110,8 +111,9 @@ def _start_time(stat: str, boot_t: float, ticks_per_s: float) -> float | None:
 
 
 class ProcessSource:
-    """Polled every cycle, it reads only the PIDs it has not seen (a new process is attributed at once),
-    and everything afresh every ``refresh_s`` (a PID reused, the PID namespace check)."""
+    """Polled at the driver's lists' cadence, and at once when the driver lists a PID it was not handed
+    (the sampler starts it); it reads only the PIDs it has not seen (a new process is attributed at
+    once), and everything afresh every ``refresh_s`` (a PID reused, the PID namespace check)."""
 
     def __init__(
         self,
@@ -288,5 +290,12 @@ def _build(inputs: Inputs) -> ProcessSource | None:
     return ProcessSource(inputs.errors, str(roots["proc_root"]), str(roots["host_root"]), refresh_s=refresh)
 
 
-# every cycle: a round with nothing new reads no file
-REGISTRATION = register(Registration[ProcessOwners](SOURCE, Schedule.POLLED, ProcessOwners, _build))
+def _lists_cadence(settings: Settings) -> float:
+    """The driver's process lists are a slow read: what they name changes no more often (a new PID
+    starts a round at once, see the sampler), and a process that exited in between is found here."""
+    return settings.slow_interval_s
+
+
+REGISTRATION = register(
+    Registration[ProcessOwners](SOURCE, Schedule.POLLED, ProcessOwners, _build, interval=_lists_cadence)
+)
