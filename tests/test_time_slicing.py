@@ -107,8 +107,7 @@ def test_a_pod_that_leaves_takes_its_share_with_it(make_node, make_sampler, cloc
     sampler, _ = make_sampler(node, pods=True)
     step(sampler, clock, cycles=20)
     assert "0/research/shared-busy-b" in sampler.analyzer.gpus()
-    node.pods[:] = [p for p in node.pods if p.name != "shared-busy-b"]
-    node.host.pods_changed()
+    node.host.pods_changed([p for p in node.pods if p.name != "shared-busy-b"])
     sampler.poller.delay("kubelet", time.monotonic())  # ask the kubelet now (its interval is monotonic)
     snap = step(sampler, clock, cycles=10)
     assert [s.pod for s in snap.gpus[0].shares] == ["shared-busy-a", STARVING]

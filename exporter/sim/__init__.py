@@ -101,10 +101,9 @@ class SimulatedNode:
                 generation = int((self.model.clock() - self.model.start) // self._churn_s)
                 if generation != self._generation:
                     self._generation = generation
-                    self.pods[:] = pod_layout(
-                        self.model, self.scenario.pods, self.library.conditions(), generation
+                    self.host.pods_changed(
+                        pod_layout(self.model, self.scenario.pods, self.library.conditions(), generation)
                     )
-                    self.host.pods_changed()
                     if isinstance(getattr(self, "kubelet", None), KubeletProcess):
                         self.kubelet.update(self.pods)  # type: ignore[union-attr]
             return list(self.pods)

@@ -58,6 +58,7 @@ class SimHost:
         self.host_root = str(self.root / "host")
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._files_lock = threading.Lock()  # a refresh and a change of pods write the same files
         self.cpu_s = 0.0  # the writer's and statvfs' CPU (two threads: added under _cpu_lock)
         self._cpu_lock = threading.Lock()
         for d in ("proc/pressure", "proc/1", *(f"sys/block/{name}" for name in DISKS), "host/dev/shm"):
@@ -91,11 +92,19 @@ class SimHost:
             self.cpu_s += spent
 
     def _refresh(self) -> None:
+        with self._files_lock:
+            self._refresh_files()
+
+    def _processes(self) -> dict[int, tuple[object, str, str]]:
+        with self.model.lock:
+            return {p.pid: (g, p.pod, p.command) for g in self.model.gpus for p in self.model.processes(g)}
+
+    def _refresh_files(self) -> None:
         with self.model.lock:
             self.model.advance()
             h = self.model.host
             xids = list(self.model.xid_events)
-            procs = {p.pid: (g, p.pod, p.command) for g in self.model.gpus for p in self.model.processes(g)}
+            procs = self._processes()
             stat = self._stat(h.jiffies, self._btime())
             diskstats = self._diskstats(h.disk_read_bytes, h.disk_write_bytes)
             pressure = {
@@ -205,16 +214,24 @@ class SimHost:
             (_SHM_BLOCK, _SHM_BLOCK, blocks, free, free, 1 << 20, 1 << 20, 1 << 20, 0, 255)
         )
 
-    def pods_changed(self) -> None:
-        """New pods: containerd removes the bundles of ended tasks and writes the new ones; the new pods'
-        processes are new processes."""
-        self.model.renew_processes()
-        shutil.rmtree(self.root / "host" / CONTAINERD_TASKS, ignore_errors=True)
-        self._write_bundles()
+    def pods_changed(self, pods: list[SimPod]) -> None:
+        """New pods took the GPUs: containerd writes the new tasks' bundles, the new pods' processes (new
+        processes) start, and the ended tasks' bundles go. In that order, and apart from a refresh: a reader
+        at any moment finds each process the driver lists with its /proc entry and its bundle."""
+        with self._files_lock:
+            self.pods[:] = pods
+            kept = self._write_bundles()
+            self.model.renew_processes()
+            self._write_processes(self._processes())
+            tasks = self.root / "host" / CONTAINERD_TASKS
+            for stale in tasks.iterdir():
+                if stale.name not in kept:
+                    shutil.rmtree(stale, ignore_errors=True)
 
-    def _write_bundles(self) -> None:
-        """containerd's task bundles for the pods: sandbox and container OCI specs with their annotations."""
-        tasks = self.root / "host" / CONTAINERD_TASKS
+    def _write_bundles(self) -> set[str]:
+        """containerd's task bundles for the pods: sandbox and container OCI specs with their annotations;
+        returns the bundles' IDs."""
+        written: set[str] = set()
         for pod in (*self.pods, *self.ghosts):
             sandbox = {
                 "io.kubernetes.cri.container-type": "sandbox",
@@ -248,11 +265,12 @@ class SimHost:
                     process,
                 ),
             ):
-                (tasks / bundle_id).mkdir(parents=True, exist_ok=True)
                 spec = {"annotations": notes, "mounts": mounts, "linux": {"namespaces": namespaces}}
                 if proc:
                     spec["process"] = proc
-                (tasks / bundle_id / "config.json").write_text(json.dumps(spec))
+                self._write(f"host/{CONTAINERD_TASKS}/{bundle_id}/config.json", json.dumps(spec))
+                written.add(bundle_id)
+        return written
 
     def _write_devices(self) -> None:
         """/sys/bus/pci/devices for every GPU (NVML may not see them all), the EFA devices under
