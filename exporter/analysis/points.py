@@ -144,7 +144,10 @@ def _link_totals(links: tuple[NvLinkReading, ...]) -> tuple[int | None, int | No
 
 
 def _traffic(reading: GpuReading) -> tuple[int | None, int | None]:
-    """NVLink bytes over every link: the source's sums, or the links' counters added up."""
+    """NVLink bytes over every link: the source's sums, or the counters of the links that gave one added up.
+    Unlike the exposed counter (GpuReading.nvlink_traffic), a link without one leaves a sum here: the rate
+    is taken between two readings and dropped across a decrease (``_rate``), so a link that stops counting
+    costs a point, not a spike, and a GPU with a link down keeps its traffic."""
     if reading.nvlink_tx_bytes is not None or reading.nvlink_rx_bytes is not None:
         return reading.nvlink_tx_bytes, reading.nvlink_rx_bytes
     return _link_totals(reading.nvlinks)

@@ -491,8 +491,7 @@ def _xids(fams: _Families, view: GpuView, base: Labels, detail: frozenset[str]) 
 
 def _nvlink_totals(fams: _Families, view: GpuView, base: Labels) -> None:
     """Per-GPU NVLink aggregates: links up of those the GPU has, traffic by direction, errors of all
-    links and types. A traffic sum is left out unless every link reported its part (a partial sum would
-    look like a counter reset)."""
+    links and types (traffic: see GpuReading.nvlink_traffic)."""
     r = view.reading
     if r is None or not r.nvlinks:
         return
@@ -500,10 +499,7 @@ def _nvlink_totals(fams: _Families, view: GpuView, base: Labels) -> None:
     if states:
         fams.gauge("gpu_nvlink_links_up", "NVLinks active.").add(base, sum(1 for up in states if up))
         fams.gauge("gpu_nvlink_links_expected", "NVLinks the GPU has (up or not).").add(base, len(states))
-    for direction, total in (("tx", r.nvlink_tx_bytes), ("rx", r.nvlink_rx_bytes)):
-        if total is None:  # a reading without the source's sums: the links' own counters
-            values = [getattr(link, f"{direction}_bytes") for link in r.nvlinks]
-            total = sum(values) if None not in values else None  # type: ignore[arg-type]
+    for direction, total in zip(("tx", "rx"), r.nvlink_traffic(), strict=True):
         if total is not None:
             fams.counter("gpu_nvlink_traffic_bytes", "NVLink data bytes over all links.").add(
                 base | {"direction": direction}, total

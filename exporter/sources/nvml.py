@@ -34,7 +34,15 @@ from exporter.policy import catalog
 from exporter.policy.nvml_vocab import FABRIC_STATES, FI_THROTTLE_NS, NVLINK_STATE_UP
 from exporter.policy.thresholds import SAMPLE_CARRY, SIGNAL_RETRY_INITIAL, SIGNAL_RETRY_MAX
 from exporter.sources.errors import ErrorCounter
-from exporter.sources.readings import GpuIdentity, GpuProcess, GpuReading, MigReading, NvLinkReading, Sample
+from exporter.sources.readings import (
+    GpuIdentity,
+    GpuProcess,
+    GpuReading,
+    MigReading,
+    NvLinkReading,
+    Sample,
+    counter_sum,
+)
 from exporter.sources.registry import Inputs, Registration, Schedule, register
 
 log = logging.getLogger(__name__)
@@ -251,11 +259,6 @@ def _field_layout(entry: type) -> struct.Struct | None:
     gaps = (offsets[0], offsets[1] - offsets[0] - 4, offsets[2] - offsets[1] - 4)
     tail = ctypes.sizeof(entry) - offsets[2] - 8
     return struct.Struct(f"={gaps[0]}xI{gaps[1]}xI{gaps[2]}xQ{tail}x")
-
-
-def _link_traffic_fields(links: int) -> list[tuple[int, int]]:
-    """Each link's own traffic counters, TX then RX."""
-    return [(fid, link) for link in range(links) for fid in (FI_NVLINK_TX_KIB, FI_NVLINK_RX_KIB)]
 
 
 _ALL_LINKS = {(FI_NVLINK_TX_KIB, FI_SCOPE_ALL_LINKS), (FI_NVLINK_RX_KIB, FI_SCOPE_ALL_LINKS)}
@@ -780,9 +783,8 @@ class NvmlSource:
         """Each link's traffic every collection, summed here: for the per-link series, or where the
         driver cannot sum the links (it refused the all-links scope)."""
         dev.traffic_per_link = True
-        dev.fields = [r for r in dev.fields if r[1] != FI_SCOPE_ALL_LINKS] + _link_traffic_fields(
-            dev.link_count
-        )
+        own = [key for _, *keys in _link_keys(dev.link_count) for key in keys]  # each link's TX, RX
+        dev.fields = [r for r in dev.fields if r[1] != FI_SCOPE_ALL_LINKS] + own
 
     @staticmethod
     def _link_traffic(dev: Device, values: dict[tuple[int, int], float]) -> tuple[int | None, int | None]:
@@ -791,8 +793,7 @@ class NvmlSource:
         out = []
         for fid in (FI_NVLINK_TX_KIB, FI_NVLINK_RX_KIB):
             if dev.traffic_per_link:
-                parts = [values.get((fid, link)) for link in range(dev.link_count)]
-                kib = sum(parts) if parts and None not in parts else None  # type: ignore[arg-type]
+                kib = counter_sum(values.get((fid, link)) for link in range(dev.link_count))
             else:
                 kib = values.get((fid, FI_SCOPE_ALL_LINKS))
             out.append(int(kib) * 1024 if kib is not None else None)

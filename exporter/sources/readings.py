@@ -3,7 +3,11 @@ celsius, seconds). ``None`` always means "not supported or not available", never
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
+
+N = TypeVar("N", int, float)
 
 # Sample, NvLinkReading and GpuReading are values like the rest, never changed once made, but not frozen:
 # hundreds are made every second (each sample, each link of each GPU, each GPU's reading), and a frozen
@@ -118,6 +122,29 @@ class GpuReading:
     mig_uuids: tuple[str, ...] = ()  # MIG devices carved out of this GPU (MIG mode on)
     migs: tuple[MigReading, ...] = ()  # the same MIG devices, read at each collection
     extra: dict[str, float] = field(default_factory=dict)  # catalog signals read generically, by name
+
+    def nvlink_traffic(self) -> tuple[int | None, int | None]:
+        """NVLink bytes sent and received over every link: the source's sums, or the links' own counters
+        added up where every link gave its part."""
+        if self.nvlink_tx_bytes is not None or self.nvlink_rx_bytes is not None:
+            return self.nvlink_tx_bytes, self.nvlink_rx_bytes
+        if not self.nvlinks:
+            return None, None
+        return (
+            counter_sum(link.tx_bytes for link in self.nvlinks),
+            counter_sum(link.rx_bytes for link in self.nvlinks),
+        )
+
+
+def counter_sum(parts: Iterable[N | None]) -> N | None:
+    """The sum of counters, None unless every one gave its part: a sum with a part missing one time and
+    not the next would look like a counter reset."""
+    total: N | None = None
+    for part in parts:
+        if part is None:
+            return None
+        total = part if total is None else total + part
+    return total
 
 
 @dataclass(frozen=True, slots=True)
