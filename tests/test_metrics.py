@@ -235,6 +235,22 @@ def test_the_body_is_what_prometheus_client_writes(healthy_body):
         assert "python_gc_collections" in families
 
 
+@pytest.mark.parametrize("scenario", ["healthy", "time_slicing", "zombie_process"])
+def test_every_name_is_legacy_valid_so_the_utf8_escaping_writes_the_same_bytes(
+    scenario, make_node, make_sampler, clock
+):
+    """The OpenMetrics body is written under the library's UTF-8 escaping (the cheap one): with every
+    metric and label name legacy-valid it is the default escaping's body byte for byte, at every detail,
+    pods and processes included. A name that was not would be quoted here and underscored there."""
+    node = make_node(scenario)
+    sampler, _ = make_sampler(node, detail=ALL_DETAIL, pods=True)
+    snap = step(sampler, clock, cycles=20)
+    renderer = Renderer(ALL_DETAIL)
+    body, _ = renderer.render(snap, openmetrics=True)
+    assert b'pod="' in body or scenario == "healthy"
+    assert _MOVING.sub(rb"\1 X", body) == _MOVING.sub(rb"\1 X", generate_openmetrics(renderer.registry))
+
+
 def test_render_is_cached_per_snapshot(healthy_body):
     _, snap, _, _ = healthy_body
     renderer = Renderer()
