@@ -186,8 +186,11 @@ class Sampler:
         self._publish()
 
     def _wait(self, deadline: float) -> None:
+        """Until every call started is done, or the deadline. The newest first: the GPUs' turns run one
+        after another on one thread, so waiting for the last one first wakes this thread once, not once a
+        GPU (the same calls are done when it returns, in whichever order they were waited for)."""
         pending = self.poller.pending() + (self.session.pending() if self.session else [])
-        for call in pending + (self.pods.pending() if self.pods else []):
+        for call in reversed(pending + (self.pods.pending() if self.pods else [])):
             remaining = deadline - self.monotonic()
             if remaining <= 0:
                 return
