@@ -250,6 +250,8 @@ LAST_FEATURES = (  # features named as their field
     "fabric_ready",
 )
 LAST_VALUES = ("power_limit_w", "power_default_w", *LAST_FEATURES)
+_LAST_OF = operator.attrgetter(*LAST_VALUES)
+_NO_LAST: tuple[Any, ...] = (None,) * len(LAST_VALUES)
 
 
 class FeatureRows:
@@ -266,6 +268,11 @@ class FeatureRows:
         self._temps, self._nvlink, self._pcie = _Column("t", "temp"), _Column(), _Column()
         self._errors = _Column("t", "errors")
         self._last: dict[str, tuple[int, Any]] = {}  # field -> (seq, value) of its newest point with one
+        # the LAST_VALUES of the newest points while they stay the same (the points of one collection share
+        # them, and so do most collections in a row), and the newest of those points: put in ``_last``
+        # when they change or are read, instead of field by field at every point
+        self._run: tuple[Any, ...] = _NO_LAST
+        self._run_seq = -1
         # in the order of Rows' fields
         self._columns = (
             self._util,
@@ -302,8 +309,16 @@ class FeatureRows:
             self._temps.add2(seq, p.t, p.temp_c)
         if p.nvlink_errors is not None:
             self._errors.add2(seq, p.t, p.nvlink_errors)
-        for name in LAST_VALUES:
-            value = getattr(p, name)
+        values = _LAST_OF(p)
+        if values != self._run:
+            self._end_run()
+            self._run = values
+        self._run_seq = seq
+
+    def _end_run(self) -> None:
+        """The run of points with the same LAST_VALUES into ``_last``, at the newest point of the run."""
+        seq = self._run_seq
+        for name, value in zip(LAST_VALUES, self._run, strict=True):
             if value is not None:
                 self._last[name] = (seq, value)
 
@@ -326,6 +341,7 @@ class FeatureRows:
         if self.next_seq - count < self.kept_from:
             return None
         self.keep(count)
+        self._end_run()
         first = self.next_seq - count
         last = {name: value for name, (seq, value) in self._last.items() if seq >= first}
         return Rows(*self._fields, last=last)
