@@ -787,8 +787,9 @@ def _clean(metric: Metric) -> None:
 
 def _openmetrics(registry: CollectorRegistry) -> bytes:
     """The OpenMetrics body. The library's default escaping rewrites every sample's name character by
-    character (a third of a render); under its UTF-8 escaping a legacy-valid name is written as it is, and
-    every name here is legacy-valid, so the bytes are the same (tests/test_metrics.py renders both)."""
+    character (about a quarter of a render); under its UTF-8 escaping a legacy-valid name is written as
+    it is, and every name here is legacy-valid, so the bytes are the same (tests/test_metrics.py renders
+    both)."""
     return generate_openmetrics(registry, escaping=ALLOWUTF8)
 
 
