@@ -95,7 +95,9 @@ def test_the_chart_readme_installs_the_published_chart():
     readme = (CHART / "README.md").read_text()
     install = readme.split("## Install", 1)[1].split("\n## ", 1)[0]
     assert f"helm install gpu-bottleneck {release.chart_reference()} --version {release.version()}" in install
-    assert "./helm/" not in install  # a user with only the chart has no checkout
+    # a user with only the chart has no checkout: the clone is named only while nothing is published
+    assert install.count("./helm/") == 1
+    assert "**Not published yet**" in install.split("./helm/", 1)[0].rsplit("\n\n", 1)[1]
 
 
 # ---- the workflow -----------------------------------------------------------------------------------------
