@@ -59,6 +59,15 @@ def test_the_version_is_written_once_and_everything_follows_it():
     assert release.problems(None) == []
 
 
+def test_the_changelog_the_command_and_the_image_name_the_same_version():
+    version = release.version()
+    numbered = re.findall(r"^## (\d+\.\d+\.\d+)\b", (REPO / "CHANGELOG.md").read_text(), re.M)
+    assert numbered[0] == version, "the newest CHANGELOG section is not this version"
+    result = subprocess.run([sys.executable, "-m", "exporter", "--version"], capture_output=True, text=True)
+    assert result.stdout.split() == ["gpu-bottleneck-exporter", version]
+    assert container(render())["image"].endswith(f":{version}")
+
+
 def test_a_chart_behind_the_version_is_named(tmp_path: Path):
     (tmp_path / release.CHART).mkdir(parents=True)
     (tmp_path / "pyproject.toml").write_text('[project]\nversion = "0.2.0"\n')
