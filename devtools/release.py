@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devtools.release", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     out = sub.add_parser("outputs", help="check the tag against the version, print key=value names")
-    out.add_argument("--tag", required=True, help="the pushed tag, e.g. v0.1.0")
+    out.add_argument("--tag", required=True, help="the pushed tag, e.g. v0.2.0")
     sub.add_parser("version", help="print the version")
     args = parser.parse_args(argv)
     if args.command == "version":

@@ -3,7 +3,7 @@
 import os
 
 # pyproject.toml's version, the one place a release names it (tests/test_release.py checks this copy)
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # gRPC's fork support restarts its poller thread in a forked child before exec, where closing the
 # descriptors (subprocess's close_fds) takes its epoll descriptor away and the child aborts with

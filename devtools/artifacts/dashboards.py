@@ -905,10 +905,12 @@ def node_panels(s: Scope) -> list[Item]:
         Spec(
             "ratio",
             "SM activity against utilization",
-            "Utilization counts time with any kernel; SM activity (GPM) how much of the GPU works.",
+            "Utilization counts time with any kernel; SM activity (GPM) how much of the GPU works. Both are "
+            "means over about a minute (utilization over the analysis window's samples): a last sample of a "
+            "GPU that alternates between steps and waits would read all or nothing at the panel's step.",
             (
-                Target(f"gpu_sm_active_ratio{{{g}}}", f"{gpu} SM active"),
-                Target(f"gpu_utilization_ratio{{{g}}}", f"{gpu} utilization"),
+                Target(f"avg_over_time(gpu_sm_active_ratio{{{g}}}[$__rate_interval])", f"{gpu} SM active"),
+                Target(f'gpu_utilization_window_ratio{{{g}, stat="mean"}}', f"{gpu} utilization"),
             ),
         ),
         Spec(
@@ -1172,8 +1174,9 @@ def job_panels(s: Scope) -> list[Item]:
         Spec(
             "ratio",
             "SM activity",
-            "Waiting ranks spin with few SMs; the starved one alternates.",
-            target(f"gpu_sm_active_ratio{{{p}}}", s.legend),
+            "Mean over about a minute per GPU: a last sample of a rank that alternates between steps and "
+            "waits would read all or nothing.",
+            target(f"avg_over_time(gpu_sm_active_ratio{{{p}}}[$__rate_interval])", s.legend),
         ),
         gpu_time_lost(
             s,

@@ -26,7 +26,7 @@ scrape_configs:
   Prometheus data source. The uids are fixed (`gbe-fleet`, `gbe-node`, `gbe-job`), so importing again
   replaces the dashboard and links between them keep working.
 - **Provisioning**: point a Grafana file provider at a folder holding the three files.
-- **Helm (Grafana sidecar)**: with `dashboards.enabled=true` the chart ships each dashboard in a ConfigMap
+- **Helm (Grafana sidecar)**: by default (`dashboards.enabled`) the chart ships each dashboard in a ConfigMap
   labelled `grafana_dashboard: "1"`, the label the kube-prometheus-stack Grafana sidecar watches. The
   label, its value, the namespace and extra annotations (for example `grafana_folder`) are values of the
   chart.

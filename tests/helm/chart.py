@@ -17,14 +17,20 @@ VALUES_FILES = sorted((CHART / "ci").glob("*-values.yaml"))
 K8S_VERSION = "1.37.0"
 CR_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
 CRCHECK = REPO / ".tools" / "crcheck"
+# the Prometheus Operator's API, as a cluster running it serves it (helm template's view of the cluster)
+OPERATOR_API = "monitoring.coreos.com/v1"
 
 
 def helm(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([require_tool("helm"), *args], capture_output=True, text=True, timeout=120)
 
 
-def _template_args(files=(), sets=None, set_json=None, release: str = "gbe") -> list[str]:
+def _template_args(
+    files=(), sets=None, set_json=None, release: str = "gbe", operator: bool = True
+) -> list[str]:
     args = ["template", release, str(CHART), "--namespace", "monitoring"]
+    if operator:
+        args += ["--api-versions", OPERATOR_API]
     for f in files:
         args += ["-f", str(f)]
     for flag, pairs in (("--set", sets), ("--set-json", set_json)):
@@ -33,9 +39,12 @@ def _template_args(files=(), sets=None, set_json=None, release: str = "gbe") -> 
     return args
 
 
-def render(*files: Path, sets: dict[str, str] | None = None, release: str = "gbe") -> list[dict]:
-    """Every manifest `helm template` renders, as dicts."""
-    result = helm(*_template_args(files, sets, release=release))
+def render(
+    *files: Path, sets: dict[str, str] | None = None, release: str = "gbe", operator: bool = True
+) -> list[dict]:
+    """Every manifest `helm template` renders, as dicts: on a cluster that serves the Prometheus
+    Operator's API unless ``operator`` is false."""
+    result = helm(*_template_args(files, sets, release=release, operator=operator))
     assert result.returncode == 0, result.stderr
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 

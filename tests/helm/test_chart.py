@@ -69,8 +69,8 @@ def test_validation_catches_unknown_and_mistyped_fields(tmp_path):
 
 
 def test_defaults_are_a_daemonset_on_gpu_nodes_that_takes_no_gpu():
-    docs = render()
-    assert sorted(d["kind"] for d in docs) == ["DaemonSet", "Service", "ServiceAccount"]
+    docs = render(operator=False)
+    assert sorted(d["kind"] for d in docs) == ["ConfigMap"] * 3 + ["DaemonSet", "Service", "ServiceAccount"]
     pod = one(docs, "DaemonSet")["spec"]["template"]["spec"]
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"
@@ -230,8 +230,10 @@ def test_dashboards_in_the_configmaps_equal_the_dashboard_files():
     }
 
 
-def test_both_monitors_at_once_is_refused():
-    assert "not both" in render_error({"serviceMonitor.enabled": "true", "podMonitor.enabled": "true"})
+def test_the_pod_monitor_takes_the_service_monitors_place():
+    """One monitor, so each exporter is scraped once: the PodMonitor replaces the default ServiceMonitor."""
+    kinds = [d["kind"] for d in render(sets={"podMonitor.enabled": "true"})]
+    assert "PodMonitor" in kinds and "ServiceMonitor" not in kinds
 
 
 @pytest.mark.parametrize(
@@ -340,8 +342,7 @@ def test_install_notes_render_and_say_what_was_created(files):
     notes = result.stdout.split("NOTES:", 1)[1]
     assert "port-forward ds/gbe-gpu-bottleneck-exporter 9612" in notes
     values = yaml.safe_load(files[0].read_text()) if files else {}
-    assert ("No ServiceMonitor or PodMonitor" in notes) == (
-        not values.get("serviceMonitor", {}).get("enabled")
-        and not values.get("podMonitor", {}).get("enabled")
-    )
-    assert ("Dashboards: ConfigMaps" in notes) == bool(values.get("dashboards", {}).get("enabled"))
+    # `helm install --dry-run` sees no Prometheus Operator: the notes say so and print a scrape config
+    assert "does not serve the Prometheus Operator's API" in notes
+    assert "ServiceMonitor " not in notes.split("does not serve", 1)[0]
+    assert ("Dashboards: ConfigMaps" in notes) == values.get("dashboards", {}).get("enabled", True)

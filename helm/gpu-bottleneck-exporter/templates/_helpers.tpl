@@ -156,3 +156,34 @@ bearerTokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token
 {{- end -}}
 {{- join "," $pairs -}}
 {{- end -}}
+
+{{/* What the defaults install depends on the cluster: with the Prometheus Operator's API
+     (monitoring.coreos.com/v1; `helm template` needs `--api-versions monitoring.coreos.com/v1` to see
+     it) the monitor and the rules are custom resources; without it they would be refused, so they are
+     left out and the pods carry the prometheus.io scrape annotations instead. Each is "true" or "". */}}
+{{- define "gbe.operator" -}}
+{{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" }}true{{ end -}}
+{{- end -}}
+
+{{/* The ServiceMonitor: on unless turned off, or replaced by the PodMonitor. */}}
+{{- define "gbe.serviceMonitor" -}}
+{{- if and (include "gbe.operator" .) .Values.serviceMonitor.enabled (not .Values.podMonitor.enabled) }}true{{ end -}}
+{{- end -}}
+
+{{- define "gbe.podMonitor" -}}
+{{- if and (include "gbe.operator" .) .Values.podMonitor.enabled }}true{{ end -}}
+{{- end -}}
+
+{{- define "gbe.rules" -}}
+{{- if and (include "gbe.operator" .) .Values.prometheusRule.enabled }}true{{ end -}}
+{{- end -}}
+
+{{/* The prometheus.io annotations stand in for a monitor: only when no monitor is rendered. */}}
+{{- define "gbe.scrapeAnnotations" -}}
+{{- if and .Values.scrapeAnnotations.enabled (not (include "gbe.serviceMonitor" .)) (not (include "gbe.podMonitor" .)) }}true{{ end -}}
+{{- end -}}
+
+{{/* The pod's metrics port: kube-rbac-proxy's when it is in front. */}}
+{{- define "gbe.metricsPort" -}}
+{{- ternary .Values.kubeRbacProxy.port .Values.exporter.port .Values.kubeRbacProxy.enabled -}}
+{{- end -}}
