@@ -66,6 +66,13 @@ def check_driver(facts: NodeFacts) -> Result:
     nv = facts.nvml
     if not nv.usable:
         pci = facts.host.pci_gpus or ()
+        if facts.expected_gpus:  # the operator says this node has GPUs: no NVML is a broken node
+            return _r(
+                "driver",
+                Status.FAIL,
+                "driver_broken",
+                [f"NVML cannot be loaded ({nv.error}) but --expected-gpus says {facts.expected_gpus} GPU(s)"],
+            )
         if pci and nv.error not in ("BindingsNotInstalled",):
             return _r(
                 "driver",
@@ -704,7 +711,8 @@ CHECKS: dict[str, Check] = {
 
 def run_checks(facts: NodeFacts, names: Iterable[str] | None = None) -> list[Result]:
     """The named checks (default: all) over ``facts``. Without NVML every check but the driver's is
-    skipped: there is no GPU to judge. A check that raises is reported, never propagated."""
+    skipped: there is no GPU to judge (the driver's fails where the bus or --expected-gpus says the node
+    has GPUs). A check that raises is reported, never propagated."""
     out = []
     for name in names if names is not None else CHECKS:
         check = CHECKS[name]

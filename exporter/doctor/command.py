@@ -33,8 +33,9 @@ def add_parser(sub: argparse._SubParsersAction, add_flags: Callable[[argparse.Ar
         help="check the node's GPU bring-up (driver, NVLink, fabric manager, P2P, EFA, pods' shm and NCCL "
         "variables, PCIe) and print pass/warn/fail with the fix; exit 0/1/2",
         description="Run the node checks once. Exit status: 0 all pass (or skipped), 1 a warning, 2 "
-        "a failure "
-        "(or a bad flag).",
+        "a failure (or a bad flag: one line on stderr). The last line names the checks that failed or "
+        "warned. Without NVML every check is skipped, but the driver's fails where the PCI bus has NVIDIA "
+        "GPUs or --expected-gpus is given.",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     add_flags(parser)

@@ -150,6 +150,37 @@ def test_nvml_missing_on_a_node_with_gpus_on_the_bus_fails_the_driver_check(make
     assert all(r.status is Status.SKIPPED for name, r in results.items() if name != "driver")
 
 
+def test_nvml_missing_where_gpus_are_expected_fails_the_driver_check(make_node, tmp_path):
+    """Bring-up automation says how many GPUs the node has: a node whose NVML does not load fails, even
+    where /sys shows no NVIDIA device (a driver that never bound, a container without the library)."""
+    node = make_node(library_present=False)
+    facts = gather(node.install(), str(tmp_path), node.host.proc_root, None, expected_gpus=8)
+    results = run_checks(facts)
+    driver = next(r for r in results if r.check == "driver")
+    assert (driver.status, driver.detail) == (Status.FAIL, "driver_broken")
+    assert driver.evidence == ("NVML cannot be loaded (LibraryNotFound) but --expected-gpus says 8 GPU(s)",)
+    assert driver.fix == CHECKS["driver"].fixes["driver_broken"]
+    assert table(results, "gpu-node").endswith("1 fail (driver), 0 warn, 0 pass, 11 skipped: exit 2")
+
+
+def test_the_summary_line_names_the_checks_that_failed_and_warned(capsys):
+    assert main(["doctor", "--simulate", "no_fabric_manager", "--expected-gpus", "16"]) == 2
+    last = capsys.readouterr().out.rstrip().splitlines()[-1]
+    assert last.startswith("2 fail (gpu_count, fabric), 0 warn, ") and last.endswith(": exit 2"), last
+
+
+@pytest.mark.skipif(real_nvml_present(), reason="this machine has a GPU driver")
+def test_doctor_expecting_gpus_on_this_gpu_less_machine_exits_2(tmp_path, capsys):
+    """What bring-up automation runs, through the real bindings on a machine without a driver."""
+    code = main(["doctor", "--expected-gpus", "8", "--sys-root", str(tmp_path), "--pod-resources-socket", ""])
+    out = capsys.readouterr().out
+    assert code == 2
+    assert re.search(
+        r"^driver\s+FAIL\s+NVML cannot be loaded \(\w+\) but --expected-gpus says 8 GPU\(s\)$", out, re.M
+    )
+    assert out.rstrip().endswith("1 fail (driver), 0 warn, 0 pass, 11 skipped: exit 2")
+
+
 @pytest.mark.skipif(real_nvml_present(), reason="this machine has a GPU driver")
 def test_doctor_on_this_gpu_less_machine_through_the_real_bindings(tmp_path, capsys):
     code = main(["doctor", "--sys-root", str(tmp_path), "--pod-resources-socket", "", "--json"])
