@@ -1,0 +1,32 @@
+"""How long a step may take, as a multiple of a baseline measured in the same test on the same machine.
+
+A busy machine (a shared CI runner, two cores and a build beside the tests) slows a step and its baseline
+alike, so no test bounds a duration by a fixed number of seconds (tests/test_timing_rules.py keeps it so).
+Speed itself is measured in bench/, one command each, printing figures."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def timed(fn: Callable[[], T]) -> tuple[T, float]:
+    """``fn()`` and the seconds it took."""
+    started = time.monotonic()
+    value = fn()
+    return value, time.monotonic() - started
+
+
+def pace(fn: Callable[[], object], repeat: int = 3) -> float:
+    """The slowest of ``repeat`` runs of ``fn``: what the step costs on this machine now."""
+    return max(timed(fn)[1] for _ in range(repeat))
+
+
+def assert_within(seconds: float, baseline: float, times: float, what: str) -> None:
+    """``seconds`` under ``times`` the ``baseline`` (both measured in this run)."""
+    assert seconds < baseline * times, (
+        f"{what}: {seconds:.3f} s, over {times:g} x the baseline of {baseline:.3f} s measured beside it"
+    )
