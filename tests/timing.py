@@ -6,6 +6,7 @@ Speed itself is measured in bench/, one command each, printing figures."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -27,6 +28,8 @@ def pace(fn: Callable[[], object], repeat: int = 3) -> float:
 
 def assert_within(seconds: float, baseline: float, times: float, what: str) -> None:
     """``seconds`` under ``times`` the ``baseline`` (both measured in this run)."""
+    if os.environ.get("GBE_TEST_TIMING"):  # the figures, to see the margin a bound leaves
+        print(f"timing: {what}: {seconds:.3f} s, {seconds / baseline:.1f} x the baseline {baseline:.3f} s")
     assert seconds < baseline * times, (
         f"{what}: {seconds:.3f} s, over {times:g} x the baseline of {baseline:.3f} s measured beside it"
     )
