@@ -322,7 +322,7 @@ def test_a_documented_command_runs_as_typed(command, tmp_path, monkeypatch, caps
         assert series, f"{command}: the fake Prometheus was never asked"
         start = float(series[0]["start"][0])
         back = {"-7d": 7 * 86400, "-1d": 86400}[argv[argv.index("--from") + 1]]
-        assert abs((began - back) - start) < 3600, "--from was not read as typed"
+        assert abs((began - back) - start) < 3600, "--from was not read as typed"  # not a duration
         if "--selector" in argv:
             assert argv[argv.index("--selector") + 1] in series[0]["match[]"][0]
     elif name == "replay":

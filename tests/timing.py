@@ -33,3 +33,29 @@ def assert_within(seconds: float, baseline: float, times: float, what: str) -> N
     assert seconds < baseline * times, (
         f"{what}: {seconds:.3f} s, over {times:g} x the baseline of {baseline:.3f} s measured beside it"
     )
+
+
+HANG_GUARD_S = 120.0  # how long a call may block before a test says it hangs: a guard, not a speed
+
+
+def returns(fn: Callable[[], T], what: str) -> T:
+    """``fn()``, run where a hang fails the test instead of stopping the suite: for a call that must not
+    block on what the test holds (a hung read, a call that never returns), whatever the machine's pace."""
+    import threading
+
+    out: list[T] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            out.append(fn())
+        except BaseException as exc:  # noqa: BLE001 - raised again in the test's thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(HANG_GUARD_S)
+    assert not thread.is_alive(), f"{what}: still blocked after {HANG_GUARD_S:g} s"
+    if errors:
+        raise errors[0]
+    return out[0]

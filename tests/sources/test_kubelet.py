@@ -13,7 +13,7 @@ from exporter.analysis.pods import gpu_owners
 from exporter.sim.kubelet import SimKubelet, SimPod
 from exporter.sources.errors import ErrorCounter
 from exporter.sources.kubelet import Assignment, PodRef, PodResourcesSource
-from tests.timing import assert_within, pace, timed
+from tests.timing import HANG_GUARD_S, assert_within, pace, timed
 
 
 def pod(name: str, devices: dict[str, list[str]], namespace: str = "ml", container: str = "main") -> SimPod:
@@ -126,7 +126,7 @@ def test_no_connection_is_held_between_lists(kubelet):
     before = _sockets()
     for _ in range(3):
         assert [a.ref.pod for a in source.collect()] == ["train-0"]
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + HANG_GUARD_S
     while _sockets() > before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _sockets() <= before
