@@ -4,7 +4,7 @@ small simulated fleet in dcgm-exporter 4.9's names and kube-state-metrics' ``kub
 ``replay --prometheus`` over it: the summary by namespace and an HTML report.
 
 By default two days of two nodes (a few hundred MB on disk while it runs, a few minutes); ``--days 7
---nodes 4`` is a week of four (2.5 GB, a quarter of an hour). A line on stderr every few seconds says how
+--nodes 4`` is a week of four (2.5 GB, eight minutes or more). A line on stderr every few seconds says how
 far it got. Ctrl-C stops it in one line and removes what it wrote (but a report already written to --out).
 
 The fleet: NODES nodes of 8 H100s, jobs of four namespaces taking turns on them. Each job's GPUs play one of

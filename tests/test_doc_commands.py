@@ -36,7 +36,7 @@ DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 # ';' or '&&', or after kubectl exec's '--'
 PROGRAM = re.compile(
     r"(?:^\s*(?:\$\s+)?(?:\w+=\S*\s+)*|(?:\||;|&&|\s--)\s+)"
-    r"(?:gpu-bottleneck-exporter|(?:\S*/)?python3? -m exporter)(?=\s|$)"
+    r"(?:(?:\S*/)?gpu-bottleneck-exporter|(?:\S*/)?python3? -m exporter)(?=\s|$)"
 )
 FENCE = re.compile(r"^\s*```")
 INLINE = re.compile(r"`([^`\n]+)`")
