@@ -20,14 +20,15 @@ def render() -> str:
         "`gpu-bottleneck-exporter doctor` runs these checks once and prints pass / warn / fail with the",
         "evidence and the fix (`--json` for automation). Exit status: 0 every check passes or is skipped,",
         "1 a check warns, 2 a check fails (or a flag is wrong: then one line on stderr and no table); the",
-        "last line names the checks that failed or warned (`1 fail (driver), 0 warn, 0 pass, 11 skipped: "
+        "last line names the checks that failed or warned (`1 fail (driver), 0 warn, 0 pass, 12 skipped: "
         "exit 2`).",
         f"The exporter runs the same checks live: the cheap ones every {th.DOCTOR_FAST_INTERVAL.value:g} s,",
         f"the P2P matrix and the pod checks every {th.DOCTOR_SLOW_INTERVAL.value:g} s, and exports "
         "`gpu_node_check_failed{check, severity}`",
         "and `gpu_node_check_info{check, status, detail}`;",
         "[GpuNodeCheckFailed](runbooks/GpuNodeCheckFailed.md) and",
-        "[GpuNodeCheckWarning](runbooks/GpuNodeCheckWarning.md) page on them. On a node without NVML",
+        "[GpuNodeCheckWarning](runbooks/GpuNodeCheckWarning.md) page on them (a check of severity `info`,",
+        "`sharing`, warns in the checklist and pages no one: it reports a setting). On a node without NVML",
         "every check is `skipped: no NVML`, except `driver`, which fails when the PCI bus has NVIDIA GPUs",
         "or `--expected-gpus` (`GBE_EXPECTED_GPUS`) says the node has GPUs: bring-up automation that runs",
         "`gpu-bottleneck-exporter doctor --expected-gpus 8` gets exit 2 from a node whose driver does not "

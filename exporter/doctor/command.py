@@ -22,6 +22,7 @@ FIELDS = (
     "simulate",
     "sim_gpus",
     "expected_gpus",
+    "process_owners",
     "log_level",
 )
 
@@ -89,6 +90,7 @@ def diagnose(settings: Settings) -> NodeFacts:
                 expected_gpus=expected,
                 clock=lambda: SIM_CLOCK,
                 kmsg_path=str(Path(host.host_root, "dev/kmsg")),
+                process_owners=settings.process_owners,
             )
         finally:
             node.close()
@@ -102,4 +104,5 @@ def diagnose(settings: Settings) -> NodeFacts:
         pods,
         expected_gpus=expected,
         kmsg_path=str(Path(settings.host_root, "dev/kmsg")),
+        process_owners=settings.process_owners,
     )
