@@ -1,8 +1,12 @@
 # Two commands do everything on a fresh machine:
 #   make demo   a simulated 8 x H100 node touring failure scenarios, watched by the exporter, a real
 #               Prometheus with the alert rules and a real Alertmanager whose pages are printed; one
-#               tour of about thirteen minutes, then it stops (DEMO_ARGS=--loop repeats it until Ctrl-C)
-#   make test   lint + the whole test suite (installs what it needs; CI runs exactly this)
+#               tour of about thirteen minutes, then it stops (DEMO_ARGS=--loop repeats it until Ctrl-C).
+#               It installs the exporter and its runtime dependencies into .venv (pip), and Prometheus and
+#               Alertmanager with apt-get as root (scripts/install-tools.sh demo); without root, the
+#               exporter runs alone
+#   make test   lint + the whole test suite (installs what it needs, every tool of the tests; CI runs
+#               exactly this)
 
 PYTHON ?= python3
 VENV := .venv
@@ -11,20 +15,30 @@ PORT ?= 9612
 
 .PHONY: demo demo-prometheus tools test lint format artifacts protos bench bench-quick bench-detection bench-peer clean
 
+# the test toolchain (pytest, ruff, linters, schemas): what make test needs
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
 	touch $@
 
+# the exporter and its runtime dependencies only: what the demos need
+$(VENV)/.runtime: pyproject.toml
+	@echo "demo: pip install -e . into $(VENV) (the exporter and its runtime dependencies; no root)"
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -e .
+	touch $@
+
 tools:
 	./scripts/install-tools.sh
 
-demo: $(VENV)/.installed
-	-./scripts/install-tools.sh
+demo: $(VENV)/.runtime
+	-@./scripts/install-tools.sh demo
 	$(BIN)/python scripts/demo.py --port $(PORT) $(DEMO_ARGS)
 
-# a Prometheus loaded with a week of a simulated fleet in dcgm-exporter's names, diagnosed by namespace
-demo-prometheus: $(VENV)/.installed
+# a Prometheus loaded with two days of a simulated fleet in dcgm-exporter's names, diagnosed by namespace
+# (DEMO_ARGS="--days 7 --nodes 4": a week of four nodes, 2.5 GB while it runs)
+demo-prometheus: $(VENV)/.runtime
+	-@./scripts/install-tools.sh demo
 	$(BIN)/python scripts/demo_prometheus.py $(DEMO_ARGS)
 
 test: $(VENV)/.installed tools

@@ -10,6 +10,7 @@ import difflib
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
 PROG = "gpu-bottleneck-exporter"
 MAX_RECORD_S = 366 * 86400.0  # record --duration: a year (a timer much longer overflows the clock)
 FAIL_ON_STATUS = 3  # replay --fail-on: a named verdict fired (1: the command failed; 2: bad usage or input)
+# a value that starts with '-' and a digit: a relative time ('-7d', '-2h') or a negative number
+_NEGATIVE_VALUE = re.compile(r"^-\.?\d")
 
 
 @dataclass(frozen=True)
@@ -303,6 +306,35 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{PROG}: {message}; see '{self.prog} --help'\n")
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        # each command's parser comes through here too (argparse hands it the words after its name)
+        return super().parse_known_args(self._glue_values(args), namespace)
+
+    def _glue_values(self, args: Sequence[str] | None) -> list[str] | None:
+        """``--from -7d`` as ``--from=-7d``: argparse takes a word that starts with '-' and is not a plain
+        number for a flag, so a flag of this parser that takes one value would stop at the negative
+        relative time (or '-1.5e3') after it. Glued, the value is read as if typed with '='."""
+        if args is None:
+            return None
+        words = list(args)
+        out: list[str] = []
+        i = 0
+        while i < len(words):
+            word = words[i]
+            if word == "--":  # the rest are positionals: leave them as typed
+                return out + words[i:]
+            action = self._option_string_actions.get(word)
+            takes_one = action is not None and action.nargs is None and action.option_strings
+            if takes_one and i + 1 < len(words) and _NEGATIVE_VALUE.match(words[i + 1]):
+                out.append(f"{word}={words[i + 1]}")
+                i += 2
+                continue
+            out.append(word)
+            i += 1
+        return out
 
     def parse_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None

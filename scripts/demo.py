@@ -8,7 +8,7 @@ demo stops: the demo's Prometheus loads the shipped rules with the `for` of the 
 shortened to 30 s (a demo-only copy; every other rule, and the shipped file, keep their timings).
 ``--full`` tours every scenario with the shipped rules as they are (about fifty minutes). ``--loop``
 starts the tour over until Ctrl-C. Without Prometheus and Alertmanager installed
-(scripts/install-tools.sh installs them as root) it runs the exporter alone and says so. Ctrl-C stops
+(scripts/install-tools.sh demo installs them as root) it runs the exporter alone and says so. Ctrl-C stops
 everything; the demo's files (in a temporary folder) are removed however it ends.
 """
 
@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from devtools.artifacts import alerts
-from devtools.artifacts.dashboards import ledger_share
+from devtools.artifacts.ledger_queries import ledger_share
 from exporter.analysis.kinds import KINDS
 from exporter.policy.thresholds import ALERT_POLICIES
 from exporter.sim.scenarios import SCENARIOS, TOURS, tour_seconds
@@ -364,7 +364,9 @@ def run(args: argparse.Namespace, workdir: Path, running: Running) -> int:
         print(f"\nthe plan ({tour_seconds(tour) / 60:.0f} min):")
         print("\n".join(plan(tour, shortened=not args.full, loop=args.loop)))
     else:
-        print("Prometheus/Alertmanager are not installed (scripts/install-tools.sh installs them as root):")
+        print(
+            "Prometheus/Alertmanager are not installed (scripts/install-tools.sh demo installs them as root):"
+        )
         print("running the exporter alone. Watch gpu_bottleneck in /metrics.")
     print("Ctrl-C stops the demo.\n", flush=True)
     threading.Thread(target=narrate, args=(tour, started, stop, args.loop), daemon=True).start()

@@ -3,17 +3,22 @@ in a temporary directory and loaded (``promtool tsdb create-blocks-from openmetr
 small simulated fleet in dcgm-exporter 4.9's names and kube-state-metrics' ``kube_pod_labels``, then one
 ``replay --prometheus`` over it: the summary by namespace and an HTML report.
 
+By default two days of two nodes (a few hundred MB on disk while it runs, a few minutes); ``--days 7
+--nodes 4`` is a week of four (2.5 GB, eight minutes or more). A line on stderr every few seconds says how
+far it got. Ctrl-C stops it in one line and removes what it wrote (but a report already written to --out).
+
 The fleet: NODES nodes of 8 H100s, jobs of four namespaces taking turns on them. Each job's GPUs play one of
 the project's labelled example traces (made by its simulator), looped, scraped every STEP seconds:
 ``research`` trains with a starved input pipeline, ``notebooks`` holds GPUs it does not use, ``vision``
 runs hot and power-capped, ``platform`` trains healthily. Between jobs the GPUs are free.
 
-    python scripts/demo_prometheus.py [--days 7] [--nodes 4] [--step 30] [--out DIR] [--keep]
+    python scripts/demo_prometheus.py [--days 2] [--nodes 2] [--step 30] [--out DIR] [--keep]
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -43,6 +48,8 @@ JOBS = (
     ("vision", "segmenter-train", "power_cap_h100x8", 4.0),
 )
 FREE_S = 3600.0
+PROGRESS_EVERY_S = 5.0  # a progress line on stderr at most this often
+DEFAULT_DAYS, DEFAULT_NODES = 2.0, 2  # a few minutes; a week of four nodes writes 2.5 GB
 # a free GPU: no pod, a driver's few hundred MiB, idle power
 FREE = {"util": 0.0, "mem_used_bytes": 0.25 * 2**30, "power_w": 70.0}
 
@@ -160,7 +167,28 @@ def _constant(attr: str, loops: Loops) -> float | None:
     return first[0] if first and attr in ("power_limit_w", "mem_total_bytes", "sm_clock_max_hz") else None
 
 
-def openmetrics(path: Path, fleet: dict[str, list[Run]], loops: Loops, start: float, end: float) -> int:
+class Progress:
+    """One line on stderr at most every PROGRESS_EVERY_S: what is being done, how far, how long so far."""
+
+    def __init__(self) -> None:
+        self.began = time.monotonic()
+        self.last = self.began
+
+    def __call__(self, text: str, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self.last >= PROGRESS_EVERY_S:
+            self.last = now
+            print(f"demo: {text} ({now - self.began:.0f} s)", file=sys.stderr, flush=True)
+
+
+def openmetrics(
+    path: Path,
+    fleet: dict[str, list[Run]],
+    loops: Loops,
+    start: float,
+    end: float,
+    progress: Progress | None = None,
+) -> int:
     """Write the history as OpenMetrics (each family's lines together); returns the samples written."""
     count, current = 0, None
     with path.open("w") as out:
@@ -171,23 +199,39 @@ def openmetrics(path: Path, fleet: dict[str, list[Run]], loops: Loops, start: fl
             text = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
             out.writelines(f"{family}{{{text}}} {v!r} {t:.3f}\n" for t, v in samples)
             count += len(samples)
+            if progress:
+                progress(f"writing the history: {count / 1e6:.1f} M samples, {out.tell() / 1e6:,.0f} MB")
         out.write("# EOF\n")
     return count
 
 
-def load_prometheus(work: Path, history: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """promtool's blocks from the history, and a Prometheus serving them (no scraping)."""
+def _wait(proc: subprocess.Popen[bytes], progress: Progress, doing: str) -> int:
+    """Wait for a child, saying every few seconds that it still runs."""
+    while True:
+        try:
+            return proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            progress(doing)
+
+
+def load_prometheus(
+    work: Path, history: Path, children: list[subprocess.Popen[bytes]], progress: Progress
+) -> tuple[subprocess.Popen[bytes], str]:
+    """promtool's blocks from the history, and a Prometheus serving them (no scraping). The children are
+    put in ``children`` as they start, so that an interruption stops them."""
     prometheus, promtool = tool("prometheus"), tool("promtool")
-    if not prometheus or not promtool:
-        raise SystemExit("demo: needs prometheus and promtool on PATH (scripts/install-tools.sh)")
-    subprocess.run(
+    size = history.stat().st_size / 1e6
+    build = _child(
         [promtool, "tsdb", "create-blocks-from", "openmetrics", str(history), str(work / "tsdb")],
-        check=True,
-        capture_output=True,
+        children,
+        stdout=subprocess.DEVNULL,
+        stderr=(work / "promtool.log").open("w"),
     )
+    if _wait(build, progress, f"promtool is writing the TSDB blocks of {size:,.0f} MB of history"):
+        raise SystemExit(f"demo: promtool failed: {(work / 'promtool.log').read_text()[-500:]}")
     (work / "prometheus.yml").write_text("global:\n  scrape_interval: 30s\n")
     port = free_port()
-    proc = subprocess.Popen(
+    proc = _child(
         [
             prometheus,
             f"--storage.tsdb.path={work / 'tsdb'}",
@@ -195,6 +239,7 @@ def load_prometheus(work: Path, history: Path) -> tuple[subprocess.Popen[bytes],
             f"--web.listen-address=127.0.0.1:{port}",
             f"--config.file={work / 'prometheus.yml'}",
         ],
+        children,
         stdout=subprocess.DEVNULL,
         stderr=(work / "prometheus.log").open("w"),
     )
@@ -203,61 +248,96 @@ def load_prometheus(work: Path, history: Path) -> tuple[subprocess.Popen[bytes],
     return proc, url
 
 
+def _child(command: list[str], children: list[subprocess.Popen[bytes]], **kwargs: object) -> subprocess.Popen:
+    """A child in a session of its own: Ctrl-C reaches this script only, which stops the child itself
+    (a child reached too would print its own traceback or half a line)."""
+    proc = subprocess.Popen(command, start_new_session=True, **kwargs)  # type: ignore[call-overload]
+    children.append(proc)
+    return proc
+
+
+def _stop(children: list[subprocess.Popen[bytes]]) -> None:
+    for proc in children:
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in children:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--days", type=float, default=7.0)
-    parser.add_argument("--nodes", type=int, default=4)
+    parser.add_argument("--days", type=float, default=DEFAULT_DAYS)
+    parser.add_argument("--nodes", type=int, default=DEFAULT_NODES)
     parser.add_argument("--step", type=float, default=30.0, help="the scrape interval simulated")
     parser.add_argument("--out", type=Path, help="where the report goes (default: the temporary directory)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = parser.parse_args(argv)
+    if not tool("prometheus") or not tool("promtool"):
+        print("demo: needs prometheus and promtool on PATH (scripts/install-tools.sh demo)", file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="demo-prometheus-"))
+    children: list[subprocess.Popen[bytes]] = []
+    finished = False
+    try:
+        status = _demo(args, work, children)
+        finished = True
+        return status
+    except KeyboardInterrupt:
+        _stop(children)
+        shutil.rmtree(work, ignore_errors=True)
+        print(f"demo: interrupted; stopped and removed {work}", file=sys.stderr)
+        return 130
+    finally:
+        _stop(children)
+        if finished and not args.keep:  # the report stays (in the directory, unless --out says elsewhere)
+            (work / "history.om").unlink(missing_ok=True)
+            shutil.rmtree(work / "tsdb", ignore_errors=True)
+
+
+def _demo(args: argparse.Namespace, work: Path, children: list[subprocess.Popen[bytes]]) -> int:
     end = float(int(time.time()) // 3600 * 3600 - 3600)
     start = end - args.days * DAY_S
-    work = Path(tempfile.mkdtemp(prefix="demo-prometheus-"))
     out = args.out or work
     out.mkdir(parents=True, exist_ok=True)
-    began = time.monotonic()
+    progress = Progress()
     fleet = schedule(args.nodes, start, end)
-    count = openmetrics(work / "history.om", fleet, Loops(args.step), start, end)
     print(
-        f"demo: {args.nodes} node(s) x {GPUS} GPUs, {args.days:g} days at {args.step:g} s: {count:,} samples"
+        f"demo: writing {args.days:g} days of {args.nodes} node(s) x {GPUS} GPUs at {args.step:g} s to {work}"
     )
-    proc, url = load_prometheus(work, work / "history.om")
-    print(f"demo: Prometheus at {url}, loaded in {time.monotonic() - began:.0f} s ({work})")
+    count = openmetrics(work / "history.om", fleet, Loops(args.step), start, end, progress)
+    print(f"demo: {count:,} samples; loading them into a Prometheus", flush=True)
+    _, url = load_prometheus(work, work / "history.om", children, progress)
+    print(f"demo: Prometheus at {url}, loaded in {time.monotonic() - progress.began:.0f} s ({work})")
     report = out / "fleet-report.html"
-    try:
-        command = [
-            sys.executable,
-            "-m",
-            "exporter",
-            "replay",
-            "--prometheus",
-            url,
-            "--from",
-            str(start),
-            "--to",
-            str(end),
-            "--report",
-            str(report),
-        ]
-        print(
-            "demo: $ gpu-bottleneck-exporter replay --prometheus",
-            url,
-            f"--from -{args.days:g}d --report",
-            report,
-        )
-        run = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
-        sys.stderr.write(run.stderr)
-        lines = run.stdout.splitlines()
-        shown = [i for i, line in enumerate(lines) if line.startswith(("read at a", "by namespace"))]
-        print("\n".join(lines[shown[0] :] if shown else lines))
-        return run.returncode
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        if not args.keep:
-            for name in ("history.om", "tsdb"):
-                subprocess.run(["rm", "-rf", str(work / name)], check=False)
+    command = [
+        sys.executable,
+        "-m",
+        "exporter",
+        "replay",
+        "--prometheus",
+        url,
+        "--from",
+        str(start),
+        "--to",
+        str(end),
+        "--report",
+        str(report),
+    ]
+    print(
+        "demo: $ gpu-bottleneck-exporter replay --prometheus", url, f"--from -{args.days:g}d --report", report
+    )
+    sys.stdout.flush()
+    # its progress lines and warnings on stderr as they come; its summary read here, to show its end
+    run = _child(command, children, cwd=REPO, stdout=subprocess.PIPE, text=True)
+    stdout, _ = run.communicate()
+    lines = stdout.splitlines()
+    shown = [i for i, line in enumerate(lines) if line.startswith(("read at a", "by namespace"))]
+    print("\n".join(lines[shown[0] :] if shown else lines))
+    return run.returncode
 
 
 if __name__ == "__main__":

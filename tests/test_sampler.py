@@ -16,6 +16,7 @@ from exporter.config.settings import Settings
 from exporter.serve.metrics import Renderer
 from exporter.sources.errors import ErrorCounter
 from tests.conftest import step
+from tests.timing import HANG_GUARD_S, assert_within, returns, timed
 
 
 def by_index(snapshot):
@@ -80,13 +81,18 @@ def test_hung_call_times_out_one_gpu_and_never_blocks_the_cycle(make_node, make_
     node = make_node("healthy")
     sampler, errors = make_sampler(node, collect_timeout_s=0.3)
     step(sampler, clock, cycles=2)
-    node.faults.add("nvmlDeviceGetSamples", gpu=2, hang_s=float("inf"))
     renderer = Renderer()
-    started = time.monotonic()
-    step(sampler, clock, wait_s=0.2)
-    time.sleep(0.35)
-    snap = step(sampler, clock, wait_s=0.2)
-    assert time.monotonic() - started < 2.0
+
+    def two_cycles() -> object:
+        step(sampler, clock, wait_s=0.2)
+        time.sleep(0.35)
+        return step(sampler, clock, wait_s=0.2)
+
+    _, answered = timed(two_cycles)  # every GPU answering: the baseline
+    node.faults.add("nvmlDeviceGetSamples", gpu=2, hang_s=float("inf"))
+    snap, took = timed(two_cycles)
+    # the hung GPU costs each cycle its wait at most (0.2 s), never the hang
+    assert_within(took, answered + 2 * 0.2, 2, "two cycles with a hung call")
     gpus = by_index(snap)
     assert gpus[2].status == "timeout" and gpus[2].reading is None
     assert all(gpus[i].up for i in gpus if i != 2)
@@ -159,7 +165,7 @@ def test_lost_gpu_goes_down_alone_and_comes_back(make_node, make_sampler, clock)
 def test_gpu_lost_scenario_counts_xid_79(make_node, make_sampler, clock):
     sampler, _ = make_sampler(make_node("gpu_lost:onset=3"))
     step(sampler, clock, cycles=2)
-    deadline = time.monotonic() + 3
+    deadline = time.monotonic() + HANG_GUARD_S
     snap = step(sampler, clock, cycles=3)
     while by_index(snap)[7].xids.get(79) != 1 and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -218,9 +224,7 @@ def test_stop_returns_even_with_a_hung_call(make_node, make_sampler, clock):
     node.faults.add("*", hang_s=float("inf"))
     sampler.start()
     time.sleep(0.3)
-    started = time.monotonic()
-    sampler.stop()
-    assert time.monotonic() - started < 4.0
+    returns(sampler.stop, "stop with every call hung")  # the hang is endless: stop returns anyway
 
 
 def test_snapshots_are_immutable_and_numbered(make_node, make_sampler, clock):

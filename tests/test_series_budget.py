@@ -18,6 +18,7 @@ from exporter.policy.thresholds import SERIES_BUDGET
 from exporter.serve.metrics import Renderer
 from scripts.stack import free_port, start_exporter, wait_http
 from tests.conftest import step
+from tests.timing import HANG_GUARD_S
 
 # the threshold table's signals: utilization and its shape, power against TDP, SM
 # activity against copy utilization, framebuffer, NVLink traffic and state, P2P, fabric, temperature,
@@ -164,7 +165,7 @@ def test_the_command_serves_the_detail_it_is_asked_for(tmp_path):
     )
     try:
         wait_http(f"http://127.0.0.1:{port}/readyz", proc=proc)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + HANG_GUARD_S
         while True:
             names = set(samples(httpx.get(f"http://127.0.0.1:{port}/metrics").content))
             if "gpu_nvlink_links_up" in names or time.monotonic() > deadline:

@@ -6,37 +6,46 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from devtools.artifacts import (
-    alerts,
-    chart,
-    dashboards,
-    dashboards_doc,
-    detection_doc,
-    doctor_doc,
-    metrics_doc,
-    thresholds_doc,
-    verdicts_doc,
-)
 
-# repository-relative path -> function producing the file's content
-ARTIFACTS: dict[str, Callable[[], str]] = {
-    "docs/thresholds.md": thresholds_doc.render,
-    "docs/detection.md": detection_doc.render,
-    "alerts/gpu-bottleneck-exporter.rules.yml": alerts.render,
-    "docs/alerts.md": alerts.render_doc,
-    **{path: dashboards.renderer(path) for path in dashboards.DASHBOARDS},
-    "docs/dashboards.md": dashboards_doc.render,
-    "docs/doctor.md": doctor_doc.render,
-    metrics_doc.DOC: metrics_doc.render,
-    verdicts_doc.TROUBLESHOOTING: verdicts_doc.render_troubleshooting,
-    **chart.FILES,
-}
+def artifacts() -> dict[str, Callable[[], str]]:
+    """Repository-relative path -> the function producing the file's content. Imported when asked for:
+    the demo imports the alert rules' module alone, without the Grafana SDK the dashboards need."""
+    from devtools.artifacts import (
+        alerts,
+        chart,
+        dashboards,
+        dashboards_doc,
+        detection_doc,
+        doctor_doc,
+        metrics_doc,
+        thresholds_doc,
+        verdicts_doc,
+    )
+
+    return {
+        "docs/thresholds.md": thresholds_doc.render,
+        "docs/detection.md": detection_doc.render,
+        "alerts/gpu-bottleneck-exporter.rules.yml": alerts.render,
+        "docs/alerts.md": alerts.render_doc,
+        **{path: dashboards.renderer(path) for path in dashboards.DASHBOARDS},
+        "docs/dashboards.md": dashboards_doc.render,
+        "docs/doctor.md": doctor_doc.render,
+        metrics_doc.DOC: metrics_doc.render,
+        verdicts_doc.TROUBLESHOOTING: verdicts_doc.render_troubleshooting,
+        **chart.FILES,
+    }
+
+
+def __getattr__(name: str) -> object:
+    if name == "ARTIFACTS":  # the table, built on first use
+        return artifacts()
+    raise AttributeError(name)
 
 
 def generate(root: Path) -> list[str]:
     """Write every artifact under ``root``; return the paths that changed."""
     changed = []
-    for rel, render in ARTIFACTS.items():
+    for rel, render in artifacts().items():
         path = root / rel
         content = render()
         if not path.exists() or path.read_text() != content:
@@ -50,6 +59,6 @@ def stale(root: Path) -> list[str]:
     """Artifacts whose file differs from what the code would generate now."""
     return [
         rel
-        for rel, render in ARTIFACTS.items()
+        for rel, render in artifacts().items()
         if not (root / rel).exists() or (root / rel).read_text() != render()
     ]

@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 from devtools.artifacts import cost_rules
 from devtools.artifacts import recording as rec
+from devtools.artifacts.ledger_queries import LEDGER_METRIC, ledger_rates, ledger_share
 from exporter.analysis.kinds import KINDS, in_scope
 from exporter.analysis.ledger import STATES
 from exporter.policy import thresholds as th
@@ -47,7 +48,6 @@ from grafana_foundation_sdk.models import prometheus as pm  # noqa: E402
 
 DS = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
 TAGS = ["gpu", "gpu-bottleneck-exporter"]
-LEDGER_METRIC = "gpu_time_seconds_total"
 
 
 class Code(NamedTuple):
@@ -143,18 +143,6 @@ def code_mappings(codes: tuple[Code, ...]) -> list[dm.ValueMap]:
             }
         )
     ]
-
-
-def ledger_rates(selector: str, by: str) -> str:
-    """Seconds per second of the ledger's time, summed by ``by`` (everything when empty)."""
-    grouping = f" by ({by})" if by else ""
-    return f"sum{grouping} (rate({LEDGER_METRIC}{{{selector}}}[$__rate_interval]))"
-
-
-def ledger_share(selector: str, by: str = "") -> str:
-    """The share (0-1) of the GPUs' time in each state per ``by`` group: the states add up to 1."""
-    keys = f"{by}, state" if by else "state"
-    return f"{ledger_rates(selector, keys)} / ignoring (state) group_left {ledger_rates(selector, by)}"
 
 
 def state_share(selector: str, states: str, by: str) -> str:

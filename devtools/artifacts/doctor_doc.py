@@ -18,15 +18,21 @@ def render() -> str:
         "<!-- generated from exporter/doctor/checks.py by `make artifacts`; do not edit -->",
         "",
         "`gpu-bottleneck-exporter doctor` runs these checks once and prints pass / warn / fail with the",
-        "evidence and the fix (`--json` for automation); it exits 0 when every check passes or is skipped,",
-        "1 on a warning, 2 on a failure. The exporter runs the same checks live: the cheap ones every "
-        f"{th.DOCTOR_FAST_INTERVAL.value:g} s,",
+        "evidence and the fix (`--json` for automation). Exit status: 0 every check passes or is skipped,",
+        "1 a check warns, 2 a check fails (or a flag is wrong: then one line on stderr and no table); the",
+        "last line names the checks that failed or warned (`1 fail (driver), 0 warn, 0 pass, 12 skipped: "
+        "exit 2`).",
+        f"The exporter runs the same checks live: the cheap ones every {th.DOCTOR_FAST_INTERVAL.value:g} s,",
         f"the P2P matrix and the pod checks every {th.DOCTOR_SLOW_INTERVAL.value:g} s, and exports "
         "`gpu_node_check_failed{check, severity}`",
         "and `gpu_node_check_info{check, status, detail}`;",
         "[GpuNodeCheckFailed](runbooks/GpuNodeCheckFailed.md) and",
-        "[GpuNodeCheckWarning](runbooks/GpuNodeCheckWarning.md) page on them. On a node without NVML",
-        "every check is `skipped: no NVML`, except `driver`, which fails when the PCI bus has NVIDIA GPUs.",
+        "[GpuNodeCheckWarning](runbooks/GpuNodeCheckWarning.md) page on them (a check of severity `info`,",
+        "`sharing`, warns in the checklist and pages no one: it reports a setting). On a node without NVML",
+        "every check is `skipped: no NVML`, except `driver`, which fails when the PCI bus has NVIDIA GPUs",
+        "or `--expected-gpus` (`GBE_EXPECTED_GPUS`) says the node has GPUs: bring-up automation that runs",
+        "`gpu-bottleneck-exporter doctor --expected-gpus 8` gets exit 2 from a node whose driver does not "
+        "load.",
         "",
         "Run it on a node (`gpu-bottleneck-exporter doctor`) or in the DaemonSet's pod on that node:",
         "",

@@ -66,6 +66,13 @@ def check_driver(facts: NodeFacts) -> Result:
     nv = facts.nvml
     if not nv.usable:
         pci = facts.host.pci_gpus or ()
+        if facts.expected_gpus:  # the operator says this node has GPUs: no NVML is a broken node
+            return _r(
+                "driver",
+                Status.FAIL,
+                "driver_broken",
+                [f"NVML cannot be loaded ({nv.error}) but --expected-gpus says {facts.expected_gpus} GPU(s)"],
+            )
         if pci and nv.error not in ("BindingsNotInstalled",):
             return _r(
                 "driver",
@@ -341,6 +348,43 @@ def check_rdma(facts: NodeFacts) -> Result:
             [*evidence, *(f"pod {k} holds GPUs but no EFA/RDMA device" for k in without)],
         )
     return _r("rdma", Status.PASS, "ok", evidence)
+
+
+REPLICA = "::"  # the device plugin's time-slicing (and MPS) replicas of a GPU: <uuid>::<n>
+
+
+def check_sharing(facts: NodeFacts) -> Result:
+    """GPUs two or more pods share (the device plugin's replicas): each pod's share is split from the
+    GPU's time by which pod each GPU process belongs to, which the exporter reads from the host's /proc
+    (processOwners, hostPID). Without it, a shared GPU gets one ledger and its verdicts name no pod."""
+    pods = _gpu_pods(facts)
+    if isinstance(pods, Result):
+        return _skip("sharing", pods)
+    holders: dict[str, set[str]] = {}
+    replicas: set[str] = set()
+    for pod in pods:
+        for device in pod.gpu_devices:
+            uuid, cut, _ = device.partition(REPLICA)
+            holders.setdefault(uuid, set()).add(pod.key)
+            if cut:
+                replicas.add(uuid)
+    shared = {uuid: sorted(keys) for uuid, keys in holders.items() if len(keys) > 1}
+    if not shared:
+        return _r("sharing", Status.PASS, "ok", ["no GPU is shared by pods"])
+    index = {g.uuid: g.index for g in facts.nvml.gpus}
+    how = {True: "time-slicing or MPS replicas", False: "the same device"}
+    evidence = [
+        f"GPU {index.get(uuid, uuid)} is shared by {len(keys)} pods through {how[uuid in replicas]}: "
+        + ", ".join(keys)
+        for uuid, keys in sorted(shared.items(), key=lambda item: str(index.get(item[0], item[0])))
+    ]
+    if facts.process_owners is False:
+        evidence.append(
+            "processOwners is off (--process-owners, GBE_PROCESS_OWNERS): the shared GPUs are judged whole, "
+            "not per pod"
+        )
+        return _r("sharing", Status.WARN, "owners_off", evidence)
+    return _r("sharing", Status.PASS, "ok", [*evidence, "split per pod by the processes' owners"])
 
 
 def check_pod_shm(facts: NodeFacts) -> Result:
@@ -624,6 +668,21 @@ CHECKS: dict[str, Check] = {
             },
         ),
         Check(
+            "sharing",
+            "GPUs pods share (time-slicing or MPS replicas): split per pod only with processOwners (hostPID)",
+            check_sharing,
+            slow=True,
+            details=("owners_off",),
+            fixes={
+                "owners_off": "Pods share a GPU, and each pod's share of its time (ledger, verdicts, cost) "
+                "is split by which pod each GPU process belongs to: install the chart with "
+                "`--set processOwners.enabled=true` (the exporter's pod then runs with hostPID and reads "
+                "the host's /proc; docs/configuration.md), or run with `--process-owners on` "
+                "(GBE_PROCESS_OWNERS=on). Until then the shared GPU is judged whole and its verdicts "
+                "name no pod.",
+            },
+        ),
+        Check(
             "pod_shm",
             "per GPU pod: /dev/shm size, memory-backed emptyDir size limit, hostIPC",
             check_pod_shm,
@@ -704,7 +763,8 @@ CHECKS: dict[str, Check] = {
 
 def run_checks(facts: NodeFacts, names: Iterable[str] | None = None) -> list[Result]:
     """The named checks (default: all) over ``facts``. Without NVML every check but the driver's is
-    skipped: there is no GPU to judge. A check that raises is reported, never propagated."""
+    skipped: there is no GPU to judge (the driver's fails where the bus or --expected-gpus says the node
+    has GPUs). A check that raises is reported, never propagated."""
     out = []
     for name in names if names is not None else CHECKS:
         check = CHECKS[name]

@@ -22,6 +22,7 @@ FIELDS = (
     "simulate",
     "sim_gpus",
     "expected_gpus",
+    "process_owners",
     "log_level",
 )
 
@@ -33,8 +34,9 @@ def add_parser(sub: argparse._SubParsersAction, add_flags: Callable[[argparse.Ar
         help="check the node's GPU bring-up (driver, NVLink, fabric manager, P2P, EFA, pods' shm and NCCL "
         "variables, PCIe) and print pass/warn/fail with the fix; exit 0/1/2",
         description="Run the node checks once. Exit status: 0 all pass (or skipped), 1 a warning, 2 "
-        "a failure "
-        "(or a bad flag).",
+        "a failure (or a bad flag: one line on stderr). The last line names the checks that failed or "
+        "warned. Without NVML every check is skipped, but the driver's fails where the PCI bus has NVIDIA "
+        "GPUs or --expected-gpus is given.",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     add_flags(parser)
@@ -88,6 +90,7 @@ def diagnose(settings: Settings) -> NodeFacts:
                 expected_gpus=expected,
                 clock=lambda: SIM_CLOCK,
                 kmsg_path=str(Path(host.host_root, "dev/kmsg")),
+                process_owners=settings.process_owners,
             )
         finally:
             node.close()
@@ -101,4 +104,5 @@ def diagnose(settings: Settings) -> NodeFacts:
         pods,
         expected_gpus=expected,
         kmsg_path=str(Path(settings.host_root, "dev/kmsg")),
+        process_owners=settings.process_owners,
     )

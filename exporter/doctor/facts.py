@@ -101,6 +101,7 @@ class PodFacts:
     resources: dict[str, int] = field(default_factory=dict)  # resource name -> devices held
     containers: tuple[ContainerFacts, ...] = ()  # from the runtime bundles; () when none were found
     gpu_containers: frozenset[str] = frozenset()  # the containers the kubelet gave GPUs to
+    gpu_devices: tuple[str, ...] = ()  # its nvidia.com/gpu device IDs (<uuid>::<n>: a time-slicing replica)
 
     @property
     def judged(self) -> tuple[ContainerFacts, ...]:
@@ -133,3 +134,4 @@ class NodeFacts:
     pods: tuple[PodFacts, ...] | None = None  # None: the kubelet could not be asked
     pods_error: str = ""
     expected_gpus: int | None = None  # given by the operator (--expected-gpus)
+    process_owners: bool | None = None  # GPU processes mapped to pods (--process-owners); None: not said

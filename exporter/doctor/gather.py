@@ -329,16 +329,17 @@ def gather_pods(src: PodSources) -> tuple[tuple[PodFacts, ...] | None, str]:
         return None, error
     containers = _bundles(src)
     pods = []
-    for (namespace, pod), (resources, holders) in sorted(listed.items()):
+    for (namespace, pod), (resources, holders, devices) in sorted(listed.items()):
         found = tuple(containers.get((namespace, pod), ()))
-        pods.append(PodFacts(namespace, pod, resources, found, frozenset(holders)))
+        pods.append(PodFacts(namespace, pod, resources, found, frozenset(holders), tuple(devices)))
     return tuple(pods), ""
 
 
 def _kubelet(
     src: PodSources,
-) -> tuple[dict[tuple[str, str], tuple[dict[str, int], set[str]]] | None, str]:
-    """(namespace, pod) -> (devices held by resource name, the containers holding GPUs)."""
+) -> tuple[dict[tuple[str, str], tuple[dict[str, int], set[str], list[str]]] | None, str]:
+    """(namespace, pod) -> (devices held by resource name, the containers holding GPUs, its GPU device
+    IDs)."""
     if not src.socket_path:
         return None, "pod attribution is off (no PodResources socket)"
     if not os.path.exists(src.socket_path):
@@ -352,15 +353,17 @@ def _kubelet(
         return None, f"the kubelet did not answer ({code.name if code else 'RpcError'})"
     finally:
         channel.close()
-    out: dict[tuple[str, str], tuple[dict[str, int], set[str]]] = {}
+    out: dict[tuple[str, str], tuple[dict[str, int], set[str], list[str]]] = {}
     for pod in response.pod_resources:
-        held, holders = out.setdefault((pod.namespace, pod.name), ({}, set()))
+        held, holders, ids = out.setdefault((pod.namespace, pod.name), ({}, set(), []))
         for container in pod.containers:
             for devices in container.devices:
                 name = devices.resource_name
                 held[name] = held.get(name, 0) + len(devices.device_ids)
                 if name == GPU_RESOURCE or MIG_RESOURCE.match(name):
                     holders.add(container.name)
+                if name == GPU_RESOURCE:
+                    ids.extend(devices.device_ids)
     return out, ""
 
 
@@ -428,6 +431,7 @@ def gather(
     clock: Callable[[], ClockFacts | None] = kernel_clock,
     xids: Callable[[], dict[int, dict[int, int]] | None] | None = None,
     kmsg_path: str = "/dev/kmsg",
+    process_owners: bool | None = None,
 ) -> NodeFacts:
     """Everything the checks read. ``want_slow`` adds the P2P matrix and the pods (the costly reads)."""
     nvml_facts = gather_nvml(nvml, want_p2p=want_slow)
@@ -438,7 +442,14 @@ def gather(
             found, why = gather_pods(pods)
         except Exception as exc:  # noqa: BLE001 - the pod checks say "unknown", the others still run
             found, why = None, f"reading the pods failed: {exc!r}"
-    return NodeFacts(nvml=nvml_facts, host=host, pods=found, pods_error=why, expected_gpus=expected_gpus)
+    return NodeFacts(
+        nvml=nvml_facts,
+        host=host,
+        pods=found,
+        pods_error=why,
+        expected_gpus=expected_gpus,
+        process_owners=process_owners,
+    )
 
 
 def _spec(path: Path) -> dict | None:

@@ -37,6 +37,7 @@ class NodeChecker:
         pods: PodSources | None,
         xids: XidCounts | None = None,
         expected_gpus: int | None = None,
+        process_owners: bool | None = None,
         clock: Callable[[], ClockFacts | None] = kernel_clock,
         monotonic: Callable[[], float] = time.monotonic,
         fast_s: float = th.DOCTOR_FAST_INTERVAL.value,
@@ -44,6 +45,7 @@ class NodeChecker:
     ) -> None:
         self.nvml, self.sys_root, self.proc_root, self.pods = nvml, sys_root, proc_root, pods
         self.xids, self.expected_gpus, self.clock = xids, expected_gpus, clock
+        self.process_owners = process_owners
         self.monotonic, self.fast_s, self.slow_s = monotonic, fast_s, slow_s
         self.latest: tuple[Result, ...] = ()  # replaced whole by each round: readers need no lock
         self.last_run: dict[str, float] = {}  # check -> wall time of its last result
@@ -78,6 +80,7 @@ class NodeChecker:
             pods,
             xids=xids,
             expected_gpus=settings.expected_gpus or None,
+            process_owners=settings.process_owners,
             clock=(lambda: SIM_CLOCK) if settings.simulate else kernel_clock,
         )
 
@@ -96,6 +99,7 @@ class NodeChecker:
             expected_gpus=self.expected_gpus,
             clock=self.clock,
             xids=self.xids,
+            process_owners=self.process_owners,
         )
         if slow:
             self._p2p = facts.nvml.p2p

@@ -40,12 +40,22 @@ def table(results: list[Result], node: str, colour: bool = False, width: int | N
         lines += [indent + w for w in wrapped[1:]]
         if r.fix:
             lines += [indent + w for w in textwrap.wrap("fix: " + r.fix, body, break_on_hyphens=False)]
-    counts = Counter(r.status for r in results)
-    summary = ", ".join(
-        f"{counts[s]} {LABELS[s].lower()}" for s in (Status.FAIL, Status.WARN, Status.PASS, Status.SKIPPED)
-    )
-    lines.append(f"{summary}: exit {exit_code(results)}")
+    lines.append(summary_line(results))
     return "\n".join(lines)
+
+
+def summary_line(results: list[Result]) -> str:
+    """The counts, the checks that failed or warned by name (automation logs only this line), the exit."""
+    counts = Counter(r.status for r in results)
+    parts = []
+    for status in (Status.FAIL, Status.WARN, Status.PASS, Status.SKIPPED):
+        named = (
+            [r.check for r in results if r.status is status] if status in (Status.FAIL, Status.WARN) else []
+        )
+        parts.append(
+            f"{counts[status]} {LABELS[status].lower()}" + (f" ({', '.join(named)})" if named else "")
+        )
+    return f"{', '.join(parts)}: exit {exit_code(results)}"
 
 
 def as_json(results: list[Result], node: str, simulated: str = "") -> str:

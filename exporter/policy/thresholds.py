@@ -1692,6 +1692,12 @@ DOCTOR_SEVERITY: dict[str, Choice] = {
         ("p2p", "critical", "P2P blocked between GPUs sends NCCL to P2P/CUMEM/read, SHM or sockets."),
         ("rdma", "warning", "Without EFA/InfiniBand, multi-node NCCL runs over TCP: slow, not broken."),
         ("pod_shm", "warning", "A pod on a tiny /dev/shm dies with Bus error once it loads data in earnest."),
+        (
+            "sharing",
+            "info",
+            "Shared GPUs judged whole is a setting (hostPID) chosen for the cluster, not a fault: shown in "
+            "the checklist, never paged.",
+        ),
         ("nccl_env", "warning", "A misguided NCCL variable slows a job; it is its owner's to fix."),
         ("pcie", "warning", "A narrow PCIe link slows host transfers; the GPU still works."),
         ("host", "warning", "Memlock and clock problems degrade, they do not stop a job."),

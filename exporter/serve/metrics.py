@@ -591,7 +591,7 @@ def _sources(fams: _Families, snapshot: Snapshot) -> None:
 
 
 def _node_checks(fams: _Families, snapshot: Snapshot) -> None:
-    """The node doctor's latest results: one series per check in each family (12 checks; bounded)."""
+    """The node doctor's latest results: one series per check in each family (13 checks; bounded)."""
     for r in snapshot.node_checks:
         status = r.status.value
         fams.gauge(
@@ -600,8 +600,10 @@ def _node_checks(fams: _Families, snapshot: Snapshot) -> None:
         ).add(labels(check=r.check, status=status, detail=r.detail), 1)
         if status == "skipped":
             continue  # nothing was judged: no value rather than a false "0 = passing"
-        # a failing check carries its own severity; a warning from any check is a warning
-        severity = DOCTOR_SEVERITY[r.check].value if status != "warn" else "warning"
+        # a failing check carries its own severity; a warning is a warning, but from an info check (a
+        # setting, not a fault: it shows in the checklist and pages no one)
+        own = DOCTOR_SEVERITY[r.check].value
+        severity = own if status != "warn" or own == "info" else "warning"
         fams.gauge(
             "gpu_node_check_failed", "1 while the node check fails (or warns); severity says how bad."
         ).add(labels(check=r.check, severity=severity), 1 if status in ("fail", "warn") else 0)

@@ -41,7 +41,7 @@ def test_healthy_node_passes_every_check(capsys):
     for name in CHECKS:
         assert re.search(rf"^{name}\s+pass\s+\S", out, re.M), f"{name} did not pass:\n{out}"
     assert "\033[" not in out  # not a terminal: no colour
-    assert out.rstrip().endswith("0 fail, 0 warn, 12 pass, 0 skipped: exit 0")
+    assert out.rstrip().endswith("0 fail, 0 warn, 13 pass, 0 skipped: exit 0")
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -138,7 +138,7 @@ def test_on_a_gpu_less_node_each_check_says_skipped_no_nvml(check, make_node, tm
 def test_a_gpu_less_node_exits_0(make_node, tmp_path):
     results = _cpu_node_results(make_node, tmp_path)
     assert [r.check for r in results] == list(CHECKS)
-    assert table(results, "cpu-node").endswith("0 fail, 0 warn, 0 pass, 12 skipped: exit 0")
+    assert table(results, "cpu-node").endswith("0 fail, 0 warn, 0 pass, 13 skipped: exit 0")
 
 
 def test_nvml_missing_on_a_node_with_gpus_on_the_bus_fails_the_driver_check(make_node):
@@ -150,6 +150,37 @@ def test_nvml_missing_on_a_node_with_gpus_on_the_bus_fails_the_driver_check(make
     assert all(r.status is Status.SKIPPED for name, r in results.items() if name != "driver")
 
 
+def test_nvml_missing_where_gpus_are_expected_fails_the_driver_check(make_node, tmp_path):
+    """Bring-up automation says how many GPUs the node has: a node whose NVML does not load fails, even
+    where /sys shows no NVIDIA device (a driver that never bound, a container without the library)."""
+    node = make_node(library_present=False)
+    facts = gather(node.install(), str(tmp_path), node.host.proc_root, None, expected_gpus=8)
+    results = run_checks(facts)
+    driver = next(r for r in results if r.check == "driver")
+    assert (driver.status, driver.detail) == (Status.FAIL, "driver_broken")
+    assert driver.evidence == ("NVML cannot be loaded (LibraryNotFound) but --expected-gpus says 8 GPU(s)",)
+    assert driver.fix == CHECKS["driver"].fixes["driver_broken"]
+    assert table(results, "gpu-node").endswith("1 fail (driver), 0 warn, 0 pass, 12 skipped: exit 2")
+
+
+def test_the_summary_line_names_the_checks_that_failed_and_warned(capsys):
+    assert main(["doctor", "--simulate", "no_fabric_manager", "--expected-gpus", "16"]) == 2
+    last = capsys.readouterr().out.rstrip().splitlines()[-1]
+    assert last.startswith("2 fail (gpu_count, fabric), 0 warn, ") and last.endswith(": exit 2"), last
+
+
+@pytest.mark.skipif(real_nvml_present(), reason="this machine has a GPU driver")
+def test_doctor_expecting_gpus_on_this_gpu_less_machine_exits_2(tmp_path, capsys):
+    """What bring-up automation runs, through the real bindings on a machine without a driver."""
+    code = main(["doctor", "--expected-gpus", "8", "--sys-root", str(tmp_path), "--pod-resources-socket", ""])
+    out = capsys.readouterr().out
+    assert code == 2
+    assert re.search(
+        r"^driver\s+FAIL\s+NVML cannot be loaded \(\w+\) but --expected-gpus says 8 GPU\(s\)$", out, re.M
+    )
+    assert out.rstrip().endswith("1 fail (driver), 0 warn, 0 pass, 12 skipped: exit 2")
+
+
 @pytest.mark.skipif(real_nvml_present(), reason="this machine has a GPU driver")
 def test_doctor_on_this_gpu_less_machine_through_the_real_bindings(tmp_path, capsys):
     code = main(["doctor", "--sys-root", str(tmp_path), "--pod-resources-socket", "", "--json"])
@@ -157,6 +188,27 @@ def test_doctor_on_this_gpu_less_machine_through_the_real_bindings(tmp_path, cap
     assert code == 0 and doc["status"] == "skipped"
     assert {c["detail"] for c in doc["checks"]} == {"no_nvml"}
     assert all(c["evidence"][0].startswith("no NVML (") for c in doc["checks"])
+
+
+@pytest.mark.parametrize("scenario", ["time_slicing", "mps"])
+def test_pods_sharing_a_gpu_without_process_owners_warn_with_the_setting_to_change(
+    scenario, capsys, monkeypatch
+):
+    """The chart's default (GBE_PROCESS_OWNERS=off in the pod the doctor is run in): shared GPUs are
+    judged whole; the doctor says so, and which setting splits them per pod."""
+    monkeypatch.setenv("GBE_PROCESS_OWNERS", "off")
+    assert main(["doctor", "--simulate", scenario, "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    flagged = {c["check"]: c for c in doc["checks"] if c["status"] in ("warn", "fail")}
+    assert set(flagged) == {"sharing"}
+    got = flagged["sharing"]
+    assert (got["detail"], got["severity"]) == ("owners_off", "info")
+    assert got["evidence"][0].startswith("GPU 0 is shared by 3 pods through time-slicing or MPS replicas: ")
+    assert "research/shared-starving" in got["evidence"][0]
+    assert got["fix"] == CHECKS["sharing"].fixes["owners_off"]
+    monkeypatch.delenv("GBE_PROCESS_OWNERS")
+    assert main(["doctor", "--simulate", scenario, "--process-owners", "on"]) == 0
+    assert re.search(r"^sharing\s+pass\s+GPU 0 is shared by 3 pods", capsys.readouterr().out, re.M)
 
 
 def test_bad_flags_are_one_line_and_exit_2(capsys):
@@ -206,7 +258,7 @@ def test_json_explains_the_nccl_variables(capsys):
         "NCCL_DEBUG",
     }
     assert all(v["does"] and v["hurts"] for v in doc["nccl_variables"].values())
-    assert {c["severity"] for c in doc["checks"]} == {"critical", "warning"}
+    assert {c["severity"] for c in doc["checks"]} == {"critical", "warning", "info"}
 
 
 def test_unreadable_runtime_bundles_cost_only_themselves(make_node):

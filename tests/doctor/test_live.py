@@ -115,3 +115,33 @@ def test_fast_rounds_judge_a_blind_fabric_by_the_last_p2p_matrix(make_node):
     for slow in (True, False, False):
         fabric = {r.check: r for r in checker.run_once(slow=slow)}["fabric"]
         assert (fabric.status, fabric.detail) == (Status.PASS, "ok"), fabric
+
+
+def test_shared_gpus_without_process_owners_warn_in_the_checklist_and_page_no_one(
+    make_node, make_sampler, clock
+):
+    """time_slicing with processOwners off, as the chart's default: the sharing check warns live, and its
+    series carries severity info, which neither node check alert selects."""
+    node = make_node("time_slicing")
+    sampler, _ = make_sampler(node, pods=True)
+    settings = Settings(
+        simulate=node.scenario.name, pod_resources_socket=node.kubelet_socket, process_owners=False
+    )
+    checker = _checker(node, settings)
+    sampler.checker = checker
+    sharing = {r.check: r for r in checker.run_once()}["sharing"]
+    assert (sharing.status, sharing.detail) == (Status.WARN, "owners_off")
+    assert sharing.fix == CHECKS["sharing"].fixes["owners_off"] and "processOwners.enabled" in sharing.fix
+    text, _ = Renderer().render(step(sampler, clock))
+    series = _series(text.decode())
+    labels = (("check", "sharing"), ("severity", "info"))
+    assert series[("gpu_node_check_failed", labels)] == 1.0
+    info = (("check", "sharing"), ("detail", "owners_off"), ("status", "warn"))
+    assert series[("gpu_node_check_info", info)] == 1.0
+
+
+def test_shared_gpus_with_process_owners_pass(make_node):
+    node = make_node("time_slicing")
+    sharing = {r.check: r for r in _checker(node).run_once()}["sharing"]  # on: the default
+    assert (sharing.status, sharing.detail) == (Status.PASS, "ok")
+    assert sharing.evidence[-1] == "split per pod by the processes' owners"

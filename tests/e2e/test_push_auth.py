@@ -15,6 +15,7 @@ import pytest
 
 from tests.e2e.test_http import families
 from tests.faults.http_command import Command
+from tests.timing import HANG_GUARD_S
 
 TOKEN = "push-" + "x7" * 12
 PASSWORD = "scrape-secret"
@@ -50,7 +51,7 @@ def pushed(tmp_path_factory) -> Iterator[Command]:
     )
     try:
         cmd.wait_ready()
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + HANG_GUARD_S
         while _post(cmd, REPORT, Authorization=f"Bearer {TOKEN}").status_code == 404:
             assert time.monotonic() < deadline, cmd.text()  # until the kubelet said which pods hold GPUs
             time.sleep(0.2)
@@ -62,7 +63,7 @@ def pushed(tmp_path_factory) -> Iterator[Command]:
 
 def test_a_push_with_the_token_sets_the_step(pushed):
     assert _post(pushed, {**REPORT, "step": 50}, Authorization=f"Bearer {TOKEN}").status_code == 204
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + HANG_GUARD_S
     while _steps(pushed) != [50]:
         assert time.monotonic() < deadline, _steps(pushed)
         time.sleep(0.2)
@@ -252,7 +253,7 @@ def _checked_app(tmp_path: Path, pods: dict) -> Iterator[tuple[object, FakeApi, 
 
 
 def _push(s: object, step: int) -> httpx.Response:
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + HANG_GUARD_S
     while True:
         r = httpx.post(s.url + "/v1/progress", json={**REPORT, "step": step}, timeout=10)
         if r.status_code != 404 or time.monotonic() > deadline:

@@ -18,6 +18,7 @@ import pytest
 from exporter.policy.thresholds import HTTP_HEADER_TIMEOUT, LOG_REPEAT_BURST
 from exporter.serve.httpguard import FD_RESERVE, IN_FLIGHT
 from tests.faults.http_command import Command
+from tests.timing import HANG_GUARD_S
 
 NOFILE = 256  # the command's descriptor limit: 300 connections would exhaust it without a bound
 BOUND = NOFILE - FD_RESERVE - IN_FLIGHT
@@ -52,7 +53,7 @@ def _scrape(url: str) -> httpx.Response:
 
 def _self_metric(command: Command, name: str, at_least: float = 1.0) -> float:
     """A sample of the server's own metrics; they are rendered with each collection, so wait for one."""
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + HANG_GUARD_S
     value = 0.0
     while time.monotonic() < deadline:
         for line in _scrape(command.url).text.splitlines():

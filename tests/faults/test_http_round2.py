@@ -27,6 +27,7 @@ from exporter.serve.httpguard import FD_RESERVE, IN_FLIGHT, ConnectionGuard, Han
 from exporter.sources.progress import ProgressError, parse_report
 from tests.faults.certs import Authority
 from tests.faults.http_command import Command
+from tests.timing import HANG_GUARD_S
 
 NOFILE = 256  # the push command's descriptor limit: a couple of hundred stalled bodies fill its bound
 BOUND = NOFILE - FD_RESERVE - IN_FLIGHT
@@ -91,7 +92,7 @@ def _closed(sock: socket.socket, within: float) -> bool:
 
 def _self_metric(cmd: Command, name: str, at_least: float, **client: object) -> float:
     """A sample of the server's own metrics, rendered with each collection: wait for it to reach a value."""
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + HANG_GUARD_S
     value = 0.0
     while time.monotonic() < deadline:
         for line in httpx.get(cmd.url + "/metrics", timeout=5, **client).text.splitlines():  # type: ignore[arg-type]

@@ -141,13 +141,11 @@ def test_an_event_wait_sleeps_until_an_event_and_ends_when_its_set_is_freed(make
     node.model.advance = lambda now=None: advances.append(1) or inner(now)
     outcome: dict[str, object] = {}
 
-    def wait() -> None:
-        started = time.monotonic()
+    def wait() -> None:  # its timeout (two minutes) outlasts the joins below: only an event or a free ends it
         try:
-            outcome["data"] = pynvml.nvmlEventSetWait_v2(es, 5000)
+            outcome["data"] = pynvml.nvmlEventSetWait_v2(es, 120_000)
         except pynvml.NVMLError as exc:
             outcome["error"] = exc
-        outcome["took"] = time.monotonic() - started
 
     waiter = threading.Thread(target=wait)
     waiter.start()
@@ -155,15 +153,15 @@ def test_an_event_wait_sleeps_until_an_event_and_ends_when_its_set_is_freed(make
     assert waiter.is_alive() and len(advances) <= 2  # asleep, not polling
     clock.advance(3.0)
     pynvml.nvmlDeviceGetCount()  # any call advances the model, which raises the XID: the wait wakes
-    waiter.join(2)
-    assert outcome["data"].eventData == 79 and outcome["took"] < 2  # type: ignore[union-attr]
+    waiter.join(30)
+    assert not waiter.is_alive() and outcome["data"].eventData == 79  # type: ignore[union-attr]
     outcome.clear()
     waiter = threading.Thread(target=wait)
     waiter.start()
     time.sleep(0.2)
     pynvml.nvmlEventSetFree(es)
-    waiter.join(2)
-    assert isinstance(outcome["error"], pynvml.NVMLError_InvalidArgument) and outcome["took"] < 1
+    waiter.join(30)
+    assert not waiter.is_alive() and isinstance(outcome["error"], pynvml.NVMLError_InvalidArgument)
 
 
 def test_p2p_caps_tuple_constant_is_rejected_like_ctypes_would(make_node):
@@ -209,11 +207,9 @@ def test_gpm_metrics_average_between_two_samples(make_node, clock):
 def test_driver_calls_are_counted(make_node):
     node = make_node("healthy")
     pynvml.nvmlInit()
-    start = time.monotonic()
     for _ in range(3):
         pynvml.nvmlDeviceGetCount()
     assert node.library.calls["nvmlDeviceGetCount_v2"] == 3
-    assert time.monotonic() - start < 1
 
 
 def test_fake_is_found_by_pynvml_loader_and_removed_on_close(make_node):
