@@ -119,6 +119,7 @@ def test_the_onset_is_the_first_wait_of_the_rhythm_not_the_firing():
     (fired,) = result.fired("data_starvation")
     assert fired.t > 120
     assert fired.since is not None and abs(fired.since - 100.0) <= 3
+    assert f"its loss began {fired.t - fired.since:.0f} s ago" in fired.describe()  # the live log line
     state = result.states["0"]["data_starvation"]
     assert state.firing and state.since == fired.since
 

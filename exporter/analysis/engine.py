@@ -105,7 +105,12 @@ class VerdictEvent:
 
     def describe(self) -> str:
         cause = f", cause {self.cause}" if self.cause else ""
-        return f"GPU {self.gpu}: {self.kind} {self.state} (score {self.score:.2f}{cause})"
+        began = ""
+        if self.state == "firing" and self.since is not None and self.since < self.t:
+            began = f", its loss began {self.t - self.since:.0f} s ago"
+        elif self.until is not None and self.until < self.t:
+            began = f", its loss stopped {self.t - self.until:.0f} s ago"
+        return f"GPU {self.gpu}: {self.kind} {self.state} (score {self.score:.2f}{cause}{began})"
 
 
 @dataclass
