@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from exporter.analysis.ledger import Lost, loss_began, loss_ended
+from exporter.offline.replay import wall
 from exporter.offline.traces import TraceWriter
 from exporter.serve.metrics import SINCE, Renderer
 from tests.analysis.synth import HOST_OK, IDLE, NCCL_SPIN, WORKING, run, steady, switch
@@ -180,3 +181,10 @@ def test_the_firing_verdict_exports_when_its_loss_began(make_node, make_sampler,
     assert began <= series.value < clock()
     state = snap.gpus[3].verdicts["data_starvation"]
     assert state.firing and state.since == series.value
+
+
+def test_wall_clock_times_are_rfc3339_utc_to_the_tenth():
+    assert wall(T0, 240.0) == "2026-03-01T10:04:00Z"
+    assert wall(T0, 0.3) == "2026-03-01T10:00:00.3Z"  # (not 0.2999...)
+    assert wall(T0, 59.96) == "2026-03-01T10:01:00Z"
+    assert wall(None, 240.0) is None and wall(T0, None) is None

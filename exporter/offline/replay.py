@@ -211,7 +211,7 @@ class _Segment:
         for (gpu, _), episode in self.open_episodes.items():  # a GPU silent since: it ended with its rows
             if gpu in self.quiet:
                 episode.resolved = self.quiet[gpu]
-                episode.end = min(self.quiet[gpu], episode.end or self.quiet[gpu])
+                episode.end = self.quiet[gpu] if episode.end is None else min(self.quiet[gpu], episode.end)
         for gpu in sorted(analyzer.gpus(), key=_gpu_order):
             totals = result.ledger.setdefault(gpu, dict.fromkeys(STATES, 0.0))
             job = result.job_ledger.setdefault(analyzer.group_of(gpu), dict.fromkeys(STATES, 0.0))
@@ -354,9 +354,8 @@ def wall(at: float | None, t: float | None) -> str | None:
     """Trace second ``t`` on the wall clock, RFC 3339 in UTC (None: no clock, or no time)."""
     if at is None or t is None:
         return None
-    moment = datetime.fromtimestamp(round(at + t, 1), tz=UTC)
-    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
-    tenths = moment.microsecond // 100_000
+    seconds, tenths = divmod(round((at + t) * 10), 10)  # to the tenth, as the trace seconds are
+    text = datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
     return f"{text}.{tenths}Z" if tenths else f"{text}Z"
 
 
