@@ -15,7 +15,11 @@ would see it. A verdict *matches* a label when it is on the label's GPU and of a
 - time to detect: the first matching firing minus the label's start (0 if earlier);
 - time to page: the paging verdict's firing + ``for`` minus the label's start (0 if earlier);
 - time to resolve: for a label that ends before the trace does, the end of the last matching verdict
-  on it minus the label's end (0 if earlier; a verdict still on at the trace's end counts to that end).
+  on it minus the label's end (0 if earlier; a verdict still on at the trace's end counts to that end);
+- onset error: when the first matching verdict says its loss began, minus the label's start (signed:
+  negative is early); the naive rules say nothing of an onset, so theirs is when they fired;
+- end error: for a label that ends before the trace does, when the last matching verdict says its loss
+  stopped (the trace's end while it is still on), minus the label's end (signed).
 
 A false verdict is a verdict episode that overlaps no label accepting its kind on its GPU (on a healthy
 trace, every verdict); a false page is a false verdict that stayed on for its alert's ``for``.
@@ -87,12 +91,24 @@ class Label:
 
 @dataclass(frozen=True)
 class Verdict:
-    """One verdict episode, from firing to resolved; ``end`` None: still on when the trace ended."""
+    """One verdict episode, from firing to resolved; ``end`` None: still on when the trace ended. What it
+    says of its loss: ``onset`` when it began and ``stop`` when it stopped (None: when it fired, and
+    resolved; ``stop`` may come while it is still on, when the trace ends before it resolves)."""
 
     gpu: str
     kind: str
     start: float
     end: float | None = None
+    onset: float | None = None
+    stop: float | None = None
+
+    @property
+    def began(self) -> float:
+        return self.start if self.onset is None else self.onset
+
+    def stopped(self, trace_end: float) -> float:
+        """When it says its loss stopped: where it does not say, when it resolved (or the trace ended)."""
+        return on_until(self, trace_end) if self.stop is None else self.stop
 
 
 def on_until(verdict: Verdict, trace_end: float) -> float:
@@ -139,6 +155,8 @@ class EpisodeScore:
     # seconds from the label's end to the end of the last matching verdict on it (a verdict still on when
     # the trace ended counts to the trace's end); None: not detected, or the label lasts to the trace's end
     ttr: float | None = None
+    onset_err: float | None = None  # seconds, signed: the reported start minus the label's; None: missed
+    end_err: float | None = None  # ...the reported end minus the label's (labels that end before the trace)
 
     def __str__(self) -> str:
         return f"{self.trace} {self.label}"
@@ -197,8 +215,10 @@ def score_label(
     if not hits:
         return score
     score.ttd = max(0.0, hits[0].start - label.start)
+    score.onset_err = hits[0].began - label.start
     if label.end < trace_end:
         score.ttr = max(0.0, max(on_until(v, trace_end) for v in hits) - label.end)
+        score.end_err = max(v.stopped(trace_end) for v in hits) - label.end
     for v in hits:
         wait = for_of(v.kind, for_s, label.kind)
         if pages(v, label, wait, trace_end):
@@ -495,7 +515,7 @@ def judge(path: Path) -> TraceResult:
     name, for_s = trace_name(path), alert_for()
     labels, truth, judged = load_labels(path)
     result = replay(path)
-    ours = [Verdict(e.gpu, e.kind, e.start, e.end) for e in result.episodes]
+    ours = [Verdict(e.gpu, e.kind, e.fired_at, e.resolved, e.start, e.end) for e in result.episodes]
     base, base_end = naive(path)
     workload = json.loads((path.parent / f"{name}.labels.json").read_text()).get("workload") or "training"
     return TraceResult(
@@ -513,7 +533,8 @@ def judge(path: Path) -> TraceResult:
 def _spread(values: list[float]) -> str:
     if not values:
         return "-"
-    return f"{min(values):.0f}/{statistics.median(values):.0f}/{max(values):.0f}"
+    low, mid, high = (round(v) for v in (min(values), statistics.median(values), max(values)))
+    return f"{low}/{mid}/{high}"  # (rounded first: a signed error of -0.4 s reads 0, not -0)
 
 
 def _held_text(episodes: list[EpisodeScore]) -> str:
@@ -541,7 +562,15 @@ def _per_kind(episodes: list[EpisodeScore], for_s: dict[str, float]) -> list[str
             f"time-to-resolve {_spread(ttr):>11s} s   "
             f"(alert for {for_of(kind, for_s):.0f} s; paged {len(ttp)}/{len(of_kind)})"
         )
+        lines.append(f"    {'':18s} {_errors(of_kind)}")
     return lines
+
+
+def _errors(episodes: list[EpisodeScore]) -> str:
+    """Onset and end errors, min/median/max (signed seconds: negative is early)."""
+    onset = [e.onset_err for e in episodes if e.onset_err is not None]
+    end = [e.end_err for e in episodes if e.end_err is not None]
+    return f"onset error {_spread(onset):>13s} s   end error {_spread(end):>13s} s"
 
 
 def _listing(title: str, items: list[str]) -> list[str]:
@@ -608,15 +637,20 @@ def class_table(results: list[TraceResult]) -> str:
     header = f"  {'class (traces)':28s} {'episodes':>8s} {'detected':>8s} {'paged':>5s} {'min held':>8s} "
     lines = [
         "per workload class (ours):",
-        header + f"{'false':>5s} {'false pages':>11s} {'time-to-page':>13s} {'time-to-resolve':>15s}",
+        header + f"{'false':>5s} {'false pages':>11s} {'time-to-page':>13s} {'time-to-resolve':>15s} "
+        f"{'onset error':>13s} {'end error':>13s}",
     ]
     for workload in sorted({r.workload for r in results}):
         of = [r.ours for r in results if r.workload == workload]
         episodes = [e for s in of for e in s.episodes]
         ttp = [e.ttp for e in episodes if e.ttp is not None]
         ttr = [e.ttr for e in episodes if e.ttr is not None]
+        onset = [e.onset_err for e in episodes if e.onset_err is not None]
+        end = [e.end_err for e in episodes if e.end_err is not None]
         row = _row(f"{workload} ({len(of)})", episodes, [f for s in of for f in s.false])
-        lines.append(f"{row} {_spread(ttp):>13s} {_spread(ttr):>15s}")
+        lines.append(
+            f"{row} {_spread(ttp):>13s} {_spread(ttr):>15s} {_spread(onset):>13s} {_spread(end):>13s}"
+        )
     return "\n".join(lines)
 
 

@@ -707,12 +707,15 @@ def _replay(
     columns: list[str] | None = None,
     workload: str = "",
     source: Callable[..., ReplayResult] | None = None,
+    origin: Callable[[], float | None] | None = None,
 ) -> int:
+    """``source``: the rows from elsewhere than ``path``; ``origin``: then, the wall-clock time of its
+    second 0 (a file's is its first sample's)."""
     made = _claim_output(report, "--report") if report else False
     status = 2
     try:
         status = _replay_checked(
-            path, gpus, as_json, report, period, start, fail_on, prices, columns, workload, source
+            path, gpus, as_json, report, period, start, fail_on, prices, columns, workload, source, origin
         )
     finally:
         if made and status == 2 and report:  # nothing replayed: no empty report left behind
@@ -733,13 +736,15 @@ def _replay_checked(
     columns: list[str] | None = None,
     workload: str = "",
     source: Callable[..., ReplayResult] | None = None,
+    origin: Callable[[], float | None] | None = None,
 ) -> int:
     from dataclasses import replace as replaced
     from functools import partial
 
     from exporter.offline.replay import event_json, gap_text, human, replay, summary
+    from exporter.offline.replay import origin as trace_origin
     from exporter.offline.report import ReportData, write_report
-    from exporter.offline.traces import MAX_GPUS, TraceError, clipped_warnings, reading_notes
+    from exporter.offline.traces import MAX_GPUS, TraceError, TraceReader, clipped_warnings, reading_notes
     from exporter.policy.thresholds import EVAL_INTERVAL, TRACE_GAP_PERIODS
 
     if gpus is not None and not 1 <= gpus <= MAX_GPUS:
@@ -747,8 +752,12 @@ def _replay_checked(
     out = sys.stdout
     data = ReportData() if report else None
     try:
-        result = (source or partial(replay, path, gpus))(
-            on_event=(lambda e: print(event_json(e), file=out)) if as_json else None,
+        if source is None:  # the file's reader: its first sample's time places the events on the clock
+            reader = TraceReader(path, gpus, period=period, start=start, columns=columns)
+            source, origin = partial(replay, path, gpus, reader=reader), lambda: trace_origin(reader.stats)
+        at = origin or (lambda: None)
+        result = source(
+            on_event=(lambda e: print(event_json(e, at()), file=out)) if as_json else None,
             on_job=(lambda j: print(json.dumps(j), file=out)) if as_json else None,
             period=period,
             start=start,
@@ -863,6 +872,7 @@ def _replay_prometheus(args: argparse.Namespace) -> int:
         prices=_prices(args.price, args.currency),
         workload=args.workload or "",
         source=source,
+        origin=lambda: request.start,
     )
 
 

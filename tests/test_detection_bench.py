@@ -46,6 +46,19 @@ def test_time_to_resolve_is_from_the_labels_end_to_the_last_verdicts_end():
     assert to_the_end.ttr is None  # the label lasts as long as the trace
 
 
+def test_onset_and_end_errors_are_what_the_episode_says_of_its_loss_against_the_label():
+    ended = Label("3", "data_starvation", 200.0, 600.0)
+    told = Verdict("3", "data_starvation", 230.0, 690.0, onset=195.0, stop=610.0)
+    s = score_label("t", ended, [told], FOR, END)
+    assert (s.onset_err, s.end_err) == (-5.0, 10.0)  # signed: early onset, late end
+    assert (s.ttd, s.ttp, s.ttr) == (30.0, 150.0, 90.0)  # paging is judged on the verdict, as before
+    untold = score_label("t", ended, [Verdict("3", "data_starvation", 230.0, 645.0)], FOR, END)
+    assert (untold.onset_err, untold.end_err) == (30.0, 45.0)  # no onset said: when it fired, resolved
+    # still on when the trace ended, with its loss stopped before: the end it says
+    still_on = Verdict("3", "data_starvation", 230.0, None, onset=200.0, stop=620.0)
+    assert score_label("t", ended, [still_on], FOR, END).end_err == 20.0
+
+
 def test_a_verdict_that_flaps_off_before_its_for_does_not_page():
     flapping = [Verdict("3", "data_starvation", t, t + 100.0) for t in (220.0, 330.0, 440.0, 550.0)]
     s = score_label("t", STARVED, flapping, FOR, END)

@@ -37,7 +37,7 @@ def test_labelled_traces_page_without_false_verdicts_and_ledger_right(name):
     within its target (the bench also reports the held share of each episode)."""
     labels, truth, judged = load_labels(TRACES[name])
     result = replay(TRACES[name])
-    verdicts = [Verdict(e.gpu, e.kind, e.start, e.end) for e in result.episodes]
+    verdicts = [Verdict(e.gpu, e.kind, e.fired_at, e.resolved, e.start, e.end) for e in result.episodes]
     score = score_trace(name, labels, verdicts, alert_for(), result.seconds, judged)
     assert [str(e) for e in score.episodes if not e.paged] == []
     assert [str(f) for f in score.false] == []
@@ -59,7 +59,7 @@ def test_real_traces_page_every_episode_without_a_false_verdict(name):
     wasted-GPU episode pages, and nothing fires where the job is healthy."""
     labels, _, judged = load_labels(REAL[name])
     result = replay(REAL[name])
-    verdicts = [Verdict(e.gpu, e.kind, e.start, e.end) for e in result.episodes]
+    verdicts = [Verdict(e.gpu, e.kind, e.fired_at, e.resolved, e.start, e.end) for e in result.episodes]
     score = score_trace(name, labels, verdicts, alert_for(), result.seconds, judged)
     assert [str(e) for e in score.episodes if not e.paged] == []
     assert [str(f) for f in score.false] == []
@@ -86,13 +86,18 @@ def test_replay_json_lines_on_stdout_and_nothing_else():
     assert verdicts[0] == {
         "event": "verdict",
         "t": verdicts[0]["t"],
+        "time": verdicts[0]["time"],
         "gpu": "3",
         "kind": "data_starvation",
         "state": "firing",
         "score": verdicts[0]["score"],
         "cause": "cpu",
+        "since": verdicts[0]["since"],
+        "since_time": verdicts[0]["since_time"],
     }
-    assert all(set(v) <= {"event", "t", "gpu", "kind", "state", "score", "cause"} for v in verdicts)
+    assert verdicts[0]["since"] < verdicts[0]["t"]  # the loss began before its verdict held and fired
+    times = {"time", "since", "since_time", "until", "until_time"}
+    assert all(set(v) <= {"event", "t", "gpu", "kind", "state", "score", "cause", *times} for v in verdicts)
     assert [v["t"] for v in verdicts] == sorted(v["t"] for v in verdicts)
     summary = lines[-1]
     for gpu, states in summary["ledger"].items():  # each GPU's states sum to its observed time

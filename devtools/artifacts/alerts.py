@@ -49,6 +49,14 @@ NODE = "{{ with $labels.node }}{{ . }}{{ else }}{{ $labels.instance }}{{ end }}"
 GPU = "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on " + NODE
 POD = "{{ with $labels.pod }} (pod {{ $labels.namespace }}/{{ . }}){{ end }}"
 JOB_POD = "Pod {{ $labels.pod }} on " + NODE + " of job {{ $labels.namespace }}/{{ $labels.job_name }}"
+# when the verdict's loss began, from the exporter's series of the verdict's own labels: the page comes
+# after the verdict's hold and the alert's `for`, minutes after the loss began
+SINCE = "gpu_bottleneck_since_timestamp_seconds"
+SINCE_TEXT = (
+    f'{{{{ with printf "{SINCE}{{instance=%q, gpu=%q, kind=%q, mig_instance=%q, pod=%q}}" $labels.instance '
+    "$labels.gpu $labels.kind $labels.mig_instance $labels.pod | query }}{{ with . | first }} The loss "
+    "began at {{ .Value | humanizeTimestamp }}.{{ end }}{{ end }}"
+)
 
 
 @dataclass(frozen=True)
@@ -120,7 +128,7 @@ def _verdict_alerts() -> tuple[Alert, ...]:
             raise ValueError(f"{kind.name} has no cause {text.cause!r}")
         expr = verdict_expr(kind.name, text.cause) + _unless_explained(kind)
         group = JOB_VERDICT_GROUP if kind.explained_by else VERDICT_GROUP
-        out.append(Alert(kind.alert, group, expr, text.summary, GPU + POD + text.description))
+        out.append(Alert(kind.alert, group, expr, text.summary, GPU + POD + text.description + SINCE_TEXT))
     return tuple(out)
 
 

@@ -322,7 +322,7 @@ REPLAY = """## Reading a replay
 ```
 $ gpu-bottleneck-exporter replay examples/traces/starvation_h100x8.csv.gz
 examples/traces/starvation_h100x8.csv.gz: 8 GPU(s), 899.8 s of samples, 36000 rows, from 2026-03-01 10:30:53
-  GPU 3: data_starvation from 272 s (10:35:25) to the end, 628 s, peak score 1.00, cause cpu; GPUs 0, 1, 2, 4, 5, 6, 7 wait for it in NCCL
+  GPU 3: data_starvation from 240 s (10:34:53) to the end, 660 s; verdict from 274 s (10:35:27), peak score 1.00, cause cpu; GPUs 0, 1, 2, 4, 5, 6, 7 wait for it in NCCL
   GPU 0, 1, 2, 4, 5, 6, 7: no verdict
   silent (inputs missing from this trace): nvlink_degraded needs NVLink link state, P2P status or fabric state
 where the time went:
@@ -332,9 +332,25 @@ where the time went:
   all GPUs (7192 s): computing 66%, input_wait 5%, comm_wait 30%
 ```
 
+An episode is told by when its loss happened: it starts when the loss began and ends when it stopped,
+and the verdict's own firing and resolving (after its hold, and after its resolve time) come beside them.
+The loss began with the first lossy second after the last half-minute that lost under
+[`coverage.clear_share`](thresholds.md#coverage) of its
+time to the verdict's share of the ledger (the coverage rule's own test that a condition has ended),
+together with the lossy seconds just before it that belong to it (the excursion of the loss's cumulative
+excess over that share that is alive there); it stopped with its last lossy second before the evidence
+cleared, read the same way backwards. A starving loader's episode starts at its first wait, an idle GPU's
+at its last kernel (the detector times it), and a verdict that is no loss of time (a link down, a filling
+shm volume) starts when its evidence reached the enter score. A verdict still on when the trace ends says
+when its loss stopped if its evidence window has cleared since.
+
 `--json` prints one JSON object per line: a `verdict` line each time a verdict fires or resolves (`t` in
-seconds since the first sample), a `job` line when several GPUs hang together, and a final `summary` with
-the verdict episodes and the ledger per GPU (`ledger`) and per job (`job_ledger`), in seconds. Logs without
+seconds since the first sample and `time` on the wall clock; `since` when its loss began and, resolved,
+`until` when it stopped, each with its `_time`), a `job` line when several GPUs hang together, and a final
+`summary` with the verdict episodes (`start` and `end` of the loss, `fired` and `resolved` of the verdict,
+each also as `*_time`) and the ledger per GPU (`ledger`) and per job (`job_ledger`), in seconds. Wall-clock
+times are RFC 3339 in UTC (`start_time` is the trace's first sample); a log without times has none (null)
+unless `--start` places it. Logs without
 an `index` column: rows sharing the first timestamp are taken as one sample of every GPU, or give
 `--gpus N`. A detector whose inputs are missing stays silent and the summary says so. A `.gz` log cut short
 (a copy or an upload that stopped) is replayed up to its last complete line; a line on stderr, the
@@ -362,7 +378,8 @@ gpu-bottleneck-exporter: --fail-on: data_starvation fired on GPU 3 (exit status 
 
 `make bench-detection` (`python bench/detection.py`) replays every labelled trace in `examples/traces` and
 judges verdicts as pages: episodes detected, paged (the verdict held unbroken for its alert's `for`), the
-share of each episode the verdict held, time to detect, to page and to resolve, false verdicts and false pages, the
+share of each episode the verdict held, time to detect, to page and to resolve, the onset error (when the
+episode says its loss began, minus the label's start) and the end error, false verdicts and false pages, the
 ledger's error against each trace's `ledger_truth`, and the same table for a naive baseline (the classic
 threshold table as plain alert rules over 15-second scrapes).
 """  # noqa: E501

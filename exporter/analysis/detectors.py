@@ -86,6 +86,7 @@ class Evidence:
     score: float = 0.0
     cause: str = ""
     missing: str = ""
+    lasting_s: float = 0.0  # how long its condition has held unbroken, where the detector knows (idle)
 
 
 @dataclass(slots=True)  # not frozen: made for every GPU every evaluation, and frozen costs 6x to make
@@ -496,7 +497,9 @@ IDLE_CAUSES = {"serving": "no_requests", "interactive": "notebook"}  # what an i
 
 def detect_idle(c: Context) -> Evidence:
     ev = idle_allocated(c.idle_s, c.idle_horizon_s)
-    return Evidence(ev.score, IDLE_CAUSES.get(c.workload, ""), ev.missing) if ev.score else ev
+    if not ev.score:
+        return ev
+    return Evidence(ev.score, IDLE_CAUSES.get(c.workload, ""), ev.missing, c.idle_s or 0.0)
 
 
 def detect_pipeline(c: Context) -> Evidence:

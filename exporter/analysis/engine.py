@@ -20,13 +20,22 @@ from exporter.analysis.features import (
     host_features,
 )
 from exporter.analysis.kinds import KINDS, JobCause, JobEvent, Kind, PeerFault, Shared
-from exporter.analysis.ledger import GpuLedger, Shares, Tick, holding_back, measure
+from exporter.analysis.ledger import (
+    GpuLedger,
+    Shares,
+    Tick,
+    holding_back,
+    loss_began,
+    loss_ended,
+    measure,
+)
 from exporter.analysis.points import GpuPoint, HostPoint
 from exporter.analysis.verdicts import Track, step
 from exporter.analysis.window import Window
 from exporter.analysis.workload import UNKNOWN, InteractiveShape, ServingShape, Turns, Workload, decide
 from exporter.policy.thresholds import (
     COARSE_EVIDENCE_POINTS,
+    COVERAGE_CLEAR,
     EVAL_INTERVAL,
     EVIDENCE_WINDOW,
     IDLE_AFTER,
@@ -41,6 +50,7 @@ from exporter.policy.thresholds import (
     board_memory_bytes,
 )
 
+_CLEAR = COVERAGE_CLEAR.value
 SCORE_DIGITS = 3  # a verdict event carries its score to three decimals: a log line, not a measurement
 HOLDS_PEERS_BACK = tuple(k.name for k in KINDS.values() if k.holds_peers_back)
 JOB_EVENTS: dict[str, JobEvent] = {k.name: k.job_event for k in KINDS.values() if k.job_event is not None}
@@ -65,6 +75,10 @@ _PASSED_ON = frozenset(
 )
 # each kind in the registry's order: its entry, its enter score, and whether its evidence is passed on
 _RULES = tuple((name, kind, kind.timing.enter, name in _PASSED_ON) for name, kind in KINDS.items())
+# the kinds that are a loss of time, with the share of the ledger that is theirs: an episode's onset
+# and end are read from it
+_LOSSES = tuple((name, lost) for name, kind in KINDS.items() if (lost := kind.lost) is not None)
+_LOSS = dict(_LOSSES)
 
 
 @dataclass(slots=True)  # not frozen (never changed): one per kind per GPU per evaluation; frozen costs 3x
@@ -74,6 +88,7 @@ class KindState:
     score: float
     firing: bool
     cause: str = ""
+    since: float | None = None  # while it fires: when its loss began
 
 
 @dataclass(frozen=True)
@@ -85,10 +100,17 @@ class VerdictEvent:
     score: float
     cause: str = ""
     related: tuple[str, ...] = ()  # starvation: the peers waiting for this GPU; hang: the GPUs hung with it
+    since: float | None = None  # when the loss began (the onset of the evidence that fired it)
+    until: float | None = None  # resolved: when the loss stopped (its evidence cleared)
 
     def describe(self) -> str:
         cause = f", cause {self.cause}" if self.cause else ""
-        return f"GPU {self.gpu}: {self.kind} {self.state} (score {self.score:.2f}{cause})"
+        began = ""
+        if self.state == "firing" and self.since is not None and self.since < self.t:
+            began = f", its loss began {self.t - self.since:.0f} s ago"
+        elif self.until is not None and self.until < self.t:
+            began = f", its loss stopped {self.t - self.until:.0f} s ago"
+        return f"GPU {self.gpu}: {self.kind} {self.state} (score {self.score:.2f}{cause}{began})"
 
 
 @dataclass
@@ -116,6 +138,10 @@ class _Gpu:
     # what it stands for: "" a whole GPU (every kind judged), "gpu" a GPU split between pods (its own
     # kinds only), "pod" one pod's share of a split GPU (the kinds whose loss is the pod's)
     scope: str = ""
+    # per kind of loss, the last judgement whose evidence window lost under the clear share to it (the
+    # condition had ended), and the last whose window lost that share or more: where its runs begin and end
+    clean: dict[str, float] = field(default_factory=dict)
+    dirty: dict[str, float] = field(default_factory=dict)
 
 
 class Analyzer:
@@ -390,6 +416,7 @@ class Analyzer:
             )
             state.shares = state.ledger.shares(now)
             recent, fast, slow = state.shares
+            self._mark(state, recent, now)
             pauses, longest_pause = state.ledger.pauses(now)
             ctx = d.Context(  # positional, in the fields' order: made for every GPU every evaluation
                 f,  # f
@@ -424,6 +451,63 @@ class Analyzer:
         verdicts, events = self._decide(now, chosen, evidence)
         self._judged_at, self._judged_gpus, self._judged = now, chosen, verdicts
         return verdicts, events
+
+    def _mark(self, state: _Gpu, recent: Shares, now: float) -> None:
+        """Whether each kind's loss held in the evidence window, as the coverage rule judges that its
+        condition has ended (under the clear share of half a window or more observed)."""
+        if recent.counted_s < EVIDENCE_WINDOW.value / 2:
+            return
+        clean, dirty, line = state.clean, state.dirty, _CLEAR
+        for name, lost in _LOSSES:
+            if lost(recent) < line:
+                clean[name] = now
+            else:
+                dirty[name] = now
+
+    def _onset(self, state: _Gpu, kind: str, now: float, track: Track, lasting_s: float) -> float:
+        """When a verdict firing at ``now`` began to lose time: the start of its loss's run in the ledger
+        (``loss_began``) or of the condition its detector times (``lasting_s``), or when its evidence
+        reached the enter score where that was earlier or neither tells (a forecast, a link down, a
+        filling volume)."""
+        began = now if track.pending_since is None else track.pending_since
+        if lasting_s > 0:
+            began = min(began, now - lasting_s)
+        lost = _LOSS.get(kind)
+        if lost is not None:
+            ledger = state.ledger
+            run = loss_began(
+                ledger.losses(lost),
+                state.clean.get(kind),
+                ledger.first_t,
+                EVIDENCE_WINDOW.value,
+                ledger.working_since,
+            )
+            if run is not None and run < began:
+                began = run
+        return began
+
+    def loss_end(self, gpu: str, kind: str) -> float | None:
+        """When the loss of a verdict still firing stopped, where its evidence window has since lost under
+        the clear share (a trace that ends before the verdict resolves); None: still losing, or not told."""
+        state = self._gpus.get(gpu)
+        lost = _LOSS.get(kind)
+        if state is None or lost is None:
+            return None
+        clean, dirty = state.clean.get(kind), state.dirty.get(kind)
+        if clean is None or dirty is None or clean < dirty:
+            return None
+        return loss_ended(state.ledger.losses(lost), dirty)
+
+    def _loss_end(self, state: _Gpu, kind: str, now: float, track: Track, clearing: float | None) -> float:
+        """When the loss of a verdict resolving at ``now`` stopped: the end of its run in the ledger
+        (``loss_ended``), else when its evidence fell under the exit score; never before it began."""
+        end = None
+        lost = _LOSS.get(kind)
+        if lost is not None:
+            end = loss_ended(state.ledger.losses(lost), state.dirty.get(kind))
+        if end is None or (track.since is not None and end < track.since):
+            end = now if clearing is None else clearing
+        return min(now, max(end, track.since if track.since is not None else end))
 
     def _judging_due(self, now: float, chosen: list[str]) -> bool:
         """Verdicts are judged every VERDICT_INTERVAL (steps of EVAL_INTERVAL; half a step of slack for a
@@ -494,12 +578,25 @@ class Analyzer:
         """One kind's verdict on one GPU, its evidence judged within its job."""
         judged = self._in_job(gpu, kind, job)
         score = judged.evidence.score
-        track = self._gpus[gpu].tracks[kind.name]
+        state = self._gpus[gpu]
+        track = state.tracks[kind.name]
+        clearing = track.clearing_since  # (a resolving step forgets it)
         change = step(track, score, judged.cause, now, kind.timing, judged.hold)
         if change:
+            until = None
+            if change == "firing":
+                track.since = self._onset(state, kind.name, now, track, judged.evidence.lasting_s)
+            else:
+                until = self._loss_end(state, kind.name, now, track, clearing)
             rounded = round(score, SCORE_DIGITS)
-            events.append(VerdictEvent(now, gpu, kind.name, change, rounded, track.cause, judged.related))
-        return KindState(score, track.firing, track.cause if track.firing else "")
+            events.append(
+                VerdictEvent(
+                    now, gpu, kind.name, change, rounded, track.cause, judged.related, track.since, until
+                )
+            )
+        if track.firing:
+            return KindState(score, True, track.cause, track.since)
+        return KindState(score, False, "")
 
     def _in_job(self, gpu: str, kind: Kind, job: _Job) -> _Judged:
         """The GPU's evidence of a kind, seen with its job's (the kind's entry says how)."""

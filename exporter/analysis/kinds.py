@@ -13,6 +13,7 @@ from enum import Enum
 
 from exporter.analysis import detectors as d
 from exporter.analysis.features import GpuFeatures
+from exporter.analysis.ledger import Shares
 from exporter.analysis.verdicts import Timing
 from exporter.policy.thresholds import (
     ALERT_POLICIES,
@@ -142,6 +143,22 @@ class Kind:
     # whose loss it is on a GPU shared by pods (time-slicing): "pod" kinds are judged on each pod's share
     # of the GPU and not on the GPU, "gpu" kinds (heat, power, links, hangs) on the GPU alone
     scope: str = "gpu"
+    # the share of a stretch of the ledger that is its loss, when that is not its family's: where an
+    # episode's onset and end are read (None: its family's share; neither: not a loss of time)
+    loss: Callable[[Shares], float] | None = None
+    # its detector tells how long its condition has held (``Evidence.lasting_s``, an idle stretch): its
+    # onset is read from that, not from the ledger (whose idle time a server's gaps share)
+    lasting: bool = False
+
+    @property
+    def lost(self) -> Callable[[Shares], float] | None:
+        """The share of a stretch of the ledger lost to it (None: not read from the ledger)."""
+        if self.lasting:
+            return None
+        if self.loss is not None:
+            return self.loss
+        family = self.family
+        return (lambda s: s.family(family)) if family else None
 
     @property
     def policy(self) -> AlertPolicy:
@@ -159,6 +176,21 @@ def _timing(fire: Threshold, resolve: Threshold) -> Timing:
 
 def _minutes(*seconds: Threshold) -> str:
     return f"{sum(t.value for t in seconds) / MINUTE_S:g}"
+
+
+def _off_kernel(s: Shares) -> float:
+    """Memory held and no kernel, whatever the ledger made of it: an idle stretch's first minutes are
+    booked as waits (input or checkpoint) until it outlasts the idle horizon, a pipeline stage's turns as
+    waits until its class is known."""
+    return s.get("input_wait") + s.get("checkpoint") + s.get("idle")
+
+
+def _thermal(s: Shares) -> float:
+    return s.thermal
+
+
+def _power_capped(s: Shares) -> float:
+    return s.get("throttled") - s.thermal
 
 
 def _p2p_failed(f: GpuFeatures) -> float | None:
@@ -306,6 +338,7 @@ _ALL = (
             "GPU is throttling for heat.",
             " lowers its clocks for heat (or is about to): utilization stays high while steps slow down.",
         ),
+        loss=_thermal,
     ),
     Kind(
         "power_throttle",
@@ -330,6 +363,7 @@ _ALL = (
             cause="cap_below_default",
         ),
         routine=("at_default_limit",),
+        loss=_power_capped,
     ),
     Kind(
         "shm_exhaustion",
@@ -381,6 +415,7 @@ _ALL = (
         ),
         score="idle time over five minutes",
         scope="pod",
+        lasting=True,
     ),
     Kind(
         "nvlink_degraded",
@@ -427,6 +462,7 @@ _ALL = (
             "layer-split model parallelism), together worth about one GPU.",
         ),
         score="1 while the job's GPUs take turns",
+        loss=_off_kernel,
     ),
 )
 

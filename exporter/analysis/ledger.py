@@ -469,6 +469,8 @@ class GpuLedger:
             _Horizon(s) for s in (EVIDENCE_WINDOW.value, LEDGER_FAST_WINDOW.value, LEDGER_WINDOW.value)
         )
     )
+    first_t: float | None = None  # the start of the first second it committed: where its record begins
+    working_since: float | None = None  # the start of its first second of work since the job took it
 
     @property
     def rhythmic(self) -> bool:
@@ -502,6 +504,8 @@ class GpuLedger:
         a notebook waiting for its user: exporter/analysis/workload.py)."""
         if tick.span <= 0:
             return
+        if self.first_t is None:
+            self.first_t = tick.t - tick.span
         if not tick.held:
             self._flush()
             self.worked_s, self.held_s, self.run_s = 0.0, 0.0, 0.0  # no job: the next one starts afresh
@@ -513,6 +517,8 @@ class GpuLedger:
         loading = self._loading(tick)
         if not tick.stopped:
             self._flush()
+            if self.worked_s == 0:
+                self.working_since = tick.t - tick.span
             if self.run_s > 0 or self.worked_s == 0:
                 self.bursts += 1
             self.run_s = 0.0
@@ -604,6 +610,17 @@ class GpuLedger:
             runs.popleft()
         return len(runs), max((length for _, length in runs), default=0.0)
 
+    def losses(self, pick: Callable[[Shares], float]) -> list[Lost]:
+        """The committed seconds of the ledger window, oldest first, each with its seconds lost to
+        ``pick`` (a kind's share of the ledger): what an episode's onset and end are read from."""
+        out = []
+        for t, vec in self.horizons[-1].items:
+            span = sum(vec[:_THERMAL])
+            if span > 0:
+                one = Shares._counted(vec, span, span, vec[_THERMAL] / span)
+                out.append(Lost(t, span, max(0.0, pick(one)) * span))
+        return out
+
     def observed_s(self) -> float:
         """Committed plus held-back seconds (at the ledger's share): what the states must sum to."""
         return sum(self.totals.values()) + self.share * sum(t.span for t, _ in self.pending)
@@ -624,6 +641,85 @@ def _vector(tick: Tick, started: bool, gap_state: str = "", comm_state: str = ""
     vec[_THROTTLED] += tick.throttled
     vec[_THERMAL] += tick.thermal
     return vec
+
+
+# ---- when a loss began and ended ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """One committed tick: its end, its seconds, and the seconds of it lost to one kind."""
+
+    t: float
+    span: float
+    lost: float
+
+    @property
+    def excess(self) -> float:
+        """Its loss beyond the clear share (positive: losing faster than a condition that has ended)."""
+        return self.lost - COVERAGE_CLEAR.value * self.span
+
+
+def loss_began(
+    ticks: Sequence[Lost],
+    clean_at: float | None,
+    first_t: float | None,
+    window_s: float,
+    floor: float | None = None,
+) -> float | None:
+    """When the loss running at the newest tick began. ``clean_at``: the last judgement whose evidence
+    window lost under the clear share to it (the condition had ended then, as the coverage rule says; None:
+    never since the GPU's record began at ``first_t``). The run starts at the first lossy tick after it,
+    led in by the lossy ticks just before it that belong to it: the start of the excursion of the loss's
+    cumulative excess over the clear share (Page's CUSUM) that is alive at that first lossy tick. Never
+    before ``floor`` (the job's first work: the time it lost is time it would have worked). None: the
+    ledger shows no loss of it since (the evidence that fired is not a loss of time)."""
+    began = _began(ticks, clean_at, first_t, window_s)
+    return began if began is None or floor is None else max(began, floor)
+
+
+def _began(
+    ticks: Sequence[Lost], clean_at: float | None, first_t: float | None, window_s: float
+) -> float | None:
+    if clean_at is None:
+        return first_t if any(x.lost > 0 for x in ticks) else None
+    if not ticks:
+        return None
+    if ticks[0].t - ticks[0].span > clean_at:
+        return clean_at  # the seconds around the clean judgement have left the ledger window
+    first = next((x for x in ticks if x.t > clean_at and x.lost > 0), None)
+    if first is None:
+        return None
+    excess, begin = 0.0, first.t - first.span
+    for x in ticks:
+        if x.t <= clean_at - window_s:
+            continue
+        if excess <= 0:
+            begin = x.t - x.span  # an excursion that this tick raises begins with it
+        excess = max(0.0, excess + x.excess)
+        if x is first:
+            break
+    return begin if excess > 0 else first.t - first.span
+
+
+def loss_ended(ticks: Sequence[Lost], dirty_at: float | None) -> float | None:
+    """When the loss stopped: the end of its last lossy tick at or before ``dirty_at`` (the last judgement
+    whose evidence window still lost the clear share or more), carried on by the lossy ticks after it that
+    belong to it: the newest end of the excursion of the cumulative excess, read backwards from the newest
+    tick, that is alive at that last lossy tick. None: no loss in the ledger window up to ``dirty_at``."""
+    if dirty_at is None:
+        return None
+    last = next((x for x in reversed(ticks) if x.t <= dirty_at and x.lost > 0), None)
+    if last is None:
+        return None
+    excess, end = 0.0, last.t
+    for x in reversed(ticks):
+        if x.t < last.t:
+            break
+        if excess <= 0:
+            end = x.t  # read backwards, an excursion that this tick raises ends with it
+        excess = max(0.0, excess + x.excess)
+    return end if excess > 0 else last.t
 
 
 # ---- coverage ------------------------------------------------------------------------------------

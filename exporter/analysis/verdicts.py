@@ -23,6 +23,7 @@ class Track:
     clearing_since: float | None = None
     cause: str = ""
     score: float = 0.0
+    since: float | None = None  # when the loss of its episode began (the engine reads it from the ledger)
 
 
 def step(

@@ -45,13 +45,29 @@ class RowSource(Protocol):
 
 @dataclass
 class Episode:
+    """One verdict, told by when its loss happened: ``start`` when the loss began (the onset of the
+    evidence that fired it), ``end`` when it stopped (its evidence cleared); beside them, when the verdict
+    fired and resolved (its hold and resolve times later)."""
+
     gpu: str
     kind: str
     start: float
-    end: float | None = None  # None: still firing when the trace ended
+    end: float | None = None  # None: still on when the trace ended
     cause: str = ""
     peak: float = 0.0
     related: tuple[str, ...] = ()
+    fired: float | None = None  # None: when it began (a verdict read back from a Prometheus)
+    resolved: float | None = None  # None: still firing when the trace ended
+
+    def __post_init__(self) -> None:
+        if self.fired is None:
+            self.fired = self.start
+        if self.resolved is None and self.end is not None:
+            self.resolved = self.end
+
+    @property
+    def fired_at(self) -> float:
+        return self.start if self.fired is None else self.fired
 
 
 @dataclass
@@ -185,12 +201,17 @@ class _Segment:
         result.sampled_seconds += last_t - self.start
         if self.ticks:
             self.ticks.after(None)
+        for (gpu, kind), episode in self.open_episodes.items():  # a loss that stopped before the verdict
+            end = analyzer.loss_end(gpu, kind)
+            episode.end = None if end is None else max(episode.start, end)
         if self.number < result.stats.gap_count:
             for episode in self.open_episodes.values():
-                episode.end = last_t
+                episode.resolved = last_t
+                episode.end = last_t if episode.end is None else episode.end
         for (gpu, _), episode in self.open_episodes.items():  # a GPU silent since: it ended with its rows
             if gpu in self.quiet:
-                episode.end = self.quiet[gpu]
+                episode.resolved = self.quiet[gpu]
+                episode.end = self.quiet[gpu] if episode.end is None else min(self.quiet[gpu], episode.end)
         for gpu in sorted(analyzer.gpus(), key=_gpu_order):
             totals = result.ledger.setdefault(gpu, dict.fromkeys(STATES, 0.0))
             job = result.job_ledger.setdefault(analyzer.group_of(gpu), dict.fromkeys(STATES, 0.0))
@@ -232,8 +253,9 @@ class _Segment:
             result.events.append(event)
             key = (event.gpu, event.kind)
             if event.state == "firing":
+                began = event.t if event.since is None else event.since
                 episode = Episode(
-                    event.gpu, event.kind, event.t, None, event.cause, event.score, event.related
+                    event.gpu, event.kind, began, None, event.cause, event.score, event.related, event.t
                 )
                 self.open_episodes[key] = episode
                 result.episodes.append(episode)
@@ -252,7 +274,8 @@ class _Segment:
             else:
                 episode = self.open_episodes.pop(key, None)
                 if episode is not None:
-                    episode.end = event.t
+                    episode.end = event.t if event.until is None else event.until
+                    episode.resolved = event.t
                 self.in_job.discard(key)
             if self.on_event:
                 self.on_event(event)
@@ -318,17 +341,41 @@ def _gpu_order(gpu: str) -> tuple[int, str]:
     return (int(gpu), gpu) if gpu.isdigit() else (1 << 30, gpu)
 
 
-def event_json(event: VerdictEvent) -> str:
-    record: dict[str, object] = {
-        "event": "verdict",
-        "t": round(event.t, 1),
-        "gpu": event.gpu,
-        "kind": event.kind,
-        "state": event.state,
-        "score": _score(event.score),
-    }
+def origin(stats: ReadStats) -> float | None:
+    """The wall-clock time (Unix seconds) of the trace's second 0; None where the log gave no times
+    (samples placed by --period from 0)."""
+    first = stats.first_timestamp
+    if first is None or (stats.period is not None and first == 0):
+        return None
+    return first
+
+
+def wall(at: float | None, t: float | None) -> str | None:
+    """Trace second ``t`` on the wall clock, RFC 3339 in UTC (None: no clock, or no time)."""
+    if at is None or t is None:
+        return None
+    seconds, tenths = divmod(round((at + t) * 10), 10)  # to the tenth, as the trace seconds are
+    text = datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{text}.{tenths}Z" if tenths else f"{text}Z"
+
+
+def _timed(record: dict[str, object], key: str, t: float | None, at: float | None) -> None:
+    """``key`` in trace seconds, and ``key``_time on the wall clock where the trace has one."""
+    record[key] = None if t is None else round(t, 1)
+    record[f"{key}_time"] = wall(at, t)
+
+
+def event_json(event: VerdictEvent, at: float | None = None) -> str:
+    """A verdict event as a JSON line: when it fired or resolved (``t``), when its loss began
+    (``since``) and, resolved, when it stopped (``until``); each also on the wall clock from ``at``, the
+    time of the trace's second 0 (``origin``)."""
+    record: dict[str, object] = {"event": "verdict", "t": round(event.t, 1), "time": wall(at, event.t)}
+    record.update(gpu=event.gpu, kind=event.kind, state=event.state, score=_score(event.score))
     if event.cause:
         record["cause"] = event.cause
+    _timed(record, "since", event.t if event.since is None else event.since, at)
+    if event.state == "resolved":
+        _timed(record, "until", event.t if event.until is None else event.until, at)
     return json.dumps(record)
 
 
@@ -341,7 +388,20 @@ def peak_text(peak: float) -> str:
     return "" if math.isnan(peak) else f", peak score {peak:.2f}"
 
 
+def episode_record(e: Episode, at: float | None) -> dict[str, object]:
+    """One episode for --json: when its loss began and ended (``start``, ``end``), when its verdict fired
+    and resolved, in trace seconds and on the wall clock (``*_time``, RFC 3339 UTC; null without one)."""
+    record: dict[str, object] = {"gpu": e.gpu, "kind": e.kind}
+    _timed(record, "start", e.start, at)
+    _timed(record, "end", e.end, at)
+    _timed(record, "fired", e.fired_at, at)
+    _timed(record, "resolved", e.resolved, at)
+    record.update(cause=e.cause or None, peak_score=_score(e.peak))
+    return record
+
+
 def summary(result: ReplayResult) -> dict[str, object]:
+    at = origin(result.stats)
     return {
         "event": "summary",
         "trace": str(result.path),
@@ -349,6 +409,7 @@ def summary(result: ReplayResult) -> dict[str, object]:
         "period": result.stats.period,  # seconds between samples placed by --period; None: the log's times
         "gpus": len(result.stats.gpus),
         "seconds": round(result.seconds, 1),
+        "start_time": wall(at, 0.0),  # the trace's second 0 on the wall clock (null: no times in the log)
         "rows": result.stats.rows,
         "skipped_rows": result.stats.skipped,
         "unknown_columns": result.stats.unknown_columns,
@@ -357,18 +418,8 @@ def summary(result: ReplayResult) -> dict[str, object]:
         "gap_count": result.stats.gap_count,
         "gaps": [{"line": line, "seconds": round(seconds, 1)} for line, seconds in result.stats.gaps],
         "cut_after_line": result.stats.cut_after_line,  # a gzip file cut short: its last line read
-        "verdicts": [
-            {
-                "gpu": e.gpu,
-                "kind": e.kind,
-                "start": round(e.start, 1),
-                "end": round(e.end, 1) if e.end is not None else None,
-                "cause": e.cause or None,
-                "peak_score": _score(e.peak),
-            }
-            for e in result.episodes
-        ],
-        "jobs": result.jobs,
+        "verdicts": [episode_record(e, at) for e in result.episodes],
+        "jobs": [{**job, "time": wall(at, job["t"])} for job in result.jobs],  # type: ignore[arg-type]
         "workload": workload_summary(result),
         "silent": result.silent,
         "ledger": {gpu: _rounded(states) for gpu, states in result.ledger.items()},
@@ -534,6 +585,12 @@ def _clock(result: ReplayResult, t: float) -> str:
     return datetime.fromtimestamp(first + t, tz=UTC).strftime("%H:%M:%S")
 
 
+def _at(result: ReplayResult, t: float) -> str:
+    """``t`` s, with its time of day where the trace has one."""
+    clock = _clock(result, t)
+    return f"{t:.0f} s ({clock})" if clock else f"{t:.0f} s"
+
+
 def _gpu_list(gpus: list[str]) -> str:
     ordered = sorted(gpus, key=_gpu_order)
     if (
@@ -595,11 +652,15 @@ def _episode_lines(result: ReplayResult) -> list[str]:
 
 
 def _episode_line(result: ReplayResult, gpu: str, e: Episode) -> str:
+    """When the loss began and ended (its length), then when the verdict fired and resolved."""
     end = e.end if e.end is not None else result.seconds
-    until = f"{e.end:.0f} s ({_clock(result, e.end)})" if e.end is not None else "the end"
+    until = _at(result, e.end) if e.end is not None else "the end"
+    verdict = f"verdict from {_at(result, e.fired_at)}"
+    if e.resolved is not None:
+        verdict += f" to {_at(result, e.resolved)}"
     text = (
-        f"  GPU {gpu}: {e.kind} from {e.start:.0f} s ({_clock(result, e.start)}) to {until}, "
-        f"{end - e.start:.0f} s{peak_text(e.peak)}"
+        f"  GPU {gpu}: {e.kind} from {_at(result, e.start)} to {until}, "
+        f"{end - e.start:.0f} s; {verdict}{peak_text(e.peak)}"
     )
     if e.cause:
         text += f", cause {e.cause}"

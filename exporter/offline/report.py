@@ -283,7 +283,11 @@ def _chip(kind: str) -> str:
 def _verdict(result: ReplayResult, e: Episode) -> str:
     end = e.end if e.end is not None else result.seconds
     until = _when(result, e.end) if e.end is not None else "the end"
-    text = f"from {_when(result, e.start)} to {until}, {end - e.start:.0f} s{peak_text(e.peak)}"
+    text = f"from {_when(result, e.start)} to {until}, {end - e.start:.0f} s"
+    verdict = f"verdict from {_when(result, e.fired_at)}"
+    if e.resolved is not None:
+        verdict += f" to {_when(result, e.resolved)}"
+    text += f' <span class="dim">({verdict})</span>{peak_text(e.peak)}'
     if e.cause:
         text += f", cause <b>{html.escape(e.cause)}</b>"
     if e.kind in KINDS and KINDS[e.kind].holds_peers_back and e.related:
@@ -456,8 +460,9 @@ def page_data(result: ReplayResult, data: ReportData, max_points: int = MAX_POIN
                 "episodes": [
                     {
                         "kind": e.kind,
-                        "start": round(e.start, 1),
+                        "start": round(e.start, 1),  # when its loss began and ended: the band
                         "end": round(e.end, 1) if e.end is not None else None,
+                        "fired": round(e.fired_at, 1),
                     }
                     for e in result.episodes
                     if e.gpu == gpu

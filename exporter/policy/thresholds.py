@@ -356,7 +356,8 @@ COVERAGE_CLEAR = _t(
     "ratio",
     "Half a minute (the evidence window) with under 10 % lost: the condition has ended, and neither the "
     "two- nor the five-minute share holds the verdict any more (they would otherwise linger for minutes "
-    "after a fix): with the resolve time the verdict clears about 90 s after recovery.",
+    "after a fix): with the resolve time the verdict clears about 90 s after recovery. An episode's loss "
+    "begins after the last such half-minute and stops with the last, losing faster than 10 % between.",
 )
 RECENT_WAIT_SHARE = _t(
     "coverage.recent_wait_share",

@@ -316,6 +316,13 @@ def _holder(
     fams.gauge(HOLDER, HOLDER_HELP).add(entity | labels(pid=str(top.process.pid), command=command), 1)
 
 
+SINCE = "gpu_bottleneck_since_timestamp_seconds"
+SINCE_HELP = (
+    "While a verdict holds: Unix time its loss began (the onset of the evidence that fired it, before "
+    "the verdict's own hold). One series per firing verdict, with its labels."
+)
+
+
 def _verdicts(
     fams: _Families, verdicts: Mapping[str, KindState], base: Labels, detail: frozenset[str]
 ) -> None:
@@ -323,6 +330,9 @@ def _verdicts(
         fams.gauge("gpu_bottleneck", "1 while the verdict of this kind holds, with its probable cause.").add(
             base | {"kind": kind, "cause": state.cause}, 1 if state.firing else 0
         )
+    for kind, state in verdicts.items():
+        if state.firing and state.since is not None:  # one series per firing verdict, none otherwise
+            fams.gauge(SINCE, SINCE_HELP).add(base | {"kind": kind, "cause": state.cause}, state.since)
     for kind, state in verdicts.items() if "scores" in detail else ():
         fams.gauge("gpu_bottleneck_score", "Strength of the evidence for a verdict of this kind, 0-1.").add(
             base | {"kind": kind}, round(state.score, 4)

@@ -129,6 +129,8 @@ POD_LOGS = {name: ["--pod-logs", "on"] for name in ("hang_logs", "serving", "vll
 # the idle server is busy at low power, which the raw-signal rules (GpuPowerFarBelowTdp) rightly report;
 # what it must not get is a verdict's page
 VERDICT_ALERTS = {kind.alert for kind in KINDS.values()}
+# the alerts on the verdicts themselves (not on raw signals) quote when the loss began
+ONSET_ALERTS = {kind.alert for kind in KINDS.values() if kind.text is not None}
 
 
 @pytest.mark.slow
@@ -176,6 +178,8 @@ def test_each_failure_pages_with_its_labels_and_healthy_pages_nothing(tmp_path):
                 assert "127.0.0.1" in description  # names the node (the target here)...
                 if "pod" in labels:  # ...and the pod, for a GPU's alert (a node check has none)
                     assert f"(pod {labels['namespace']}/{labels['pod']})" in description
+                if expected in ONSET_ALERTS:  # ...and when the loss began (the exporter's onset series)
+                    assert "The loss began at 20" in description, description
         # the time-sliced (and MPS) pods' shares of GPU 0 sum to its wall time (within the first slow read's
         # seconds); the MPS server has no share of its own
         for name in ("time_slicing", "mps"):

@@ -249,11 +249,12 @@ def test_this_exporters_own_ledger_and_verdicts_are_read_back_not_recomputed(loa
     )
     node = f"node-{index}"
     # the trace's clock starts at the window's start plus 60 s (see _window)
-    want = sorted((f"{node}/{e.gpu}", e.kind, e.cause, e.start + 60) for e in fine.episodes)
-    got = sorted((e.gpu, e.kind, e.cause, e.start) for e in result.episodes)
+    want = sorted((f"{node}/{e.gpu}", e.kind, e.cause, e.fired_at + 60, e.start + 60) for e in fine.episodes)
+    got = sorted((e.gpu, e.kind, e.cause, e.fired_at, e.start) for e in result.episodes)
     assert [w[:3] for w in want] == [g[:3] for g in got]
-    for w, g in zip(want, got, strict=True):  # each begins within a scrape of the live verdict
+    for w, g in zip(want, got, strict=True):  # each fires within a scrape of the live verdict...
         assert 0 <= g[3] - w[3] <= step + 1, (w, g)
+        assert g[4] == pytest.approx(w[4], abs=0.01), (w, g)  # ...and begins when its live loss began
     assert not result.silent and not result.fleet["unjudged"]  # judged live: nothing unseen at the step
     for (gpu, state), seconds in ticks.items():  # the first sample of each series is its baseline
         assert result.ledger[f"{node}/{gpu}"][state] == pytest.approx(seconds, abs=step + 1), (gpu, state)

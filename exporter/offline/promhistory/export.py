@@ -236,7 +236,8 @@ def own_analysis(
 ) -> list[Family]:
     """What this exporter would have exported of its own analysis of the trace, scraped every ``step``
     seconds: each GPU's ledger counters (``gpu_time_seconds_total``: its evaluated seconds by state),
-    its verdicts (``gpu_bottleneck``: 1 with the cause while firing, else 0), its workload class and its
+    its verdicts (``gpu_bottleneck``: 1 with the cause while firing, else 0, and while firing when its
+    loss began, ``gpu_bottleneck_since_timestamp_seconds``), its workload class and its
     ``gpu_info``. The trace is judged at 1 s, as live."""
     from exporter.analysis.kinds import KINDS
     from exporter.offline.replay import replay
@@ -251,13 +252,14 @@ def own_analysis(
         on_row=lambda row: rows.setdefault(row.gpu, row),
     )
     ledger = Family("gpu_time_seconds", "counter")
-    verdict, workload, info = (
+    verdict, since, workload, info = (
         Family("gpu_bottleneck", "gauge"),
+        Family("gpu_bottleneck_since_timestamp_seconds", "gauge"),
         Family("gpu_workload_class", "gauge"),
         Family("gpu_info", "gauge"),
     )
     totals: dict[tuple[str, str], float] = {}
-    firing: dict[tuple[str, str], str] = {}  # (gpu, kind) -> cause
+    firing: dict[tuple[str, str], tuple[str, float]] = {}  # (gpu, kind) -> cause, when its loss began
     ticks.sort()
     events.sort(key=lambda e: e.t)
     last = ticks[-1][0] if ticks else 0.0
@@ -271,7 +273,7 @@ def own_analysis(
         while j < len(events) and events[j].t <= at:
             e = events[j]
             if e.state == "firing":
-                firing[(e.gpu, e.kind)] = e.cause
+                firing[(e.gpu, e.kind)] = (e.cause, e.t if e.since is None else e.since)
             else:
                 firing.pop((e.gpu, e.kind), None)
             j += 1
@@ -282,10 +284,11 @@ def own_analysis(
                 if g == gpu:
                     ledger.add({**labels, "state": state}, t, seconds)
             for kind in KINDS:
-                cause = firing.get((gpu, kind))
-                verdict.add(
-                    {**labels, "kind": kind, "cause": cause or ""}, t, 1.0 if cause is not None else 0.0
-                )
+                on = firing.get((gpu, kind))
+                cause = on[0] if on is not None else ""
+                verdict.add({**labels, "kind": kind, "cause": cause}, t, 1.0 if on is not None else 0.0)
+                if on is not None:
+                    since.add({**labels, "kind": kind, "cause": cause}, t, start + on[1])
             classes = result.classes.get(gpu) or {}
             if classes:
                 (cls, source), _ = max(classes.items(), key=lambda kv: kv[1])
@@ -293,4 +296,4 @@ def own_analysis(
                 workload.add({**labels, "workload": cls or "training", "source": source or "default"}, t, 1.0)
             info.add({**labels, "model": row.name}, t, 1.0)
         at += step
-    return [f for f in (ledger, verdict, workload, info) if f.series]
+    return [f for f in (ledger, verdict, since, workload, info) if f.series]

@@ -9,7 +9,9 @@ the raw readings could only see less (``resolution.py``).
   before it are the range's start's, or a new series' (a GPU's first state change, a new pod), at most one
   scrape of them each.
 - The verdicts: the steps in which a verdict series was 1 (``max_over_time`` over the step, which sees
-  every raw sample and never a stale one), joined into episodes while they follow each other.
+  every raw sample and never a stale one), joined into episodes while they follow each other; each
+  begins when its loss began, as ``gpu_bottleneck_since_timestamp_seconds`` said (when it fired where
+  that series is not there: an exporter older than it).
 - The classes: the steps each ``gpu_workload_class`` series was there.
 """
 
@@ -33,9 +35,10 @@ POD_LEDGER = "gpu_pod_time_seconds_total"  # a pod's share of a GPU pods share (
 MIG_LEDGER = "gpu_mig_time_seconds_total"  # a MIG instance's ledger
 HOLDUP = "gpu_job_holdup_seconds_total"
 VERDICT = "gpu_bottleneck"
+SINCE = "gpu_bottleneck_since_timestamp_seconds"  # while a verdict fires: when its loss began
 CLASS = "gpu_workload_class"
 INFO = "gpu_info"
-NAMES = (LEDGER, POD_LEDGER, MIG_LEDGER, HOLDUP, VERDICT, CLASS)
+NAMES = (LEDGER, POD_LEDGER, MIG_LEDGER, HOLDUP, VERDICT, SINCE, CLASS)
 # verdict steps this many steps apart or closer are one episode (a missed scrape does not split it)
 JOIN_STEPS = 2.0
 # the evidence a class read back stands on
@@ -105,6 +108,10 @@ def read_node(
             f"max_over_time({VERDICT}{{{sel}}}[{window}]) == 1", where.start, where.end, step
         ):
             back.verdict(s.labels, s.times)
+    if SINCE in where.present:
+        onsets = f"min_over_time({SINCE}{{{sel}}}[{window}])"
+        for s in client.query_range(onsets, where.start, where.end, step):
+            back.since(s.labels, s.times, s.values)
     if CLASS in where.present:
         for s in client.query_range(f"{CLASS}{{{sel}}} == 1", where.start, where.end, step):
             back.workload(s.labels, len(s.times))
@@ -141,6 +148,7 @@ class _Back:
         self.last_t = 0.0
         # (entity, kind) -> (time, cause, job) of each step its verdict series was 1
         self.episodes: dict[tuple[str, str], list[tuple[float, str, str]]] = {}
+        self.onsets: dict[tuple[str, str], list[tuple[float, float]]] = {}  # (entity, kind) -> (t, since)
 
     def _result(self, job: str) -> ReplayResult:
         r = self.out.results.get(job)
@@ -239,6 +247,13 @@ class _Back:
             (t, labels.get("cause", ""), e.job) for t in times
         )
 
+    def since(self, labels: dict[str, str], times: list[float], values: list[float]) -> None:
+        """When a firing verdict's loss began, at each step it was read."""
+        kind = labels.get("kind", "")
+        e = self.entity(labels, share=bool(labels.get("pod")) and self._shared_any(labels))
+        if e is not None and kind:
+            self.onsets.setdefault((e.name, kind), []).extend(zip(times, values, strict=True))
+
     def _shared_any(self, labels: dict[str, str]) -> bool:
         return f"{self.node}/{labels.get('gpu', '')}" in self.split
 
@@ -278,14 +293,18 @@ class _Back:
     def _episode(self, name: str, kind: str, run: list[tuple[float, str, str]], end: float) -> None:
         first, (last, cause, job) = run[0][0], run[-1]
         still = end - last < self.step  # firing at the range's end
-        episode = Episode(
-            name, kind, first - self.origin, None if still else last - self.origin, cause, math.nan
+        began = min(
+            (v for t, v in self.onsets.get((name, kind), ()) if first <= t <= last and v <= first),
+            default=first,
         )
+        fired, resolved = first - self.origin, None if still else last - self.origin
+        episode = Episode(name, kind, began - self.origin, resolved, cause, math.nan, (), fired, resolved)
         r = self._result(job)
         r.episodes.append(episode)
-        self.out.events.append(VerdictEvent(episode.start, name, kind, "firing", math.nan, cause))
-        if episode.end is not None:
-            self.out.events.append(VerdictEvent(episode.end, name, kind, "resolved", math.nan, cause))
+        since = episode.start
+        self.out.events.append(VerdictEvent(fired, name, kind, "firing", math.nan, cause, (), since))
+        if resolved is not None:
+            self.out.events.append(VerdictEvent(resolved, name, kind, "resolved", math.nan, cause, (), since))
 
 
 def _add(into: dict[str, float], key: str, value: float) -> None:

@@ -25,7 +25,8 @@
     return (u, v) => (v == null ? "-" : v.toFixed(digits) + unit);
   }
 
-  // verdict episodes: a translucent band over the plot and a labelled strip on top
+  // verdict episodes, from when their loss began to when it stopped: a translucent band over the plot
+  // and a labelled strip on top, marked where the verdict fired
   function drawEpisodes(u, gpu) {
     const ctx = u.ctx;
     const { left, top, width, height } = u.bbox;
@@ -48,6 +49,10 @@
       ctx.fillStyle = kind.colour;
       ctx.fillRect(x0, y, x1 - x0, STRIP_PX * pr);
       ctx.fillStyle = "#ffffff";
+      if (e.fired != null && e.fired > e.start) {
+        // the band starts when the loss began; this mark is when the verdict fired
+        ctx.fillRect(u.valToPos(e.fired, "x", true) - pr, y, 2 * pr, STRIP_PX * pr);
+      }
       ctx.font = "bold " + 11 * pr + "px system-ui, sans-serif";
       ctx.textBaseline = "middle";
       ctx.fillText(kind.label, Math.max(x0, left) + 4 * pr, y + (STRIP_PX * pr) / 2);
