@@ -141,9 +141,10 @@ def read_regular(path: Path, limit: int, origin: str) -> bytes:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise WebConfigError(f"{origin}: cannot read ({exc.strerror or type(exc).__name__})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which refuses a directory itself
+        os.close(fd)
+        raise WebConfigError(f"{origin}: not a regular file")
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise WebConfigError(f"{origin}: not a regular file")
         raw = handle.read(limit + 1)
     if len(raw) > limit:
         raise WebConfigError(f"{origin}: larger than {limit} bytes")
