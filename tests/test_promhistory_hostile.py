@@ -286,6 +286,8 @@ def test_samples_in_reverse_order_are_put_in_order(serve):
     fake = serve(lambda h, m: _send(h, 200, _ok({"result": [{"metric": {"g": "0"}, "values": values}]})))
     (series,) = PromClient(fake.url, timeout_s=10).query_range("up", 0, 60, 15)
     assert series.times == sorted(series.times) and len(series.times) == 4
+    (raw,) = PromClient(fake.url, timeout_s=10).raw("up", 0, 60, 60)
+    assert raw.times_ms == [15_000, 30_000, 45_000, 60_000] and raw.values == [45.0, 30.0, 15.0, 0.0]
 
 
 @pytest.mark.parametrize(
@@ -398,3 +400,54 @@ def test_a_range_before_1970_and_a_step_too_fine_are_refused_in_one_line(serve):
     fine = _cli("--prometheus", fake.url, "--from=-1h", "--step", "1e-9")
     assert fine.returncode == 2 and "--step" in fine.stderr and fine.stderr.count("\n") == 1
     assert fake.seen == []  # refused before asking
+
+
+# ---- N9: values from the server checked -------------------------------------------------------------
+
+
+def _back(prices=None):
+    from exporter.offline.promhistory import own
+
+    where = own.Where(None, "", 0.0, 3600.0, 15.0, set(), lambda m: [])  # type: ignore[arg-type]
+    return own._Back("n", where, 0.0, prices, {"n/0": "H100"}, lambda node, labels: "job", False)
+
+
+def test_a_ledger_read_back_is_bounded_by_the_time_it_covers():
+    """Two counters merged (every other sample lower) or a counter gone negative: never years of GPU
+    time, never a negative count or cost."""
+    from exporter.policy.cost import DEFAULT
+
+    back = _back(DEFAULT)
+    times = [k * 15_000 for k in range(241)]  # an hour at 15 s
+    merged = [1e9 + k * 15 if k % 2 else 5e8 + k * 15 for k in range(241)]
+    back.ledger({"gpu": "0", "state": "computing"}, times, merged, share=False)
+    back.ledger({"gpu": "0", "state": "idle"}, times, [-1e6 * k for k in range(241)], share=False)
+    r = back.done().results["job"]
+    assert 0 < r.ledger["n/0"]["computing"] <= 3600 + 240 * 2  # the jitter allowed a sample, at most
+    assert r.ledger["n/0"]["idle"] == 0 and min(r.cost["n/0"].values()) >= 0
+
+
+def test_impossible_gpu_values_are_read_as_missing():
+    from exporter.offline.promhistory import history, names
+
+    gpus: dict = {}
+    util = next(s for s in names.GPU_SERIES if s.attr == "util" and s.scheme == names.DCGM_LEGACY)
+    history._keep(gpus, util.scheme, util, "n", {"gpu": "0"}, [0.0, 15.0, 30.0], [50.0, -1e6, 1e308])
+    assert gpus["0"].values["util"] == {0.0: 50 * util.scale}
+
+
+def test_a_node_name_with_a_line_break_is_a_valid_promql_string():
+    from exporter.offline.promhistory.history import _quote
+
+    assert _quote('no\nde"\\') == '"no\\nde\\"\\\\"'
+    promtool = __import__("shutil").which("promtool")
+    if promtool:
+        expr = f"up{{Hostname={_quote(chr(10).join(['a', 'b']))}}}"
+        done = subprocess.run(
+            [promtool, "check", "rules", "/dev/stdin"], input=_rule(expr), capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+
+
+def _rule(expr: str) -> str:
+    return "groups:\n- name: g\n  rules:\n  - record: r\n    expr: " + json.dumps(expr) + "\n"

@@ -581,10 +581,11 @@ def _elements(text: str, i: int) -> Generator[object, None, int]:
 def _finite(
     labels: dict[str, str], times_ms: list[int], values: list[float]
 ) -> tuple[dict[str, str], list[int], list[float]]:
-    """A series' samples less the NaNs (a staleness marker) and infinities, should any come back."""
-    if all(map(math.isfinite, values)):
+    """A series' samples less the NaNs (a staleness marker) and infinities, should any come back, in
+    time order (a server's answer out of order is put in it; one sample a time)."""
+    if all(map(math.isfinite, values)) and all(a < b for a, b in itertools.pairwise(times_ms)):
         return labels, times_ms, values
-    kept = [(t, v) for t, v in zip(times_ms, values, strict=True) if math.isfinite(v)]
+    kept = sorted(dict(p for p in zip(times_ms, values, strict=True) if math.isfinite(p[1])).items())
     return labels, [t for t, _ in kept], [v for _, v in kept]
 
 
