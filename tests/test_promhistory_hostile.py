@@ -359,13 +359,16 @@ def _fleet(nodes: int, failing: set[str], shape_error: bool = False) -> Handler:
     return handle
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env_code = (
-        "import sys; from exporter.offline.promhistory import client; client.RETRY_FIRST_WAIT_S = 0.01; "
-    )
-    env_code += "from exporter.cli import main; sys.exit(main(sys.argv[1:]))"
+def _code(preamble: str = "") -> str:
+    """The command line's main, with the retries' first wait short (and ``preamble`` run first)."""
+    code = "import sys; from exporter.offline.promhistory import client, history; "
+    code += "client.RETRY_FIRST_WAIT_S = 0.01; " + (preamble + "; " if preamble else "")
+    return code + "from exporter.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def _cli(*args: str, preamble: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", env_code, "replay", *args],
+        [sys.executable, "-c", _code(preamble), "replay", *args],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -451,3 +454,50 @@ def test_a_node_name_with_a_line_break_is_a_valid_promql_string():
 
 def _rule(expr: str) -> str:
     return "groups:\n- name: g\n  rules:\n  - record: r\n    expr: " + json.dumps(expr) + "\n"
+
+
+# ---- N5: one node's range bounded; N12: workers end with their parent ------------------------------
+
+
+def test_a_node_past_the_memory_bound_is_refused_naming_the_fix(serve):
+    fake = serve(_fleet(2, set()))
+    run = _cli("--prometheus", fake.url, "--from=-10m", "--jobs", "1", preamble="history.MAX_GPU_STEPS = 10")
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert "GPU-steps" in run.stderr and "a coarser --step" in run.stderr
+
+
+def test_workers_end_with_their_parent(serve):
+    """SIGTERM reaches the parent only (``timeout``, a CI's cancel): its workers, stuck on a slow
+    server, end with it rather than run on."""
+    import os
+    import signal
+
+    import psutil
+
+    slow = _fleet(4, set())
+
+    def handle(h: BaseHTTPRequestHandler, method: str) -> None:
+        if h.path.startswith("/api/v1/query"):
+            time.sleep(60)  # every node's read waits
+        slow(h, method)
+
+    fake = serve(handle)
+    argv = ["replay", "--prometheus", fake.url, "--from=-10m", "--step", "15", "--jobs", "2"]
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _code(), *argv], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 60
+        workers: list[psutil.Process] = []
+        while time.monotonic() < deadline and len(workers) < 2:
+            workers = psutil.Process(parent.pid).children()
+            time.sleep(0.2)
+        assert len(workers) >= 2, workers
+        time.sleep(1)  # each has started on its node
+        os.kill(parent.pid, signal.SIGTERM)
+        parent.wait(timeout=30)
+        _, alive = psutil.wait_procs(workers, timeout=30)
+        assert not alive, alive
+    finally:
+        if parent.poll() is None:
+            parent.kill()

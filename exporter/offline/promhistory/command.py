@@ -68,7 +68,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--prometheus-timeout",
         metavar="SECONDS",
-        help=f"seconds one query may take (default {DEFAULT_TIMEOUT_S:g})",
+        help=f"seconds one request may take, its whole answer (default {DEFAULT_TIMEOUT_S:g})",
     )
 
 

@@ -57,8 +57,8 @@ GAP_STEPS = 4
 NO_POD = ""  # a GPU no pod holds: its node's job
 PR_SET_PDEATHSIG = 1  # Linux's prctl option: a signal to this process when its parent ends
 # A node is read whole before it is judged, about 500 bytes a GPU a step (8 GPUs at 15 s: 23 MB a day):
-# one node's range may hold this many GPU-steps, which keeps a worker under 2 GiB (docs/diagnose.md)
-MAX_GPU_STEPS = 4_000_000
+# one node's range may hold this many GPU-steps (1.75 GB), so a worker stays under 2 GiB (docs/diagnose.md)
+MAX_GPU_STEPS = 3_500_000
 
 
 @dataclass
