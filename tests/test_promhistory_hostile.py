@@ -501,3 +501,14 @@ def test_workers_end_with_their_parent(serve):
     finally:
         if parent.poll() is None:
             parent.kill()
+
+
+def test_a_node_name_no_url_can_carry_is_one_line(serve):
+    fake = serve(lambda h, m: _send(h, 200, _ok({"result": []})))
+    c = PromClient(fake.url, timeout_s=10)
+    for read in (
+        lambda: c.raw('up{Hostname="\ud800"}', 0, 60, 60),
+        lambda: c.query_range("\ud800", 0, 60, 15),
+    ):
+        with pytest.raises(PromError, match="wrong shape"):
+            read()
