@@ -79,6 +79,14 @@ def serve() -> Iterator[Callable[[Handler], Fake]]:
         fake.close()
 
 
+@pytest.fixture(params=["whole", "streamed"])
+def parser(request, monkeypatch) -> str:
+    """Each answer read both ways: parsed whole (a small one) and element by element (a large one)."""
+    if request.param == "streamed":
+        monkeypatch.setattr(promclient, "WHOLE_PARSE_BYTES", 0)
+    return request.param
+
+
 def _send(h: BaseHTTPRequestHandler, status: int, body: bytes | str, **headers: str) -> None:
     data = body.encode() if isinstance(body, str) else body
     h.send_response(status)
@@ -157,11 +165,13 @@ def test_an_answer_past_the_bound_is_asked_again_in_halves_then_refused(serve, m
     assert len(spans) > 2  # halved down to the smallest chunk before giving up
 
 
-def test_a_large_series_index_is_read_without_a_whole_document_parse(serve):
+def test_a_large_series_index_is_read_without_a_whole_document_parse(serve, monkeypatch):
     """Each label set is parsed as it is reached and the caller keeps what it needs of it (a node's
     name): the memory is the body's few copies, not the 17-40 times of a whole-document parse."""
     sets = [{"Hostname": f"n{i // 8}", "gpu": str(i % 8)} for i in range(100_000)]
     body = json.dumps({"status": "success", "data": sets}, separators=(",", ":"))
+    assert len(body) > promclient.WHOLE_PARSE_BYTES / 2
+    monkeypatch.setattr(promclient, "WHOLE_PARSE_BYTES", len(body) - 1)  # read element by element
     fake = serve(lambda h, m: _send(h, 200, body))
     c = PromClient(fake.url, timeout_s=30)
     tracemalloc.start()
@@ -184,7 +194,7 @@ def test_a_large_series_index_is_read_without_a_whole_document_parse(serve):
 # ---- N6: busy answers retried, a failing node reported, the others kept -----------------------------
 
 
-def test_a_busy_answer_is_asked_again_honouring_retry_after(serve, monkeypatch):
+def test_a_busy_answer_is_asked_again_honouring_retry_after(serve, monkeypatch, parser):
     monkeypatch.setattr(promclient, "RETRY_FIRST_WAIT_S", 0.01)
     answers = iter([(503, "0"), (429, "0"), (502, ""), (504, "0")])
 
@@ -232,7 +242,7 @@ _QUERY_SHAPES = [
 
 
 @pytest.mark.parametrize("data", _QUERY_SHAPES)
-def test_a_wrong_shaped_query_answer_is_one_line(serve, data):
+def test_a_wrong_shaped_query_answer_is_one_line(serve, data, parser):
     fake = serve(lambda h, m: _send(h, 200, _ok(data)))
     c = PromClient(fake.url, timeout_s=10)
     for read in (lambda: c.raw("up", 0, 60, 60), lambda: c.query_range("up", 0, 60, 15)):
@@ -251,14 +261,14 @@ def test_a_wrong_shaped_query_answer_is_one_line(serve, data):
         '{"status":"success","data":{"result":[]}} trailing',
     ],
 )
-def test_a_broken_body_is_one_line(serve, body):
+def test_a_broken_body_is_one_line(serve, body, parser):
     fake = serve(lambda h, m: _send(h, 200, body))
     with pytest.raises(PromError):
         PromClient(fake.url, timeout_s=10).raw("up", 0, 60, 60)
 
 
 @pytest.mark.parametrize("data", [["abc"], [["a"]], [{"a": {"b": 1}}], [{"a": 1}], {"a": 1}])
-def test_a_wrong_shaped_series_answer_is_one_line(serve, data):
+def test_a_wrong_shaped_series_answer_is_one_line(serve, data, parser):
     fake = serve(lambda h, m: _send(h, 200, _ok(data)))
     with pytest.raises(PromError, match=r"wrong shape|did not answer JSON"):
         PromClient(fake.url, timeout_s=10).series_list("up", 0, 1)
@@ -281,7 +291,7 @@ def test_a_wrong_shaped_export_line_is_one_line(serve, line):
         PromClient(fake.url, timeout_s=10).raw("up", 0, 60, 60, export=True)
 
 
-def test_samples_in_reverse_order_are_put_in_order(serve):
+def test_samples_in_reverse_order_are_put_in_order(serve, parser):
     values = [[60 - i, str(i)] for i in range(0, 60, 15)]
     fake = serve(lambda h, m: _send(h, 200, _ok({"result": [{"metric": {"g": "0"}, "values": values}]})))
     (series,) = PromClient(fake.url, timeout_s=10).query_range("up", 0, 60, 15)

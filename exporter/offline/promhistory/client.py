@@ -43,6 +43,8 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 # ...and the series index of the whole range (discovery, every GPU of the fleet: about 400 bytes a
 # series, 100,000 GPUs in 40 MB), read element by element so its memory is the body's twice at most
 MAX_INDEX_BYTES = 256 * 1024 * 1024
+# an answer this small is parsed whole (faster; at most 40 times it, 160 MB): a larger one element by element
+WHOLE_PARSE_BYTES = 4 * 1024 * 1024
 # a busy answer (a query frontend's 429, a load balancer's 502-504) is asked again this many times...
 RETRIES = 4
 # ...after this many seconds, doubled each time, or the server's Retry-After up to RETRY_WAIT_MAX_S
@@ -259,32 +261,29 @@ class PromClient:
             watchdog.cancel()
             conn.close()
 
-    def _call(self, path: str, params: list[tuple[str, str]], post: bool = True) -> object:
-        """The API's ``data`` for a call (``_request``); an answer that is not the API's is one line."""
-        raw = self._request(path, params, post)
-        try:
-            doc = json.loads(raw)
-        except (ValueError, RecursionError):
-            raise PromError(f"{self.url}{path} did not answer JSON: is it a Prometheus API?") from None
-        if not isinstance(doc, dict) or doc.get("status") != "success":
-            error = doc.get("error") if isinstance(doc, dict) else None
-            raise PromError(f"{self.url}{path}: {_clean(str(error or 'not a Prometheus API answer'))}")
-        return doc.get("data")
-
     def _items(
-        self, path: str, params: list[tuple[str, str]], where: tuple[str, ...], limit: int | None = None
+        self,
+        path: str,
+        params: list[tuple[str, str]],
+        where: tuple[str, ...],
+        limit: int | None = None,
+        post: bool = True,
     ) -> Iterator[object]:
-        """The elements of the array at ``where`` in the API's answer, each parsed on its own as it is
-        reached (a whole-document parse costs 17-40 times the body); the status is judged at the end,
-        so a caller keeps nothing of an answer that fails."""
-        raw = self._request(path, params, True, limit)
+        """The elements of the array at ``where`` in the API's answer. A large answer's are parsed each
+        on its own as it is reached (a whole-document parse costs 17-40 times the body), a small one's
+        (WHOLE_PARSE_BYTES) at once, which is faster; the status is judged at the end, so a caller
+        keeps nothing of an answer that fails."""
+        raw = self._request(path, params, post, limit)
         meta: dict[str, object] = {}
         try:
-            text = raw.decode("utf-8")
-            del raw
-            end = yield from _array_at(text, 0, where, meta)
-            if _skip(text, end) != len(text):
-                raise ValueError("more after the answer")
+            if len(raw) <= WHOLE_PARSE_BYTES:
+                yield from _whole(json.loads(raw), where, meta)
+            else:
+                text = raw.decode("utf-8")
+                del raw
+                end = yield from _array_at(text, 0, where, meta)
+                if _skip(text, end) != len(text):
+                    raise ValueError("more after the answer")
         except _SHAPE_ERRORS:
             raise PromError(f"{self.url}{path} did not answer JSON: is it a Prometheus API?") from None
         if meta.get("status") != "success":
@@ -310,10 +309,11 @@ class PromClient:
 
     def label_values(self, label: str, match: str, start: float, end: float) -> list[str]:
         path = f"/api/v1/label/{urllib.parse.quote(label)}/values"
-        data = self._call(path, [("match[]", match), ("start", _ts(start)), ("end", _ts(end))], post=False)
-        if not isinstance(data, list) or not all(isinstance(v, str) for v in data):
+        params = [("match[]", match), ("start", _ts(start)), ("end", _ts(end))]
+        values = list(self._items(path, params, ("data",), post=False))
+        if not all(isinstance(v, str) for v in values):
             raise self._shape(path, TypeError("not a list of strings"))
-        return data
+        return values  # type: ignore[return-value]
 
     def raw_times(self, expr: str, at: float, window_s: float) -> list[list[float]]:
         """The raw sample times of ``expr`` over ``window_s`` before ``at``, per series."""
@@ -551,6 +551,21 @@ def _array_at(
         if text[i] != ",":
             raise ValueError("no ',' or '}' after a member")
         i = _skip(text, i + 1)
+
+
+def _whole(doc: object, where: tuple[str, ...], meta: dict[str, object]) -> Iterator[object]:
+    """``_array_at`` of a document parsed whole."""
+    if not isinstance(doc, dict):
+        raise ValueError("not an object")
+    meta.update((k, v) for k, v in doc.items() if k != where[0])
+    value: object = doc
+    for key in where:
+        value = value.get(key) if isinstance(value, dict) else None
+    if value is None:
+        return
+    if not isinstance(value, list):
+        raise ValueError("not an array")
+    yield from value
 
 
 def _skip(text: str, i: int) -> int:
