@@ -522,3 +522,46 @@ def test_a_node_name_no_url_can_carry_is_one_line(serve):
     ):
         with pytest.raises(PromError, match="wrong shape"):
             read()
+
+
+def test_ctrl_c_with_workers_is_one_line(serve):
+    """Ctrl-C signals the whole process group: the workers leave it to the parent, which says one line
+    (no worker's traceback) and ends them."""
+    import os
+    import signal
+
+    import psutil
+
+    slow = _fleet(4, set())
+
+    def handle(h: BaseHTTPRequestHandler, method: str) -> None:
+        if h.path.startswith("/api/v1/query"):
+            time.sleep(60)
+        slow(h, method)
+
+    fake = serve(handle)
+    argv = ["replay", "--prometheus", fake.url, "--from=-10m", "--step", "15", "--jobs", "2"]
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _code(), *argv],
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        workers: list[psutil.Process] = []
+        while time.monotonic() < deadline and len(workers) < 2:
+            workers = psutil.Process(parent.pid).children()
+            time.sleep(0.2)
+        time.sleep(1)
+        os.killpg(parent.pid, signal.SIGINT)
+        _, err = parent.communicate(timeout=60)
+        assert (
+            parent.returncode == 2 and err == "gpu-bottleneck-exporter: interrupted: no summary written\n"
+        ), err
+        _, alive = psutil.wait_procs(workers, timeout=30)
+        assert not alive
+    finally:
+        if parent.poll() is None:
+            parent.kill()
