@@ -565,3 +565,18 @@ def test_ctrl_c_with_workers_is_one_line(serve):
     finally:
         if parent.poll() is None:
             parent.kill()
+
+
+def test_a_progress_line_comes_while_workers_read_a_long_node(serve):
+    """No node finishes for a while (each read is slow): the progress line still comes."""
+    slow = _fleet(2, set())
+
+    def handle(h: BaseHTTPRequestHandler, method: str) -> None:
+        if h.path.startswith("/api/v1/query"):
+            time.sleep(8)  # past the line's 5 s
+        slow(h, method)
+
+    fake = serve(handle)
+    run = _cli("--prometheus", fake.url, "--from=-10m", "--step", "15", "--jobs", "2")
+    assert run.returncode == 0, run.stderr
+    assert "read 0/2 node(s)" in run.stderr, run.stderr

@@ -23,7 +23,7 @@ import statistics
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -56,6 +56,7 @@ CHUNK_STEPS = 10_000
 GAP_STEPS = 4
 NO_POD = ""  # a GPU no pod holds: its node's job
 PR_SET_PDEATHSIG = 1  # Linux's prctl option: a signal to this process when its parent ends
+HEARTBEAT_S = 1.0  # while workers read, the progress line is offered this often (it prints every few s)
 # A node is read whole before it is judged, about 500 bytes a GPU a step (8 GPUs at 15 s: 23 MB a day):
 # one node's range may hold this many GPU-steps (1.75 GB), so a worker stays under 2 GiB (docs/diagnose.md)
 MAX_GPU_STEPS = 3_500_000
@@ -516,8 +517,9 @@ def replay_prometheus(
         task = Task(request, found, "", step, fmt, prices, workload, on_row is not None, on_tick is not None)
         pool = ProcessPoolExecutor(jobs, initializer=_worker_start)
         try:
-            tasks = [replace(task, node=n) for n in judged]
-            for node, done in zip(judged, pool.map(judge_remote, tasks), strict=True):
+            futures = [pool.submit(judge_remote, replace(task, node=n)) for n in judged]
+            for node, future in zip(judged, futures, strict=True):
+                done = _awaited(future, tell)
                 counts.queries += done.queries
                 counts.samples += done.samples
                 progress.reading_s += done.reading_s
@@ -552,6 +554,15 @@ def replay_prometheus(
     if failed and result.fleet is not None:
         result.fleet["failed"] = dict(sorted(failed.items()))
     return result
+
+
+def _awaited(future: Future[Done], tell: Callable[[], None]) -> Done:
+    """A worker's node, the progress line told while the workers read (a node's read may be long)."""
+    while True:
+        try:
+            return future.result(timeout=HEARTBEAT_S)
+        except TimeoutError:
+            tell()
 
 
 def _worker_start() -> None:
