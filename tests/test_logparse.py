@@ -836,6 +836,13 @@ def test_the_structural_refusal_names_the_run_and_the_fix():
     assert lp.check_cost(lp.re.compile(r"step\s*(?P<step>\d+)\s*;.*loss")) == ""
 
 
+@pytest.mark.parametrize("regex", ["", ".*", r"(?P<step>\d*)", "x?"])
+def test_a_pattern_that_matches_an_empty_line_is_refused(regex):
+    """It would take every line of the pod's log as progress, and so hide a hang."""
+    with pytest.raises(lp.PatternError, match=r"^mine: matches an empty line"):
+        lp.load_patterns(json.dumps([{"name": "mine", "regex": regex}]))
+
+
 def test_deeply_nested_pattern_json_is_one_line():
     with pytest.raises(lp.PatternError, match=r"^not JSON \(nested too deeply\)$"):
         lp.load_patterns("[" * 100_000)

@@ -246,6 +246,8 @@ def load_patterns(text: str) -> tuple[Pattern, ...]:
                 raise PatternError(f"{name}: the regex has no group named {group!r}")
         if unit not in SECONDS_UNITS:
             raise PatternError(f"{name}: seconds_unit must be one of {', '.join(SECONDS_UNITS)}")
+        if regex.search("") is not None:  # '', '.*', '\d*': every line would be a sign of progress
+            raise PatternError(f"{name}: matches an empty line, so every line would count as progress")
         why = check_cost(regex)
         if why:
             raise PatternError(f"{name}: {why}")
