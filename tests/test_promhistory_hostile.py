@@ -580,3 +580,19 @@ def test_a_progress_line_comes_while_workers_read_a_long_node(serve):
     run = _cli("--prometheus", fake.url, "--from=-10m", "--step", "15", "--jobs", "2")
     assert run.returncode == 0, run.stderr
     assert "read 0/2 node(s)" in run.stderr, run.stderr
+
+
+def test_the_environments_proxy_is_used_as_urllib_used_it(serve, monkeypatch):
+    """HTTP_PROXY (and NO_PROXY) as urllib and curl read them: the request goes to the proxy, in
+    absolute form; the proxy's credentials to it alone, the server's Authorization as before."""
+    fake = serve(lambda h, m: _send(h, 200, _ok([{"a": "b"}])))
+    proxy = serve(lambda h, m: _send(h, 200, _ok([{"via": "proxy"}])))
+    for name in ("no_proxy", "NO_PROXY", "http_proxy", "HTTP_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("http_proxy", proxy.url.replace("http://", "http://pu:pp@"))
+    got = PromClient(fake.url, Auth(token="s3cr3t-token"), timeout_s=10).series_list("up", 0, 1)
+    assert got == [{"via": "proxy"}] and fake.seen == []
+    _, path, authorization = proxy.seen[0]
+    assert path.startswith(fake.url + "/api/v1/series") and authorization == "Bearer s3cr3t-token"
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+    assert PromClient(fake.url, timeout_s=10).series_list("up", 0, 1) == [{"a": "b"}]

@@ -26,6 +26,7 @@ import ssl
 import threading
 import time
 import urllib.parse
+import urllib.request
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -209,13 +210,7 @@ class PromClient:
         headers = {"Connection": "close", **self.auth.headers()}
         if post:
             headers["Content-Type"] = "application/x-www-form-urlencoded"
-        conn: http.client.HTTPConnection
-        if self._https:
-            conn = http.client.HTTPSConnection(
-                self._host, self._port, timeout=self.timeout_s, context=self._context
-            )
-        else:
-            conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout_s)
+        conn, target = self._connection(target, headers)
         expired = threading.Event()
         held: list[socket.socket] = []  # the connection's socket (the response keeps it, not ``conn``)
 
@@ -260,6 +255,40 @@ class PromClient:
         finally:
             watchdog.cancel()
             conn.close()
+
+    def _connection(self, target: str, headers: dict[str, str]) -> tuple[http.client.HTTPConnection, str]:
+        """A connection to the server, or through the proxy the environment names for it (HTTPS_PROXY,
+        HTTP_PROXY, NO_PROXY, as urllib and curl read them): a tunnel for https, the absolute URL for
+        http. The proxy's own credentials (http://user:pw@proxy) go to the proxy only."""
+        proxy = (
+            None
+            if urllib.request.proxy_bypass(self._host)
+            else urllib.request.getproxies().get("https" if self._https else "http")
+        )
+        host, port, timeout = self._host, self._port, self.timeout_s
+        if proxy:
+            parsed = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+            host, port = parsed.hostname or host, parsed.port
+            if parsed.username:
+                pair = (
+                    f"{urllib.parse.unquote(parsed.username)}:{urllib.parse.unquote(parsed.password or '')}"
+                )
+                proxy_auth = {"Proxy-Authorization": "Basic " + base64.b64encode(pair.encode()).decode()}
+            else:
+                proxy_auth = {}
+        if self._https:
+            conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+                host, port, timeout=timeout, context=self._context
+            )
+            if proxy:
+                conn.set_tunnel(self._host, self._port, headers=proxy_auth)
+            return conn, target
+        conn = http.client.HTTPConnection(host, port, timeout=timeout)
+        if proxy:
+            headers.update(proxy_auth)
+            netloc = f"[{self._host}]" if ":" in self._host else self._host
+            return conn, f"http://{netloc}{f':{self._port}' if self._port else ''}{target}"
+        return conn, target
 
     def _items(
         self,
