@@ -319,6 +319,10 @@ def test_credentials_in_the_url_are_used_and_never_shown(serve):
         c.series_list("up", 0, 1)
     assert "S3CRETPW" not in str(caught.value) and c.url == fake.url
     assert fake.seen[0][2] == Auth(user="alice", password="S3CRETPW").headers()["Authorization"]
+    moved = serve(lambda h, m: _send(h, 302, "", Location="http://bob:0THERPW@elsewhere.invalid/x"))
+    with pytest.raises(PromError, match=r"a redirect to http://elsewhere\.invalid/x") as caught:
+        PromClient(moved.url, timeout_s=10).series_list("up", 0, 1)
+    assert "0THERPW" not in str(caught.value)
     down = PromClient("http://alice:S3CRETPW@no-such-host.invalid:9", timeout_s=10)
     with pytest.raises(PromError) as caught:
         down.series_list("up", 0, 1)

@@ -55,6 +55,7 @@ _BUSY = frozenset({429, 502, 503, 504})
 _READ_BYTES = 1 << 20
 _DEC = json.JSONDecoder()
 _WS = re.compile(r"[ \t\n\r]*")
+_USERINFO = re.compile(r"//[^/@?#]*@")  # a URL's user:password@, never shown
 # what an answer of the wrong shape raises while it is read: one line, never a traceback
 _SHAPE_ERRORS = (
     TypeError,
@@ -188,7 +189,7 @@ class PromClient:
                 wait *= 2
                 continue
             if 300 <= status < 400:
-                where = _clean(headers.get("Location") or "nowhere")
+                where = _USERINFO.sub("//", _clean(headers.get("Location") or "nowhere"))
                 raise PromError(
                     f"{self.url}{path} answered HTTP {status}, a redirect to {where}: not followed "
                     "(credentials go to the URL given only); give --prometheus the final URL"
