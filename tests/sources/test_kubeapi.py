@@ -82,10 +82,9 @@ def test_a_dripping_api_is_cut_at_the_deadline_whatever_it_sends(tmp_path):
         server, ca = _dripping_api(tmp_path, headers_only)
         try:
             api = InCluster(f"https://127.0.0.1:{server.server_address[1]}", tmp_path / "token", ca)
-            began = time.monotonic()
-            with pytest.raises(AddressUnknown, match="no complete answer within"):
+            # only the deadline says this: the drip would run 200 s, then end in an answer not JSON
+            with pytest.raises(AddressUnknown, match=f"no complete answer within {TIMEOUT_S:g} s"):
                 api.fetch("ml", "llm-train-0")
-            assert time.monotonic() - began < TIMEOUT_S + 20  # not the drip's 200 s
         finally:
             server.shutdown()
             server.server_close()
