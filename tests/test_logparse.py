@@ -798,12 +798,54 @@ def test_a_load_line_after_a_head_without_numbers_is_still_read():
         r"(x|x)*y",  # ambiguous alternatives: exponential, found by the probes on a few characters
         r"step\s*\s*\s*(\d+)",  # three quantifiers over one run: cubic
         r".*=.*=.*;",  # the same over a repeated literal
+        r"step\s*(?P<step>\d+)\s*.*\s*loss",  # after a literal and a digit: cubic in blanks
+        r"(?P<step>\d+)\s*\s*\s*z",  # a digit head the search may start anywhere in a run: quartic
+        r"it\s*(?P<step>\d+)\s*\s*\s*\s*loss",  # quartic
+        r"(?P<step>\d+)\s*\s*\s*\s*z",  # quintic
+        r"\d+\s*\s*z",  # two over blanks, started from every digit of a run before them: cubic
+        r"(?:a|\s*)\s*\s*(?P<step>\d+)",  # an alternative that can be a run too
     ],
 )
 def test_user_patterns_that_backtrack_are_refused(regex):
     text = json.dumps([{"name": "mine", "regex": regex}])
-    with pytest.raises(lp.PatternError, match=r"^mine: (nested quantifiers|too slow on a long line)"):
+    refused = r"^mine: (nested quantifiers|too slow on a long line|quantifiers that can match)"
+    with pytest.raises(lp.PatternError, match=refused):
         lp.load_patterns(text)
+
+
+@pytest.mark.parametrize(
+    "regex",
+    [
+        r"step\s*(?P<step>\d+)\s*.*\s*loss",
+        r"(?P<step>\d+)\s*\s*\s*z",
+        r"it\s*(?P<step>\d+)\s*\s*\s*\s*loss",
+    ],
+)
+def test_the_probes_alone_start_from_a_literal_and_a_digit_head(regex, monkeypatch):
+    """The structural refusal aside, the generated worst cases reach these patterns' (a digit after a
+    literal, then a run of blanks): a shape the structure misses is still probed there."""
+    monkeypatch.setattr(lp, "_overlap", lambda regex, tree: "")
+    assert lp.check_cost(lp.re.compile(regex)).startswith("too slow on a long line")
+
+
+def test_the_structural_refusal_names_the_run_and_the_fix():
+    why = lp.check_cost(lp.re.compile(r"step\s*(?P<step>\d+)\s*.*\s*loss"))
+    assert "' '" in why and "n^3" in why and "possessive" in why
+    # the fix it names passes, as does a literal between the runs
+    assert lp.check_cost(lp.re.compile(r"step\s*+(?P<step>\d++)\s*+.*loss")) == ""
+    assert lp.check_cost(lp.re.compile(r"step\s*(?P<step>\d+)\s*;.*loss")) == ""
+
+
+@pytest.mark.parametrize("regex", ["", ".*", r"(?P<step>\d*)", "x?"])
+def test_a_pattern_that_matches_an_empty_line_is_refused(regex):
+    """It would take every line of the pod's log as progress, and so hide a hang."""
+    with pytest.raises(lp.PatternError, match=r"^mine: matches an empty line"):
+        lp.load_patterns(json.dumps([{"name": "mine", "regex": regex}]))
+
+
+def test_deeply_nested_pattern_json_is_one_line():
+    with pytest.raises(lp.PatternError, match=r"^not JSON \(nested too deeply\)$"):
+        lp.load_patterns("[" * 100_000)
 
 
 @pytest.mark.parametrize(
@@ -814,6 +856,9 @@ def test_user_patterns_that_backtrack_are_refused(regex):
         r"^Step (?P<n>\d+)/\d+",
         r"(?i)loss[=:]\s*(?P<l>[\d.]+)",
         r"\[(?P<n>\d+)/\d+\]",
+        r".*step=(?P<step>\d+).*",  # quadratic at worst: bounded by the 1 KiB reach
+        r"step\s*(?P<step>\d+)",
+        r"Epoch (?P<e>\d+):\s*(?P<p>\d+)%\|.*\| (?P<s>\d+)/(?P<t>\d+)",
     ],
 )
 def test_ordinary_user_patterns_pass_the_cost_check(regex):
@@ -865,6 +910,7 @@ def test_the_cost_check_judges_the_ratio_to_a_linear_scan_not_this_machines_spee
     quadratic = lp.re.compile(r".*step=(?P<step>\d+).*")
     cubic = lp.re.compile(r"step\s*\s*\s*(?P<n>\d+)")
     real = lp._search_cpu
+    monkeypatch.setattr(lp, "_overlap", lambda regex, tree: "")  # the probes alone
     for slowdown in (1.0, 20.0):
         monkeypatch.setattr(lp, "PROBE_SECONDS", 1e9)  # only the ratio speaks
         monkeypatch.setattr(lp, "_search_cpu", lambda r, t, k=slowdown: k * real(r, t))

@@ -19,8 +19,13 @@ from tests.test_cli import _one_line_error, _run
         ('[{"name": "nested", "regex": "(a+)+$"}]', "nested: nested quantifiers"),
         (
             r'[{"name": "blanks", "regex": "step\\s*\\s*\\s*(?P<n>\\d+)", "step": "n"}]',
-            "blanks: too slow on a long line",
+            "blanks: quantifiers that can match the same run of characters",
         ),
+        (  # after a literal and a digit, the runs of blanks a tenant's line may hold
+            r'[{"name": "mine", "regex": "step\\s*(?P<step>\\d+)\\s*.*\\s*loss", "step": "step"}]',
+            "mine: quantifiers that can match the same run of characters",
+        ),
+        ('[{"name": "all", "regex": ".*"}]', "all: matches an empty line"),
         # a valid file past the bound: said to be too large, not misread as broken JSON
         pytest.param(
             '[{"regex": "x"}' + ', {"regex": "x"}' * 80_000 + "]", "too large (over 1 MiB)", id="too-large"

@@ -343,3 +343,32 @@ def test_the_summary_says_what_each_gpu_was_judged_as_and_why():
     page = render(result, data)
     assert page.count("judged as pipeline") == 4
     assert 'title="shape: 4 GPUs take turns' in page
+
+
+@pytest.mark.slow
+def test_a_gpu_name_that_opens_a_comment_and_a_script_does_not_stop_the_charts(tmp_path: Path):
+    """'<!--<script>' inside the page's data would put the HTML parser in its 'double escaped' state and
+    no script would run: the data holds no '<' at all."""
+    chromium = require_tool("chromium")
+    trace = tmp_path / "x.csv"
+    rows = "".join(
+        f"2026/11/24 10:{i // 60:02d}:{i % 60:02d}.000, 0, <!--<script>, 90 %, 500.00 W\n" for i in range(120)
+    )
+    trace.write_text("timestamp, index, name, utilization.gpu [%], power.draw [W]\n" + rows)
+    out = tmp_path / "x.html"
+    run = subprocess.run(
+        [sys.executable, "-m", "exporter", "replay", str(trace), "--report", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=REPO,
+    )
+    assert run.returncode == 0, run.stderr
+    page = out.read_text(encoding="utf-8")
+    data = page.split("<script", 2)[1]
+    assert "<!--" not in data and "<script" not in data.split(">", 1)[1]
+    dom = _browser(chromium, tmp_path / "profile-dom", "--dump-dom", out.resolve().as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert dom.stdout.count("<canvas") >= 1 and 'data-rendered="1"' in dom.stdout
+    assert "&lt;!--&lt;script&gt;" in dom.stdout  # the name shown as text

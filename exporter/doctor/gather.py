@@ -455,8 +455,8 @@ def gather(
 def _spec(path: Path) -> dict | None:
     try:
         found = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None  # a bundle being created or torn down
+    except (OSError, ValueError, RecursionError):
+        return None  # a bundle being created or torn down (or not JSON a reader can take)
     return found if isinstance(found, dict) else None
 
 

@@ -623,6 +623,8 @@ def human(result: ReplayResult) -> str:
         from exporter.offline.promhistory.rollup import lines as fleet_lines
 
         lines += fleet_lines(result)
+        for node, why in dict(result.fleet.get("failed") or {}).items():  # type: ignore[call-overload]
+            lines.append(f"node {node}: NOT READ, left out of everything above ({why})")
     return "\n".join(lines)
 
 

@@ -485,8 +485,11 @@ def _asset(name: str) -> str:
 
 
 def _script_json(value: object) -> str:
-    """JSON safe inside <script>: no '</' to end it early."""
-    return json.dumps(value, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    """JSON safe inside <script> whatever a name holds: no '<' at all (so neither '</script' nor
+    '<!--' with '<script', which puts the parser in a state where the page's scripts never run),
+    nor '>' or '&'; within JSON they only occur inside strings, where the escapes read the same."""
+    text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def render(result: ReplayResult, data: ReportData, max_points: int = MAX_POINTS) -> str:

@@ -216,6 +216,8 @@ def load_patterns(text: str) -> tuple[Pattern, ...]:
         entries = json.loads(text) if text.strip() else []
     except ValueError as exc:
         raise PatternError(f"not JSON ({exc})") from None
+    except RecursionError:
+        raise PatternError("not JSON (nested too deeply)") from None
     if not isinstance(entries, list):
         raise PatternError("must be a list of {name, regex, step, seconds, seconds_unit}")
     if len(entries) > USER_PATTERNS:
@@ -244,6 +246,8 @@ def load_patterns(text: str) -> tuple[Pattern, ...]:
                 raise PatternError(f"{name}: the regex has no group named {group!r}")
         if unit not in SECONDS_UNITS:
             raise PatternError(f"{name}: seconds_unit must be one of {', '.join(SECONDS_UNITS)}")
+        if regex.search("") is not None:  # '', '.*', '\d*': every line would be a sign of progress
+            raise PatternError(f"{name}: matches an empty line, so every line would count as progress")
         why = check_cost(regex)
         if why:
             raise PatternError(f"{name}: {why}")
@@ -290,12 +294,28 @@ def check_cost(regex: re.Pattern[str], chars: int = USER_SCAN_CHARS) -> str:
         return "cannot be checked"
     if _nested(tree.data, _sre, False):
         return _NESTED
+    why = _overlap(regex, tree)
+    if why:
+        return why
     runs: list[str] = []
     one: dict[str, None] = {}
     _atoms(tree.data, _sre, runs, one)
     literals = list(dict.fromkeys(r for r in runs if r))[:8]
     everything = "".join(literals)  # all the literals in a row: a pattern's parts one after another
-    return _probe(regex, ("", *literals), (*list(one)[:16], *literals, everything), sizes)
+    heads = dict.fromkeys(("", *literals, *_heads(list(tree.data), regex.flags)))
+    return _probe(regex, list(heads)[:16], (*list(one)[:16], *literals, everything), sizes)
+
+
+def _heads(items: list[tuple[Any, Any]], flags: int) -> Iterator[str]:
+    """The pattern's shortest match up to each of its repeats (a literal or a digit, say, before a
+    run of blanks): where a worst case starts."""
+    made = ""
+    for op, av in _flat(items):
+        if op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT, _sre.POSSESSIVE_REPEAT, _sre.BRANCH):
+            yield made
+        made += _shortest([(op, av)], flags)
+        if len(made) > 64:
+            return
 
 
 def _children(op: Any, av: Any, s: Any) -> list[list[tuple[Any, Any]]]:
@@ -359,6 +379,204 @@ def _atoms(items: list[tuple[Any, Any]], sre: Any, runs: list[str], chars: dict[
         for sub in _children(op, av, sre):
             _atoms(sub, sre, runs, chars)
     runs.append(run)
+
+
+# a repeat allowed more than this many times counts as unbounded (a chain member)
+_MANY = 64
+_CATEGORY_REGEX = {
+    "CATEGORY_DIGIT": r"\d",
+    "CATEGORY_NOT_DIGIT": r"\D",
+    "CATEGORY_SPACE": r"\s",
+    "CATEGORY_NOT_SPACE": r"\S",
+    "CATEGORY_WORD": r"\w",
+    "CATEGORY_NOT_WORD": r"\W",
+}
+_ALPHABET = " \t\n\x00\x7f0159aezAEZ_-.,:;=/\\\"'()[]{}<>|#%+*?!@~é"
+_OVERLAP = (
+    "quantifiers that can match the same run of characters ({what}) follow one another with no "
+    "other character between them, so one line of n such characters can cost n^{degree} steps: make "
+    "them possessive (*+, ++) or atomic (?>...), or put a literal between them"
+)
+
+
+@dataclass
+class _Chain:
+    """Unbounded quantifiers in a row that can all take one character (``common``, of the alphabet)."""
+
+    common: frozenset[str] | None = None
+    count: int = 0
+    free: bool = True  # the search may start it at many places of one run (nothing fixed before it)
+    fails: bool = False  # something after its last quantifier can fail (backtracking then tries them all)
+
+
+def _overlap(regex: re.Pattern[str], tree: Any) -> str:
+    """The worst polynomial the pattern's plain structure admits: quantifiers over a common character,
+    with no required character outside it between them, each take any share of one run of it, so k of
+    them try n^k splits (one more when the search can start the chain anywhere along the run). A
+    quadratic pattern is bounded by its 1 KiB reach; cubic and worse are refused."""
+    alphabet = "".join(dict.fromkeys(_ALPHABET + "".join(_literal_chars(tree.data, _sre))))
+    degree, chain = _degree(list(tree.data), regex.flags, alphabet, top=True)
+    if degree < 3:
+        return ""
+    shown = ", ".join(repr(c) for c in sorted(chain, key=lambda c: (not c.isprintable(), c))[:3])
+    return _OVERLAP.format(degree=degree, what=shown)
+
+
+def _literal_chars(items: list[tuple[Any, Any]], s: Any) -> Iterator[str]:
+    for op, av in items:
+        if op is s.LITERAL or op is s.NOT_LITERAL:
+            yield chr(av)
+        elif op is s.IN:
+            for kind, value in av:
+                if kind is s.LITERAL:
+                    yield chr(value)
+                elif kind is s.RANGE:
+                    yield chr(value[0])
+                    yield chr(value[1])
+        for sub in _children(op, av, s):
+            yield from _literal_chars(sub, s)
+
+
+def _chars(items: list[tuple[Any, Any]], flags: int, alphabet: str) -> frozenset[str]:
+    """The alphabet's characters any single-character atom of ``items`` matches."""
+    s = _sre
+    out: set[str] = set()
+    for op, av in items:
+        if op is s.ANY:
+            out.update(c for c in alphabet if c != "\n" or flags & re.DOTALL)
+        elif op is s.LITERAL or op is s.NOT_LITERAL or op is s.IN:
+            out.update(c for c in alphabet if _one_matches(op, av, c, flags))
+        for sub in _children(op, av, s):
+            out |= _chars(sub, flags, alphabet)
+    return frozenset(out)
+
+
+def _one_matches(op: Any, av: Any, c: str, flags: int) -> bool:
+    s = _sre
+    fold = (lambda x: x.casefold()) if flags & re.IGNORECASE else (lambda x: x)
+    if op is s.LITERAL:
+        return fold(chr(av)) == fold(c)
+    if op is s.NOT_LITERAL:
+        return fold(chr(av)) != fold(c)
+    negate, hit = False, False
+    for kind, value in av:
+        if kind is s.NEGATE:
+            negate = True
+        elif kind is s.LITERAL:
+            hit = hit or fold(chr(value)) == fold(c)
+        elif kind is s.RANGE:
+            hit = hit or value[0] <= ord(c) <= value[1] or value[0] <= ord(fold(c)) <= value[1]
+        elif kind is s.CATEGORY:
+            hit = hit or re.fullmatch(_CATEGORY_REGEX.get(str(value), "."), c, flags) is not None
+    return hit != negate
+
+
+def _shortest(items: list[tuple[Any, Any]], flags: int) -> str:
+    """A shortest text ``items`` match (a character each class takes for a class)."""
+    s = _sre
+    out = ""
+    for op, av in _flat(items):
+        if op is s.LITERAL:
+            out += chr(av)
+        elif op in (s.NOT_LITERAL, s.IN, s.ANY):
+            out += min(_chars([(op, av)], flags, _ALPHABET), default="a")
+        elif op in (s.MAX_REPEAT, s.MIN_REPEAT, s.POSSESSIVE_REPEAT):
+            out += _shortest(list(av[2]), flags) * min(av[0], 64)
+        elif op is s.ATOMIC_GROUP:
+            out += _shortest(list(av), flags)
+        elif op is s.BRANCH:
+            out += min((_shortest(list(b), flags) for b in av[1]), key=len, default="")
+    return out
+
+
+def _min_width(items: list[tuple[Any, Any]]) -> int:
+    s = _sre
+    width = 0
+    for op, av in items:
+        if op in (s.LITERAL, s.NOT_LITERAL, s.IN, s.ANY):
+            width += 1
+        elif op in (s.MAX_REPEAT, s.MIN_REPEAT, s.POSSESSIVE_REPEAT):
+            width += av[0] * _min_width(list(av[2]))
+        elif op is s.SUBPATTERN or op is s.ATOMIC_GROUP:
+            width += _min_width(_children(op, av, s)[0])
+        elif op is s.BRANCH or op is s.GROUPREF_EXISTS:
+            width += min((_min_width(b) for b in _children(op, av, s)), default=0)
+    return width
+
+
+def _flat(items: list[tuple[Any, Any]]) -> Iterator[tuple[Any, Any]]:
+    """A sequence with its plain groups opened (a group does not stop backtracking)."""
+    for op, av in items:
+        if op is _sre.SUBPATTERN:
+            yield from _flat(list(av[3]))
+        else:
+            yield op, av
+
+
+def _unbounded(items: list[tuple[Any, Any]]) -> bool:
+    s = _sre
+    for op, av in items:
+        if op in (s.MAX_REPEAT, s.MIN_REPEAT) and av[1] > _MANY:
+            return True
+        opaque = op is s.ATOMIC_GROUP or op is s.POSSESSIVE_REPEAT
+        if not opaque and any(_unbounded(sub) for sub in _children(op, av, s)):
+            return True
+    return False
+
+
+def _degree(items: list[tuple[Any, Any]], flags: int, alphabet: str, top: bool) -> tuple[int, frozenset[str]]:
+    """The highest degree of a chain in ``items`` (and its common characters); sub-sequences (an
+    alternative, a lookaround) are judged on their own as well."""
+    s = _sre
+    worst, worst_chars = 0, frozenset[str]()
+    chain = _Chain()
+    fixed = False  # a required character before: the search starts what follows at one place a run
+
+    def close(hazard: bool) -> None:
+        nonlocal worst, worst_chars
+        degree = chain.count + chain.free
+        if chain.count and hazard and degree > worst:
+            worst, worst_chars = degree, chain.common or frozenset()
+
+    for op, av in _flat(items):
+        for sub in _children(op, av, s):  # alternatives and lookarounds: their own chains
+            d, c = _degree(sub, flags, alphabet, top=False)
+            if d > worst:
+                worst, worst_chars = d, c
+        if op is s.AT:
+            if str(av) in ("AT_BEGINNING", "AT_BEGINNING_STRING") and not flags & re.MULTILINE:
+                fixed = True
+            chain.fails = chain.fails or chain.count > 0
+            continue
+        if op in (s.ASSERT, s.ASSERT_NOT):
+            chain.fails = chain.fails or chain.count > 0
+            continue
+        if op in (s.POSSESSIVE_REPEAT, s.ATOMIC_GROUP, s.GROUPREF):
+            close(True)  # nothing backtracks into it: it ends a chain
+            chain = _Chain()
+            fixed = fixed or _min_width([(op, av)]) > 0
+            continue
+        many = op in (s.MAX_REPEAT, s.MIN_REPEAT, s.BRANCH, s.GROUPREF_EXISTS) and _unbounded([(op, av)])
+        width = _min_width([(op, av)])
+        if not many and width == 0:
+            continue  # optional and bounded: it may be skipped, so it separates nothing
+        chars = _chars([(op, av)], flags, alphabet)
+        common = chars if chain.common is None else chain.common & chars
+        if many:
+            if chain.count and common:
+                chain.common, chain.count, chain.fails = common, chain.count + 1, False
+            else:
+                close(True)
+                chain = _Chain(chars, 1, free=not fixed)
+            continue
+        if chain.count and common:  # a required character the run itself can give
+            chain.common, chain.fails = common, True
+        else:
+            close(True)
+            chain = _Chain()
+        fixed = True
+    close(chain.fails or not top)
+    return worst, worst_chars
 
 
 def _search_cpu(regex: re.Pattern[str], text: str) -> float:

@@ -141,9 +141,10 @@ def read_regular(path: Path, limit: int, origin: str) -> bytes:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise WebConfigError(f"{origin}: cannot read ({exc.strerror or type(exc).__name__})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which refuses a directory itself
+        os.close(fd)
+        raise WebConfigError(f"{origin}: not a regular file")
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise WebConfigError(f"{origin}: not a regular file")
         raw = handle.read(limit + 1)
     if len(raw) > limit:
         raise WebConfigError(f"{origin}: larger than {limit} bytes")
@@ -466,6 +467,14 @@ class Authenticator:
                 return False
         return None
 
+    def known_name(self, user: str) -> str | None:
+        """``user`` when it is a configured user's name (compared as ``check`` compares), else None."""
+        found = None
+        for name in self.users:
+            if hmac.compare_digest(name.encode(), user.encode()):
+                found = name
+        return found
+
     def check(self, user: str, password: str) -> bool:
         """The slow path: a bcrypt check, against the user's hash or the dummy."""
         hashed = None
@@ -569,6 +578,10 @@ class WebState:
         self._reload_lock = threading.Lock()
         # bcrypt checks at once, off the event loop: a flood of guesses waits its turn
         self._checks = asyncio.Semaphore(int(WEB_AUTH_CHECKS.value))
+        # ...and before that, in its user's lane (one check at a time per configured user; names no
+        # user has share one lane): a flood of guesses for one name queues in its own lane, so another
+        # user's first login waits for at most one check of each other lane, however long the flood
+        self._lanes: dict[str | None, asyncio.Lock] = {}
 
     def _load(self, previous: Authenticator | None) -> Loaded:
         loaded = load(self.path, previous) if self.path else Loaded(WebConfig(), None, None)
@@ -680,9 +693,15 @@ class WebState:
             return known
         if client is not None:
             await client.start()
+        lane = self._lanes.setdefault(auth.known_name(credentials[0]), asyncio.Lock())
         try:
             async with asyncio.timeout(AUTH_WAIT):
-                await self._checks.acquire()
+                await lane.acquire()
+                try:
+                    await self._checks.acquire()
+                except BaseException:
+                    lane.release()
+                    raise
         except TimeoutError:
             return None
         try:
@@ -694,6 +713,7 @@ class WebState:
             return await asyncio.to_thread(auth.check, *credentials)
         finally:
             self._checks.release()
+            lane.release()
 
 
 Scope = MutableMapping[str, Any]

@@ -9,14 +9,16 @@ seconds so a flood of pushes does not become a flood of API calls."""
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import ipaddress
 import json
 import os
+import socket
 import ssl
 import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +30,44 @@ KEEP_S = 60.0
 RECHECK_S = 5.0  # the least time between two asks for one pod (a mismatch, a failure)
 WAIT_S = 3 * TIMEOUT_S  # a push waits this long for the call another push of its pod made
 MAX_PODS = 1024  # answers kept; the progress store itself keeps at most progress.max_pods pods
+
+
+def _get(base_url: str, path: str, token: str, context: ssl.SSLContext) -> tuple[int, bytes]:
+    """GET ``path`` with one deadline, TIMEOUT_S, for the whole answer (headers and body): a watchdog
+    shuts the socket, which ends a read however slowly the server sends. No redirect is followed."""
+    parsed = urllib.parse.urlsplit(base_url)
+    conn = http.client.HTTPSConnection(parsed.hostname or "", parsed.port, timeout=TIMEOUT_S, context=context)
+    expired = threading.Event()
+    held: list[socket.socket] = []
+
+    def cut() -> None:
+        expired.set()
+        for sock in held:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    watchdog = threading.Timer(TIMEOUT_S, cut)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        conn.connect()
+        if conn.sock is not None:
+            held.append(conn.sock)
+        if expired.is_set():
+            cut()
+        conn.request("GET", path, headers={"Authorization": f"Bearer {token}", "Connection": "close"})
+        answer = conn.getresponse()
+        raw = answer.read(MAX_ANSWER_BYTES + 1)
+        if expired.is_set():
+            raise TimeoutError(f"no complete answer within {TIMEOUT_S:g} s")
+        return answer.status, raw
+    except (OSError, http.client.HTTPException):
+        if expired.is_set():
+            raise TimeoutError(f"no complete answer within {TIMEOUT_S:g} s") from None
+        raise
+    finally:
+        watchdog.cancel()
+        conn.close()
 
 
 class AddressUnknown(Exception):
@@ -152,16 +192,14 @@ class InCluster:
             raise AddressUnknown(
                 f"no service account token or CA ({_one_line(str(exc))}): the pod's addresses cannot be asked"
             ) from None
-        url = f"{self.base_url}/api/v1/namespaces/{namespace}/pods/{pod}"
-        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+        path = f"/api/v1/namespaces/{namespace}/pods/{pod}"
         try:
-            with urllib.request.urlopen(request, timeout=TIMEOUT_S, context=context) as answer:
-                raw = answer.read(MAX_ANSWER_BYTES + 1)
-        except urllib.error.HTTPError as exc:
-            why = "no RBAC to get pods" if exc.code == 403 else "no such pod" if exc.code == 404 else ""
-            raise AddressUnknown(f"the Kubernetes API answered {exc.code} {why}".strip()) from None
-        except (OSError, ValueError) as exc:  # refused, timed out, TLS, a bad URL
+            status, raw = _get(self.base_url, path, token, context)
+        except (OSError, ValueError, http.client.HTTPException) as exc:  # refused, timed out, TLS, a bad URL
             raise AddressUnknown(f"the Kubernetes API did not answer ({_one_line(str(exc))})") from None
+        if status != 200:
+            why = "no RBAC to get pods" if status == 403 else "no such pod" if status == 404 else ""
+            raise AddressUnknown(f"the Kubernetes API answered {status} {why}".strip())
         if len(raw) > MAX_ANSWER_BYTES:
             raise AddressUnknown(f"the Kubernetes API's answer is over {MAX_ANSWER_BYTES} bytes")
         try:

@@ -18,7 +18,6 @@ reports nothing: the GPUs keep today's attribution by the kubelet alone, and
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -33,7 +32,7 @@ from exporter.config.settings import Settings
 from exporter.policy.thresholds import PROCESS_COMMAND_CHARS, PROCESS_OWNERS_REMEMBERED
 from exporter.sources.errors import ErrorCounter
 from exporter.sources.registry import Inputs, Registration, Schedule, register
-from exporter.sources.runtime import BUNDLE_DIRS, CONTAINERD, CRIO
+from exporter.sources.runtime import BUNDLE_DIRS, CONTAINERD, CRIO, read_annotations
 
 SOURCE = "processes"
 KTHREADD = "(kthreadd)"  # PID 2 of the node's own PID namespace, parent of the kernel's threads
@@ -265,9 +264,8 @@ class ProcessSource:
         for bundle_dir in self.bundle_dirs:
             root = Path(self.host_root, bundle_dir.lstrip("/"), container_id)
             for spec_path in (root / "config.json", root / "userdata" / "config.json"):
-                try:
-                    notes = json.loads(spec_path.read_text()).get("annotations") or {}
-                except (OSError, ValueError, AttributeError):
+                notes = read_annotations(spec_path)
+                if notes is None:
                     continue
                 keys = CONTAINERD if CONTAINERD["type"] in notes else CRIO
                 name_key = (

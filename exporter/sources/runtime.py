@@ -68,11 +68,45 @@ def is_pod_mount(mountpoint: str) -> bool:
     return bool(EMPTY_DIR.search(mountpoint) or SANDBOX_SHM.search(mountpoint))
 
 
+# Kubernetes' longest name (a pod's; a namespace or container is 63): an annotation longer is not a
+# name the runtime was given, and is read as absent rather than become a label value
+MAX_NAME_CHARS = 253
+
+
 def _spec(path: Path) -> dict | None:
+    """A bundle's OCI spec, or None: a bundle being created or torn down is skipped this round, and so
+    is one that is not a spec (a hostile host's or a runtime bug's file costs that bundle only)."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None  # a bundle being created or torn down: skip it this round
+        spec = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
+        return None
+    return spec if isinstance(spec, dict) else None
+
+
+def annotations(spec: dict) -> dict[str, str]:
+    """The spec's annotations that can be names: strings of at most MAX_NAME_CHARS."""
+    notes = spec.get("annotations")
+    if not isinstance(notes, dict):
+        return {}
+    return {k: v for k, v in notes.items() if isinstance(v, str) and len(v) <= MAX_NAME_CHARS}
+
+
+def read_annotations(path: Path) -> dict[str, str] | None:
+    """``annotations`` of the spec at ``path``; None where there is no readable spec."""
+    spec = _spec(path)
+    return None if spec is None else annotations(spec)
+
+
+def _shm_sources(spec: dict) -> set[str]:
+    """What the container's spec mounts at /dev/shm."""
+    mounts = spec.get("mounts")
+    if not isinstance(mounts, list):
+        return set()
+    return {
+        m["source"]
+        for m in mounts
+        if isinstance(m, dict) and m.get("destination") == "/dev/shm" and isinstance(m.get("source"), str)
+    }
 
 
 def scan(host_root: str = "/", bundle_dirs: tuple[str, ...] = BUNDLE_DIRS) -> PodIndex:
@@ -88,7 +122,7 @@ def scan(host_root: str = "/", bundle_dirs: tuple[str, ...] = BUNDLE_DIRS) -> Po
             spec = _spec(root / entry / "config.json") or _spec(root / entry / "userdata" / "config.json")
             if not spec:
                 continue
-            notes = spec.get("annotations") or {}
+            notes = annotations(spec)
             keys = CONTAINERD if CONTAINERD["type"] in notes else CRIO
             kind = notes.get(keys["type"])
             if kind == "sandbox" and notes.get(keys["namespace"]) and notes.get(keys["pod"]):
@@ -96,12 +130,7 @@ def scan(host_root: str = "/", bundle_dirs: tuple[str, ...] = BUNDLE_DIRS) -> Po
                     entry, notes[keys["namespace"]], notes[keys["pod"]], notes.get(keys["uid"], "")
                 )
             elif kind == "container" and notes.get(keys["sandbox"]):
-                shm = {
-                    m.get("source", "")
-                    for m in spec.get("mounts") or []
-                    if m.get("destination") == "/dev/shm"
-                }
-                containers.append((notes[keys["sandbox"]], shm))
+                containers.append((notes[keys["sandbox"]], _shm_sources(spec)))
     for sandbox_id, shm in containers:
         if sandbox_id in sandboxes:
             sandboxes[sandbox_id].dev_shm |= {s for s in shm if s}

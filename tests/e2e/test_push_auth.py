@@ -142,6 +142,24 @@ def test_a_bad_token_file_is_one_line_naming_the_variable(tmp_path, text, said):
     assert said in done.stderr and done.stderr.count("\n") == 1
 
 
+def test_a_token_file_that_is_a_directory_is_one_line_at_start(tmp_path: Path):
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    flags = ["--port", "1", "--progress-api", "on", "--progress-token-file", str(tmp_path)]
+    done = subprocess.run(
+        [sys.executable, "-m", "exporter", "--simulate", "healthy", *flags],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.endswith(f"--progress-token-file: {tmp_path}: not a regular file\n")
+
+
 def test_a_token_without_the_progress_api_is_a_usage_error(tmp_path: Path):
     import subprocess
     import sys

@@ -382,6 +382,39 @@ def test_a_check_that_cannot_start_in_time_is_503_unchecked(tmp_path, monkeypatc
     assert asyncio.run(run()) == (None, True)
 
 
+def test_a_flood_of_guesses_for_one_user_does_not_hold_another_users_first_login(tmp_path):
+    """Guesses queue in their user's lane: another user's first login waits for at most one check of
+    each other lane, not for the whole flood (the order is asserted, not a time)."""
+    from exporter.serve import webconfig
+
+    path = tmp_path / "web.yml"
+    path.write_text(f"basic_auth_users:\n  a: '{_hash(PASSWORD, 6)}'\n  b: '{_hash(PASSWORD, 6)}'\n")
+
+    def header(user: str, password: str) -> str:
+        return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+    async def run() -> tuple[list[str], list[bool | None]]:
+        state = webconfig.WebState(path)
+        done: list[str] = []
+
+        async def login(user: str, password: str) -> bool | None:
+            ok = await state.allowed("/metrics", header(user, password))
+            done.append(user)
+            return ok
+
+        flood = [asyncio.create_task(login("b", f"wrong-{i}")) for i in range(30)]
+        flood += [asyncio.create_task(login(f"nobody-{i}", "x")) for i in range(10)]
+        await asyncio.sleep(0)  # every guess is queued before the first login arrives
+        first = await login("a", PASSWORD)
+        results = await asyncio.gather(*flood)
+        assert first is True
+        return done, results
+
+    done, results = asyncio.run(run())
+    assert done.index("a") <= 4, done  # behind at most the checks already running and one per lane
+    assert results.count(False) == 40
+
+
 # ---- the docs say every limit ---------------------------------------------------------------------------
 
 

@@ -129,6 +129,28 @@ def test_a_container_process_is_named_with_its_pod_command_and_start(node):
     assert owner.start_t == pytest.approx(1700000000 + 3000 / os.sysconf("SC_CLK_TCK"), abs=1e-6)
 
 
+@pytest.mark.parametrize("text", ["[" * 200_000, json.dumps({"annotations": [1, 2]}), json.dumps([1])])
+def test_a_malformed_bundle_costs_only_that_process_its_pod(node, text):
+    cgroup = f"0::/kubepods.slice/kubepods-pod{UID.replace('-', '_')}.slice/cri-containerd-{CID}.scope\n"
+    _proc(node, 4242, cgroup)
+    _bundle(node, CID, "llm-train-0")
+    (node / "host" / BUNDLES / CID / "config.json").write_text(text)
+    source = _source(node)
+    source.want([4242])
+    owner = source.collect().owners[4242]  # the source stays up; the process is its container's
+    assert (owner.pod, owner.container_id, owner.command) == ("", CID, "python train.py")
+
+
+def test_a_pod_name_longer_than_kubernetes_allows_is_not_a_label_value(node):
+    cgroup = f"0::/kubepods.slice/kubepods-pod{UID.replace('-', '_')}.slice/cri-containerd-{CID}.scope\n"
+    _proc(node, 4242, cgroup)
+    _bundle(node, CID, "llm-train-0", namespace="n" * 200_000)
+    source = _source(node)
+    source.want([4242])
+    owner = source.collect().owners[4242]
+    assert owner.pod == "llm-train-0" and owner.namespace == ""
+
+
 def test_a_deleted_pods_process_keeps_its_last_pod(node):
     cgroup = f"0::/kubepods/besteffort/pod{UID}/{CID}\n"
     _proc(node, 4242, cgroup)

@@ -99,6 +99,45 @@ def test_index_reads_containerd_and_crio_bundles(tmp_path):
     ) == ("", "", "v")  # a pod the runtime does not know (yet): the volume is still reported
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" * 200_000,
+        json.dumps({"annotations": [1, 2]}),
+        json.dumps([1]),
+        json.dumps({"annotations": {"io.kubernetes.cri.container-type": "container"}, "mounts": [1, "x"]}),
+        json.dumps({"annotations": {"io.kubernetes.cri.container-type": {"a": 1}}}),
+    ],
+)
+def test_a_malformed_bundle_costs_only_that_bundle(tmp_path, text):
+    bundles(tmp_path)
+    bad = tmp_path / "run/containerd/io.containerd.runtime.v2.task/k8s.io" / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text(text)
+    index = runtime.scan(str(tmp_path))
+    assert index.owner(DSHM_A) == ("ml", "train-0", "dshm") and index.owner(SHM_B) == (
+        "ml",
+        "train-1",
+        "dev-shm",
+    )
+
+
+def test_a_name_longer_than_kubernetes_allows_is_read_as_absent(tmp_path):
+    tasks = tmp_path / "run/containerd/io.containerd.runtime.v2.task/k8s.io"
+    (tasks / SB_A).mkdir(parents=True)
+    notes = {
+        "io.kubernetes.cri.container-type": "sandbox",
+        "io.kubernetes.cri.sandbox-uid": UID_A,
+        "io.kubernetes.cri.sandbox-namespace": "n" * 200_000,
+        "io.kubernetes.cri.sandbox-name": "train-0",
+    }
+    (tasks / SB_A / "config.json").write_text(json.dumps({"annotations": notes}))
+    assert runtime.scan(str(tmp_path)).by_sandbox == {}  # no namespace: not a sandbox it can name
+    assert runtime.annotations({"annotations": notes}) == {
+        k: v for k, v in notes.items() if len(v) <= runtime.MAX_NAME_CHARS
+    }
+
+
 def _statvfs_fixture(sizes: dict[str, tuple[int, int]], host: Path):
     def statvfs(path: str) -> os.statvfs_result:
         rel = "/" + os.path.relpath(path, host)

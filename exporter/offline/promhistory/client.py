@@ -1,21 +1,33 @@
 """The Prometheus HTTP API (Prometheus and VictoriaMetrics answer it alike): series discovery, range
 queries and raw samples cut into bounded chunks (VictoriaMetrics' /api/v1/export where the server has
 it), with the authentication other Prometheus clients take (basic auth, a bearer token, a CA file), and
-every failure as one line (``PromError``)."""
+every failure as one line (``PromError``).
+
+The server, or a proxy or query frontend in front of it, is not the user's: a request has one
+deadline for its whole answer (headers and body, however slowly they come), a redirect is refused
+(credentials never go on to another origin), an answer is bounded in size and read element by
+element (no whole-document parse), an answer of the wrong shape is one line, and a busy answer
+(429, 502, 503, 504) is asked again a bounded number of times after a pause (the server's
+Retry-After, where it sends one)."""
 
 from __future__ import annotations
 
 import base64
 import bisect
+import contextlib
+import email.utils
+import http.client
 import itertools
 import json
 import math
+import re
+import socket
 import ssl
+import threading
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,8 +37,36 @@ MAX_POINTS_PER_SERIES = 10_000
 MIN_POINTS_PER_SERIES = 100
 # seconds one request may take: a week's chunk of one node answers in well under a second
 DEFAULT_TIMEOUT_S = 60.0
-# an answer larger than this is not one node's chunk (the server ignored the bounds)
-MAX_BODY_BYTES = 512 * 1024 * 1024
+# an answer larger than this is not one node's chunk (the server ignored the bounds): a chunk is 10,000
+# steps of one series name for a node's GPUs, about 30 bytes a sample, so 2.4 MB for 8 GPUs and 17 MB
+# for 56 MIG instances. Its message says "exceeds", so the chunk is asked again in halves.
+MAX_BODY_BYTES = 64 * 1024 * 1024
+# ...and the series index of the whole range (discovery, every GPU of the fleet: about 400 bytes a
+# series, 100,000 GPUs in 40 MB), read element by element so its memory is the body's twice at most
+MAX_INDEX_BYTES = 256 * 1024 * 1024
+# an answer this small is parsed whole (faster; at most 40 times it, 160 MB): a larger one element by element
+WHOLE_PARSE_BYTES = 4 * 1024 * 1024
+# a busy answer (a query frontend's 429, a load balancer's 502-504) is asked again this many times...
+RETRIES = 4
+# ...after this many seconds, doubled each time, or the server's Retry-After up to RETRY_WAIT_MAX_S
+RETRY_FIRST_WAIT_S = 1.0
+RETRY_WAIT_MAX_S = 30.0
+_BUSY = frozenset({429, 502, 503, 504})
+_READ_BYTES = 1 << 20
+_DEC = json.JSONDecoder()
+_WS = re.compile(r"[ \t\n\r]*")
+_USERINFO = re.compile(r"//[^/@?#]*@")  # a URL's user:password@, never shown
+# what an answer of the wrong shape raises while it is read: one line, never a traceback
+_SHAPE_ERRORS = (
+    TypeError,
+    ValueError,
+    AttributeError,
+    KeyError,
+    IndexError,
+    OverflowError,
+    RecursionError,
+    UnicodeError,
+)
 # a chunk of raw samples the server refuses as too large is halved down to this many seconds
 MIN_SPAN_S = 3600
 _TOO_LARGE = ("too many", "exceed", "maxsamples", "max_samples", "limit")
@@ -105,80 +145,216 @@ class Counts:
 
 class PromClient:
     def __init__(self, url: str, auth: Auth = Auth(), timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        parsed = urllib.parse.urlparse(url)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        url, auth = split_credentials(url, auth)
+        if any(c.isspace() or not c.isprintable() for c in url):
+            raise PromError(f"--prometheus: {url!r} holds a blank or a control character")
+        try:
+            parsed = urllib.parse.urlsplit(url)
+            port = parsed.port
+        except ValueError as exc:
+            raise PromError(f"--prometheus: {url!r} is not a URL ({exc})") from None
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise PromError(f"--prometheus: {url!r} is not an http:// or https:// URL")
         self.url = url.rstrip("/")
         self.auth = auth
         self.timeout_s = timeout_s
         self.counts = Counts()
+        self.on_query: Callable[[], None] | None = None  # after every request (a progress line)
+        self._host, self._port, self._https = parsed.hostname, port, parsed.scheme == "https"
+        self._base = parsed.path.rstrip("/")
         self._context: ssl.SSLContext | None = None
-        if parsed.scheme == "https":
+        if self._https:
             try:
                 self._context = ssl.create_default_context(cafile=auth.ca_file or None)
             except (OSError, ssl.SSLError) as exc:
                 raise PromError(f"--prometheus-ca-file: cannot load {auth.ca_file} ({exc})") from None
 
-    def _request(self, path: str, params: list[tuple[str, str]], post: bool = True) -> bytes:
+    def _request(
+        self, path: str, params: list[tuple[str, str]], post: bool = True, limit: int | None = None
+    ) -> bytes:
         """Ask the API (a form POST, long selectors fit; GET where the API takes no POST) and return its
-        answer's body; a failure is a PromError of one line."""
+        answer's body; a busy answer is asked again (``RETRIES``); a failure is a PromError of one line."""
+        wait = RETRY_FIRST_WAIT_S
+        for attempt in range(RETRIES + 1):
+            began = time.monotonic()
+            self.counts.queries += 1
+            try:
+                status, headers, body = self._once(path, params, post, limit or MAX_BODY_BYTES)
+            finally:
+                self.counts.seconds += time.monotonic() - began
+                if self.on_query:
+                    self.on_query()
+            if status in _BUSY and attempt < RETRIES:
+                time.sleep(min(_retry_after(headers.get("Retry-After"), wait), RETRY_WAIT_MAX_S))
+                wait *= 2
+                continue
+            if 300 <= status < 400:
+                where = _USERINFO.sub("//", _clean(headers.get("Location") or "nowhere"))
+                raise PromError(
+                    f"{self.url}{path} answered HTTP {status}, a redirect to {where}: not followed "
+                    "(credentials go to the URL given only); give --prometheus the final URL"
+                )
+            if status >= 400:
+                tried = f" (after {attempt + 1} tries)" if status in _BUSY else ""
+                reason = http.client.responses.get(status, "error")
+                raise PromError(f"{self.url} answered HTTP {status} ({reason}){tried}{_api_error(body)}")
+            return body
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _once(
+        self, path: str, params: list[tuple[str, str]], post: bool, limit: int
+    ) -> tuple[int, http.client.HTTPMessage, bytes]:
+        """One request, cut at ``timeout_s`` from its start whatever the server sends: a watchdog shuts
+        the socket, which ends any read waiting on it."""
         form = urllib.parse.urlencode(params)
+        target = f"{self._base}{path}" if post else f"{self._base}{path}?{form}"
+        headers = {"Connection": "close", **self.auth.headers()}
         if post:
-            request = urllib.request.Request(
-                f"{self.url}{path}",
-                data=form.encode(),
-                headers={"Content-Type": "application/x-www-form-urlencoded", **self.auth.headers()},
+            headers["Content-Type"] = "application/x-www-form-urlencoded"
+        conn, target = self._connection(target, headers)
+        expired = threading.Event()
+        held: list[socket.socket] = []  # the connection's socket (the response keeps it, not ``conn``)
+
+        def cut() -> None:
+            expired.set()
+            for sock in held:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+        watchdog = threading.Timer(self.timeout_s, cut)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            conn.connect()  # bounded by the socket's timeout
+            if conn.sock is not None:
+                held.append(conn.sock)
+            if expired.is_set():
+                cut()
+            conn.request(
+                "POST" if post else "GET", target, body=form.encode() if post else None, headers=headers
             )
-        else:
-            request = urllib.request.Request(f"{self.url}{path}?{form}", headers=self.auth.headers())
-        began = time.monotonic()
-        self.counts.queries += 1
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s, context=self._context) as answer:
-                raw = answer.read(MAX_BODY_BYTES + 1)
-        except urllib.error.HTTPError as exc:
-            raise PromError(f"{self.url} answered HTTP {exc.code} ({exc.reason}){_api_error(exc)}") from None
-        except urllib.error.URLError as exc:
-            reason = exc.reason
-            if isinstance(reason, TimeoutError):
-                raise PromError(f"{self.url}: no answer within {self.timeout_s:g} s") from None
-            raise PromError(f"cannot reach {self.url} ({reason})") from None
-        except TimeoutError:
-            raise PromError(f"{self.url}: no answer within {self.timeout_s:g} s") from None
-        except (OSError, ValueError) as exc:
-            raise PromError(f"cannot reach {self.url} ({exc})") from None
+            answer = conn.getresponse()
+            if answer.status >= 300:
+                body = answer.read(64 * 1024)
+            else:
+                chunks, size = [], 0
+                while chunk := answer.read(_READ_BYTES):
+                    size += len(chunk)
+                    if size > limit:
+                        raise PromError(f"{self.url}{path}: an answer that exceeds {limit / 2**20:g} MiB")
+                    chunks.append(chunk)
+                body = b"".join(chunks)
+            if expired.is_set():  # the watchdog ended the read: what came is not the whole answer
+                raise TimeoutError
+            return answer.status, answer.msg, body
+        except PromError:
+            raise
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            if expired.is_set() or isinstance(exc, TimeoutError):
+                raise PromError(f"{self.url}: no complete answer within {self.timeout_s:g} s") from None
+            raise PromError(f"cannot reach {self.url} ({_reason(exc)})") from None
         finally:
-            self.counts.seconds += time.monotonic() - began
-        if len(raw) > MAX_BODY_BYTES:
-            raise PromError(f"{self.url}{path}: an answer over {MAX_BODY_BYTES >> 20} MiB")
-        return raw
+            watchdog.cancel()
+            conn.close()
 
-    def _call(self, path: str, params: list[tuple[str, str]], post: bool = True) -> object:
-        """The API's ``data`` for a call (``_request``); an answer that is not the API's is one line."""
-        raw = self._request(path, params, post)
+    def _connection(self, target: str, headers: dict[str, str]) -> tuple[http.client.HTTPConnection, str]:
+        """A connection to the server, or through the proxy the environment names for it (HTTPS_PROXY,
+        HTTP_PROXY, NO_PROXY, as urllib and curl read them): a tunnel for https, the absolute URL for
+        http. The proxy's own credentials (http://user:pw@proxy) go to the proxy only."""
+        proxy = (
+            None
+            if urllib.request.proxy_bypass(self._host)
+            else urllib.request.getproxies().get("https" if self._https else "http")
+        )
+        host, port, timeout = self._host, self._port, self.timeout_s
+        if proxy:
+            parsed = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+            host, port = parsed.hostname or host, parsed.port
+            if parsed.username:
+                pair = (
+                    f"{urllib.parse.unquote(parsed.username)}:{urllib.parse.unquote(parsed.password or '')}"
+                )
+                proxy_auth = {"Proxy-Authorization": "Basic " + base64.b64encode(pair.encode()).decode()}
+            else:
+                proxy_auth = {}
+        if self._https:
+            conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+                host, port, timeout=timeout, context=self._context
+            )
+            if proxy:
+                conn.set_tunnel(self._host, self._port, headers=proxy_auth)
+            return conn, target
+        conn = http.client.HTTPConnection(host, port, timeout=timeout)
+        if proxy:
+            headers.update(proxy_auth)
+            netloc = f"[{self._host}]" if ":" in self._host else self._host
+            return conn, f"http://{netloc}{f':{self._port}' if self._port else ''}{target}"
+        return conn, target
+
+    def _items(
+        self,
+        path: str,
+        params: list[tuple[str, str]],
+        where: tuple[str, ...],
+        limit: int | None = None,
+        post: bool = True,
+    ) -> Iterator[object]:
+        """The elements of the array at ``where`` in the API's answer. A large answer's are parsed each
+        on its own as it is reached (a whole-document parse costs 17-40 times the body), a small one's
+        (WHOLE_PARSE_BYTES) at once, which is faster; the status is judged at the end, so a caller
+        keeps nothing of an answer that fails."""
+        raw = self._request(path, params, post, limit)
+        meta: dict[str, object] = {}
         try:
-            doc = json.loads(raw)
-        except ValueError:
+            if len(raw) <= WHOLE_PARSE_BYTES:
+                yield from _whole(json.loads(raw), where, meta)
+            else:
+                text = raw.decode("utf-8")
+                del raw
+                end = yield from _array_at(text, 0, where, meta)
+                if _skip(text, end) != len(text):
+                    raise ValueError("more after the answer")
+        except _SHAPE_ERRORS:
             raise PromError(f"{self.url}{path} did not answer JSON: is it a Prometheus API?") from None
-        if not isinstance(doc, dict) or doc.get("status") != "success":
-            error = doc.get("error") if isinstance(doc, dict) else None
-            raise PromError(f"{self.url}{path}: {error or 'not a Prometheus API answer'}")
-        return doc.get("data")
+        if meta.get("status") != "success":
+            raise PromError(
+                f"{self.url}{path}: {_clean(str(meta.get('error') or 'not a Prometheus API answer'))}"
+            )
 
-    def series(self, match: str, start: float, end: float) -> list[dict[str, str]]:
-        data = self._call("/api/v1/series", [("match[]", match), ("start", _ts(start)), ("end", _ts(end))])
-        return [dict(d) for d in data] if isinstance(data, list) else []
+    def _shape(self, path: str, exc: BaseException) -> PromError:
+        return PromError(
+            f"{self.url}{path}: an answer of the wrong shape ({type(exc).__name__}: {_clean(str(exc))})"
+        )
+
+    def series(self, match: str, start: float, end: float) -> Iterator[dict[str, str]]:
+        """The series' label sets, each as it is parsed (the index of a range may be large: a caller
+        keeps what it needs of each, never the whole answer)."""
+        path = "/api/v1/series"
+        params = [("match[]", match), ("start", _ts(start)), ("end", _ts(end))]
+        try:
+            for item in self._items(path, params, ("data",), MAX_INDEX_BYTES):
+                yield _labels(item)
+        except _SHAPE_ERRORS as exc:
+            raise self._shape(path, exc) from None
 
     def label_values(self, label: str, match: str, start: float, end: float) -> list[str]:
         path = f"/api/v1/label/{urllib.parse.quote(label)}/values"
-        data = self._call(path, [("match[]", match), ("start", _ts(start)), ("end", _ts(end))], post=False)
-        return [str(v) for v in data] if isinstance(data, list) else []
+        params = [("match[]", match), ("start", _ts(start)), ("end", _ts(end))]
+        values = list(self._items(path, params, ("data",), post=False))
+        if not all(isinstance(v, str) for v in values):
+            raise self._shape(path, TypeError("not a list of strings"))
+        return values  # type: ignore[return-value]
 
     def raw_times(self, expr: str, at: float, window_s: float) -> list[list[float]]:
         """The raw sample times of ``expr`` over ``window_s`` before ``at``, per series."""
-        data = self._call("/api/v1/query", [("query", f"{expr}[{int(window_s)}s]"), ("time", _ts(at))])
-        result = data.get("result", []) if isinstance(data, dict) else []
-        return [[float(t) for t, _ in item.get("values", [])] for item in result]
+        params = [("query", f"{expr}[{int(window_s)}s]"), ("time", _ts(at))]
+        try:
+            return [
+                sorted(_finite_time(t) for t, _ in _pairs(item))
+                for item in self._items("/api/v1/query", params, ("data", "result"))
+            ]
+        except _SHAPE_ERRORS as exc:
+            raise self._shape("/api/v1/query", exc) from None
 
     def has_export(self, match: str, at: float) -> bool:
         """Whether the server exports raw samples (VictoriaMetrics' /api/v1/export; Prometheus has no
@@ -194,26 +370,30 @@ class PromClient:
             return True
         try:
             line = json.loads(first)
-        except ValueError:
+        except (ValueError, RecursionError):
             return False
         return isinstance(line, dict) and "metric" in line
 
     def raw(self, selector: str, start: float, end: float, span_s: float, export: bool = False) -> list[Raw]:
         """The raw samples of ``selector`` in ``(start, end]``, per series (sorted by their labels, as
         Prometheus sorts them), asked in chunks of ``span_s`` seconds: a range selector evaluated at
-        each chunk's end, or VictoriaMetrics' export (``export``), whose samples are the same."""
+        each chunk's end, or VictoriaMetrics' export (``export``), whose samples are the same. A chunk
+        the server refuses as too large, or that exceeds MAX_BODY_BYTES, is asked again in halves."""
         out: dict[tuple[tuple[str, str], ...], Raw] = {}
         span = max(1, math.ceil(span_s))
+        path = "/api/v1/export" if export else "/api/v1/query"
         lo = start
         while lo < end:
             hi = min(end, lo + span)
             try:
-                got = self._exported(selector, lo, hi) if export else self._selected(selector, lo, hi)
+                got = list(self._exported(selector, lo, hi) if export else self._selected(selector, lo, hi))
             except PromError as exc:
                 if span > MIN_SPAN_S and any(w in str(exc).lower() for w in _TOO_LARGE):
                     span //= 2
                     continue
                 raise
+            except _SHAPE_ERRORS as exc:
+                raise self._shape(path, exc) from None
             for labels, times_ms, values in got:
                 labels.pop("__name__", None)
                 key = tuple(sorted(labels.items()))
@@ -231,39 +411,43 @@ class PromClient:
         """A range selector's raw samples (an instant query of ``selector[...]``): Prometheus sends each
         as [seconds, "value"]; they are converted a series at a time."""
         millis = math.ceil((hi - lo) * 1000)
-        data = self._call("/api/v1/query", [("query", f"{selector}[{millis}ms]"), ("time", _ts(hi))])
-        for item in data.get("result", []) if isinstance(data, dict) else []:
-            pairs = item.get("values") or []
+        params = [("query", f"{selector}[{millis}ms]"), ("time", _ts(hi))]
+        for item in self._items("/api/v1/query", params, ("data", "result")):
+            pairs = _pairs(item)
             if not pairs:
                 continue
-            stamps, texts = zip(*pairs, strict=True)
-            yield _finite(
-                dict(item.get("metric", {})), [round(t * 1000) for t in stamps], list(map(float, texts))
-            )
+            times_ms = [round(_finite_time(t) * 1000) for t, _ in pairs]
+            yield _finite(_labels(item["metric"]), times_ms, [_number(v) for _, v in pairs])
 
     def _exported(
         self, selector: str, lo: float, hi: float
     ) -> Iterator[tuple[dict[str, str], list[int], list[float]]]:
         """VictoriaMetrics' export: a line of JSON per series (or per block of one), times already in
-        milliseconds and values as numbers; read as one JSON document."""
+        milliseconds and values as numbers; each line parsed on its own."""
         body = self._request("/api/v1/export", [("match[]", selector), ("start", _ts(lo)), ("end", _ts(hi))])
-        body = body.strip()
-        if not body:
-            return
-        try:
-            lines = json.loads(b"[" + body.replace(b"\n", b",") + b"]")
-        except ValueError:
-            raise PromError(f"{self.url}/api/v1/export did not answer JSON lines") from None
         lo_ms = round(lo * 1000)
-        for line in lines:
+        for text in body.split(b"\n"):
+            if not text.strip():
+                continue
+            try:
+                line = json.loads(text)
+            except (ValueError, RecursionError):
+                raise PromError(f"{self.url}/api/v1/export did not answer JSON lines") from None
+            if not isinstance(line, dict):
+                raise TypeError("an export line is not an object")
             times_ms, values = line.get("timestamps") or [], line.get("values") or []
+            if not isinstance(times_ms, list) or not isinstance(values, list) or len(times_ms) != len(values):
+                raise ValueError("timestamps and values of different lengths")
+            if not all(type(t) is int for t in times_ms):
+                raise TypeError("a timestamp that is not a whole number of milliseconds")
+            values = [_number(v) for v in values]
             if any(b <= a for a, b in itertools.pairwise(times_ms)):  # blocks out of order: put them in it
                 pairs = sorted(dict(zip(times_ms, values, strict=True)).items())
                 times_ms, values = [t for t, _ in pairs], [v for _, v in pairs]
             if times_ms and times_ms[0] <= lo_ms:  # the range selector's (lo, hi]
                 keep = bisect.bisect_right(times_ms, lo_ms)
                 times_ms, values = times_ms[keep:], values[keep:]
-            yield _finite(dict(line.get("metric", {})), list(times_ms), [float(v) for v in values])
+            yield _finite(_labels(line.get("metric", {})), list(times_ms), values)
 
     def query_range(
         self,
@@ -278,42 +462,175 @@ class PromClient:
         large is asked again in halves."""
         out: dict[tuple[tuple[str, str], ...], Series] = {}
         points = MAX_POINTS_PER_SERIES
+        path = "/api/v1/query_range"
         t = start
         while t <= end:
             stop = min(end, t + (points - 1) * step)
+            params = [("query", expr), ("start", _ts(t)), ("end", _ts(stop)), ("step", f"{step:g}")]
             try:
-                data = self._call(
-                    "/api/v1/query_range",
-                    [("query", expr), ("start", _ts(t)), ("end", _ts(stop)), ("step", f"{step:g}")],
-                )
+                got = [
+                    (_labels(item["metric"]), _pairs(item))
+                    for item in self._items(path, params, ("data", "result"))
+                ]
+                read = [
+                    (labels, [(_finite_time(ts), _number(v)) for ts, v in pairs]) for labels, pairs in got
+                ]
             except PromError as exc:
                 if points > MIN_POINTS_PER_SERIES and any(w in str(exc).lower() for w in _TOO_LARGE):
                     points //= 2
                     continue
                 raise
-            for item in data.get("result", []) if isinstance(data, dict) else []:
-                labels = dict(item.get("metric", {}))
+            except _SHAPE_ERRORS as exc:
+                raise self._shape(path, exc) from None
+            for labels, samples in read:
                 labels.pop("__name__", None)
                 series = out.setdefault(tuple(sorted(labels.items())), Series(labels))
-                for ts, value in item.get("values", []):
-                    v = float(value)
-                    if math.isfinite(v):
-                        series.times.append(float(ts))
+                for ts, v in sorted(samples):
+                    if math.isfinite(v) and (not series.times or ts > series.times[-1]):
+                        series.times.append(ts)
                         series.values.append(v)
-                self.counts.samples += len(item.get("values", []))
+                self.counts.samples += len(samples)
             if on_chunk:
                 on_chunk()
             t = stop + step
         return list(out.values())
 
 
+def split_credentials(url: str, auth: Auth) -> tuple[str, Auth]:
+    """``http://user:password@host``: the URL without its user information (which no message may show)
+    and the basic auth it names, where no other credentials were given."""
+    scheme, sep, rest = url.partition("://")
+    host, slash, path = rest.partition("/")
+    if not sep or "@" not in host:
+        return url, auth
+    info, _, host = host.rpartition("@")
+    user, _, password = info.partition(":")
+    if not auth.user and not auth.token:
+        auth = Auth(urllib.parse.unquote(user), urllib.parse.unquote(password), auth.token, auth.ca_file)
+    return f"{scheme}://{host}{slash}{path}", auth
+
+
+def _labels(value: object) -> dict[str, str]:
+    """A label set: an object of strings (anything else is the wrong shape)."""
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise TypeError("a label set that is not an object of strings")
+    return value
+
+
+def _pairs(item: object) -> list[tuple[object, object]]:
+    """A matrix series' [time, "value"] pairs."""
+    if not isinstance(item, dict):
+        raise TypeError("a result that is not an object")
+    _labels(item.get("metric", {}))
+    pairs = item.get("values") or []
+    if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 for p in pairs):
+        raise TypeError("values that are not [time, value] pairs")
+    return [(p[0], p[1]) for p in pairs]
+
+
+def _number(value: object) -> float:
+    """A sample's value: a number, or the API's decimal text of one (a hexadecimal or a word is not)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise TypeError(f"a sample value {value!r:.40}")
+    if isinstance(value, str) and value.lower().lstrip("+-").startswith("0x"):
+        raise ValueError(f"a sample value {value!r:.40}")
+    return float(value)
+
+
+def _finite_time(value: object) -> float:
+    """A sample's time in seconds: a finite number (NaN, infinities and text are the wrong shape)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"a sample time {value!r:.40}")
+    t = float(value)
+    if not math.isfinite(t):
+        raise ValueError(f"a sample time {value!r:.40}")
+    return t
+
+
+def _array_at(
+    text: str, i: int, where: tuple[str, ...], meta: dict[str, object] | None
+) -> Generator[object, None, int]:
+    """The elements of the array at key path ``where`` of the JSON object at ``text[i]``, each decoded
+    on its own, returning where the object ends; its other members go to ``meta`` (the top level's
+    status and error)."""
+    i = _skip(text, i)
+    if text[i] != "{":
+        raise ValueError("not an object")
+    i = _skip(text, i + 1)
+    if text[i] == "}":
+        return i + 1
+    while True:
+        key, i = _DEC.raw_decode(text, i)
+        if not isinstance(key, str):
+            raise ValueError("a key that is not a string")
+        i = _skip(text, i)
+        if text[i] != ":":
+            raise ValueError("no ':' after a key")
+        i = _skip(text, i + 1)
+        if key == where[0] and len(where) > 1 and text[i] == "{":
+            i = yield from _array_at(text, i, where[1:], None)
+        elif key == where[0] and len(where) == 1:
+            i = yield from _elements(text, i)
+        else:
+            value, i = _DEC.raw_decode(text, i)
+            if meta is not None:
+                meta[key] = value
+        i = _skip(text, i)
+        if text[i] == "}":
+            return i + 1
+        if text[i] != ",":
+            raise ValueError("no ',' or '}' after a member")
+        i = _skip(text, i + 1)
+
+
+def _whole(doc: object, where: tuple[str, ...], meta: dict[str, object]) -> Iterator[object]:
+    """``_array_at`` of a document parsed whole."""
+    if not isinstance(doc, dict):
+        raise ValueError("not an object")
+    meta.update((k, v) for k, v in doc.items() if k != where[0])
+    value: object = doc
+    for key in where:
+        value = value.get(key) if isinstance(value, dict) else None
+    if value is None:
+        return
+    if not isinstance(value, list):
+        raise ValueError("not an array")
+    yield from value
+
+
+def _skip(text: str, i: int) -> int:
+    """Past the blanks at ``i``."""
+    return _WS.match(text, i).end()  # type: ignore[union-attr]
+
+
+def _elements(text: str, i: int) -> Generator[object, None, int]:
+    """Each element of the array at ``text[i]`` (null: none), returning where the array ends."""
+    if text.startswith("null", i):
+        return i + 4
+    if text[i] != "[":
+        raise ValueError("not an array")
+    i = _skip(text, i + 1)
+    if text[i] == "]":
+        return i + 1
+    while True:
+        value, i = _DEC.raw_decode(text, i)
+        yield value
+        i = _skip(text, i)
+        if text[i] == "]":
+            return i + 1
+        if text[i] != ",":
+            raise ValueError("no ',' or ']' after an element")
+        i = _skip(text, i + 1)
+
+
 def _finite(
     labels: dict[str, str], times_ms: list[int], values: list[float]
 ) -> tuple[dict[str, str], list[int], list[float]]:
-    """A series' samples less the NaNs (a staleness marker) and infinities, should any come back."""
-    if all(map(math.isfinite, values)):
+    """A series' samples less the NaNs (a staleness marker) and infinities, should any come back, in
+    time order (a server's answer out of order is put in it; one sample a time)."""
+    if all(map(math.isfinite, values)) and all(a < b for a, b in itertools.pairwise(times_ms)):
         return labels, times_ms, values
-    kept = [(t, v) for t, v in zip(times_ms, values, strict=True) if math.isfinite(v)]
+    kept = sorted(dict(p for p in zip(times_ms, values, strict=True) if math.isfinite(p[1])).items())
     return labels, [t for t, _ in kept], [v for _, v in kept]
 
 
@@ -321,11 +638,40 @@ def _ts(t: float) -> str:
     return f"{t:.3f}"
 
 
-def _api_error(exc: urllib.error.HTTPError) -> str:
+def _api_error(body: bytes) -> str:
     """The API's own ``error`` text of a failed call, when it sent one."""
     try:
-        doc = json.loads(exc.read(64 * 1024) or b"{}")
-    except (ValueError, OSError):
+        doc = json.loads(body or b"{}")
+    except (ValueError, RecursionError):
         return ""
     error = doc.get("error") if isinstance(doc, dict) else None
-    return f": {str(error)[:300]}" if error else ""
+    return f": {_clean(str(error))}" if error else ""
+
+
+def _retry_after(value: str | None, default: float) -> float:
+    """Retry-After's seconds (a number, or an HTTP date), else ``default``."""
+    if not value:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return default
+        if when is None or when.tzinfo is None:
+            return default
+        seconds = when.timestamp() - time.time()
+    return max(0.0, seconds) if math.isfinite(seconds) else default
+
+
+def _clean(text: str, limit: int = 300) -> str:
+    """A server's text as part of one line: control characters blanked, cut to ``limit``."""
+    flat = "".join(c if c.isprintable() else " " for c in text)
+    return flat if len(flat) <= limit else flat[:limit] + "..."
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return _clean(str(exc) or type(exc).__name__)

@@ -8,7 +8,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from exporter.offline.promhistory.client import DEFAULT_TIMEOUT_S, Auth, PromError
+from exporter.offline.promhistory.client import DEFAULT_TIMEOUT_S, Auth, PromError, split_credentials
 from exporter.offline.promhistory.history import MAX_STEP_S, Progress, Request
 
 _RELATIVE = re.compile(r"^-(\d+(?:\.\d+)?)([smhdw])$")
@@ -16,6 +16,8 @@ _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 DEFAULT_FROM = "-1d"
 # a progress line on stderr at most this often, once reading has taken this long
 PROGRESS_EVERY_S = 5.0
+# the finest step: a scrape is a fraction of a second at the finest, and the step's clock is in ms
+MIN_STEP_S = 0.1
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -66,7 +68,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--prometheus-timeout",
         metavar="SECONDS",
-        help=f"seconds one query may take (default {DEFAULT_TIMEOUT_S:g})",
+        help=f"seconds one request may take, its whole answer (default {DEFAULT_TIMEOUT_S:g})",
     )
 
 
@@ -88,15 +90,16 @@ def parse_time(text: str, now: float) -> float:
         ) from None
 
 
-def _seconds(text: str | None, flag: str, limit: float) -> float | None:
+def _seconds(text: str | None, flag: str, limit: float, least: float = 0.0) -> float | None:
     if text is None:
         return None
     try:
         value = float(text)
     except ValueError:
         raise PromError(f"{flag}: {text!r} is not a number of seconds") from None
-    if not 0 < value <= limit:
-        raise PromError(f"{flag}: must be more than 0 and at most {limit:g} seconds, not {text!r}")
+    if not (least < value if least == 0 else least <= value) or not value <= limit:
+        low = "more than 0" if least == 0 else f"at least {least:g}"
+        raise PromError(f"{flag}: must be {low} and at most {limit:g} seconds, not {text!r}")
     return value
 
 
@@ -110,19 +113,26 @@ def request_from(args: argparse.Namespace, now: float | None = None) -> Request:
         raise PromError(f"--from/--to: {exc}") from None
     if end <= start:
         raise PromError("--from must be before --to")
+    if start < 0:  # a relative time far back ('-99999999w'): as RFC 3339, nothing is before 1970
+        raise PromError(f"--from: {args.time_from!r} is before 1970")
     selector = (args.selector or "").strip().removeprefix("{").removesuffix("}").strip()
+    auth = Auth.from_files(
+        args.prometheus_user,
+        args.prometheus_password_file,
+        args.prometheus_bearer_token_file,
+        args.prometheus_ca_file,
+    )
+    # http://user:password@host: the basic auth it names, and the URL without it for every message and
+    # output that names the server (the password would be printed otherwise)
+    url, auth = split_credentials(args.prometheus or "", auth)
+    args.prometheus = url
     return Request(
-        url=args.prometheus,
+        url=url,
         start=start,
         end=end,
         selector=selector,
-        step=_seconds(args.step, "--step", MAX_STEP_S),
-        auth=Auth.from_files(
-            args.prometheus_user,
-            args.prometheus_password_file,
-            args.prometheus_bearer_token_file,
-            args.prometheus_ca_file,
-        ),
+        step=_seconds(args.step, "--step", MAX_STEP_S, MIN_STEP_S),
+        auth=auth,
         timeout_s=_seconds(args.prometheus_timeout, "--prometheus-timeout", 3600.0) or DEFAULT_TIMEOUT_S,
         jobs=_jobs(getattr(args, "jobs", None)),
         recompute=bool(getattr(args, "recompute", False)),

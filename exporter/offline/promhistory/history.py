@@ -12,13 +12,18 @@ holds are their node's job. Every job is replayed on its own and the results are
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import ctypes.util
 import itertools
+import math
 import os
+import signal
 import statistics
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -29,7 +34,7 @@ from exporter.offline.promhistory.client import Auth, PromClient, PromError, Raw
 from exporter.offline.promhistory.resolution import silenced, unjudged_causes
 from exporter.offline.promhistory.rollup import rollup
 from exporter.offline.replay import ReplayResult, replay
-from exporter.offline.traces import ReadStats, TraceRow, gap_seconds
+from exporter.offline.traces import BOUNDS, ReadStats, TraceRow, gap_seconds
 from exporter.policy.cost import DEFAULT as DEFAULT_PRICES
 from exporter.policy.cost import Prices
 
@@ -50,6 +55,11 @@ CHUNK_STEPS = 10_000
 # at coarse steps a gap (a new segment) is at least this many missing steps, however short replay's is
 GAP_STEPS = 4
 NO_POD = ""  # a GPU no pod holds: its node's job
+PR_SET_PDEATHSIG = 1  # Linux's prctl option: a signal to this process when its parent ends
+HEARTBEAT_S = 1.0  # while workers read, the progress line is offered this often (it prints every few s)
+# A node is read whole before it is judged, about 500 bytes a GPU a step (8 GPUs at 15 s: 23 MB a day):
+# one node's range may hold this many GPU-steps (1.75 GB), so a worker stays under 2 GiB (docs/diagnose.md)
+MAX_GPU_STEPS = 3_500_000
 
 
 @dataclass
@@ -102,7 +112,9 @@ class Found:
 
 
 def _quote(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """A PromQL string (a raw line break would end the query's string: escaped, as the others)."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
+    return f'"{escaped}"'
 
 
 def _matchers(*parts: str) -> str:
@@ -146,8 +158,9 @@ def discover(client: PromClient, request: Request) -> Found:
     nodes: dict[str, str] = {}
     for scheme in names.SCHEMES:
         match = "{" + _matchers(f"__name__={_quote(names.PRESENCE[scheme])}", request.selector) + "}"
-        found = client.series(match, request.start, request.end)
-        for labels in found:
+        found = False
+        for labels in client.series(match, request.start, request.end):
+            found = True
             where = node_of(labels)
             if where is not None:
                 nodes.setdefault(*where)
@@ -242,6 +255,7 @@ def read_node(
                 read = [(series.labels, *grid.place(series.times_ms, series.values)) for series in raw]
             for labels, times, values in read:
                 _keep(gpus, scheme, s, node, labels, times, values)
+            _bounded(node, len(gpus), request, step)
         _identify(client, request, found, scheme, node, gpus)
     host: dict[str, dict[float, float]] = {}
     matcher = found.host_nodes.get(node)
@@ -252,6 +266,16 @@ def read_node(
             ):
                 host.setdefault(attr, {}).update(zip(series.times, series.values, strict=True))
     return gpus, host
+
+
+def _bounded(node: str, gpus: int, request: Request, step: float) -> None:
+    """A node whose range would not fit a worker's memory is refused before more of it is read."""
+    steps = (request.end - request.start) / step
+    if gpus * steps > MAX_GPU_STEPS:
+        raise PromError(
+            f"node {node}: {gpus} GPU(s) x {steps:.0f} steps is more than {MAX_GPU_STEPS:,} GPU-steps "
+            "one node may hold (2 GiB): read a shorter range (--from/--to) or a coarser --step"
+        )
 
 
 def _keep(
@@ -271,8 +295,10 @@ def _keep(
     gpu.model = gpu.model or next((labels[m] for m in names.MODEL_LABELS if labels.get(m)), "")
     into = gpu.values.setdefault(s.attr, {})
     scale = s.scale
+    low, high = BOUNDS[s.attr][:2] if s.attr in BOUNDS else (-math.inf, math.inf)
     for t, v in zip(times, values, strict=True):
-        into.setdefault(t, v * scale)
+        if low <= v * scale <= high:  # an impossible value (-1e6 %, 1e308 W) is read as missing
+            into.setdefault(t, v * scale)
     pod = pod_of(labels)
     if pod:
         gpu.pods.update(dict.fromkeys(times, pod))
@@ -471,12 +497,17 @@ def replay_prometheus(
         if on_progress:
             on_progress(progress)
 
+    client.on_query = tell  # a line inside a long node's read too
     hooks = Hooks(on_event, on_job, on_row, on_tick)
     fmt = "prometheus: " + ", ".join(found.schemes)
-    merged = Merged(_label(request.url), step, fmt, request.start, prices, workload)
+    merged = Merged(_label(client.url), step, fmt, request.start, prices, workload)
+    failed: dict[str, str] = {}  # node -> why it could not be read (the others' results still count)
     for node in sorted(found.read_back):  # this exporter's nodes: their verdicts are read, not judged
         began = time.process_time()
-        read_back(client, request, found, node, step, merged, hooks)
+        try:
+            read_back(client, request, found, node, step, merged, hooks)
+        except PromError as exc:
+            failed[node] = str(exc)
         progress.reading_s += time.process_time() - began
         progress.nodes_done += 1
         tell()
@@ -484,24 +515,65 @@ def replay_prometheus(
     jobs = min(request.jobs or cores(), len(judged))
     if jobs > 1:
         task = Task(request, found, "", step, fmt, prices, workload, on_row is not None, on_tick is not None)
-        with ProcessPoolExecutor(jobs) as pool:
-            for done in pool.map(judge_remote, [replace(task, node=n) for n in judged]):
+        pool = ProcessPoolExecutor(jobs, initializer=_worker_start)
+        try:
+            futures = [pool.submit(judge_remote, replace(task, node=n)) for n in judged]
+            for node, future in zip(judged, futures, strict=True):
+                done = _awaited(future, tell)
                 counts.queries += done.queries
                 counts.samples += done.samples
                 progress.reading_s += done.reading_s
-                done.replay(merged, hooks)
+                if done.failed:
+                    failed[node] = done.failed
+                else:
+                    done.replay(merged, hooks)
                 progress.nodes_done += 1
                 tell()
+        except KeyboardInterrupt:
+            for process in list((pool._processes or {}).values()):  # they ignore SIGINT: end them
+                process.terminate()
+            raise PromError("interrupted: no summary written") from None
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
     else:
         for node in judged:
             began = time.process_time()
-            gpus, host = read_node(client, request, found, node, step)
-            progress.reading_s += time.process_time() - began
-            tell()
-            judge_node(merged, gpus, host, found.pod_jobs, hooks)
+            try:
+                gpus, host = read_node(client, request, found, node, step)
+            except PromError as exc:
+                failed[node] = str(exc)
+            else:
+                progress.reading_s += time.process_time() - began
+                tell()
+                judge_node(merged, gpus, host, found.pod_jobs, hooks)
             progress.nodes_done += 1
             tell()
-    return merged.result({"queries": counts.queries, "samples": counts.samples})
+    if failed and len(failed) == len(found.nodes):
+        raise PromError(f"no node could be read: {failed[min(failed)]}")
+    result = merged.result({"queries": counts.queries, "samples": counts.samples})
+    if failed and result.fleet is not None:
+        result.fleet["failed"] = dict(sorted(failed.items()))
+    return result
+
+
+def _awaited(future: Future[Done], tell: Callable[[], None]) -> Done:
+    """A worker's node, the progress line told while the workers read (a node's read may be long)."""
+    while True:
+        try:
+            return future.result(timeout=HEARTBEAT_S)
+        except TimeoutError:
+            tell()
+
+
+def _worker_start() -> None:
+    """A worker ends with its parent (a SIGTERM from ``timeout`` or a CI's cancel reaches the parent
+    only), and leaves Ctrl-C to it (the parent says one line; the workers' tracebacks would be noise)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() == 1:  # the parent ended before the line above took effect
+        os._exit(1)
 
 
 def read_back(
@@ -573,6 +645,7 @@ class Done:
     queries: int
     samples: int
     reading_s: float  # CPU seconds the worker spent reading the node
+    failed: str = ""  # why the node could not be read (nothing else is set)
 
     def replay(self, merged: Merged, hooks: Hooks) -> None:
         for kind, payload in self.calls:
@@ -594,7 +667,10 @@ def judge_remote(task: Task) -> Done:
     """A worker's part: one node read and judged, the callbacks recorded."""
     client = PromClient(task.request.url, task.request.auth, task.request.timeout_s)
     began = time.process_time()
-    gpus, host = read_node(client, task.request, task.found, task.node, task.step)
+    try:
+        gpus, host = read_node(client, task.request, task.found, task.node, task.step)
+    except PromError as exc:
+        return Done([], [], [], [], client.counts.queries, client.counts.samples, 0.0, str(exc))
     done = Done([], [], [], [], 0, 0, time.process_time() - began)
     hooks = Hooks(
         on_event=lambda e: done.calls.append(("event", e)),

@@ -18,6 +18,7 @@ the raw readings could only see less (``resolution.py``).
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,6 +42,9 @@ INFO = "gpu_info"
 NAMES = (LEDGER, POD_LEDGER, MIG_LEDGER, HOLDUP, VERDICT, SINCE, CLASS)
 # verdict steps this many steps apart or closer are one episode (a missed scrape does not split it)
 JOIN_STEPS = 2.0
+# a ledger counter may grow by this much more than the time between two of its samples (the exporter's
+# count and the scrape are not taken at the same instant); more is not a count of seconds
+SCRAPE_JITTER_S = 2.0
 # the evidence a class read back stands on
 CLASS_EVIDENCE = "read back from gpu_workload_class"
 DEFAULT_SOURCE = "default"  # the class no evidence decided
@@ -189,15 +193,19 @@ class _Back:
         return i < len(times) and times[i] <= t + JOIN_STEPS * self.step
 
     def _increases(self, times_ms: list[int], values: list[float]) -> list[tuple[float, float]]:
-        """(time, seconds counted since the previous sample) of a counter's samples in the range."""
+        """(time, seconds counted since the previous sample) of a counter's samples in the range. A
+        count of seconds grows by at most the time between two samples (a scrape's jitter aside): more,
+        or a negative count, is not this exporter's counter (two series merged, answers out of order),
+        and is bounded so, never booked as years of GPU time or a negative cost."""
         out = []
         start = self.where.start
-        for i in range(1, len(times_ms)):
-            t = times_ms[i] / 1000
-            if t <= start:
+        kept = [(t, v) for t, v in zip(times_ms, values, strict=True) if v >= 0]
+        for (t0, prev), (t1, v) in itertools.pairwise(kept):
+            t = t1 / 1000
+            if t <= start or t1 <= t0:
                 continue
-            v, prev = values[i], values[i - 1]
-            out.append((t, v - prev if v >= prev else v))  # below the previous: counted again from zero
+            grew = v - prev if v >= prev else v  # below the previous: counted again from zero
+            out.append((t, min(grew, (t1 - t0) / 1000 + SCRAPE_JITTER_S)))
         return out
 
     def ledger(self, labels: dict[str, str], times_ms: list[int], values: list[float], share: bool) -> None:
