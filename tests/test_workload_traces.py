@@ -61,3 +61,21 @@ def test_the_summary_names_the_class_decided_not_the_undecided_start():
     assert {(w["class"], w["source"]) for w in summary.values()} == {("pipeline", "shape")}
     assert all(0 < float(w["share"]) < 1 for w in summary.values())  # type: ignore[arg-type]
     assert "of its time, undecided before" in "\n".join(workload_lines(result))
+
+
+def test_a_server_read_from_utilization_and_power_alone_is_not_paged_and_the_replay_says_why():
+    """A real vLLM replay without memory.total or a board name: its bursts follow the arrivals, so the
+    log cannot tell it from a starved loop; the waits stay in the ledger and the summary says what would
+    decide it."""
+    from exporter.offline.replay import human, summary
+
+    result = replay(REPO / "examples" / "traces" / "real_inference" / "s05_a100_vllm_burstgpt_replay.csv.gz")
+    assert not result.episodes
+    assert result.ledger["0"]["input_wait"] > 0
+    text = human(result)
+    assert "GPU 0: data_starvation not paged:" in text and "--workload training|serving" in text
+    assert [u["kind"] for u in summary(result)["unsure"]] == ["data_starvation"]  # type: ignore[index]
+    assert not replay(
+        REPO / "examples" / "traces" / "real_inference" / "s05_a100_vllm_burstgpt_replay.csv.gz",
+        workload="training",
+    ).unsure  # the user's word decides: it pages as starvation

@@ -23,6 +23,9 @@ from exporter.policy.thresholds import (
     LEDGER_COMM_MEM_UTIL,
     LEDGER_POWER_AT_LIMIT,
     LEDGER_THROTTLE_CLOCK,
+    LOOP_CYCLE_CV,
+    LOOP_MIN_CYCLES,
+    LOOP_STEADY_CV,
     NVLINK_ERROR_RATE,
     PCIE_BUSY,
     POWER_CAP_BELOW_DEFAULT,
@@ -86,6 +89,11 @@ class Evidence:
     score: float = 0.0
     cause: str = ""
     missing: str = ""
+    # the signals that carried the score (utilization, power, memory, peers, rhythm, clocks...)
+    signals: tuple[str, ...] = ()
+    # a loss seen that the signals present cannot tell from benign work: what was seen, and what would
+    # decide it (the score was held under the exit score: no page)
+    unsure: str = ""
 
 
 @dataclass(slots=True)  # not frozen: made for every GPU every evaluation, and frozen costs 6x to make
@@ -107,6 +115,9 @@ class Context:
     workload: str = ""  # the job's class (exporter/analysis/workload.py; "" judged as training)
     idle_gaps: bool = False  # its no-kernel time is idle capacity, not a wait for input
     undecided: bool = False  # it may be a pipeline's stage or a server: not yet known
+    # its job holds the framebuffer like a server's KV cache (None: the log has no memory size or use)
+    server_memory: bool | None = None
+    ceiling_guessed: bool = False  # its power ceiling is a multiple of its idle floor, not a measure
 
 
 def covered(
@@ -385,6 +396,11 @@ def detect_starvation(c: Context) -> Evidence:
     )
     if score <= 0:
         return Evidence()
+    signals = _starvation_signals(c)
+    if not c.workload and score >= SCORE_EXIT.value:
+        unsure = _unsure_starvation(c)
+        if unsure:  # the time stays in the ledger; the page waits for evidence that tells it apart
+            return Evidence(score=min(score, FADED), signals=signals, unsure=unsure)
     if c.undecided:
         # no verdict starts on a GPU that may be a pipeline's stage or a server (decided within the
         # pipeline hold, or the server's first minutes)
@@ -394,8 +410,58 @@ def detect_starvation(c: Context) -> Evidence:
         # ends with it: a minute of recurring waits (an evaluation loading its next subset) is a phase
         score = min(score, FADED)
     if c.slow.get("checkpoint") >= c.slow.get("input_wait") and c.slow.get("checkpoint") > 0:
-        return Evidence(score=score, cause="checkpoint")
-    return Evidence(score=score, cause=starvation_cause(c.f, c.host))
+        return Evidence(score=score, cause="checkpoint", signals=signals)
+    return Evidence(score=score, cause=starvation_cause(c.f, c.host), signals=signals)
+
+
+def _loop_rhythm(f: GpuFeatures) -> bool:
+    """A loop's rhythm: cycles alike, or a steady share of compute (steps finer than the samples)."""
+    alike = f.cycle_cv is not None and f.cycles >= LOOP_MIN_CYCLES.value and f.cycle_cv < LOOP_CYCLE_CV.value
+    return alike or (f.util_cv is not None and f.util_cv < LOOP_STEADY_CV.value)
+
+
+def _starvation_signals(c: Context) -> tuple[str, ...]:
+    """What a starvation score stands on: utilization always, and what else says it is a loop's wait."""
+    signals = ["utilization"]
+    if c.f.power_ratio is not None:
+        signals.append("power")
+    if c.peers > 0:
+        signals.append("peers")
+    if c.server_memory is False:
+        signals.append("memory")
+    if _loop_rhythm(c.f):
+        signals.append("rhythm")
+    return tuple(signals)
+
+
+def _unsure_starvation(c: Context) -> str:
+    """Why a job no word or shape has classed cannot be called starved on what the log shows ("": it
+    can). A loop waiting for input and a server between requests both hold memory with no kernel; the
+    job's ranks, memory that no KV cache fills, or a loop's rhythm tell them apart. Power that stays near
+    what the GPU draws busy says the dips are work, not waits."""
+    f = c.f
+    ratio = f.power_ratio
+    if ratio is not None and ratio >= FED_POWER and not c.ceiling_guessed:
+        return (
+            f"utilization dips while power stays at {ratio:.0%} of what it draws busy: a lighter phase of "
+            "work, not a wait; --workload training (or the pod's log) would page it as starvation"
+        )
+    if c.peers > 0 or c.server_memory is False or _loop_rhythm(f):
+        return ""
+    seen = (
+        f"its cycles vary by {f.cycle_cv:.0%}"
+        if f.cycle_cv is not None and f.cycles >= LOOP_MIN_CYCLES.value
+        else "too few cycles to show a rhythm"
+    )
+    memory = (
+        "memory held like a server's KV cache"
+        if c.server_memory
+        else "no memory.total or board name to tell a server's reservation"
+    )
+    return (
+        f"waits with no kernel without a loop's rhythm ({seen}), alone, with {memory}: a starved loop or a "
+        "server between requests; --workload training|serving (or memory.total) would decide"
+    )
 
 
 def _unsustained(c: Context) -> bool:

@@ -34,6 +34,7 @@ from exporter.policy.thresholds import (
     LEDGER_BUSY_UTIL,
     LEDGER_STALE,
     SCORE_ENTER,
+    SERVING_RESERVED,
     STARVATION_IDLE_FRACTION,
     UTIL_IDLE_LINE,
     VERDICT_INTERVAL,
@@ -139,6 +140,9 @@ class Analyzer:
         self.host_features = HostFeatures()
         self.missing: dict[str, str] = {}  # kind -> why its detector was silent (while it has been)
         self.had_inputs: set[str] = set()  # kinds whose detector saw its inputs at least once
+        # (gpu, kind) -> the last loss seen that the signals present could not tell from benign work, and
+        # what would decide it (no page stood on it); kept for the summary, replaced as evidence comes
+        self.unsure: dict[tuple[str, str], str] = {}
         # the last judgement: when, of which GPUs, and its verdicts (they stand until the next one)
         self._judged_at: float | None = None
         self._judged_gpus: list[str] = []
@@ -380,8 +384,8 @@ class Analyzer:
             state = self._gpus[gpu]
             state.window.evict(now)
             points = state.window.since(cutoff)
-            ceiling = state.power.envelope(state.name).ceiling_w
-            f = state.features = gpu_features(points, state.name, ceiling, state.window)
+            envelope = state.power.envelope(state.name)
+            f = state.features = gpu_features(points, state.name, envelope.ceiling_w, state.window)
             self._see_power(state, f)
             idle_s = (
                 (now - state.idle_since if state.idle_since is not None else 0.0)
@@ -407,6 +411,8 @@ class Analyzer:
                 state.workload.kind,  # workload
                 _idle_gaps(state),  # idle_gaps
                 state.undecided,  # undecided
+                _server_memory(f, state.board_bytes),  # server_memory
+                envelope.ceiling_from.endswith("idle floor"),  # ceiling_guessed
             )
             own = evidence[gpu] = {}
             for kind, detector in _DETECTORS[state.scope]:
@@ -414,6 +420,10 @@ class Analyzer:
                     own[kind] = _NONE
                     continue
                 ev = own[kind] = detector(ctx)
+                if ev.unsure:
+                    self.unsure[(gpu, kind)] = ev.unsure
+                elif ev.score >= SCORE_ENTER.value:  # evidence that tells it apart came since
+                    self.unsure.pop((gpu, kind), None)
                 if kind in had_inputs:  # (a kind that had its inputs is never missing)
                     continue
                 if ev.missing:
@@ -571,6 +581,14 @@ def _shown(
         confirmed = all(evidence[g][kind].cause == rule.confirmed.cause for g in members)
         shared = rule.confirmed if confirmed else rule.every_rank
     return showing, shared
+
+
+def _server_memory(f: GpuFeatures, board_bytes: float | None) -> bool | None:
+    """Does the job hold the framebuffer like a server's KV cache (None: the log cannot say)?"""
+    total = f.mem_total_bytes or board_bytes
+    if not total or f.mem_used_bytes is None:
+        return None
+    return f.mem_used_bytes >= SERVING_RESERVED.value * total
 
 
 def _silent(points: list[GpuPoint], now: float) -> float | None:

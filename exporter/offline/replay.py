@@ -77,6 +77,9 @@ class ReplayResult:
     # gpu -> (class, source) -> seconds judged so, and the latest evidence of each
     classes: dict[str, dict[tuple[str, str], float]] = field(default_factory=dict)
     class_evidence: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    # (gpu, kind) -> a loss seen that the log's signals could not tell from benign work, and what would
+    # decide it: the time is in the ledger, no page stood on it
+    unsure: dict[tuple[str, str], str] = field(default_factory=dict)
     # replay --prometheus: how the history was read and the roll-up by namespace (promhistory/rollup.py)
     fleet: dict[str, object] | None = None
 
@@ -220,6 +223,8 @@ class _Segment:
         result.gpu_seconds += len(gpus)
         _check_work(result)
         states, events = self.analyzer.evaluate(t, gpus)
+        if self.analyzer.unsure:
+            result.unsure.update(self.analyzer.unsure)
         if self.ticks:
             self.ticks.after(t, gpus)
         for gpu in states:
@@ -371,6 +376,11 @@ def summary(result: ReplayResult) -> dict[str, object]:
         "jobs": result.jobs,
         "workload": workload_summary(result),
         "silent": result.silent,
+        "unsure": [
+            {"gpu": gpu, "kind": kind, "why": why}
+            for (gpu, kind), why in sorted(result.unsure.items(), key=lambda kv: _gpu_order(kv[0][0]))
+            if not any(e.gpu == gpu and e.kind == kind for e in result.episodes)
+        ],
         "ledger": {gpu: _rounded(states) for gpu, states in result.ledger.items()},
         "job_ledger": {job: _rounded(states) for job, states in result.job_ledger.items()},
         "cost": cost_summary(result),
@@ -554,6 +564,7 @@ def human(result: ReplayResult) -> str:
     if quiet:
         lines.append(f"  GPU {_gpu_list(quiet)}: no verdict")
     lines += unpaged_losses(result, quiet)
+    lines += unsure_lines(result)
     lines += _job_lines(result)
     lines += workload_lines(result)
     lines += _reading_lines(result.stats)
@@ -669,6 +680,21 @@ def unpaged_losses(result: ReplayResult, gpus: list[str]) -> list[str]:
                 f"{state} (a verdict needs its evidence to build and hold; see where the time went)"
             )
     return lines
+
+
+def unsure_lines(result: ReplayResult) -> list[str]:
+    """Losses seen that the log's signals could not tell from benign work (no page stood on them): what
+    was seen and what would decide it, GPUs alike on one line."""
+    paged = {(e.gpu, e.kind) for e in result.episodes}
+    alike: dict[tuple[str, str], list[str]] = {}
+    for (gpu, kind), why in result.unsure.items():
+        if (gpu, kind) in paged:
+            continue
+        alike.setdefault((kind, why), []).append(gpu)
+    return [
+        f"  GPU {_gpu_list(gpus)}: {kind} not paged: {why}"
+        for (kind, why), gpus in sorted(alike.items(), key=lambda kv: _gpu_order(min(kv[1], key=_gpu_order)))
+    ]
 
 
 def envelope_lines(result: ReplayResult) -> list[str]:

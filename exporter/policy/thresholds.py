@@ -613,6 +613,16 @@ POWER_CAP_BELOW_DEFAULT = _t(
     "An enforced limit under 90 % of the board's default matters (someone capped it); capping at the "
     "default limit is routine for training at TDP and only scores low.",
 )
+POWER_CAP_CLOCK_CUT = _t(
+    "power.cap_clock_cut_ratio",
+    0.7,
+    "ratio",
+    "A board held at its enforced limit with its SM clock under 70 % of its maximum is losing speed to a "
+    "cap, whatever the default limit (a log without it, an operator's `nvidia-smi -pl`): at a board's "
+    "default limit the heaviest dense kernels keep 75-90 % of the maximum clock (H100 SXM 1500-1750 of "
+    "1980 MHz at 700 W, A100 1275-1410 of 1410 MHz at 400 W), while a cap at 50-70 % of the default "
+    "pushes it to 45-65 %.",
+)
 POWER_FIRE = _t("power.fire_after_seconds", 30.0, "seconds", "Half a minute at a lowered cap fires it.")
 POWER_RESOLVE = _t("power.resolve_after_seconds", 60.0, "seconds", "A minute off the cap resolves it.")
 
@@ -836,6 +846,32 @@ INTERACTIVE_WINDOW = _t(
     "seconds",
     "The stretches counted are those of the last quarter hour: a person's cells and the thinking between "
     "them come every one to five minutes.",
+)
+LOOP_CYCLE_CV = _t(
+    "workload.loop_cycle_cv",
+    0.35,
+    "ratio",
+    "A job no word and no shape has classed pages starvation only on evidence that it is a loop and not a "
+    "server between requests. A loop's cycles (a step and its wait, from one dip's start to the next) come "
+    "alike: the step's compute is fixed and so, mostly, is the wait for the same batch size, so they vary "
+    "by well under a third; a server's work follows its arrivals, whose gaps vary as much as their mean "
+    "(Poisson: coefficient of variation 1; a gamma of shape k: 1/sqrt(k), under 0.35 only from k = 8, a "
+    "clock rather than traffic). Cycles varying under 35 % are a loop's...",
+)
+LOOP_MIN_CYCLES = _t(
+    "workload.loop_min_cycles",
+    3,
+    "count",
+    "...measured over three cycles of the evidence window or more (two say nothing of how they vary)...",
+)
+LOOP_STEADY_CV = _t(
+    "workload.loop_steady_cv",
+    0.3,
+    "ratio",
+    "...or a utilization that holds within 30 % of its mean sample to sample: steps shorter than a sample "
+    "period read as their steady share of compute (a loop fetching each batch over the network sat at "
+    "40-50 % for minutes), while a server at a quarter load reads 0 between requests and near full in a "
+    "burst (coefficient of variation 1 or more).",
 )
 PIPELINE_HOLD = _t(
     "workload.pipeline_hold_seconds",
