@@ -79,3 +79,11 @@ def test_a_server_read_from_utilization_and_power_alone_is_not_paged_and_the_rep
         REPO / "examples" / "traces" / "real_inference" / "s05_a100_vllm_burstgpt_replay.csv.gz",
         workload="training",
     ).unsure  # the user's word decides: it pages as starvation
+
+
+def test_a_starvation_verdict_says_the_signals_it_stood_on():
+    from exporter.offline.replay import summary
+
+    result = replay(REPO / "examples" / "traces" / "real2" / "n07_a30_yolo_loader_bound.csv.gz")
+    verdicts = [v for v in summary(result)["verdicts"] if v["kind"] == "data_starvation"]  # type: ignore[union-attr]
+    assert verdicts and all({"utilization", "memory"} <= set(v["signals"]) for v in verdicts)

@@ -29,6 +29,7 @@ from exporter.policy.thresholds import (
     NVLINK_ERROR_RATE,
     PCIE_BUSY,
     POWER_CAP_BELOW_DEFAULT,
+    POWER_CAP_CLOCK_CUT,
     POWER_CAP_SHARE,
     POWER_LOW,
     PROGRESS_SILENCE,
@@ -80,6 +81,7 @@ UNDER_LOAD = 0.3  # a GPU busy in under 30 % of its samples is not under load: n
 PINNED = 0.9  # a rank waiting in a collective keeps utilization at 90 %+ with no idle sample
 CLOCK_MARGIN = 0.02  # clock evidence starts 2 points above the throttled-clock line
 CAP_DEPTH = 0.3  # a cap 30 points further below the default limit is as deep as it gets
+MEGA = 1e6  # hertz per megahertz, for the clocks a verdict names
 STALLED_SHARE = 0.5  # half of the evidence window in the ledger's stalled state: hang evidence
 FLOWING = 0.2  # the job's log still moves: under the exit score, so a hang verdict never holds on
 
@@ -94,6 +96,7 @@ class Evidence:
     # a loss seen that the signals present cannot tell from benign work: what was seen, and what would
     # decide it (the score was held under the exit score: no page)
     unsure: str = ""
+    detail: str = ""  # what a verdict's reader needs beside its cause (the cap, the clock, the board's draw)
 
 
 @dataclass(slots=True)  # not frozen: made for every GPU every evaluation, and frozen costs 6x to make
@@ -114,10 +117,11 @@ class Context:
     silent_s: float | None = None  # seconds since the job's last log line or progress report
     workload: str = ""  # the job's class (exporter/analysis/workload.py; "" judged as training)
     idle_gaps: bool = False  # its no-kernel time is idle capacity, not a wait for input
-    undecided: bool = False  # it may be a pipeline's stage or a server: not yet known
+    undecided: bool = False  # it may be a server or a notebook: not yet known
     # its job holds the framebuffer like a server's KV cache (None: the log has no memory size or use)
     server_memory: bool | None = None
     ceiling_guessed: bool = False  # its power ceiling is a multiple of its idle floor, not a measure
+    turns: bool = False  # its job's GPUs take turns like a pipeline's stages, not yet long enough to decide
 
 
 def covered(
@@ -263,7 +267,9 @@ def waiting_in_collective(f: GpuFeatures, recent: Shares | None = None) -> bool:
     part of its recent time inside collectives."""
     if recent is not None and recent.get("comm_wait") >= STARVATION_IDLE_FRACTION.value:
         return True
-    fed = f.power_ratio is not None and f.power_ratio >= FED_POWER  # computing: a spinning wait draws little
+    if f.power_ratio is None:
+        return False  # pinned utilization without power: computing and spinning read alike
+    fed = f.power_ratio >= FED_POWER  # computing: a spinning wait draws little
     return f.util_mean is not None and f.util_mean >= PINNED and not f.idle_fraction and not fed
 
 
@@ -317,12 +323,38 @@ def power_throttle(f: GpuFeatures) -> Evidence:
         slowed = f.busy_clock_ratio is not None and f.busy_clock_ratio < LEDGER_THROTTLE_CLOCK.value
         share = 1.0 if at_limit and slowed else 0.0
     held = ramp(share, 0.0, POWER_CAP_SHARE.value)
+    signals = ("clock reasons",) if f.cap_share is not None else ("power", "power limit", "clocks")
     if f.limit_w and f.default_w and f.limit_w < POWER_CAP_BELOW_DEFAULT.value * f.default_w:
         line = POWER_CAP_BELOW_DEFAULT.value
         depth = ramp(f.limit_w / f.default_w, line, line - CAP_DEPTH)
         score = held * (1 - CONFIRM_WEIGHT + CONFIRM_WEIGHT * depth)
-        return Evidence(score=score, cause="cap_below_default")
+        return Evidence(score, "cap_below_default", "", (*signals, "default limit"), detail=_cap_detail(f))
+    clock = f.busy_clock_ratio
+    if clock is not None and clock < POWER_CAP_CLOCK_CUT.value:
+        # clocks this far under their maximum at the limit: the cap in force is below what the board runs
+        # at by default, whether or not the log says the default (an operator's `nvidia-smi -pl`)
+        cut = POWER_CAP_CLOCK_CUT.value
+        depth = ramp(clock, cut, cut - CAP_DEPTH)
+        score = held * (1 - CONFIRM_WEIGHT + CONFIRM_WEIGHT * depth)
+        return Evidence(score, "cap_below_default", "", (*signals, "clocks"), detail=_cap_detail(f))
     return Evidence(score=SCORE_EXIT.value * held, cause="at_default_limit")  # routine: never fires
+
+
+def _cap_detail(f: GpuFeatures) -> str:
+    """The cap, the clock and what the board could draw, for the verdict's reader."""
+    parts = []
+    if f.limit_w:
+        parts.append(f"held at its {f.limit_w:.0f} W limit")
+    clock = f.busy_clock_ratio
+    if clock is not None:
+        top = f.sm_clock_max_hz
+        mhz = f" ({clock * top / MEGA:.0f} of {top / MEGA:.0f} MHz)" if top else ""
+        parts.append(f"SM clock at {clock:.0%} of its maximum{mhz}")
+    if f.default_w:
+        parts.append(f"the board could draw {f.default_w:.0f} W")
+    else:
+        parts.append("what the board could draw is not in the log (no default limit or board name)")
+    return ", ".join(parts)
 
 
 # ---- shared memory -----------------------------------------------------------------------------
@@ -401,9 +433,12 @@ def detect_starvation(c: Context) -> Evidence:
         unsure = _unsure_starvation(c)
         if unsure:  # the time stays in the ledger; the page waits for evidence that tells it apart
             return Evidence(score=min(score, FADED), signals=signals, unsure=unsure)
+    if c.turns:
+        # the job's GPUs take turns like a pipeline's stages, the class not decided yet (within a minute):
+        # under the exit score, so a track that began counting before the turns showed stops too
+        score = min(score, FADED)
     if c.undecided:
-        # no verdict starts on a GPU that may be a pipeline's stage or a server (decided within the
-        # pipeline hold, or the server's first minutes)
+        # no verdict starts on a GPU that may be a server or a notebook (its first minutes)
         score = min(score, BELOW_ENTER)
     if _unsustained(c):
         # a loss too small or too short to page starts no verdict, and one that entered on its rhythm
@@ -550,7 +585,8 @@ def detect_power(c: Context) -> Evidence:
     ev = power_throttle(c.f)
     if ev.missing or ev.cause != "cap_below_default":
         return ev  # capped at the board's default limit: routine, the ledger's throttled time says how much
-    return Evidence(score=max(ev.score, covered(c, lambda s: s.get("throttled") - s.thermal)), cause=ev.cause)
+    ev.score = max(ev.score, covered(c, lambda s: s.get("throttled") - s.thermal))
+    return ev
 
 
 def detect_shm(c: Context) -> Evidence:

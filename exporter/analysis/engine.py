@@ -112,7 +112,8 @@ class _Gpu:
     serving: ServingShape = field(default_factory=ServingShape)
     interactive: InteractiveShape = field(default_factory=InteractiveShape)
     workload: Workload = UNKNOWN
-    undecided: bool = False  # it looks like a pipeline's stage or a server, not yet for long enough
+    undecided: bool = False  # it looks like a server or a notebook, not yet for long enough
+    turns: bool = False  # its job's GPUs take turns like a pipeline's stages, not yet for long enough
     waiting: float | None = None  # requests its server last reported waiting
     # what it stands for: "" a whole GPU (every kind judged), "gpu" a GPU split between pods (its own
     # kinds only), "pod" one pod's share of a split GPU (the kinds whose loss is the pod's)
@@ -143,6 +144,9 @@ class Analyzer:
         # (gpu, kind) -> the last loss seen that the signals present could not tell from benign work, and
         # what would decide it (no page stood on it); kept for the summary, replaced as evidence comes
         self.unsure: dict[tuple[str, str], str] = {}
+        self.details: dict[tuple[str, str], str] = {}  # (gpu, kind) -> its evidence's latest detail
+        # (gpu, kind) -> the signals its latest evidence at the enter score stood on
+        self.signals: dict[tuple[str, str], tuple[str, ...]] = {}
         # the last judgement: when, of which GPUs, and its verdicts (they stand until the next one)
         self._judged_at: float | None = None
         self._judged_gpus: list[str] = []
@@ -353,8 +357,9 @@ class Analyzer:
                 state.waiting = tick.waiting
             shape = state.serving.workload() or state.interactive.workload(now)
             state.workload = decide(hint, pipeline, shape, state.serving.unknown())
+            state.turns = not state.workload.kind and pending
             state.undecided = not state.workload.kind and (
-                pending or state.serving.pending(now) or state.interactive.pending(now)
+                state.serving.pending(now) or state.interactive.pending(now)
             )
 
     # ---- evaluation ----------------------------------------------------------------------------
@@ -413,6 +418,7 @@ class Analyzer:
                 state.undecided,  # undecided
                 _server_memory(f, state.board_bytes),  # server_memory
                 envelope.ceiling_from.endswith("idle floor"),  # ceiling_guessed
+                state.turns,  # turns
             )
             own = evidence[gpu] = {}
             for kind, detector in _DETECTORS[state.scope]:
@@ -420,6 +426,10 @@ class Analyzer:
                     own[kind] = _NONE
                     continue
                 ev = own[kind] = detector(ctx)
+                if ev.detail:
+                    self.details[(gpu, kind)] = ev.detail
+                if ev.signals and ev.score >= SCORE_ENTER.value:
+                    self.signals[(gpu, kind)] = ev.signals
                 if ev.unsure:
                     self.unsure[(gpu, kind)] = ev.unsure
                 elif ev.score >= SCORE_ENTER.value:  # evidence that tells it apart came since

@@ -99,6 +99,7 @@ class GpuFeatures:
     nvlink_error_rate: float | None = None  # per minute
     p2p_failed: float | None = None
     fabric_ready: bool | None = None
+    sm_clock_max_hz: float | None = None
 
     @property
     def power_ratio(self) -> float | None:
@@ -255,6 +256,7 @@ LAST_FEATURES = (  # features named as their field
     "nvlink_links",
     "p2p_failed",
     "fabric_ready",
+    "sm_clock_max_hz",
 )
 LAST_VALUES = ("power_limit_w", "power_default_w", *LAST_FEATURES)
 _LAST_OF = operator.attrgetter(*LAST_VALUES)
@@ -446,6 +448,7 @@ def gpu_features(
         f.nvlink_links = last("nvlink_links")
         f.p2p_failed = last("p2p_failed")
         f.fabric_ready = last("fabric_ready")
+        f.sm_clock_max_hz = last("sm_clock_max_hz")
     if rows.util:
         _util_features(f, rows, last_t)
     if rows.power:

@@ -52,6 +52,8 @@ class Episode:
     cause: str = ""
     peak: float = 0.0
     related: tuple[str, ...] = ()
+    detail: str = ""  # what the evidence said beside the cause (a power cap: the cap, clock, board draw)
+    signals: tuple[str, ...] = ()  # the signals its evidence stood on (utilization, power, memory, ...)
 
 
 @dataclass
@@ -266,6 +268,8 @@ class _Segment:
             if state is not None:
                 episode.peak = max(episode.peak, state.score)
                 episode.cause = state.cause or episode.cause
+                episode.detail = self.analyzer.details.get((gpu, kind), episode.detail)
+                episode.signals = self.analyzer.signals.get((gpu, kind), episode.signals)
 
 
 def _check_work(result: ReplayResult) -> None:
@@ -370,6 +374,8 @@ def summary(result: ReplayResult) -> dict[str, object]:
                 "end": round(e.end, 1) if e.end is not None else None,
                 "cause": e.cause or None,
                 "peak_score": _score(e.peak),
+                "detail": e.detail or None,
+                "signals": list(e.signals),
             }
             for e in result.episodes
         ],
@@ -602,20 +608,30 @@ def _episode_lines(result: ReplayResult) -> list[str]:
     by_gpu: dict[str, list[Episode]] = {}
     for episode in result.episodes:
         by_gpu.setdefault(episode.gpu, []).append(episode)
-    return [_episode_line(result, gpu, e) for gpu in sorted(by_gpu, key=_gpu_order) for e in by_gpu[gpu]]
+    # GPUs whose episodes read alike (same kind, times, score and cause) share one line
+    alike: dict[str, list[str]] = {}
+    for gpu in sorted(by_gpu, key=_gpu_order):
+        for e in by_gpu[gpu]:
+            alike.setdefault(_episode_line(result, e), []).append(gpu)
+    return [f"  GPU {_gpu_list(gpus)}: {text}" for text, gpus in alike.items()]
 
 
-def _episode_line(result: ReplayResult, gpu: str, e: Episode) -> str:
+def _episode_line(result: ReplayResult, e: Episode) -> str:
+    """One episode, after the GPU it is on."""
     end = e.end if e.end is not None else result.seconds
     until = f"{e.end:.0f} s ({_clock(result, e.end)})" if e.end is not None else "the end"
     text = (
-        f"  GPU {gpu}: {e.kind} from {e.start:.0f} s ({_clock(result, e.start)}) to {until}, "
+        f"{e.kind} from {e.start:.0f} s ({_clock(result, e.start)}) to {until}, "
         f"{end - e.start:.0f} s{peak_text(e.peak)}"
     )
     if e.cause:
         text += f", cause {e.cause}"
+    if e.detail:
+        text += f" ({e.detail})"
     if KINDS[e.kind].holds_peers_back and e.related:
-        text += f"; GPUs {_gpu_list(list(e.related))} wait for it in NCCL"
+        waiting = list(e.related)
+        many = len(waiting) > 1
+        text += f"; GPU{'s' if many else ''} {_gpu_list(waiting)} wait{'' if many else 's'} for it in NCCL"
     return text
 
 

@@ -875,10 +875,12 @@ LOOP_STEADY_CV = _t(
 )
 PIPELINE_HOLD = _t(
     "workload.pipeline_hold_seconds",
-    120.0,
+    60.0,
     "seconds",
-    "The turns must hold over two minutes of the job (the fast window) before the class is decided: a "
-    "warm-up or one slow batch is not a parallelism choice.",
+    "The turns must hold over a minute of the job before the class is decided (from a sixth of it they "
+    "hold off a starvation page): a layer split takes turns from its first batch on (real 3- and 4-stage "
+    "splits: the sum steady within seconds of the first inference), and a warm-up or one slow batch lasts "
+    "seconds; two minutes let the turns page starvation before the class was known.",
 )
 PIPELINE_FIRE = _t(
     "pipeline.fire_after_seconds",

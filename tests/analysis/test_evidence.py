@@ -95,3 +95,51 @@ def test_ranks_of_one_job_are_a_loops_evidence():
     shapes = {str(g): arrivals(0.25, 0.6, seed=3) for g in range(2)}
     result = run(shapes, 400, dt=0.5, host=None)
     assert _starvation(result)
+
+
+def _capped(limit_w: float, clock_hz: float, default_w: float | None = None) -> Shape:
+    """A busy board drawing its enforced limit, from a log without clock-event reasons."""
+    return lambda t: GpuPoint(
+        t=t,
+        util=0.99,
+        power_w=limit_w * 0.99,
+        power_limit_w=limit_w,
+        power_default_w=default_w,
+        sm_clock_hz=clock_hz,
+        sm_clock_max_hz=1980e6,
+        mem_used_bytes=60 * GIB,
+        mem_total_bytes=80 * GIB,
+    )
+
+
+def test_a_board_at_an_operators_cap_with_its_clock_cut_is_a_power_verdict_without_a_default_limit():
+    result = run({"0": _capped(350.0, 1150e6)}, 200, dt=1.0, host=None)
+    fired = result.fired("power_throttle")
+    assert fired and fired[0].cause == "cap_below_default"
+    detail = result.analyzer.details[("0", "power_throttle")]
+    assert "350 W limit" in detail and "1150 of 1980 MHz" in detail and "not in the log" in detail
+
+
+def test_at_the_default_limit_with_the_clock_near_its_maximum_the_cap_is_routine():
+    result = run({"0": _capped(700.0, 1750e6, default_w=700.0)}, 200, dt=1.0, host=None)
+    assert not result.fired("power_throttle")
+    capped = run({"0": _capped(350.0, 1150e6, default_w=700.0)}, 200, dt=1.0, host=None)
+    assert "the board could draw 700 W" in capped.analyzer.details[("0", "power_throttle")]
+
+
+def test_a_layer_split_is_a_pipeline_from_its_first_turns_and_never_pages_starvation():
+    """Four stages taking 1 s turns from the first second, utilization alone: the class is decided within
+    a minute, and no starvation verdict starts before or after."""
+
+    def stage(g: int) -> Shape:
+        return lambda t: GpuPoint(t=t, util=0.97 if int(t) % 4 == g else 0.0)
+
+    analyzer = Analyzer()
+    decided_at = None
+    shapes = {str(g): stage(g) for g in range(4)}
+    for second in range(1, 241):
+        result = run(shapes, 1, dt=0.2, host=None, analyzer=analyzer, start=second - 1)
+        assert not _starvation(result), second
+        if decided_at is None and analyzer.workload("0").kind == "pipeline":
+            decided_at = second
+    assert decided_at is not None and decided_at <= 60
