@@ -87,3 +87,13 @@ def test_a_starvation_verdict_says_the_signals_it_stood_on():
     result = replay(REPO / "examples" / "traces" / "real2" / "n07_a30_yolo_loader_bound.csv.gz")
     verdicts = [v for v in summary(result)["verdicts"] if v["kind"] == "data_starvation"]  # type: ignore[union-attr]
     assert verdicts and all({"utilization", "memory"} <= set(v["signals"]) for v in verdicts)
+
+
+def test_a_layer_split_is_never_called_starved_in_its_first_turns():
+    """Mixtral-8x7B over three A100s: the turns start after the load, and the class is decided before a
+    starvation verdict could start on them."""
+    result = replay(
+        REPO / "examples" / "traces" / "real_inference" / "s12_a100x3_mixtral8x7b_layer_split_pipeline.csv.gz"
+    )
+    assert {e.kind for e in result.episodes} == {"pipeline_bubble"}
+    assert {e.gpu for e in result.episodes} == {"0", "1", "2"}
