@@ -97,3 +97,9 @@ def test_a_layer_split_is_never_called_starved_in_its_first_turns():
     )
     assert {e.kind for e in result.episodes} == {"pipeline_bubble"}
     assert {e.gpu for e in result.episodes} == {"0", "1", "2"}
+
+
+def test_an_operators_power_cap_is_a_power_verdict_without_reasons_default_or_name():
+    result = replay(FOLDER / "w10_4gpu_training_operator_power_cap.csv.gz")
+    assert {(e.kind, e.cause) for e in result.episodes} == {("power_throttle", "cap_below_default")}
+    assert all("300 W limit" in e.detail and "SM clock at 60%" in e.detail for e in result.episodes)

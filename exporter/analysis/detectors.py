@@ -330,9 +330,9 @@ def power_throttle(f: GpuFeatures) -> Evidence:
         score = held * (1 - CONFIRM_WEIGHT + CONFIRM_WEIGHT * depth)
         return Evidence(score, "cap_below_default", "", (*signals, "default limit"), detail=_cap_detail(f))
     clock = f.busy_clock_ratio
-    if clock is not None and clock < POWER_CAP_CLOCK_CUT.value:
-        # clocks this far under their maximum at the limit: the cap in force is below what the board runs
-        # at by default, whether or not the log says the default (an operator's `nvidia-smi -pl`)
+    if not f.default_w and clock is not None and clock < POWER_CAP_CLOCK_CUT.value:
+        # no default limit in the log and no board name: clocks this far under their maximum at the limit
+        # say the cap in force is below what the board runs at by default (an operator's `nvidia-smi -pl`)
         cut = POWER_CAP_CLOCK_CUT.value
         depth = ramp(clock, cut, cut - CAP_DEPTH)
         score = held * (1 - CONFIRM_WEIGHT + CONFIRM_WEIGHT * depth)

@@ -309,7 +309,7 @@ _ALL = (
         f"{TEMP_HOT.value:g} °C climbing toward it). Capping at the board's default limit is routine for "
         f"training at TDP and never fires; a limit under {_pct(POWER_CAP_BELOW_DEFAULT)} of the default "
         f"does (`cap_below_default`), and so does a board held at its limit with its SM clock under "
-        f"{_pct(POWER_CAP_CLOCK_CUT)} of its maximum, whether or not the log has the default (an "
+        f"{_pct(POWER_CAP_CLOCK_CUT)} of its maximum where the log has no default limit or board name (an "
         "operator's cap): the verdict names the cap, the clock and what the board could draw.",
         AlertText(
             "GPU is throttling for heat.",
