@@ -3,11 +3,12 @@
     python -m devtools.workload_traces [OUT_DIR]   # default: examples/traces/workloads
 
 Each trace is what ``nvidia-smi --query-gpu=... --format=csv -l 1`` prints for one workload class, from a
-small physical model (seeded, so the files are reproducible): an LLM server under bursty Poisson load
-that later goes quiet, the same server with requests queued behind a saturated CPU (its log's request
-counts in the ``serving.*`` columns), an evaluation job with natural pauses, single-GPU batch decoding,
-a model split layer-wise over four GPUs, a notebook, and a training job that loses a third of its time
-to its input pipeline. Labels say which episodes are waste worth a page; everything else must stay quiet.
+small physical model (seeded, so the files are reproducible): an LLM server under bursty Poisson load that
+later goes quiet, the same server with requests queued behind a saturated CPU (its log's request counts in
+the ``serving.*`` columns), an evaluation job with natural pauses, single-GPU batch decoding, a model
+split layer-wise over four GPUs, a notebook, a training job that loses a third of its time to its input
+pipeline, and a training job on boards an operator power-capped, logged without a name. Labels say which
+episodes are waste worth a page; everything else must stay quiet.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class Sample:
     power_w: float
     running: float | None = None
     waiting: float | None = None
+    clock: float | None = None  # the SM clock over its maximum (None: the maximum while it works)
 
 
 Model = Callable[[float], list[Sample]]  # seconds since start -> one sample per GPU
@@ -184,6 +186,26 @@ def training_third(rng: random.Random, board: Board, gpus: int, onset: float) ->
     return model
 
 
+def operator_cap(rng: random.Random, board: Board, gpus: int, cap_w: float, clock: float) -> Model:
+    """Data-parallel training on boards an operator capped (`nvidia-smi -pl`): every rank computes at the
+    cap, its SM clock held at ``clock`` of its maximum (a few percent of jitter)."""
+    mem = 0.7 * board.total_mib
+
+    def model(s: float) -> list[Sample]:
+        return [
+            Sample(
+                min(1.0, 0.95 + 0.05 * rng.random()),
+                0.4 * (0.85 + 0.3 * rng.random()),
+                mem,
+                cap_w * (0.97 + 0.03 * rng.random()),
+                clock=clock * (0.97 + 0.06 * rng.random()),
+            )
+            for _ in range(gpus)
+        ]
+
+    return model
+
+
 # ---- writing -------------------------------------------------------------------------------------
 
 HEADER = (
@@ -192,16 +214,29 @@ HEADER = (
 )
 
 
-def rows(board: Board, model: Model, seconds: float, dt: float, serving_cols: bool) -> Iterator[str]:
-    yield HEADER + (", serving.running, serving.waiting" if serving_cols else "")
+def rows(
+    board: Board,
+    model: Model,
+    seconds: float,
+    dt: float,
+    serving_cols: bool,
+    limit_w: float | None = None,
+    named: bool = True,
+) -> Iterator[str]:
+    """The log's lines; ``limit_w`` the enforced limit (default: the board's TDP), ``named`` whether the
+    log has the board's name (without it, nothing in the log says what the board could draw)."""
+    header = HEADER if named else HEADER.replace(" name,", "")
+    yield header + (", serving.running, serving.waiting" if serving_cols else "")
+    limit = board.tdp_w if limit_w is None else limit_w
     for k in range(int(seconds / dt)):
         s = k * dt
         stamp = datetime.fromtimestamp(T0 + s, UTC).strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
         for g, x in enumerate(model(s)):
-            clock = board.clock_max if x.util > 0 else 210
+            clock = board.clock_max * (x.clock or 1.0) if x.util > 0 else 210
+            name = f" {board.name}," if named else ""
             line = (
-                f"{stamp}, {g}, {board.name}, {round(100 * x.util)} %, {round(100 * x.mem_util)} %, "
-                f"{x.mem_mib:.0f} MiB, {board.total_mib:.0f} MiB, {x.power_w:.2f} W, {board.tdp_w:.2f} W, "
+                f"{stamp}, {g},{name} {round(100 * x.util)} %, {round(100 * x.mem_util)} %, "
+                f"{x.mem_mib:.0f} MiB, {board.total_mib:.0f} MiB, {x.power_w:.2f} W, {limit:.2f} W, "
                 f"{clock:.0f} MHz, {board.clock_max:.0f} MHz"
             )
             if serving_cols:
@@ -220,6 +255,8 @@ class Spec:
     build: Callable[[random.Random], Model]
     labels: tuple[dict, ...] = ()
     serving_cols: bool = False
+    limit_w: float | None = None  # the enforced power limit (None: the board's TDP)
+    named: bool = True  # the log names the board
 
 
 def specs() -> list[Spec]:
@@ -318,13 +355,28 @@ def specs() -> list[Spec]:
                 {"gpu": str(g), "kind": "data_starvation", "start": 300.0, "end": 1500.0} for g in range(4)
             ),
         ),
+        Spec(
+            "w10_4gpu_training_operator_power_cap",
+            "training",
+            "data-parallel training on four boards an operator capped at 300 W (`nvidia-smi -pl 300` on "
+            "700 W H100s): each draws its cap with its SM clock held near 60 % of its maximum; the log has "
+            "no clock-event reasons, no default limit and no board name",
+            H100,
+            900,
+            1.0,
+            lambda r: operator_cap(r, H100, 4, 300.0, 0.6),
+            tuple({"gpu": str(g), "kind": "power_throttle", "start": 0.0, "end": 900.0} for g in range(4)),
+            limit_w=300.0,
+            named=False,
+        ),
     ]
 
 
 def write(spec: Spec, out: Path) -> None:
     rng = random.Random(spec.name)
     model = spec.build(rng)
-    text = "\n".join(rows(spec.board, model, spec.seconds, spec.dt, spec.serving_cols)) + "\n"
+    lines = rows(spec.board, model, spec.seconds, spec.dt, spec.serving_cols, spec.limit_w, spec.named)
+    text = "\n".join(lines) + "\n"
     with gzip.GzipFile(out / f"{spec.name}.csv.gz", "wb", mtime=0) as fh:
         fh.write(text.encode())
     labels = {

@@ -15,6 +15,7 @@ from exporter.offline.traces import (
     TraceError,
     TraceReader,
     TraceWriter,
+    check_columns,
     clipped_warnings,
     parse_cell,
     parse_timestamp,
@@ -141,6 +142,19 @@ def test_unknown_columns_are_listed_once():
         reader = TraceReader(path)
         assert len(list(reader)) == 2
         assert reader.stats.unknown_columns == ["fan.speed [%]"]
+
+
+def test_nvidia_smis_other_clocks_are_known_fields_not_unknown_columns(tmp_path):
+    """clocks.mem and the graphics clocks are real query fields: read past, not reported as unknown."""
+    path = tmp_path / "t.csv"
+    path.write_text(
+        "timestamp, utilization.gpu [%], clocks.sm [MHz], clocks.mem [MHz], clocks.gr [MHz], "
+        "clocks.max.memory [MHz]\n1, 10 %, 1410, 1593, 1410, 1593\n2, 11 %, 1410, 1593, 1410, 1593\n"
+    )
+    reader = TraceReader(path)
+    assert len(list(reader)) == 2
+    assert reader.stats.unknown_columns == []
+    assert check_columns(["timestamp", "utilization.gpu", "clocks.mem"])[-1] == "clocks.mem"
 
 
 @pytest.mark.parametrize(

@@ -61,3 +61,45 @@ def test_the_summary_names_the_class_decided_not_the_undecided_start():
     assert {(w["class"], w["source"]) for w in summary.values()} == {("pipeline", "shape")}
     assert all(0 < float(w["share"]) < 1 for w in summary.values())  # type: ignore[arg-type]
     assert "of its time, undecided before" in "\n".join(workload_lines(result))
+
+
+def test_a_server_read_from_utilization_and_power_alone_is_not_paged_and_the_replay_says_why():
+    """A real vLLM replay without memory.total or a board name: its bursts follow the arrivals, so the
+    log cannot tell it from a starved loop; the waits stay in the ledger and the summary says what would
+    decide it."""
+    from exporter.offline.replay import human, summary
+
+    result = replay(REPO / "examples" / "traces" / "real_inference" / "s05_a100_vllm_burstgpt_replay.csv.gz")
+    assert not result.episodes
+    assert result.ledger["0"]["input_wait"] > 0
+    text = human(result)
+    assert "GPU 0: data_starvation not paged:" in text and "--workload training|serving" in text
+    assert [u["kind"] for u in summary(result)["unsure"]] == ["data_starvation"]  # type: ignore[index]
+    assert not replay(
+        REPO / "examples" / "traces" / "real_inference" / "s05_a100_vllm_burstgpt_replay.csv.gz",
+        workload="training",
+    ).unsure  # the user's word decides: it pages as starvation
+
+
+def test_a_starvation_verdict_says_the_signals_it_stood_on():
+    from exporter.offline.replay import summary
+
+    result = replay(REPO / "examples" / "traces" / "real2" / "n07_a30_yolo_loader_bound.csv.gz")
+    verdicts = [v for v in summary(result)["verdicts"] if v["kind"] == "data_starvation"]  # type: ignore[union-attr]
+    assert verdicts and all({"utilization", "memory"} <= set(v["signals"]) for v in verdicts)
+
+
+def test_a_layer_split_is_never_called_starved_in_its_first_turns():
+    """Mixtral-8x7B over three A100s: the turns start after the load, and the class is decided before a
+    starvation verdict could start on them."""
+    result = replay(
+        REPO / "examples" / "traces" / "real_inference" / "s12_a100x3_mixtral8x7b_layer_split_pipeline.csv.gz"
+    )
+    assert {e.kind for e in result.episodes} == {"pipeline_bubble"}
+    assert {e.gpu for e in result.episodes} == {"0", "1", "2"}
+
+
+def test_an_operators_power_cap_is_a_power_verdict_without_reasons_default_or_name():
+    result = replay(FOLDER / "w10_4gpu_training_operator_power_cap.csv.gz")
+    assert {(e.kind, e.cause) for e in result.episodes} == {("power_throttle", "cap_below_default")}
+    assert all("300 W limit" in e.detail and "SM clock at 60%" in e.detail for e in result.episodes)

@@ -23,9 +23,13 @@ from exporter.policy.thresholds import (
     LEDGER_COMM_MEM_UTIL,
     LEDGER_POWER_AT_LIMIT,
     LEDGER_THROTTLE_CLOCK,
+    LOOP_CYCLE_CV,
+    LOOP_MIN_CYCLES,
+    LOOP_STEADY_CV,
     NVLINK_ERROR_RATE,
     PCIE_BUSY,
     POWER_CAP_BELOW_DEFAULT,
+    POWER_CAP_CLOCK_CUT,
     POWER_CAP_SHARE,
     POWER_LOW,
     PROGRESS_SILENCE,
@@ -77,6 +81,7 @@ UNDER_LOAD = 0.3  # a GPU busy in under 30 % of its samples is not under load: n
 PINNED = 0.9  # a rank waiting in a collective keeps utilization at 90 %+ with no idle sample
 CLOCK_MARGIN = 0.02  # clock evidence starts 2 points above the throttled-clock line
 CAP_DEPTH = 0.3  # a cap 30 points further below the default limit is as deep as it gets
+MEGA = 1e6  # hertz per megahertz, for the clocks a verdict names
 STALLED_SHARE = 0.5  # half of the evidence window in the ledger's stalled state: hang evidence
 FLOWING = 0.2  # the job's log still moves: under the exit score, so a hang verdict never holds on
 
@@ -86,6 +91,12 @@ class Evidence:
     score: float = 0.0
     cause: str = ""
     missing: str = ""
+    # the signals that carried the score (utilization, power, memory, peers, rhythm, clocks...)
+    signals: tuple[str, ...] = ()
+    # a loss seen that the signals present cannot tell from benign work: what was seen, and what would
+    # decide it (the score was held under the exit score: no page)
+    unsure: str = ""
+    detail: str = ""  # what a verdict's reader needs beside its cause (the cap, the clock, the board's draw)
     lasting_s: float = 0.0  # how long its condition has held unbroken, where the detector knows (idle)
 
 
@@ -107,7 +118,11 @@ class Context:
     silent_s: float | None = None  # seconds since the job's last log line or progress report
     workload: str = ""  # the job's class (exporter/analysis/workload.py; "" judged as training)
     idle_gaps: bool = False  # its no-kernel time is idle capacity, not a wait for input
-    undecided: bool = False  # it may be a pipeline's stage or a server: not yet known
+    undecided: bool = False  # it may be a server or a notebook: not yet known
+    # its job holds the framebuffer like a server's KV cache (None: the log has no memory size or use)
+    server_memory: bool | None = None
+    ceiling_guessed: bool = False  # its power ceiling is a multiple of its idle floor, not a measure
+    turns: bool = False  # its job's GPUs take turns like a pipeline's stages, not yet long enough to decide
 
 
 def covered(
@@ -253,7 +268,9 @@ def waiting_in_collective(f: GpuFeatures, recent: Shares | None = None) -> bool:
     part of its recent time inside collectives."""
     if recent is not None and recent.get("comm_wait") >= STARVATION_IDLE_FRACTION.value:
         return True
-    fed = f.power_ratio is not None and f.power_ratio >= FED_POWER  # computing: a spinning wait draws little
+    if f.power_ratio is None:
+        return False  # pinned utilization without power: computing and spinning read alike
+    fed = f.power_ratio >= FED_POWER  # computing: a spinning wait draws little
     return f.util_mean is not None and f.util_mean >= PINNED and not f.idle_fraction and not fed
 
 
@@ -307,12 +324,38 @@ def power_throttle(f: GpuFeatures) -> Evidence:
         slowed = f.busy_clock_ratio is not None and f.busy_clock_ratio < LEDGER_THROTTLE_CLOCK.value
         share = 1.0 if at_limit and slowed else 0.0
     held = ramp(share, 0.0, POWER_CAP_SHARE.value)
+    signals = ("clock reasons",) if f.cap_share is not None else ("power", "power limit", "clocks")
     if f.limit_w and f.default_w and f.limit_w < POWER_CAP_BELOW_DEFAULT.value * f.default_w:
         line = POWER_CAP_BELOW_DEFAULT.value
         depth = ramp(f.limit_w / f.default_w, line, line - CAP_DEPTH)
         score = held * (1 - CONFIRM_WEIGHT + CONFIRM_WEIGHT * depth)
-        return Evidence(score=score, cause="cap_below_default")
+        return Evidence(score, "cap_below_default", "", (*signals, "default limit"), detail=_cap_detail(f))
+    clock = f.busy_clock_ratio
+    if not f.default_w and clock is not None and clock < POWER_CAP_CLOCK_CUT.value:
+        # no default limit in the log and no board name: clocks this far under their maximum at the limit
+        # say the cap in force is below what the board runs at by default (an operator's `nvidia-smi -pl`)
+        cut = POWER_CAP_CLOCK_CUT.value
+        depth = ramp(clock, cut, cut - CAP_DEPTH)
+        score = held * (1 - CONFIRM_WEIGHT + CONFIRM_WEIGHT * depth)
+        return Evidence(score, "cap_below_default", "", (*signals, "clocks"), detail=_cap_detail(f))
     return Evidence(score=SCORE_EXIT.value * held, cause="at_default_limit")  # routine: never fires
+
+
+def _cap_detail(f: GpuFeatures) -> str:
+    """The cap, the clock and what the board could draw, for the verdict's reader."""
+    parts = []
+    if f.limit_w:
+        parts.append(f"held at its {f.limit_w:.0f} W limit")
+    clock = f.busy_clock_ratio
+    if clock is not None:
+        top = f.sm_clock_max_hz
+        mhz = f" ({clock * top / MEGA:.0f} of {top / MEGA:.0f} MHz)" if top else ""
+        parts.append(f"SM clock at {clock:.0%} of its maximum{mhz}")
+    if f.default_w:
+        parts.append(f"the board could draw {f.default_w:.0f} W")
+    else:
+        parts.append("what the board could draw is not in the log (no default limit or board name)")
+    return ", ".join(parts)
 
 
 # ---- shared memory -----------------------------------------------------------------------------
@@ -386,17 +429,75 @@ def detect_starvation(c: Context) -> Evidence:
     )
     if score <= 0:
         return Evidence()
+    signals = _starvation_signals(c)
+    if not c.workload and score >= SCORE_EXIT.value:
+        unsure = _unsure_starvation(c)
+        if unsure:  # the time stays in the ledger; the page waits for evidence that tells it apart
+            return Evidence(score=min(score, FADED), signals=signals, unsure=unsure)
+    if c.turns:
+        # the job's GPUs take turns like a pipeline's stages, the class not decided yet (within a minute):
+        # under the exit score, so a track that began counting before the turns showed stops too
+        score = min(score, FADED)
     if c.undecided:
-        # no verdict starts on a GPU that may be a pipeline's stage or a server (decided within the
-        # pipeline hold, or the server's first minutes)
+        # no verdict starts on a GPU that may be a server or a notebook (its first minutes)
         score = min(score, BELOW_ENTER)
     if _unsustained(c):
         # a loss too small or too short to page starts no verdict, and one that entered on its rhythm
         # ends with it: a minute of recurring waits (an evaluation loading its next subset) is a phase
         score = min(score, FADED)
     if c.slow.get("checkpoint") >= c.slow.get("input_wait") and c.slow.get("checkpoint") > 0:
-        return Evidence(score=score, cause="checkpoint")
-    return Evidence(score=score, cause=starvation_cause(c.f, c.host))
+        return Evidence(score=score, cause="checkpoint", signals=signals)
+    return Evidence(score=score, cause=starvation_cause(c.f, c.host), signals=signals)
+
+
+def _loop_rhythm(f: GpuFeatures) -> bool:
+    """A loop's rhythm: cycles alike, or a steady share of compute (steps finer than the samples)."""
+    alike = f.cycle_cv is not None and f.cycles >= LOOP_MIN_CYCLES.value and f.cycle_cv < LOOP_CYCLE_CV.value
+    return alike or (f.util_cv is not None and f.util_cv < LOOP_STEADY_CV.value)
+
+
+def _starvation_signals(c: Context) -> tuple[str, ...]:
+    """What a starvation score stands on: utilization always, and what else says it is a loop's wait."""
+    signals = ["utilization"]
+    if c.f.power_ratio is not None:
+        signals.append("power")
+    if c.peers > 0:
+        signals.append("peers")
+    if c.server_memory is False:
+        signals.append("memory")
+    if _loop_rhythm(c.f):
+        signals.append("rhythm")
+    return tuple(signals)
+
+
+def _unsure_starvation(c: Context) -> str:
+    """Why a job no word or shape has classed cannot be called starved on what the log shows ("": it
+    can). A loop waiting for input and a server between requests both hold memory with no kernel; the
+    job's ranks, memory that no KV cache fills, or a loop's rhythm tell them apart. Power that stays near
+    what the GPU draws busy says the dips are work, not waits."""
+    f = c.f
+    ratio = f.power_ratio
+    if ratio is not None and ratio >= FED_POWER and not c.ceiling_guessed:
+        return (
+            f"utilization dips while power stays at {ratio:.0%} of what it draws busy: a lighter phase of "
+            "work, not a wait; --workload training (or the pod's log) would page it as starvation"
+        )
+    if c.peers > 0 or c.server_memory is False or _loop_rhythm(f):
+        return ""
+    seen = (
+        f"its cycles vary by {f.cycle_cv:.0%}"
+        if f.cycle_cv is not None and f.cycles >= LOOP_MIN_CYCLES.value
+        else "too few cycles to show a rhythm"
+    )
+    memory = (
+        "memory held like a server's KV cache"
+        if c.server_memory
+        else "no memory.total or board name to tell a server's reservation"
+    )
+    return (
+        f"waits with no kernel without a loop's rhythm ({seen}), alone, with {memory}: a starved loop or a "
+        "server between requests; --workload training|serving (or memory.total) would decide"
+    )
 
 
 def _unsustained(c: Context) -> bool:
@@ -485,7 +586,8 @@ def detect_power(c: Context) -> Evidence:
     ev = power_throttle(c.f)
     if ev.missing or ev.cause != "cap_below_default":
         return ev  # capped at the board's default limit: routine, the ledger's throttled time says how much
-    return Evidence(score=max(ev.score, covered(c, lambda s: s.get("throttled") - s.thermal)), cause=ev.cause)
+    ev.score = max(ev.score, covered(c, lambda s: s.get("throttled") - s.thermal))
+    return ev
 
 
 def detect_shm(c: Context) -> Evidence:
@@ -499,7 +601,7 @@ def detect_idle(c: Context) -> Evidence:
     ev = idle_allocated(c.idle_s, c.idle_horizon_s)
     if not ev.score:
         return ev
-    return Evidence(ev.score, IDLE_CAUSES.get(c.workload, ""), ev.missing, c.idle_s or 0.0)
+    return Evidence(ev.score, IDLE_CAUSES.get(c.workload, ""), ev.missing, lasting_s=c.idle_s or 0.0)
 
 
 def detect_pipeline(c: Context) -> Evidence:

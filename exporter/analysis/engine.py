@@ -43,6 +43,7 @@ from exporter.policy.thresholds import (
     LEDGER_BUSY_UTIL,
     LEDGER_STALE,
     SCORE_ENTER,
+    SERVING_RESERVED,
     STARVATION_IDLE_FRACTION,
     UTIL_IDLE_LINE,
     VERDICT_INTERVAL,
@@ -133,7 +134,8 @@ class _Gpu:
     serving: ServingShape = field(default_factory=ServingShape)
     interactive: InteractiveShape = field(default_factory=InteractiveShape)
     workload: Workload = UNKNOWN
-    undecided: bool = False  # it looks like a pipeline's stage or a server, not yet for long enough
+    undecided: bool = False  # it looks like a server or a notebook, not yet for long enough
+    turns: bool = False  # its job's GPUs take turns like a pipeline's stages, not yet for long enough
     waiting: float | None = None  # requests its server last reported waiting
     # what it stands for: "" a whole GPU (every kind judged), "gpu" a GPU split between pods (its own
     # kinds only), "pod" one pod's share of a split GPU (the kinds whose loss is the pod's)
@@ -165,6 +167,12 @@ class Analyzer:
         self.host_features = HostFeatures()
         self.missing: dict[str, str] = {}  # kind -> why its detector was silent (while it has been)
         self.had_inputs: set[str] = set()  # kinds whose detector saw its inputs at least once
+        # (gpu, kind) -> the last loss seen that the signals present could not tell from benign work, and
+        # what would decide it (no page stood on it); kept for the summary, replaced as evidence comes
+        self.unsure: dict[tuple[str, str], str] = {}
+        self.details: dict[tuple[str, str], str] = {}  # (gpu, kind) -> its evidence's latest detail
+        # (gpu, kind) -> the signals its latest evidence at the enter score stood on
+        self.signals: dict[tuple[str, str], tuple[str, ...]] = {}
         # the last judgement: when, of which GPUs, and its verdicts (they stand until the next one)
         self._judged_at: float | None = None
         self._judged_gpus: list[str] = []
@@ -375,8 +383,9 @@ class Analyzer:
                 state.waiting = tick.waiting
             shape = state.serving.workload() or state.interactive.workload(now)
             state.workload = decide(hint, pipeline, shape, state.serving.unknown())
+            state.turns = not state.workload.kind and pending
             state.undecided = not state.workload.kind and (
-                pending or state.serving.pending(now) or state.interactive.pending(now)
+                state.serving.pending(now) or state.interactive.pending(now)
             )
 
     # ---- evaluation ----------------------------------------------------------------------------
@@ -406,8 +415,8 @@ class Analyzer:
             state = self._gpus[gpu]
             state.window.evict(now)
             points = state.window.since(cutoff)
-            ceiling = state.power.envelope(state.name).ceiling_w
-            f = state.features = gpu_features(points, state.name, ceiling, state.window)
+            envelope = state.power.envelope(state.name)
+            f = state.features = gpu_features(points, state.name, envelope.ceiling_w, state.window)
             self._see_power(state, f)
             idle_s = (
                 (now - state.idle_since if state.idle_since is not None else 0.0)
@@ -434,6 +443,9 @@ class Analyzer:
                 state.workload.kind,  # workload
                 _idle_gaps(state),  # idle_gaps
                 state.undecided,  # undecided
+                _server_memory(f, state.board_bytes),  # server_memory
+                envelope.ceiling_from.endswith("idle floor"),  # ceiling_guessed
+                state.turns,  # turns
             )
             own = evidence[gpu] = {}
             for kind, detector in _DETECTORS[state.scope]:
@@ -441,6 +453,14 @@ class Analyzer:
                     own[kind] = _NONE
                     continue
                 ev = own[kind] = detector(ctx)
+                if ev.detail:
+                    self.details[(gpu, kind)] = ev.detail
+                if ev.signals and ev.score >= SCORE_ENTER.value:
+                    self.signals[(gpu, kind)] = ev.signals
+                if ev.unsure:
+                    self.unsure[(gpu, kind)] = ev.unsure
+                elif ev.score >= SCORE_ENTER.value:  # evidence that tells it apart came since
+                    self.unsure.pop((gpu, kind), None)
                 if kind in had_inputs:  # (a kind that had its inputs is never missing)
                     continue
                 if ev.missing:
@@ -668,6 +688,14 @@ def _shown(
         confirmed = all(evidence[g][kind].cause == rule.confirmed.cause for g in members)
         shared = rule.confirmed if confirmed else rule.every_rank
     return showing, shared
+
+
+def _server_memory(f: GpuFeatures, board_bytes: float | None) -> bool | None:
+    """Does the job hold the framebuffer like a server's KV cache (None: the log cannot say)?"""
+    total = f.mem_total_bytes or board_bytes
+    if not total or f.mem_used_bytes is None:
+        return None
+    return f.mem_used_bytes >= SERVING_RESERVED.value * total
 
 
 def _silent(points: list[GpuPoint], now: float) -> float | None:

@@ -11,6 +11,7 @@ import functools
 import itertools
 import math
 import operator
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -71,6 +72,9 @@ class GpuFeatures:
     gaps: int = 0
     halves: tuple[UtilStats | None, UtilStats | None] = (None, None)  # older and newer half of the window
     trailing_idle_s: float = 0.0  # how long the GPU has been idle up to the last sample
+    cycle_cv: float | None = None  # how the cycles (one dip's start to the next) vary (None: too few)
+    cycles: int = 0  # ...over this many cycles
+    util_cv: float | None = None  # how utilization varies sample to sample (None: never above zero)
     power_mean: float | None = None
     power_p95: float | None = None
     power_cv: float | None = None
@@ -95,6 +99,7 @@ class GpuFeatures:
     nvlink_error_rate: float | None = None  # per minute
     p2p_failed: float | None = None
     fabric_ready: bool | None = None
+    sm_clock_max_hz: float | None = None
 
     @property
     def power_ratio(self) -> float | None:
@@ -166,6 +171,9 @@ def _fit_columns(times: list[float], values: list[float]) -> float | None:
 IDLE, LOW, BUSY = "i", "l", "b"
 if UTIL_IDLE_LINE.value > BUSY_LINE:  # the classes nest: idle is a part of low
     raise ValueError("the utilization idle line must not be above the busy line")
+
+
+_DIP_START = re.compile(BUSY + "(?=[" + IDLE + LOW + "])")
 
 
 def util_class(u: float) -> str:
@@ -248,6 +256,7 @@ LAST_FEATURES = (  # features named as their field
     "nvlink_links",
     "p2p_failed",
     "fabric_ready",
+    "sm_clock_max_hz",
 )
 LAST_VALUES = ("power_limit_w", "power_default_w", *LAST_FEATURES)
 _LAST_OF = operator.attrgetter(*LAST_VALUES)
@@ -439,6 +448,7 @@ def gpu_features(
         f.nvlink_links = last("nvlink_links")
         f.p2p_failed = last("p2p_failed")
         f.fabric_ready = last("fabric_ready")
+        f.sm_clock_max_hz = last("sm_clock_max_hz")
     if rows.util:
         _util_features(f, rows, last_t)
     if rows.power:
@@ -477,6 +487,25 @@ def _util_features(f: GpuFeatures, rows: Rows, last_t: float) -> None:
         _util_stats(newer, classes[half:], newer_sorted),
     )
     f.trailing_idle_s = last_t - idle_from if idle_from is not None else 0.0
+    _loop_features(f, rows.util_t, classes, utils)
+
+
+def _loop_features(f: GpuFeatures, times: list[float], classes: str, utils: list[float]) -> None:
+    """How alike the cycles are (a loop's steps) and how steady utilization is (steps finer than the
+    samples): what tells a loop from work that follows its arrivals."""
+    mean = f.util_mean or 0.0
+    if mean > 0:
+        spread = sum((u - mean) * (u - mean) for u in utils) / len(utils)
+        f.util_cv = math.sqrt(spread) / mean
+    # a dip starts where a busy sample is followed by one under the busy line
+    starts = [times[m.start() + 1] for m in _DIP_START.finditer(classes)]
+    cycles = [b - a for a, b in itertools.pairwise(starts)]
+    f.cycles = len(cycles)
+    if cycles:
+        cycle_mean = sum(cycles) / len(cycles)
+        if cycle_mean > 0:
+            var = sum((c - cycle_mean) * (c - cycle_mean) for c in cycles) / len(cycles)
+            f.cycle_cv = math.sqrt(var) / cycle_mean
 
 
 def _util_stats(utils: list[float], classes: str, ordered: list[float] | None = None) -> UtilStats | None:

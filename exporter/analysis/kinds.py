@@ -26,6 +26,7 @@ from exporter.policy.thresholds import (
     HANG_RESOLVE,
     IDLE_AFTER,
     IOWAIT_HIGH,
+    LOOP_CYCLE_CV,
     NVLINK_ERROR_RATE,
     NVLINK_FIRE,
     NVLINK_RESOLVE,
@@ -33,6 +34,7 @@ from exporter.policy.thresholds import (
     PIPELINE_FIRE,
     PIPELINE_RESOLVE,
     POWER_CAP_BELOW_DEFAULT,
+    POWER_CAP_CLOCK_CUT,
     POWER_FIRE,
     POWER_RESOLVE,
     SCORE_ENTER,
@@ -238,7 +240,12 @@ _ALL = (
         "neither this verdict nor `comm_bound`; replay names them next to the starved rank. A verdict "
         f"starts only on a loss that matters ({_pct(STARVATION_SUSTAINED)} of the last half minute in "
         "recurring step-sized waits, or of the last two minutes; see the workload class below), and "
-        "never on a server waiting for requests, a notebook or a pipeline stage.",
+        "never on a server waiting for requests, a notebook or a pipeline stage. A job no word and no "
+        "shape has classed pages only on evidence that tells a loop from a server between requests: the "
+        "job's other GPUs, memory no KV cache fills (with `memory.total` or a board name), or a loop's "
+        f"rhythm (cycles alike within {_pct(LOOP_CYCLE_CV)}, or a steady share of compute); power near "
+        "what the GPU draws busy says its dips are work. Without such evidence the time stays in the "
+        "ledger and `replay` says what it saw and what would decide it (`--workload`, a column).",
         AlertText(
             "GPU is starving for input data.",
             ' {{ if eq $labels.cause "checkpoint" }}stalls with every rank of its job while checkpoints are '
@@ -333,7 +340,9 @@ _ALL = (
         "plus the thermal shapes (reasons in the last 10 s, clocks cut near the slowdown point, a GPU above "
         f"{TEMP_HOT.value:g} °C climbing toward it). Capping at the board's default limit is routine for "
         f"training at TDP and never fires; a limit under {_pct(POWER_CAP_BELOW_DEFAULT)} of the default "
-        "does (`cap_below_default`).",
+        f"does (`cap_below_default`), and so does a board held at its limit with its SM clock under "
+        f"{_pct(POWER_CAP_CLOCK_CUT)} of its maximum where the log has no default limit or board name (an "
+        "operator's cap): the verdict names the cap, the clock and what the board could draw.",
         AlertText(
             "GPU is throttling for heat.",
             " lowers its clocks for heat (or is about to): utilization stays high while steps slow down.",

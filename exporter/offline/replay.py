@@ -58,6 +58,8 @@ class Episode:
     related: tuple[str, ...] = ()
     fired: float | None = None  # None: when it began (a verdict read back from a Prometheus)
     resolved: float | None = None  # None: still firing when the trace ended
+    detail: str = ""  # what the evidence said beside the cause (a power cap: the cap, clock, board draw)
+    signals: tuple[str, ...] = ()  # the signals its evidence stood on (utilization, power, memory, ...)
 
     def __post_init__(self) -> None:
         if self.fired is None:
@@ -93,6 +95,9 @@ class ReplayResult:
     # gpu -> (class, source) -> seconds judged so, and the latest evidence of each
     classes: dict[str, dict[tuple[str, str], float]] = field(default_factory=dict)
     class_evidence: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    # (gpu, kind) -> a loss seen that the log's signals could not tell from benign work, and what would
+    # decide it: the time is in the ledger, no page stood on it
+    unsure: dict[tuple[str, str], str] = field(default_factory=dict)
     # replay --prometheus: how the history was read and the roll-up by namespace (promhistory/rollup.py)
     fleet: dict[str, object] | None = None
 
@@ -241,6 +246,8 @@ class _Segment:
         result.gpu_seconds += len(gpus)
         _check_work(result)
         states, events = self.analyzer.evaluate(t, gpus)
+        if self.analyzer.unsure:
+            result.unsure.update(self.analyzer.unsure)
         if self.ticks:
             self.ticks.after(t, gpus)
         for gpu in states:
@@ -284,6 +291,8 @@ class _Segment:
             if state is not None:
                 episode.peak = max(episode.peak, state.score)
                 episode.cause = state.cause or episode.cause
+                episode.detail = self.analyzer.details.get((gpu, kind), episode.detail)
+                episode.signals = self.analyzer.signals.get((gpu, kind), episode.signals)
 
 
 def _check_work(result: ReplayResult) -> None:
@@ -396,7 +405,8 @@ def episode_record(e: Episode, at: float | None) -> dict[str, object]:
     _timed(record, "end", e.end, at)
     _timed(record, "fired", e.fired_at, at)
     _timed(record, "resolved", e.resolved, at)
-    record.update(cause=e.cause or None, peak_score=_score(e.peak))
+    record.update(cause=e.cause or None, peak_score=_score(e.peak), detail=e.detail or None)
+    record["signals"] = list(e.signals)
     return record
 
 
@@ -422,6 +432,11 @@ def summary(result: ReplayResult) -> dict[str, object]:
         "jobs": [{**job, "time": wall(at, job["t"])} for job in result.jobs],  # type: ignore[arg-type]
         "workload": workload_summary(result),
         "silent": result.silent,
+        "unsure": [
+            {"gpu": gpu, "kind": kind, "why": why}
+            for (gpu, kind), why in sorted(result.unsure.items(), key=lambda kv: _gpu_order(kv[0][0]))
+            if not any(e.gpu == gpu and e.kind == kind for e in result.episodes)
+        ],
         "ledger": {gpu: _rounded(states) for gpu, states in result.ledger.items()},
         "job_ledger": {job: _rounded(states) for job, states in result.job_ledger.items()},
         "cost": cost_summary(result),
@@ -611,6 +626,7 @@ def human(result: ReplayResult) -> str:
     if quiet:
         lines.append(f"  GPU {_gpu_list(quiet)}: no verdict")
     lines += unpaged_losses(result, quiet)
+    lines += unsure_lines(result)
     lines += _job_lines(result)
     lines += workload_lines(result)
     lines += _reading_lines(result.stats)
@@ -650,24 +666,33 @@ def _episode_lines(result: ReplayResult) -> list[str]:
     by_gpu: dict[str, list[Episode]] = {}
     for episode in result.episodes:
         by_gpu.setdefault(episode.gpu, []).append(episode)
-    return [_episode_line(result, gpu, e) for gpu in sorted(by_gpu, key=_gpu_order) for e in by_gpu[gpu]]
+    # GPUs whose episodes read alike (same kind, times, score and cause) share one line
+    alike: dict[str, list[str]] = {}
+    for gpu in sorted(by_gpu, key=_gpu_order):
+        for e in by_gpu[gpu]:
+            alike.setdefault(_episode_line(result, e), []).append(gpu)
+    return [f"  GPU {_gpu_list(gpus)}: {text}" for text, gpus in alike.items()]
 
 
-def _episode_line(result: ReplayResult, gpu: str, e: Episode) -> str:
-    """When the loss began and ended (its length), then when the verdict fired and resolved."""
+def _episode_line(result: ReplayResult, e: Episode) -> str:
+    """One episode, after the GPU it is on."""
     end = e.end if e.end is not None else result.seconds
     until = _at(result, e.end) if e.end is not None else "the end"
     verdict = f"verdict from {_at(result, e.fired_at)}"
     if e.resolved is not None:
         verdict += f" to {_at(result, e.resolved)}"
     text = (
-        f"  GPU {gpu}: {e.kind} from {_at(result, e.start)} to {until}, "
+        f"{e.kind} from {_at(result, e.start)} to {until}, "
         f"{end - e.start:.0f} s; {verdict}{peak_text(e.peak)}"
     )
     if e.cause:
         text += f", cause {e.cause}"
+    if e.detail:
+        text += f" ({e.detail})"
     if KINDS[e.kind].holds_peers_back and e.related:
-        text += f"; GPUs {_gpu_list(list(e.related))} wait for it in NCCL"
+        waiting = list(e.related)
+        many = len(waiting) > 1
+        text += f"; GPU{'s' if many else ''} {_gpu_list(waiting)} wait{'' if many else 's'} for it in NCCL"
     return text
 
 
@@ -732,6 +757,21 @@ def unpaged_losses(result: ReplayResult, gpus: list[str]) -> list[str]:
                 f"{state} (a verdict needs its evidence to build and hold; see where the time went)"
             )
     return lines
+
+
+def unsure_lines(result: ReplayResult) -> list[str]:
+    """Losses seen that the log's signals could not tell from benign work (no page stood on them): what
+    was seen and what would decide it, GPUs alike on one line."""
+    paged = {(e.gpu, e.kind) for e in result.episodes}
+    alike: dict[tuple[str, str], list[str]] = {}
+    for (gpu, kind), why in result.unsure.items():
+        if (gpu, kind) in paged:
+            continue
+        alike.setdefault((kind, why), []).append(gpu)
+    return [
+        f"  GPU {_gpu_list(gpus)}: {kind} not paged: {why}"
+        for (kind, why), gpus in sorted(alike.items(), key=lambda kv: _gpu_order(min(kv[1], key=_gpu_order)))
+    ]
 
 
 def envelope_lines(result: ReplayResult) -> list[str]:

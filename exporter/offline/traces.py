@@ -69,6 +69,13 @@ GPU_COLUMNS: dict[str, tuple[str, str]] = {
     "host.psi.memory": ("host", "psi_memory"),
 }
 META_COLUMNS = {"timestamp", "index", "name", "uuid", "pci.bus_id", "driver_version", "pstate", "serial"}
+# nvidia-smi query fields replay knows and has no use for (the SM clock is the one that shows a cap or
+# heat): read past without calling them unknown
+UNUSED_COLUMNS = frozenset(
+    f"clocks.{which}{clock}"
+    for which in ("", "current.", "max.", "applications.", "default_applications.")
+    for clock in ("mem", "memory", "gr", "graphics", "video")
+)
 # the columns that are shares of time or capacity, written in percent
 PERCENT_FIELDS = (
     *catalog.percent_fields(),
@@ -247,7 +254,7 @@ def check_columns(names: list[str] | tuple[str, ...]) -> list[str]:
             raise ValueError(f"an empty name among {len(names)}: write {SKIP_COLUMN} for a column to skip")
         if name == SKIP_COLUMN:
             continue
-        if name not in GPU_COLUMNS and name not in META_COLUMNS:
+        if name not in GPU_COLUMNS and name not in META_COLUMNS | UNUSED_COLUMNS:
             raise ValueError(_unknown_column(raw.strip()))
         if name in seen:
             raise ValueError(f"{name} is named twice")
@@ -632,7 +639,7 @@ class TraceReader:
             name, bracketed = split_header(raw)
             name, unit = name.lower(), (bracketed or "").strip()
             target = GPU_COLUMNS.get(name)
-            if target is None and name not in META_COLUMNS and name != SKIP_COLUMN:
+            if target is None and name not in META_COLUMNS | UNUSED_COLUMNS and name != SKIP_COLUMN:
                 unknown.append(raw.strip())
             columns.append(
                 Column(i, name, unit or DEFAULT_UNITS.get(target[1], "") if target else unit, target)

@@ -614,6 +614,17 @@ POWER_CAP_BELOW_DEFAULT = _t(
     "An enforced limit under 90 % of the board's default matters (someone capped it); capping at the "
     "default limit is routine for training at TDP and only scores low.",
 )
+POWER_CAP_CLOCK_CUT = _t(
+    "power.cap_clock_cut_ratio",
+    0.7,
+    "ratio",
+    "A board held at its enforced limit with its SM clock under 70 % of its maximum is losing speed to a "
+    "cap below its default, where the log has no default limit or board name to compare the cap with (an "
+    "operator's `nvidia-smi -pl`). At its own default limit a board keeps 70 % of its maximum clock or "
+    "more even on its heaviest dense kernels (an H100 SXM on FP32 matmuls at 700 W: 1410 of 1980 MHz, "
+    "71 %; training typically 80-95 %), and dynamic power falls with about the cube of the clock, so a "
+    "clock under 70 % at the limit is a cap near a third of what the work would draw or less.",
+)
 POWER_FIRE = _t("power.fire_after_seconds", 30.0, "seconds", "Half a minute at a lowered cap fires it.")
 POWER_RESOLVE = _t("power.resolve_after_seconds", 60.0, "seconds", "A minute off the cap resolves it.")
 
@@ -838,12 +849,40 @@ INTERACTIVE_WINDOW = _t(
     "The stretches counted are those of the last quarter hour: a person's cells and the thinking between "
     "them come every one to five minutes.",
 )
+LOOP_CYCLE_CV = _t(
+    "workload.loop_cycle_cv",
+    0.35,
+    "ratio",
+    "A job no word and no shape has classed pages starvation only on evidence that it is a loop and not a "
+    "server between requests. A loop's cycles (a step and its wait, from one dip's start to the next) come "
+    "alike: the step's compute is fixed and so, mostly, is the wait for the same batch size, so they vary "
+    "by well under a third; a server's work follows its arrivals, whose gaps vary as much as their mean "
+    "(Poisson: coefficient of variation 1; a gamma of shape k: 1/sqrt(k), under 0.35 only from k = 8, a "
+    "clock rather than traffic). Cycles varying under 35 % are a loop's...",
+)
+LOOP_MIN_CYCLES = _t(
+    "workload.loop_min_cycles",
+    3,
+    "count",
+    "...measured over three cycles of the evidence window or more (two say nothing of how they vary)...",
+)
+LOOP_STEADY_CV = _t(
+    "workload.loop_steady_cv",
+    0.3,
+    "ratio",
+    "...or a utilization that holds within 30 % of its mean sample to sample: steps shorter than a sample "
+    "period read as their steady share of compute (a loop fetching each batch over the network sat at "
+    "40-50 % for minutes), while a server at a quarter load reads 0 between requests and near full in a "
+    "burst (coefficient of variation 1 or more).",
+)
 PIPELINE_HOLD = _t(
     "workload.pipeline_hold_seconds",
-    120.0,
+    60.0,
     "seconds",
-    "The turns must hold over two minutes of the job (the fast window) before the class is decided: a "
-    "warm-up or one slow batch is not a parallelism choice.",
+    "The turns must hold over a minute of the job before the class is decided (from a sixth of it they "
+    "hold off a starvation page): a layer split takes turns from its first batch on (real 3- and 4-stage "
+    "splits: the sum steady within seconds of the first inference), and a warm-up or one slow batch lasts "
+    "seconds; two minutes let the turns page starvation before the class was known.",
 )
 PIPELINE_FIRE = _t(
     "pipeline.fire_after_seconds",
