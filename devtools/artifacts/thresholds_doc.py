@@ -48,10 +48,10 @@ def render() -> str:
     lines = [
         "# Threshold table",
         "",
-        "<!-- generated from exporter/policy/thresholds.py by `make artifacts`; do not edit -->",
+        "<!-- generated from exporter/policy/thresholds/ by `make artifacts`; do not edit -->",
         "",
         "Every number the detectors, the alert rules, the dashboards and the Helm chart use, with the",
-        "reason it has that value. The source is `exporter/policy/thresholds.py`; this page, the alert",
+        "reason it has that value. The source is `exporter/policy/thresholds/`; this page, the alert",
         "rules, the dashboard thresholds and the chart's values are generated from it.",
         "",
     ]
