@@ -9,7 +9,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 9612
 
-.PHONY: demo demo-prometheus tools test lint format artifacts protos bench bench-quick bench-detection bench-peer clean
+.PHONY: demo demo-prometheus tools test lint format artifacts protos bench bench-quick bench-detection bench-sensitivity bench-peer clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,9 @@ bench: $(VENV)/.installed
 
 bench-detection: $(VENV)/.installed
 	$(BIN)/python bench/detection.py
+
+bench-sensitivity: $(VENV)/.installed  # hours: every threshold the analysis reads, moved either way
+	$(BIN)/python bench/sensitivity.py --jobs 2 --write-docs
 
 bench-quick: $(VENV)/.installed
 	$(BIN)/python bench/core.py --quick
