@@ -57,7 +57,7 @@ QUARTER = 0.25  # the move every threshold gets
 TENTH = 0.10  # the move that, still changing a page, makes a load-bearing threshold fragile
 LEDGER_TARGET_POINTS = 5.0  # bench/detection.py's target: a ledger crossing it flips a result
 SHIFT_RESOLUTION = 0.05  # seconds and points: a difference below it is float noise, not a change
-BASELINE_FORMAT = "2"  # what a stored baseline holds; a new one is replayed when it changes
+BASELINE_FORMAT = "3"  # what a stored baseline holds; a new one is replayed when it changes
 CLASSES = ("fragile", "load-bearing", "dead", "unread")
 
 
@@ -194,11 +194,10 @@ def baseline(paths: list[Path], jobs: int) -> dict:
         cached = json.loads(BASELINE_CACHE.read_text())
         if cached.get("fingerprint") == mark:
             return cached
-    chunks = [[str(p) for p in paths[i::jobs]] for i in range(jobs)]
     found: dict[str, dict] = {}
     imported: set[str] = set()
-    with _pool(jobs) as pool:
-        for reads, part in pool.map(_baseline, [c for c in chunks if c]):
+    with _pool(jobs) as pool:  # a process per trace: a value one trace cached is read afresh by the next
+        for reads, part in pool.map(_baseline, [[str(p)] for p in paths]):
             imported.update(reads)
             found.update(part)
     cached = {"fingerprint": mark, "imported": sorted(imported), "traces": found}
