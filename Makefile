@@ -13,7 +13,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 9612
 
-.PHONY: demo demo-prometheus tools test lint format artifacts protos bench bench-quick bench-detection bench-peer clean
+.PHONY: demo demo-prometheus tools test lint format artifacts protos bench bench-quick bench-detection bench-sensitivity bench-peer clean
 
 # the test toolchain (pytest, ruff, linters, schemas): what make test needs
 $(VENV)/.installed: pyproject.toml
@@ -68,6 +68,9 @@ bench: $(VENV)/.installed
 
 bench-detection: $(VENV)/.installed
 	$(BIN)/python bench/detection.py
+
+bench-sensitivity: $(VENV)/.installed  # hours: every threshold the analysis reads, moved either way
+	$(BIN)/python bench/sensitivity.py --jobs 2 --write-docs
 
 bench-quick: $(VENV)/.installed
 	$(BIN)/python bench/core.py --quick

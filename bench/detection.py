@@ -510,21 +510,25 @@ def load_labels(path: Path) -> tuple[list[Label], dict[str, dict[str, float]], J
     return [Label.from_json(x) for x in raw["labels"]], raw.get("ledger_truth", {}), judged
 
 
-def judge(path: Path) -> TraceResult:
-    """Replay one trace through the analysis and through the baseline, and score both."""
-    name, for_s = trace_name(path), alert_for()
+def judge_ours(path: Path) -> tuple[TraceScore, LedgerError | None]:
+    """Replay one trace through the analysis; score its verdicts and (where the labels have its truth)
+    its ledger."""
+    name = trace_name(path)
     labels, truth, judged = load_labels(path)
     result = replay(path)
     ours = [Verdict(e.gpu, e.kind, e.fired_at, e.resolved, e.start, e.end) for e in result.episodes]
+    score = score_trace(name, labels, ours, alert_for(), result.seconds, judged)
+    return score, ledger_error(result.ledger, truth) if truth else None
+
+
+def judge(path: Path) -> TraceResult:
+    """Replay one trace through the analysis and through the baseline, and score both."""
+    name, for_s = trace_name(path), alert_for()
+    labels, _, judged = load_labels(path)
+    ours, ledger = judge_ours(path)
     base, base_end = naive(path)
     workload = json.loads((path.parent / f"{name}.labels.json").read_text()).get("workload") or "training"
-    return TraceResult(
-        name,
-        score_trace(name, labels, ours, for_s, result.seconds, judged),
-        ledger_error(result.ledger, truth) if truth else None,
-        score_trace(name, labels, base, for_s, base_end, judged),
-        workload,
-    )
+    return TraceResult(name, ours, ledger, score_trace(name, labels, base, for_s, base_end, judged), workload)
 
 
 # ---- report --------------------------------------------------------------------------------------

@@ -157,7 +157,7 @@ def bare_numbers(expr: str) -> list[str]:
 
 def test_no_bare_number_in_an_alert_expression():
     found = {a.name: hits for a in alerts.ALERTS if (hits := bare_numbers(a.expr))}
-    assert found == {}, f"name these in exporter/policy/thresholds.py and alerts.PARAMS: {found}"
+    assert found == {}, f"name these in exporter/policy/thresholds/ and alerts.PARAMS: {found}"
     for a in alerts.ALERTS:  # and every placeholder is a threshold of the table
         assert set(_PLACEHOLDER.findall(a.expr)) <= {f"${{{k}}}" for k in alerts.PARAMS} | {"${job}"}
 

@@ -144,7 +144,7 @@ def _busy(series: str = "") -> str:
 
 _SHM_DEFAULT = f"{th.SHM_DEFAULT_BYTES.value / (1 << 20):g} MiB"
 # a failing node check, with the detail word of its latest result as a label of the page; each alert
-# selects the checks whose severity (exporter/policy/thresholds.py DOCTOR_SEVERITY) is its own
+# selects the checks whose severity (exporter/policy/thresholds/doctor.py DOCTOR_SEVERITY) is its own
 _NODE_CHECK = (
     '(gpu_node_check_failed{{severity="{severity}"}} == 1)'
     " * ignoring (severity, status, detail) group_left (detail) gpu_node_check_info"
@@ -532,7 +532,7 @@ def render(
 ) -> str:
     from devtools.artifacts.yamlout import dump
 
-    header = "# generated from exporter/policy/thresholds.py by `make artifacts`; do not edit\n"
+    header = "# generated from exporter/policy/thresholds/ by `make artifacts`; do not edit\n"
     rules = groups(for_override, job, window=window, scope=scope, shortened=shortened)
     return header + dump({"groups": rules})
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from exporter.policy.thresholds import (
     ALERT_POLICIES,
     BOARD_POWER_W,
@@ -15,6 +18,10 @@ from exporter.policy.thresholds import (
     choices,
     table,
 )
+
+# what moving each number does to the detection results (bench/sensitivity.py writes it)
+SENSITIVITY = Path(__file__).resolve().parents[2] / "bench" / "sensitivity.json"
+CLASSES = ("load-bearing", "fragile", "dead", "unread")
 
 UNITS = {
     "ratio": "",
@@ -44,17 +51,37 @@ def _entry(entry: Threshold | Choice) -> str:
     return entry.value if isinstance(entry, Choice) else _value(entry.value, entry.unit)
 
 
+def sensitivity() -> dict[str, str]:
+    """Each measured key's class; a key the stored results do not class is not measured."""
+    if not SENSITIVITY.exists():
+        return {}
+    keys = json.loads(SENSITIVITY.read_text()).get("keys", {})
+    return {key: entry["class"] for key, entry in keys.items() if entry.get("class") in CLASSES}
+
+
+def _class(key: str, classes: dict[str, str]) -> str:
+    return classes.get(key, "not measured")
+
+
 def render() -> str:
     lines = [
         "# Threshold table",
         "",
-        "<!-- generated from exporter/policy/thresholds.py by `make artifacts`; do not edit -->",
+        "<!-- generated from exporter/policy/thresholds/ by `make artifacts`; do not edit -->",
         "",
         "Every number the detectors, the alert rules, the dashboards and the Helm chart use, with the",
-        "reason it has that value. The source is `exporter/policy/thresholds.py`; this page, the alert",
+        "reason it has that value. The source is `exporter/policy/thresholds/`; this page, the alert",
         "rules, the dashboard thresholds and the chart's values are generated from it.",
         "",
+        "The sensitivity column says what moving a number does to the detection results over the labelled",
+        "example traces (`bench/sensitivity.py`, its results in `bench/sensitivity.json`): **load-bearing**,",
+        "a quarter either way changes a result (a page, a false page, an onset or time to page, a ledger",
+        "error); **fragile**, a tenth either way already flips a page or a false page; **dead**, a quarter",
+        "either way changes nothing; **unread**, no replay of the examples reads it; *not measured*, not",
+        "probed (a number only the live exporter or the generators read, or one not measured yet).",
+        "",
     ]
+    classes = sensitivity()
     policies = {p.for_.key for p in ALERT_POLICIES.values()} | {
         p.severity.key for p in ALERT_POLICIES.values()
     }
@@ -63,8 +90,8 @@ def render() -> str:
         if entry.key not in policies:
             areas.setdefault(entry.key.split(".")[0], []).append(entry)
     for area, entries in areas.items():
-        lines += [f"## {area}", "", "| key | value | why |", "|---|---|---|"]
-        lines += [f"| `{e.key}` | {_entry(e)} | {e.reason} |" for e in entries]
+        lines += [f"## {area}", "", "| key | value | sensitivity | why |", "|---|---|---|---|"]
+        lines += [f"| `{e.key}` | {_entry(e)} | {_class(e.key, classes)} | {e.reason} |" for e in entries]
         lines.append("")
     lines += [
         "## alert",
@@ -73,11 +100,12 @@ def render() -> str:
         "loud it is (`alert.<Alert>.severity`): the [alert rules](alerts.md) and the chart's",
         "`prometheusRule.rules` defaults.",
         "",
-        "| alert | for | severity | why |",
-        "|---|---|---|---|",
+        "| alert | for | severity | sensitivity of the for | why |",
+        "|---|---|---|---|---|",
     ]
     lines += [
-        f"| [{name}](runbooks/{name}.md) | {p.for_text} | {p.severity.value} | {p.for_.reason} |"
+        f"| [{name}](runbooks/{name}.md) | {p.for_text} | {p.severity.value} | "
+        f"{_class(p.for_.key, classes)} | {p.for_.reason} |"
         for name, p in ALERT_POLICIES.items()
     ]
     lines.append("")

@@ -2,7 +2,7 @@
 
 They turn the NCCL bring-up checklist and the usual NVSwitch-node faults (no fabric manager on an A100
 NVSwitch node, P2P writes blocked by the hypervisor, NCCL on ``P2P/CUMEM/read``, a pod on the 64 MiB /dev/shm)
-into pass / warn / fail with the evidence and the fix. Every number is in exporter/policy/thresholds.py.
+into pass / warn / fail with the evidence and the fix. Every number is in exporter/policy/thresholds/.
 """
 
 from __future__ import annotations

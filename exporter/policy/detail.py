@@ -1,10 +1,10 @@
 """Detail levels of the exposition: what ``--detail`` turns on beyond the per-GPU defaults.
 
 A node exposes a bounded number of series by default (the series budget, ``SERIES_BUDGET`` in
-thresholds.py): per-GPU aggregates that every alert, recording rule and dashboard reads. The fine-grained
-families below (per NVLink, per GPU pair, per XID code, ...) are the same readings broken down further;
-they are added, never substituted, when their category is named, so a query on the aggregates works the
-same with or without them.
+thresholds/serving.py): per-GPU aggregates that every alert, recording rule and dashboard reads. The
+fine-grained families below (per NVLink, per GPU pair, per XID code, ...) are the same readings broken
+down further; they are added, never substituted, when their category is named, so a query on the
+aggregates works the same with or without them.
 """
 
 from __future__ import annotations

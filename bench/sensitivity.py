@@ -1,0 +1,479 @@
+"""Which numbers of the threshold table carry the detection results, and which change nothing.
+
+    python bench/sensitivity.py [--jobs N] [--key AREA.KEY ...] [--out PATH] [--write-docs] [TRACES_DIR ...]
+
+Every labelled example set (bench/detection.py's: examples/traces and the sets below it) is replayed
+once as it is (the baseline), watching which thresholds each trace's replay and judging read. Then, for
+every threshold some replay read, the traces that read it are replayed with its value moved down and up
+by a quarter (a count to the whole number a quarter away, at least one; a ratio at most halfway to 1)
+and judged as bench/detection.py judges them. Per threshold and move it prints the pages lost and
+gained, the false pages added and removed, the largest shift of an episode's onset and time to page, and
+the largest change of a ledger's error, and classifies the number:
+
+- load-bearing: a quarter either way changes a result (a page, a false verdict, an onset or time to
+  page, a ledger error);
+- fragile: load-bearing, and a move of a tenth either way (over the traces a quarter changed) already
+  flips a page or a false page, or carries a ledger across its 5-point target;
+- dead: a quarter either way changes nothing on any set;
+- unread: no replay of the example sets reads it (a path no example reaches, or a number only the live
+  exporter reads); it is not probed.
+
+A threshold a module copies when it is imported (a kind's fire and resolve times) would not see a value
+moved later, so every replay with a moved value runs in a process of its own that moves the value
+before it imports the analysis (``--jobs`` of them at once). Choices (an alert's severity) are not
+probed: judging reads none.
+
+The results go to ``--out`` (bench/sensitivity.json, which docs/thresholds.md's sensitivity column is
+generated from: ``--write-docs`` regenerates it) and a table on stdout. ``--key`` probes the named keys
+only and merges them into the stored results; the baseline is kept under out/ with a fingerprint of the
+analysis' code and the traces, and reused while neither changes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import multiprocessing
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+# nothing of the analysis is imported here: a worker moves its value first (see ``_fresh``)
+from exporter.policy.thresholds import Threshold, table  # noqa: E402
+
+DEFAULT_OUT = REPO / "bench" / "sensitivity.json"
+BASELINE_CACHE = REPO / "out" / "sensitivity-baseline.json"
+QUARTER = 0.25  # the move every threshold gets
+TENTH = 0.10  # the move that, still changing a page, makes a load-bearing threshold fragile
+LEDGER_TARGET_POINTS = 5.0  # bench/detection.py's target: a ledger crossing it flips a result
+SHIFT_RESOLUTION = 0.05  # seconds and points: a difference below it is float noise, not a change
+BASELINE_FORMAT = "3"  # what a stored baseline holds; a new one is replayed when it changes
+CLASSES = ("fragile", "load-bearing", "dead", "unread")
+
+
+# ---- watching and moving values ------------------------------------------------------------------
+
+
+class _Watched(Threshold):
+    """A threshold that notes every read of its value in ``_READS`` (the baseline learns who reads what)."""
+
+    @property
+    def value(self) -> float:  # type: ignore[override]
+        _READS.add(self.key)
+        return vars(self)["value"]
+
+
+_READS: set[str] = set()
+
+
+def _watch() -> None:
+    for entry in table().values():
+        object.__setattr__(entry, "__class__", _Watched)
+
+
+@contextmanager
+def moved(values: dict[str, float]) -> Iterator[None]:
+    """The named thresholds read ``values`` until the block ends: the registry's own objects change, so
+    every module that holds one reads the moved value when it reads ``.value``; a module that copied the
+    value when it was imported sees it only if it is imported inside the block (a fresh process)."""
+    entries = table()
+    saved = {key: vars(entries[key])["value"] for key in values}
+    try:
+        for key, value in values.items():
+            vars(entries[key])["value"] = float(value)
+        yield
+    finally:
+        for key, value in saved.items():
+            vars(entries[key])["value"] = value
+
+
+# ---- one trace's result --------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    """What judging one trace says, in comparable form."""
+
+    paged: list[str] = field(default_factory=list)  # the labels that paged
+    onset: dict[str, float] = field(default_factory=dict)  # label -> time to detect
+    to_page: dict[str, float] = field(default_factory=dict)  # label -> time to page
+    false: list[str] = field(default_factory=list)  # false verdicts, "GPU kind"
+    false_pages: list[str] = field(default_factory=list)  # those of them that paged
+    ledger: float | None = None  # worst |share - truth| in points; None: no truth
+    error: str = ""  # the replay failed (a moved value the analysis refuses)
+
+
+def _outcome(path: Path) -> Outcome:
+    from bench.detection import judge_ours
+
+    try:
+        score, ledger = judge_ours(path)
+    except Exception as exc:  # noqa: BLE001  a moved value may be refused: that is a result too
+        return Outcome(error=f"{type(exc).__name__}: {exc}")
+    out = Outcome(ledger=round(ledger.points, 2) if ledger else None)
+    for i, e in enumerate(score.episodes):
+        name = f"{i}:{e.label}"
+        if e.paged:
+            out.paged.append(name)
+        if e.ttd is not None:
+            out.onset[name] = round(e.ttd, 1)
+        if e.ttp is not None:
+            out.to_page[name] = round(e.ttp, 1)
+    for f in score.false:
+        out.false.append(f"{f.verdict.gpu} {f.verdict.kind}")
+        if f.paged:
+            out.false_pages.append(f"{f.verdict.gpu} {f.verdict.kind}")
+    return out
+
+
+# ---- the workers (each in a process of its own) --------------------------------------------------
+
+
+def _baseline(paths: list[str]) -> tuple[list[str], dict[str, dict]]:
+    """Judge ``paths`` unmoved, noting the keys each one reads (and those read at import)."""
+    _watch()
+    import bench.detection  # noqa: F401  imported while watched: its copies count as read
+
+    imported = sorted(_READS)
+    found = {}
+    for path in paths:
+        _READS.clear()
+        started = time.monotonic()
+        outcome = _outcome(Path(path))
+        seconds = round(time.monotonic() - started, 2)
+        found[path] = {"outcome": asdict(outcome), "reads": sorted(_READS), "seconds": seconds}
+    return imported, found
+
+
+def _probe(key: str, value: float, paths: list[str]) -> dict[str, dict]:
+    """Judge ``paths`` with ``key`` moved to ``value``, moved before the analysis is imported."""
+    with moved({key: value}):
+        return {path: asdict(_outcome(Path(path))) for path in paths}
+
+
+def _pool(jobs: int) -> ProcessPoolExecutor:
+    """Fresh processes: one task each, so no import of the analysis outlives the value it copied."""
+    return ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), max_tasks_per_child=1)
+
+
+# ---- the baseline --------------------------------------------------------------------------------
+
+
+def trace_paths(folders: Iterable[Path]) -> list[Path]:
+    from bench.detection import find_traces
+
+    return [p for folder in folders if folder.is_dir() for p in find_traces(folder)]
+
+
+def fingerprint(paths: list[Path]) -> str:
+    """The analysis' code, the judging and the traces: a stored baseline stands while this does."""
+    from bench.detection import trace_name
+
+    digest = hashlib.sha256(BASELINE_FORMAT.encode())
+    sources = [*sorted((REPO / "exporter").rglob("*.py")), REPO / "bench" / "detection.py"]
+    for path in [*sources, *paths, *(p.parent / f"{trace_name(p)}.labels.json" for p in paths)]:
+        digest.update(str(path.relative_to(REPO) if path.is_relative_to(REPO) else path).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def baseline(paths: list[Path], jobs: int) -> dict:
+    """Each trace's outcome and reads, from the cache when its fingerprint still holds."""
+    mark = fingerprint(paths)
+    if BASELINE_CACHE.exists():
+        cached = json.loads(BASELINE_CACHE.read_text())
+        if cached.get("fingerprint") == mark:
+            return cached
+    found: dict[str, dict] = {}
+    imported: set[str] = set()
+    with _pool(jobs) as pool:  # a process per trace: a value one trace cached is read afresh by the next
+        for reads, part in pool.map(_baseline, [[str(p)] for p in paths]):
+            imported.update(reads)
+            found.update(part)
+    cached = {"fingerprint": mark, "imported": sorted(imported), "traces": found}
+    BASELINE_CACHE.parent.mkdir(parents=True, exist_ok=True)
+    BASELINE_CACHE.write_text(json.dumps(cached))
+    return cached
+
+
+def readers(base: dict) -> dict[str, list[str]]:
+    """Key -> the traces whose result may depend on it (all of them for a key read at import)."""
+    everyone = sorted(base["traces"])
+    out: dict[str, set[str]] = {key: set(everyone) for key in base["imported"]}
+    for path, seen in base["traces"].items():
+        for key in seen["reads"]:
+            out.setdefault(key, set()).add(path)
+    return {key: sorted(paths) for key, paths in out.items()}
+
+
+# ---- moves and their effect ----------------------------------------------------------------------
+
+
+def moves(entry: Threshold, share: float) -> list[float]:
+    """The values ``share`` below and above ``entry``'s (those that differ from it and make sense)."""
+    v = vars(entry)["value"]
+    if v == 0:
+        return []  # nothing is a quarter away from zero
+    if entry.unit == "count" and float(v).is_integer():
+        down, up = max(0.0, float(round(v * (1 - share)))), float(round(v * (1 + share)))
+        if share >= QUARTER:  # the neighbouring whole number at least
+            down, up = min(down, v - 1), max(up, v + 1)
+        return [m for m in (down, up) if m != v and m >= 0]
+    down, up = v * (1 - share), v * (1 + share)
+    if entry.unit == "ratio" and v <= 1:
+        up = min(up, (1 + v) / 2)
+    return [round(m, 6) for m in (down, up) if m != v]
+
+
+@dataclass
+class Effect:
+    """One move of one threshold against the baseline, over the traces that read it."""
+
+    value: float
+    pages_lost: int = 0
+    pages_gained: int = 0
+    false_added: int = 0  # false pages
+    false_removed: int = 0
+    false_verdicts: int = 0  # the change in false verdicts (paged or not)
+    onset_shift_s: float = 0.0  # the largest |change| of an episode's time to detect
+    to_page_shift_s: float = 0.0  # the largest |change| of an episode's time to page
+    ledger_points: float = 0.0  # the largest change of a trace's ledger error (signed)
+    crossed_ledger_target: bool = False
+    errors: int = 0  # traces whose replay failed
+    changed: list[str] = field(default_factory=list)  # the traces whose result changed
+
+    @property
+    def flips(self) -> bool:
+        """A page or a false page changed, a ledger crossed its target, or a replay failed."""
+        pages = self.pages_lost or self.pages_gained or self.false_added or self.false_removed
+        return bool(pages or self.crossed_ledger_target or self.errors)
+
+    @property
+    def changes(self) -> bool:
+        return bool(self.flips or self.changed)
+
+
+def _shift(before: dict[str, float], after: dict[str, float]) -> float:
+    return max((abs(after[k] - before[k]) for k in before.keys() & after.keys()), default=0.0)
+
+
+def _compare(effect: Effect, name: str, base: dict, moved_: dict) -> None:
+    """Add what moving changed on one trace to ``effect``."""
+    if moved_["error"]:
+        effect.errors += 1
+        effect.changed.append(name)
+        return
+    before, after = set(base["paged"]), set(moved_["paged"])
+    lost, gained = len(before - after), len(after - before)
+    fp_before, fp_after = Counter(base["false_pages"]), Counter(moved_["false_pages"])
+    added, removed = sum((fp_after - fp_before).values()), sum((fp_before - fp_after).values())
+    false_delta = len(moved_["false"]) - len(base["false"])
+    onset = _shift(base["onset"], moved_["onset"])
+    to_page = _shift(base["to_page"], moved_["to_page"])
+    ledger = 0.0
+    if base["ledger"] is not None and moved_["ledger"] is not None:
+        ledger = moved_["ledger"] - base["ledger"]
+        if (base["ledger"] > LEDGER_TARGET_POINTS) != (moved_["ledger"] > LEDGER_TARGET_POINTS):
+            effect.crossed_ledger_target = True
+    effect.pages_lost += lost
+    effect.pages_gained += gained
+    effect.false_added += added
+    effect.false_removed += removed
+    effect.false_verdicts += false_delta
+    effect.onset_shift_s = max(effect.onset_shift_s, onset)
+    effect.to_page_shift_s = max(effect.to_page_shift_s, to_page)
+    if abs(ledger) > abs(effect.ledger_points):
+        effect.ledger_points = round(ledger, 2)
+    if (
+        lost
+        or gained
+        or added
+        or removed
+        or false_delta
+        or max(onset, to_page, abs(ledger)) >= SHIFT_RESOLUTION
+    ):
+        effect.changed.append(name)
+
+
+def effect(value: float, base: dict, probed: dict[str, dict]) -> Effect:
+    from bench.detection import trace_name
+
+    out = Effect(value)
+    for path, outcome in sorted(probed.items()):
+        _compare(out, trace_name(Path(path)), base["traces"][path]["outcome"], outcome)
+    return out
+
+
+def classify(quarter: list[Effect], tenth: list[Effect]) -> str:
+    if not any(e.changes for e in quarter):
+        return "dead"
+    return "fragile" if any(e.flips for e in tenth) else "load-bearing"
+
+
+# ---- the sweep -----------------------------------------------------------------------------------
+
+
+def _run(pool: ProcessPoolExecutor, base: dict, work: list[tuple[str, float, list[str]]]) -> list[Effect]:
+    futures = [pool.submit(_probe, key, value, paths) for key, value, paths in work]
+    return [effect(value, base, f.result()) for (_, value, _), f in zip(work, futures, strict=True)]
+
+
+def estimate(keys: list[str], base: dict, jobs: int) -> float:
+    """Seconds the quarter moves of ``keys`` take: their traces' baseline replays, ``jobs`` at once."""
+    entries, read_by = table(), readers(base)
+    replays = sum(
+        len(moves(entries[k], QUARTER)) * sum(base["traces"][p].get("seconds", 0.0) for p in read_by[k])
+        for k in keys
+    )
+    return replays / jobs
+
+
+def _changed(effects: list[Effect], paths: list[str]) -> list[str]:
+    """The traces (of ``paths``) whose result some of ``effects`` changed."""
+    from bench.detection import trace_name
+
+    names = {name for e in effects for name in e.changed}
+    return [p for p in paths if trace_name(Path(p)) in names]
+
+
+def sweep(keys: list[str], base: dict, jobs: int) -> dict[str, dict]:
+    """Probe each key a quarter either way over the traces that read it; then the load-bearing ones a
+    tenth either way, over the traces a quarter changed (a move that changes nothing at a quarter is not
+    expected to flip a page at a tenth)."""
+    entries, read_by = table(), readers(base)
+    results: dict[str, dict] = {}
+    with _pool(jobs) as pool:
+        first = [(k, v, read_by[k]) for k in keys for v in moves(entries[k], QUARTER)]
+        quarter = _run(pool, base, first)
+        by_key: dict[str, list[Effect]] = {k: [] for k in keys}
+        for (key, _, _), e in zip(first, quarter, strict=True):
+            by_key[key].append(e)
+        bearing = [k for k in keys if any(e.changes for e in by_key[k])]
+        second = [(k, v, _changed(by_key[k], read_by[k])) for k in bearing for v in moves(entries[k], TENTH)]
+        tenth: dict[str, list[Effect]] = {k: [] for k in keys}
+        for (key, _, _), e in zip(second, _run(pool, base, second), strict=True):
+            tenth[key].append(e)
+    for key in keys:
+        results[key] = {
+            "value": vars(entries[key])["value"],
+            "unit": entries[key].unit,
+            "class": classify(by_key[key], tenth[key]) if by_key[key] else "dead",
+            "traces": len(read_by[key]),
+            "baseline": base["fingerprint"][:12],  # the code and traces it was measured on
+            "quarter": [asdict(e) for e in by_key[key]],
+            "tenth": [asdict(e) for e in tenth[key]],
+        }
+    return results
+
+
+# ---- output --------------------------------------------------------------------------------------
+
+
+def _row(key: str, entry: dict, move: str, e: dict) -> str:
+    return (
+        f"  {key:48s} {entry['value']:>10g} {entry['class']:>12s} {move:>5s} {e['value']:>10g} "
+        f"{e['pages_lost']:4d} {e['pages_gained']:6d} {e['false_added']:6d} {e['false_removed']:6d} "
+        f"{e['onset_shift_s']:7.1f} {e['to_page_shift_s']:7.1f} {e['ledger_points']:+7.2f} {e['errors']:4d}"
+    )
+
+
+def render(results: dict[str, dict], unread: list[str]) -> str:
+    lines = [
+        f"  {'key':48s} {'value':>10s} {'class':>12s} {'move':>5s} {'to':>10s} {'lost':>4s} {'gained':>6s} "
+        f"{'false+':>6s} {'false-':>6s} {'onset':>7s} {'to-page':>7s} {'ledger':>7s} {'err':>4s}"
+    ]
+    for key, entry in results.items():
+        moves_ = [("1/4", e) for e in entry["quarter"]] + [("1/10", e) for e in entry["tenth"]]
+        if not moves_:
+            lines.append(f"  {key:48s} {entry['value']:>10g} {entry['class']:>12s}  (no move: zero)")
+        lines += [_row(key, entry, move, e) for move, e in moves_]
+    count = Counter(e["class"] for e in results.values())
+    lines.append(
+        "  "
+        + ", ".join(f"{count[c]} {c}" for c in CLASSES if count[c])
+        + f"; {len(unread)} unread by any replay"
+    )
+    return "\n".join(lines)
+
+
+def store(out: Path, results: dict[str, dict], unread: list[str], traces: int, merge: bool) -> dict:
+    stored = json.loads(out.read_text()) if merge and out.exists() else {"keys": {}}
+    keys = {**stored.get("keys", {}), **results}
+    for key in unread:
+        keys[key] = {"value": vars(table()[key])["value"], "unit": table()[key].unit, "class": "unread"}
+    order = list(table())
+    data = {
+        "about": "bench/sensitivity.py: each threshold moved a quarter (and a tenth) either way over the "
+        "labelled example sets; docs/thresholds.md's sensitivity column is generated from this file",
+        "traces": traces,
+        "keys": {
+            k: keys[k] for k in sorted(keys, key=lambda k: order.index(k) if k in order else len(order))
+        },
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=1) + "\n")
+    return data
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="bench/sensitivity.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("folders", nargs="*", type=Path, help="trace sets (default: bench/detection.py's)")
+    p.add_argument("--jobs", type=int, default=2, help="replays at once, each in its own process")
+    p.add_argument("--key", action="append", default=[], help="probe this key only (repeatable)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the results (JSON)")
+    p.add_argument("--write-docs", action="store_true", help="regenerate docs/thresholds.md from --out")
+    args = p.parse_args(argv)
+    unknown = [k for k in args.key if k not in table()]
+    if unknown:
+        p.error(f"not a threshold key: {', '.join(unknown)}")
+    if args.jobs < 1:
+        p.error("--jobs must be at least 1")
+    return args
+
+
+def main(argv: list[str]) -> int:
+    from bench.detection import DEFAULT_DIRS
+
+    args = parse(argv)
+    paths = trace_paths(args.folders or DEFAULT_DIRS)
+    if not paths:
+        print("no labelled traces", file=sys.stderr)
+        return 1
+    started = time.monotonic()
+    base = baseline(paths, args.jobs)
+    read_by = readers(base)
+    print(
+        f"baseline: {len(paths)} traces, {len(read_by)} thresholds read ({time.monotonic() - started:.1f} s)"
+    )
+    keys = args.key or [k for k in table() if k in read_by]
+    unread = [] if args.key else [k for k in table() if k not in read_by]
+    missing = [k for k in keys if k not in read_by]
+    results = {
+        k: {"value": vars(table()[k])["value"], "unit": table()[k].unit, "class": "unread"} for k in missing
+    }
+    probed = [k for k in keys if k in read_by]
+    print(f"{len(probed)} thresholds to probe: about {estimate(probed, base, args.jobs):.0f} s of replays")
+    started = time.monotonic()
+    results |= sweep(probed, base, args.jobs)
+    seconds = time.monotonic() - started
+    print(render(results, unread))
+    print(f"{len(keys)} thresholds probed in {seconds:.1f} s with --jobs {args.jobs}")
+    store(args.out, results, unread, len(paths), merge=bool(args.key))
+    print(f"wrote {args.out}")
+    if args.write_docs:
+        subprocess.run([sys.executable, "-m", "devtools.artifacts"], cwd=REPO, check=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

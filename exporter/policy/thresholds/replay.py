@@ -1,0 +1,136 @@
+"""Replay: a pause in a trace, the report's sections, the command line, the physical bounds of a trace
+cell.
+"""
+
+from __future__ import annotations
+
+from .registry import _t
+
+# replay: a pause in a trace
+TRACE_GAP_PERIODS = _t(
+    "replay.gap_periods",
+    300.0,
+    "count",
+    "A trace that pauses for more than 300 sample periods of the analysis (5 minutes at 1 s) has outlived "
+    "the ledger's window, the longest of the analysis: nothing before the pause can count after it, so "
+    "replay starts a new segment there and reports the gap instead of evaluating the silence second by "
+    "second (a 30-day gap took 7 minutes).",
+)
+# replay --report: which GPUs share one section
+REPORT_ALIKE_SHARE = _t(
+    "replay.report_alike_share",
+    0.05,
+    "ratio",
+    "The report draws GPUs with the same board, the same verdicts (kind and cause) and every ledger state's "
+    "share of their time within 5 points of each other as one section: in the example traces the ranks of "
+    "one data-parallel job differ by a point or two (where each sample falls in the step), while a starved "
+    "or straggling rank differs from its peers by ten points or more and keeps a section of its own.",
+)
+
+# the command line
+CLI_SUGGESTION_SIMILARITY = _t(
+    "cli.suggestion_similarity",
+    0.8,
+    "ratio",
+    "A mistyped flag or command is answered with the one it resembles when their similarity (difflib's "
+    "ratio) is at least 0.8: a swapped or dropped letter in a short flag (--reprot, --jsno, --gpu) still "
+    "scores over 0.8, while unrelated short flags sharing a few letters (--out and --port: 0.73) do not.",
+)
+
+# replay: the physical bounds of a trace cell. A value outside is a corrupt or mis-scaled cell (1e30 MiB of
+# memory, bytes in a MiB column, a counter gone negative): it is read as missing, never fed to the
+# detectors, and counted per column (one line each, ``clipped_values`` in the summary).
+TRACE_TEMP_MIN = _t(
+    "replay.bound.temperature_min_celsius",
+    -40.0,
+    "celsius",
+    "No GPU is stored, let alone run, below -40 °C (the industrial storage limit).",
+)
+TRACE_TEMP_MAX = _t(
+    "replay.bound.temperature_max_celsius",
+    150.0,
+    "celsius",
+    "Every GPU shuts down well below 150 °C (slowdown near 90, shutdown near 100 on data-center boards).",
+)
+TRACE_POWER_MAX = _t(
+    "replay.bound.power_max_watts",
+    5000.0,
+    "watts",
+    "No board draws more than 5 kW: that is a whole 8-GPU tray (one B200 draws 1 kW); a limit or a draw "
+    "above is a mis-scaled cell (milliwatts in a W column).",
+)
+TRACE_CLOCK_MAX = _t(
+    "replay.bound.clock_max_hertz",
+    1e10,
+    "hertz",
+    "No GPU clocks above a few GHz (an H100's SM clock tops at 1.98 GHz); 10 GHz and beyond is a cell in "
+    "Hz read as MHz.",
+)
+TRACE_GPU_MEMORY_MAX = _t(
+    "replay.bound.gpu_memory_max_bytes",
+    float(4 << 40),
+    "bytes",
+    "The largest GPUs hold 288 GB (B300); 4 TiB is over ten times that. Above it a memory.used or "
+    "memory.total cell is corrupt or in the wrong unit (bytes in a MiB column).",
+)
+TRACE_HOST_MEMORY_MAX = _t(
+    "replay.bound.host_memory_max_bytes",
+    float(64 << 40),
+    "bytes",
+    "/dev/shm lives in the node's memory, and the largest single machines hold 32 TiB: a shm cell above "
+    "64 TiB is corrupt.",
+)
+TRACE_NVLINK_MAX = _t(
+    "replay.bound.nvlink_max_bytes_per_second",
+    1e13,
+    "bytes_per_second",
+    "NVLink 5 moves 900 GB/s each way per GPU (18 links); 10 TB/s one way is beyond any GPU's links.",
+)
+TRACE_PCIE_MAX = _t(
+    "replay.bound.pcie_max_bytes_per_second",
+    1e12,
+    "bytes_per_second",
+    "A PCIe 6.0 x16 link moves 128 GB/s each way; 1 TB/s is beyond any GPU's host link.",
+)
+TRACE_DISK_MAX = _t(
+    "replay.bound.disk_read_max_bytes_per_second",
+    1e12,
+    "bytes_per_second",
+    "A node's NVMe drives together read a few hundred GB/s at most (16 Gen5 drives at 14 GB/s); 1 TB/s is "
+    "beyond any node.",
+)
+TRACE_LINKS_MAX = _t(
+    "replay.bound.nvlinks_max",
+    64.0,
+    "count",
+    "NVML knows at most 18 NVLinks per GPU (NVML_NVLINK_MAX_LINKS); 64 leaves room for boards to come. "
+    "More links up or expected is a corrupt cell.",
+)
+TRACE_PEERS_MAX = _t(
+    "replay.bound.p2p_peers_max",
+    1023.0,
+    "count",
+    "A GPU's peers are the other GPUs of its node, and a trace holds at most 1,024 GPUs: more failing "
+    "peer pairs than that is a corrupt cell.",
+)
+TRACE_COUNTER_MAX = _t(
+    "replay.bound.counter_max",
+    float(1 << 64),
+    "count",
+    "NVML's error counters (ECC, NVLink) are 64-bit and never negative: a count outside 0..2^64 is a "
+    "corrupt cell.",
+)
+TRACE_REQUESTS_MAX = _t(
+    "replay.bound.requests_max",
+    1e7,
+    "count",
+    "An inference server's running or waiting requests, from its log: ten million in one server's queue "
+    "is a corrupt cell, not a load.",
+)
+TRACE_SILENCE_MAX = _t(
+    "replay.bound.log_silence_max_seconds",
+    10 * 366 * 86400.0,
+    "seconds",
+    "A job's log silence is time since its last line: a container silent for more than ten years is a "
+    "corrupt cell, not a hang.",
+)

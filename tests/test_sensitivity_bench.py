@@ -1,0 +1,92 @@
+"""bench/sensitivity.py: which values a threshold is moved to, how moves are classed, and that a moved
+value reaches the analysis (even a value the analysis copied when it was imported)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.sensitivity import (
+    QUARTER,
+    TENTH,
+    Effect,
+    _baseline,
+    _pool,
+    _probe,
+    classify,
+    effect,
+    moved,
+    moves,
+)
+from exporter.policy.thresholds import STARVATION_FIRE, Threshold, table
+
+REPO = Path(__file__).resolve().parents[1]
+# one small labelled trace: a server starved by its CPU, paged as data starvation
+SMALL = REPO / "examples" / "traces" / "workloads" / "w03_h100_serving_queued_cpu.csv.gz"
+
+
+def _t(value: float, unit: str) -> Threshold:
+    return Threshold("test.key", value, unit, "a test entry")
+
+
+def test_a_quarter_and_a_tenth_either_way():
+    assert moves(_t(60.0, "seconds"), QUARTER) == [45.0, 75.0]
+    assert moves(_t(60.0, "seconds"), TENTH) == [54.0, 66.0]
+    assert moves(_t(0.0, "seconds"), QUARTER) == []  # nothing is a quarter away from zero
+
+
+def test_a_count_moves_to_whole_numbers_at_least_one_away():
+    assert moves(_t(3.0, "count"), QUARTER) == [2.0, 4.0]
+    assert moves(_t(1.0, "count"), QUARTER) == [0.0, 2.0]
+    assert moves(_t(3.0, "count"), TENTH) == []  # no whole number within a tenth of 3
+    assert moves(_t(300.0, "count"), TENTH) == [270.0, 330.0]
+
+
+def test_a_ratio_moves_up_at_most_halfway_to_one():
+    assert moves(_t(0.4, "ratio"), QUARTER) == [0.3, 0.5]
+    assert moves(_t(0.95, "ratio"), QUARTER) == [0.7125, 0.975]
+    assert moves(_t(1.0, "ratio"), QUARTER) == [0.75]
+
+
+def test_a_moved_value_is_the_registry_entry_itself_and_comes_back():
+    before = STARVATION_FIRE.value
+    with pytest.raises(RuntimeError), moved({STARVATION_FIRE.key: before * 2}):
+        assert STARVATION_FIRE.value == table()[STARVATION_FIRE.key].value == before * 2
+        raise RuntimeError("the block fails")
+    assert STARVATION_FIRE.value == before
+
+
+def _effect(**changed: object) -> Effect:
+    e = Effect(1.0)
+    for name, value in changed.items():
+        setattr(e, name, value)
+    return e
+
+
+def test_classes():
+    assert classify([_effect(), _effect()], []) == "dead"
+    assert classify([_effect(onset_shift_s=3.0, changed=["t"]), _effect()], [_effect()]) == "load-bearing"
+    flipped = _effect(false_added=1, changed=["t"])
+    assert classify([_effect(pages_lost=1, changed=["t"])], [flipped]) == "fragile"
+    # a tenth that only shifts an onset is no flip
+    assert classify([_effect(pages_lost=1)], [_effect(onset_shift_s=3.0, changed=["t"])]) == "load-bearing"
+
+
+def test_a_moved_value_reaches_the_analysis_on_a_small_trace():
+    """The starvation verdict's fire time is copied into its kind when the analysis is imported: moved in
+    a fresh process before that import, it moves when the episode is detected; unmoved, nothing moves."""
+    key, value, trace = STARVATION_FIRE.key, STARVATION_FIRE.value, str(SMALL)
+    with _pool(2) as pool:
+        base_job = pool.submit(_baseline, [trace])
+        same_job = pool.submit(_probe, key, value, [trace])
+        later_job = pool.submit(_probe, key, value * 4, [trace])
+        imported, found = base_job.result()
+        same, later = same_job.result(), later_job.result()
+    assert key in imported  # read while the analysis was imported, not only while it ran
+    base = {"traces": found}
+    assert found[trace]["outcome"]["paged"]  # the episode pages as it is
+    assert not effect(value, base, same).changes
+    moved_effect = effect(value * 4, base, later)
+    assert moved_effect.changes and moved_effect.onset_shift_s > 0
+    assert moved_effect.changed == ["w03_h100_serving_queued_cpu"]
