@@ -78,6 +78,7 @@ PINNED = 0.9  # a rank waiting in a collective keeps utilization at 90 %+ with n
 CLOCK_MARGIN = 0.02  # clock evidence starts 2 points above the throttled-clock line
 CAP_DEPTH = 0.3  # a cap 30 points further below the default limit is as deep as it gets
 STALLED_SHARE = 0.5  # half of the evidence window in the ledger's stalled state: hang evidence
+RECURS = 2  # a wait seen in this many samples of a window recurs; in one, it may be a single pause
 WAITED_FOR = 0.5  # a rank at least half as far behind its waiting peers as the furthest is waited for too
 FLOWING = 0.2  # the job's log still moves: under the exit score, so a hang verdict never holds on
 
@@ -399,13 +400,14 @@ def detect_starvation(c: Context) -> Evidence:
     return Evidence(score=score, cause=starvation_cause(c.f, c.host))
 
 
-def starved_among_peers(c: Context, peers_util: float) -> Evidence:
+def starved_among_peers(c: Context, peers_util: float, behind: int) -> Evidence:
     """Coarse samples (a Prometheus' 15-60 s scrapes) lose a starving rank's busy/idle rhythm, but not
     its averages: while its peers wait in collectives (utilization pinned, power low), the rank they wait
     for has less utilization than they have, by the share of its time it had no kernel while they
-    kept one resident (``peers_util``: their mean utilization). Gated as the rhythm is: never on a class
-    whose gaps are idle capacity, nor a loss too small or short to page; a fifth of the evidence window
-    waiting is sustained here as a recurring rhythm is, the peers' waits showing that it recurs."""
+    kept one resident (``peers_util``: their mean utilization). ``behind``: the samples of the window in
+    which it was that far under them; one may be a single pause (a save, a log flush), more recur. Gated as
+    the rhythm is: never on a class whose gaps are idle capacity, nor a loss too small or short to page; a
+    fifth of the last two minutes waiting is sustained here as a recurring rhythm is."""
     if c.idle_gaps or c.f.util_mean is None or waiting_in_collective(c.f, c.recent):
         return Evidence()
     if (c.f.busy_fraction or 0.0) < STARVATION_BUSY_FRACTION.value:
@@ -416,9 +418,9 @@ def starved_among_peers(c: Context, peers_util: float) -> Evidence:
     score = ramp(peers_util - c.f.util_mean, line / 2, line + RAMP_WIDTH)
     if score <= 0:
         return Evidence()
-    if c.undecided:
+    if c.undecided or behind < RECURS:
         score = min(score, BELOW_ENTER)
-    if c.recent.family("input") < STARVATION_SUSTAINED.value and _unsustained(c):
+    if c.fast.family("input") < STARVATION_SUSTAINED.value and _unsustained(c):
         score = min(score, FADED)
     return Evidence(score=score, cause=starvation_cause(c.f, c.host))
 

@@ -435,13 +435,17 @@ class Analyzer:
                     had_inputs.add(kind)
                     self.missing.pop(kind, None)
         if self.step > EVAL_INTERVAL.value:
-            self._starved_among_peers(chosen, contexts, evidence)
+            self._starved_among_peers(now, chosen, contexts, evidence)
         verdicts, events = self._decide(now, chosen, evidence)
         self._judged_at, self._judged_gpus, self._judged = now, chosen, verdicts
         return verdicts, events
 
     def _starved_among_peers(
-        self, chosen: list[str], contexts: dict[str, d.Context], evidence: dict[str, dict[str, d.Evidence]]
+        self,
+        now: float,
+        chosen: list[str],
+        contexts: dict[str, d.Context],
+        evidence: dict[str, dict[str, d.Evidence]],
     ) -> None:
         """Coarse samples: a rank of a job whose peers, at least two and most of the others, wait in
         collectives is judged by its utilization against theirs (``detectors.starved_among_peers``)."""
@@ -463,7 +467,10 @@ class Analyzer:
                 # a synchronous job waits for its slowest ranks: one far less behind is not waited for
                 if deficit[gpu] < d.WAITED_FOR * furthest:
                     continue
-                ev = d.starved_among_peers(contexts[gpu], peers_util)
+                under = peers_util - d.STARVATION_IDLE_FRACTION.value
+                points = self._gpus[gpu].window.since(now - self.evidence_s)
+                behind_in = sum(1 for p in points if p.util is not None and p.util <= under)
+                ev = d.starved_among_peers(contexts[gpu], peers_util, behind_in)
                 if ev.score > evidence[gpu]["data_starvation"].score:
                     evidence[gpu]["data_starvation"] = ev
 
