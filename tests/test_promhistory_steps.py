@@ -77,6 +77,8 @@ def test_the_roll_up_prices_only_the_hours_it_counts():
     result.job_cost = {"node-1 (no pod)": {"free": 4.0}}
     space = rollup(result, {})["(no pod)"]
     assert space["gpu_hours"] == 0.0 and space["cost"] == 0.0 and space["lost_cost"] == 0.0
+    result.fleet = {"namespaces": {"(no pod)": space}}
+    assert "1.0 GPU-h free (no job held them: neither counted nor priced)" in human(result)
 
 
 def test_throttled_time_is_lost_only_in_the_share_of_clock_the_cap_took():

@@ -467,7 +467,7 @@ class Analyzer:
                 # a synchronous job waits for its slowest ranks: one far less behind is not waited for
                 if deficit[gpu] < d.WAITED_FOR * furthest:
                     continue
-                under = peers_util - d.STARVATION_IDLE_FRACTION.value
+                under = peers_util - STARVATION_IDLE_FRACTION.value
                 points = self._gpus[gpu].window.since(now - self.evidence_s)
                 behind_in = sum(1 for p in points if p.util is not None and p.util <= under)
                 ev = d.starved_among_peers(contexts[gpu], peers_util, behind_in)

@@ -69,6 +69,7 @@ class Tally:
             "lost_share": round(sum(lost.values()) / held, 3) if held > 0 else 0.0,
             "lost_by_state": {s: round(v / SECONDS_PER_HOUR, 3) for s, v in sorted(lost.items())},
             "verdicts": dict(sorted(self.verdicts.items())),
+            "free_gpu_hours": round(self.seconds.get("free", 0.0) / SECONDS_PER_HOUR, 3),
         }
         if priced:
             out["cost"] = round(sum(v for s, v in self.cost.items() if s != "free"), 2)
@@ -160,6 +161,9 @@ def _line(r: dict[str, object], currency: str) -> str:
     text += f": {', '.join(named)}" if named else ""
     if "cost" in r:
         text += f"; cost {r['cost']:.2f} {currency}, lost {r['lost_cost']:.2f}"
+    free = r.get("free_gpu_hours")
+    if isinstance(free, float) and free >= 0.05:  # shown as it rounds: from 0.1
+        text += f"; {free:.1f} GPU-h free (no job held them: neither counted nor priced)"
     verdicts = r["verdicts"]
     if isinstance(verdicts, dict) and verdicts:
         text += "; verdicts " + ", ".join(f"{k} {n}" for k, n in verdicts.items())
