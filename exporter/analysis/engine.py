@@ -134,18 +134,17 @@ class Analyzer:
         evidence_s = max(evidence_s, COARSE_EVIDENCE_POINTS.value * step)
         self.window_s = max(window_s, evidence_s)
         self.evidence_s = evidence_s
-        # Coarser than the clock, each sample stands for its whole step: evidence judged at a sample has
-        # held for the step before it, so the hold before firing is a step shorter. And a verdict resolves
-        # only once its evidence has been absent for a whole evidence window: until then the window still
-        # holds the loss's samples, and a sample or two without evidence is one reading of a pattern the
-        # step cannot resolve, not the loss's end.
+        # Coarser than the clock, a verdict resolves only once its evidence has been absent for a whole
+        # evidence window: until then the window still holds the loss's samples, and a sample or two
+        # without evidence is one reading of a pattern the step cannot resolve, not the loss's end.
         self._timings = {
-            name: _coarse(kind.timing, step, evidence_s) if step > EVAL_INTERVAL.value else kind.timing
+            name: _coarse(kind.timing, evidence_s) if step > EVAL_INTERVAL.value else kind.timing
             for name, kind in KINDS.items()
         }
         # points a window holds at most: rows that share one time are never evicted by time
         self.max_points = math.ceil(self.window_s * WINDOW_POINTS_PER_SECOND.value)
         self._gpus: dict[str, _Gpu] = {}
+        self._behind: set[str] = set()  # GPUs judged starving behind their waiting peers at this judgement
         self.host_window: Window[HostPoint] = Window(self.window_s, self.max_points)
         self.host_features = HostFeatures()
         self.missing: dict[str, str] = {}  # kind -> why its detector was silent (while it has been)
@@ -449,6 +448,7 @@ class Analyzer:
     ) -> None:
         """Coarse samples: a rank of a job whose peers, at least two and most of the others, wait in
         collectives is judged by its utilization against theirs (``detectors.starved_among_peers``)."""
+        self._behind.clear()
         groups: dict[str, list[str]] = {}
         for gpu in chosen:
             if self._gpus[gpu].scope == "":  # a whole GPU: a pod's share has no collective peers
@@ -471,6 +471,8 @@ class Analyzer:
                 points = self._gpus[gpu].window.since(now - self.evidence_s)
                 behind_in = sum(1 for p in points if p.util is not None and p.util <= under)
                 ev = d.starved_among_peers(contexts[gpu], peers_util, behind_in)
+                if ev.score >= SCORE_ENTER.value:
+                    self._behind.add(gpu)
                 if ev.score > evidence[gpu]["data_starvation"].score:
                     evidence[gpu]["data_starvation"] = ev
 
@@ -544,7 +546,10 @@ class Analyzer:
         judged = self._in_job(gpu, kind, job)
         score = judged.evidence.score
         track = self._gpus[gpu].tracks[kind.name]
-        change = step(track, score, judged.cause, now, self._timings[kind.name], judged.hold)
+        hold = judged.hold
+        if gpu in self._behind and kind.holds_peers_back:
+            hold = 0.0  # behind its peers in two samples or more: already held longer than any hold
+        change = step(track, score, judged.cause, now, self._timings[kind.name], hold)
         if change:
             rounded = round(score, SCORE_DIGITS)
             events.append(VerdictEvent(now, gpu, kind.name, change, rounded, track.cause, judged.related))
@@ -603,10 +608,10 @@ class _Judged:
     related: tuple[str, ...] = ()  # the GPUs the verdict concerns besides this one
 
 
-def _coarse(timing: Timing, step: float, evidence_s: float) -> Timing:
+def _coarse(timing: Timing, evidence_s: float) -> Timing:
     """A kind's hysteresis at a step coarser than the clock (``Analyzer.__init__`` says why)."""
     resolve = max(timing.resolve_after, evidence_s) if timing.resolve_after > 0 else 0.0  # 0: gone with it
-    return replace(timing, fire_after=max(0.0, timing.fire_after - step), resolve_after=resolve)
+    return replace(timing, resolve_after=resolve)
 
 
 def _job_event(gpu: str, kind: str, job: _Job) -> _Judged:

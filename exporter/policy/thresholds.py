@@ -277,8 +277,7 @@ COARSE_EVIDENCE_POINTS = _t(
     "once per sample, each standing for its whole step in the ledger, over an evidence window of at least 5 "
     "samples: fewer show no busy level (the features' fewest points), and 30 s would hold only one or two. "
     "A verdict then resolves only once its evidence has been absent for that whole window (until then the "
-    "window still holds the loss), and its hold before firing is a step shorter (the sample stands for "
-    "the step before it).",
+    "window still holds the loss).",
 )
 LEDGER_STARTUP_COMPUTE = _t(
     "ledger.startup_compute_seconds",
