@@ -418,10 +418,10 @@ def starved_among_peers(c: Context, peers_util: float, behind: int) -> Evidence:
     score = ramp(peers_util - c.f.util_mean, line / 2, line + RAMP_WIDTH)
     if score <= 0:
         return Evidence()
-    if c.undecided or behind < RECURS:
+    if c.undecided:
         score = min(score, BELOW_ENTER)
-    if c.fast.family("input") < STARVATION_SUSTAINED.value and _unsustained(c):
-        score = min(score, FADED)
+    if behind < RECURS or (c.fast.family("input") < STARVATION_SUSTAINED.value and _unsustained(c)):
+        score = min(score, FADED)  # a pause, or too small a loss: under the exit score, holding nothing on
     return Evidence(score=score, cause=starvation_cause(c.f, c.host))
 
 
