@@ -473,8 +473,9 @@ class Analyzer:
                 ev = d.starved_among_peers(contexts[gpu], peers_util, behind_in)
                 if ev.score >= SCORE_ENTER.value:
                     self._behind.add(gpu)
-                if ev.score > evidence[gpu]["data_starvation"].score:
-                    evidence[gpu]["data_starvation"] = ev
+                for kind in HOLDS_PEERS_BACK:  # the kind whose GPU its peers wait for
+                    if ev.score > evidence[gpu][kind].score:
+                        evidence[gpu][kind] = ev
 
     def _judging_due(self, now: float, chosen: list[str]) -> bool:
         """Verdicts are judged every VERDICT_INTERVAL (steps of EVAL_INTERVAL; half a step of slack for a
