@@ -774,7 +774,8 @@ def _replay_checked(
         first = f" ({stats.warnings[0]})" if stats.warnings else ""
         if stats.cut_after_line is not None:
             first = f" (the file is cut short after line {stats.cut_after_line})" + first
-        print(f"gpu-bottleneck-exporter: {path}: no readable rows{first}", file=sys.stderr)
+        what = "samples" if stats.position == "step" else "rows"
+        print(f"gpu-bottleneck-exporter: {path}: no readable {what}{first}", file=sys.stderr)
         return 2
     if stats.cut_after_line is not None:
         print(
@@ -799,10 +800,10 @@ def _replay_checked(
     forward = stats.gap_count - stats.back_steps  # the gaps in time; reading_notes tells the steps back
     if forward:
         gaps = replaced(stats, gap_count=forward, gaps=[g for g in stats.gaps if g[1] >= 0])
+        longer = stats.gap_s or TRACE_GAP_PERIODS.value * EVAL_INTERVAL.value
         print(
             f"gpu-bottleneck-exporter: {path}: {forward} gap(s) longer than "
-            f"{TRACE_GAP_PERIODS.value * EVAL_INTERVAL.value:.0f} s, each starting a new segment: "
-            + gap_text(gaps),
+            f"{longer:.0f} s, each starting a new segment: " + gap_text(gaps),
             file=sys.stderr,
         )
     for note in reading_notes(stats):

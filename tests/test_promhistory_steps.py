@@ -7,10 +7,10 @@ from pathlib import Path
 
 from exporter.analysis.ledger import STATES
 from exporter.offline.promhistory.agreement import compare, kinds_of, sampled
-from exporter.offline.promhistory.history import Gpu, JobRows, replay_nodes
+from exporter.offline.promhistory.history import GAP_STEPS, Gpu, JobRows, replay_nodes
 from exporter.offline.promhistory.rollup import job_of, namespace_of, rollup
-from exporter.offline.replay import ReplayResult, human, summary
-from exporter.offline.traces import ReadStats, TraceReader
+from exporter.offline.replay import ReplayResult, best_supported, gap_text, human, summary
+from exporter.offline.traces import ReadStats, TraceReader, gap_seconds
 from exporter.policy.cost import DEFAULT as PRICES
 from tests.conftest import REPO
 
@@ -67,3 +67,66 @@ def test_the_roll_up_joins_pods_into_jobs_and_jobs_into_namespaces():
     text = human(result)
     assert "namespace ml: 2.0 GPU-h, lost 1.0 (50%): input_wait 1.0" in text
     assert "    job llama:" in text
+
+
+def test_the_roll_up_prices_only_the_hours_it_counts():
+    """A node's GPUs no job held are no one's hours: neither counted nor priced."""
+    free = dict.fromkeys(STATES, 0.0) | {"free": 3600.0}
+    result = ReplayResult(Path("p"), ReadStats(), 0.0, prices=PRICES)
+    result.job_ledger = {"node-1 (no pod)": free}
+    result.job_cost = {"node-1 (no pod)": {"free": 4.0}}
+    space = rollup(result, {})["(no pod)"]
+    assert space["gpu_hours"] == 0.0 and space["cost"] == 0.0 and space["lost_cost"] == 0.0
+    result.fleet = {"namespaces": {"(no pod)": space}}
+    assert "1.0 GPU-h free (no job held them: neither counted nor priced)" in human(result)
+
+
+def test_throttled_time_is_lost_only_in_the_share_of_clock_the_cap_took():
+    """A power-capped job keeps computing at the clocks the cap leaves it: at 85 % of its clock, 15 % of
+    its throttled time is lost, not all of it."""
+    result = replay_nodes(
+        [sampled(TraceReader(TRACES / "power_cap_h100x8.csv.gz"), 30.0)],
+        {"ml/trace": "llama"},
+        30.0,
+        0.0,
+        "test",
+        Path("p"),
+        prices=PRICES,
+    )
+    job = result.fleet["namespaces"]["ml"]["jobs"]["llama"]  # type: ignore[index]
+    throttled_h = result.job_ledger["ml/llama (trace)"]["throttled"] / 3600
+    assert throttled_h > 0.9 * job["gpu_hours"]  # held at the cap nearly all the time...
+    assert 0.1 < job["lost_by_state"]["throttled"] / throttled_h < 0.2  # ...losing its clock's 15 %
+    assert job["lost_share"] < 0.25 and 0 < job["lost_cost"] < 0.25 * job["cost"]
+
+
+def test_a_starving_rank_of_eight_is_one_episode_with_one_cause_from_its_averages_at_30_s():
+    """Its peers wait in NCCL, busy at low power; it has less utilization than they: one episode, fired
+    once (on the second sample it is behind in, within four steps of the 1-second replay's), its cause
+    the 1-second replay's; no peer of it, nor rank 0 of a healthy job pausing to save, is blamed."""
+    path = TRACES / "starvation_h100x8.csv.gz"
+    compared = compare(path, 30.0)
+    assert compared.coarse == {"data_starvation": {"3"}} and not compared.false()
+    assert compared.fragments() == (1, 1) and compared.causes_agreed() == (1, 1)
+    assert all(abs(e) <= 4 * 30.0 for e in compared.onset_errors())
+    result = _coarse(path, 30.0)
+    assert [e.state for e in result.events] == ["firing"]  # no fragment resolved and fired again
+    saving = compare(TRACES / "real" / "r01_h100x8_healthy_ckpt1000.csv.gz", 30.0)
+    assert not saving.coarse and not saving.false()
+
+
+def test_a_causes_best_support_names_the_episode_and_a_tie_is_unknown():
+    assert best_supported({"cpu": 300.0, "host_transfer": 60.0}) == "cpu"
+    assert best_supported({"cpu": 90.0, "host_transfer": 90.0}) == "unknown"
+    assert best_supported({"": 60.0}) == ""  # a kind without causes
+
+
+def test_a_gap_in_a_history_is_placed_by_its_step_not_a_line():
+    step = 30.0
+    times = [step * i for i in range(1, 11)] + [step * i for i in range(30, 41)]
+    gpu = Gpu("n", "0", "NVIDIA H100 80GB HBM3")
+    gpu.values = {"util": dict.fromkeys(times, 1.0)}
+    rows = JobRows("job", [gpu], {gpu.name: times}, {}, step, 0.0, "test")
+    list(rows)
+    assert rows.stats.gap_count == 1 and rows.stats.gap_s == max(gap_seconds(), GAP_STEPS * step)
+    assert gap_text(rows.stats) == "600 s before step 30"

@@ -83,6 +83,8 @@ CLOCK_MARGIN = 0.02  # clock evidence starts 2 points above the throttled-clock 
 CAP_DEPTH = 0.3  # a cap 30 points further below the default limit is as deep as it gets
 MEGA = 1e6  # hertz per megahertz, for the clocks a verdict names
 STALLED_SHARE = 0.5  # half of the evidence window in the ledger's stalled state: hang evidence
+RECURS = 2  # a wait seen in this many samples of a window recurs; in one, it may be a single pause
+WAITED_FOR = 0.5  # a rank at least half as far behind its waiting peers as the furthest is waited for too
 FLOWING = 0.2  # the job's log still moves: under the exit score, so a hang verdict never holds on
 
 
@@ -498,6 +500,31 @@ def _unsure_starvation(c: Context) -> str:
         f"waits with no kernel without a loop's rhythm ({seen}), alone, with {memory}: a starved loop or a "
         "server between requests; --workload training|serving (or memory.total) would decide"
     )
+
+
+def starved_among_peers(c: Context, peers_util: float, behind: int) -> Evidence:
+    """Coarse samples (a Prometheus' 15-60 s scrapes) lose a starving rank's busy/idle rhythm, but not
+    its averages: while its peers wait in collectives (utilization pinned, power low), the rank they wait
+    for has less utilization than they have, by the share of its time it had no kernel while they
+    kept one resident (``peers_util``: their mean utilization). ``behind``: the samples of the window in
+    which it was that far under them; one may be a single pause (a save, a log flush), more recur. Gated as
+    the rhythm is: never on a class whose gaps are idle capacity, nor a loss too small or short to page; a
+    fifth of the last two minutes waiting is sustained here as a recurring rhythm is."""
+    if c.idle_gaps or c.f.util_mean is None or waiting_in_collective(c.f, c.recent):
+        return Evidence()
+    if (c.f.busy_fraction or 0.0) < STARVATION_BUSY_FRACTION.value:
+        return Evidence()  # idle, not starved
+    if c.f.mem_used_bytes is not None and c.f.mem_used_bytes < IDLE_MEMORY.value:
+        return Evidence()
+    line = STARVATION_IDLE_FRACTION.value
+    score = ramp(peers_util - c.f.util_mean, line / 2, line + RAMP_WIDTH)
+    if score <= 0:
+        return Evidence()
+    if c.undecided:
+        score = min(score, BELOW_ENTER)
+    if behind < RECURS or (c.fast.family("input") < STARVATION_SUSTAINED.value and _unsustained(c)):
+        score = min(score, FADED)  # a pause, or too small a loss: under the exit score, holding nothing on
+    return Evidence(score=score, cause=starvation_cause(c.f, c.host))
 
 
 def _unsustained(c: Context) -> bool:

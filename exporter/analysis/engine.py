@@ -6,8 +6,9 @@ trace on a virtual clock); it never reads a clock or a file itself.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from exporter.analysis import detectors as d
 from exporter.analysis.envelope import Envelope, EnvelopeLearner
@@ -30,7 +31,7 @@ from exporter.analysis.ledger import (
     measure,
 )
 from exporter.analysis.points import GpuPoint, HostPoint
-from exporter.analysis.verdicts import Track, step
+from exporter.analysis.verdicts import Timing, Track, step
 from exporter.analysis.window import Window
 from exporter.analysis.workload import UNKNOWN, InteractiveShape, ServingShape, Turns, Workload, decide
 from exporter.policy.thresholds import (
@@ -90,6 +91,7 @@ class KindState:
     firing: bool
     cause: str = ""
     since: float | None = None  # while it fires: when its loss began
+    seen: str = field(default="", compare=False)  # the cause its evidence names now (``cause`` stays)
 
 
 @dataclass(frozen=True)
@@ -160,9 +162,17 @@ class Analyzer:
         evidence_s = max(evidence_s, COARSE_EVIDENCE_POINTS.value * step)
         self.window_s = max(window_s, evidence_s)
         self.evidence_s = evidence_s
+        # Coarser than the clock, a verdict resolves only once its evidence has been absent for a whole
+        # evidence window: until then the window still holds the loss's samples, and a sample or two
+        # without evidence is one reading of a pattern the step cannot resolve, not the loss's end.
+        self._timings = {
+            name: _coarse(kind.timing, evidence_s) if step > EVAL_INTERVAL.value else kind.timing
+            for name, kind in KINDS.items()
+        }
         # points a window holds at most: rows that share one time are never evicted by time
         self.max_points = math.ceil(self.window_s * WINDOW_POINTS_PER_SECOND.value)
         self._gpus: dict[str, _Gpu] = {}
+        self._behind: set[str] = set()  # GPUs judged starving behind their waiting peers at this judgement
         self.host_window: Window[HostPoint] = Window(self.window_s, self.max_points)
         self.host_features = HostFeatures()
         self.missing: dict[str, str] = {}  # kind -> why its detector was silent (while it has been)
@@ -406,6 +416,7 @@ class Analyzer:
         host = host_features(host_points) if host_points else None
         self.host_features = host or HostFeatures()
         evidence: dict[str, dict[str, d.Evidence]] = {}
+        contexts: dict[str, d.Context] = {}
         held: dict[str, int] = {}
         had_inputs = self.had_inputs
         for gpu in chosen:
@@ -447,6 +458,7 @@ class Analyzer:
                 envelope.ceiling_from.endswith("idle floor"),  # ceiling_guessed
                 state.turns,  # turns
             )
+            contexts[gpu] = ctx
             own = evidence[gpu] = {}
             for kind, detector in _DETECTORS[state.scope]:
                 if detector is None:  # not judged on this scope
@@ -468,6 +480,8 @@ class Analyzer:
                 else:
                     had_inputs.add(kind)
                     self.missing.pop(kind, None)
+        if self.step > EVAL_INTERVAL.value:
+            self._starved_among_peers(now, chosen, contexts, evidence)
         verdicts, events = self._decide(now, chosen, evidence)
         self._judged_at, self._judged_gpus, self._judged = now, chosen, verdicts
         return verdicts, events
@@ -528,6 +542,44 @@ class Analyzer:
         if end is None or (track.since is not None and end < track.since):
             end = now if clearing is None else clearing
         return min(now, max(end, track.since if track.since is not None else end))
+
+    def _starved_among_peers(
+        self,
+        now: float,
+        chosen: list[str],
+        contexts: dict[str, d.Context],
+        evidence: dict[str, dict[str, d.Evidence]],
+    ) -> None:
+        """Coarse samples: a rank of a job whose peers, at least two and most of the others, wait in
+        collectives is judged by its utilization against theirs (``detectors.starved_among_peers``)."""
+        self._behind.clear()
+        groups: dict[str, list[str]] = {}
+        for gpu in chosen:
+            if self._gpus[gpu].scope == "":  # a whole GPU: a pod's share has no collective peers
+                groups.setdefault(self._gpus[gpu].group, []).append(gpu)
+        for members in groups.values():
+            waiting = [g for g in members if d.waiting_in_collective(contexts[g].f, contexts[g].recent)]
+            behind: dict[str, float] = {}  # the ranks not waiting, with their peers' mean utilization
+            for gpu in members:
+                peers = [g for g in waiting if g != gpu]
+                if gpu in waiting or len(peers) < 2 or 2 * len(peers) <= len(members) - 1:
+                    continue
+                behind[gpu] = statistics.fmean(contexts[g].f.util_mean or 0.0 for g in peers)
+            deficit = {g: util - (contexts[g].f.util_mean or 0.0) for g, util in behind.items()}
+            furthest = max(deficit.values(), default=0.0)
+            for gpu, peers_util in behind.items():
+                # a synchronous job waits for its slowest ranks: one far less behind is not waited for
+                if deficit[gpu] < d.WAITED_FOR * furthest:
+                    continue
+                under = peers_util - STARVATION_IDLE_FRACTION.value
+                points = self._gpus[gpu].window.since(now - self.evidence_s)
+                behind_in = sum(1 for p in points if p.util is not None and p.util <= under)
+                ev = d.starved_among_peers(contexts[gpu], peers_util, behind_in)
+                if ev.score >= SCORE_ENTER.value:
+                    self._behind.add(gpu)
+                for kind in HOLDS_PEERS_BACK:  # the kind whose GPU its peers wait for
+                    if ev.score > evidence[gpu][kind].score:
+                        evidence[gpu][kind] = ev
 
     def _judging_due(self, now: float, chosen: list[str]) -> bool:
         """Verdicts are judged every VERDICT_INTERVAL (steps of EVAL_INTERVAL; half a step of slack for a
@@ -601,7 +653,10 @@ class Analyzer:
         state = self._gpus[gpu]
         track = state.tracks[kind.name]
         clearing = track.clearing_since  # (a resolving step forgets it)
-        change = step(track, score, judged.cause, now, kind.timing, judged.hold)
+        hold = judged.hold
+        if gpu in self._behind and kind.holds_peers_back:
+            hold = 0.0  # behind its peers in two samples or more: already held longer than any hold
+        change = step(track, score, judged.cause, now, self._timings[kind.name], hold)
         if change:
             until = None
             if change == "firing":
@@ -615,8 +670,8 @@ class Analyzer:
                 )
             )
         if track.firing:
-            return KindState(score, True, track.cause, track.since)
-        return KindState(score, False, "")
+            return KindState(score, True, track.cause, track.since, judged.cause)
+        return KindState(score, False, "", None, judged.cause)
 
     def _in_job(self, gpu: str, kind: Kind, job: _Job) -> _Judged:
         """The GPU's evidence of a kind, seen with its job's (the kind's entry says how)."""
@@ -669,6 +724,12 @@ class _Judged:
     cause: str
     hold: float | None = None  # seconds to hold before firing (None: the kind's own)
     related: tuple[str, ...] = ()  # the GPUs the verdict concerns besides this one
+
+
+def _coarse(timing: Timing, evidence_s: float) -> Timing:
+    """A kind's hysteresis at a step coarser than the clock (``Analyzer.__init__`` says why)."""
+    resolve = max(timing.resolve_after, evidence_s) if timing.resolve_after > 0 else 0.0  # 0: gone with it
+    return replace(timing, resolve_after=resolve)
 
 
 def _job_event(gpu: str, kind: str, job: _Job) -> _Judged:

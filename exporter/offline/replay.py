@@ -60,6 +60,8 @@ class Episode:
     resolved: float | None = None  # None: still firing when the trace ended
     detail: str = ""  # what the evidence said beside the cause (a power cap: the cap, clock, board draw)
     signals: tuple[str, ...] = ()  # the signals its evidence stood on (utilization, power, memory, ...)
+    # seconds each cause held while it fired (coarse steps: the episode's cause is the best-supported)
+    support: dict[str, float] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.fired is None:
@@ -100,6 +102,9 @@ class ReplayResult:
     unsure: dict[tuple[str, str], str] = field(default_factory=dict)
     # replay --prometheus: how the history was read and the roll-up by namespace (promhistory/rollup.py)
     fleet: dict[str, object] | None = None
+    # at a given step (replay --prometheus): of each job's throttled seconds, the share of the clock the
+    # cap or the heat took (throttled time computes, at the clocks it was left)
+    job_throttle_lost: dict[str, float] = field(default_factory=dict)
 
 
 def replay(
@@ -144,6 +149,8 @@ def replay(
         segment.finish(last_t, had_inputs)
         missing = segment.analyzer.missing
         result.silent = {kind: why for kind, why in missing.items() if kind not in had_inputs}
+    if step is not None and step > EVAL_INTERVAL.value:  # resolutions held back come later: time order
+        result.events.sort(key=lambda e: e.t)
     return result
 
 
@@ -170,6 +177,14 @@ class _Segment:
         self.start = start
         self.next_eval = start + self.step
         self.open_episodes: dict[tuple[str, str], Episode] = {}
+        # Coarser than the clock (a Prometheus' scrapes), a loss whose evidence dips for a sample or two is
+        # still one loss: a resolution is held back for its alert's ``for`` (an alert whose condition
+        # returns within it is still the same page), and a verdict firing again within it continues the
+        # episode. Its cause is then the best-supported over the episode's firing time.
+        self.coarse = self.step > EVAL_INTERVAL.value
+        self.clocked = step is not None  # the throttled seconds' lost share of the clock is kept
+        self.throttled: dict[str, float] = {}  # GPU -> its throttled seconds, as last weighed
+        self.closing: dict[tuple[str, str], tuple[VerdictEvent, Episode]] = {}
         self.in_job: set[tuple[str, str]] = set()
         self.named: set[str] = set()
         self.ticks = TickStates(self.analyzer, self.step, on_tick) if on_tick else None
@@ -203,6 +218,9 @@ class _Segment:
             self.evaluate(self.next_eval)
             self.next_eval += self.step
         analyzer.flush_ledgers()
+        self.release(None)
+        if self.clocked:
+            self.weigh_throttled(list(analyzer.gpus()))
         result.sampled_seconds += last_t - self.start
         if self.ticks:
             self.ticks.after(None)
@@ -250,6 +268,8 @@ class _Segment:
             result.unsure.update(self.analyzer.unsure)
         if self.ticks:
             self.ticks.after(t, gpus)
+        if self.clocked:
+            self.weigh_throttled(gpus)
         for gpu in states:
             w = self.analyzer.workload(gpu)
             key = (w.kind, w.source)
@@ -257,28 +277,21 @@ class _Segment:
             seconds[key] = seconds.get(key, 0.0) + self.step
             result.class_evidence[(gpu, *key)] = w.evidence
         for event in events:
-            result.events.append(event)
             key = (event.gpu, event.kind)
             if event.state == "firing":
-                began = event.t if event.since is None else event.since
-                episode = Episode(
-                    event.gpu, event.kind, began, None, event.cause, event.score, event.related, event.t
-                )
-                self.open_episodes[key] = episode
-                result.episodes.append(episode)
-                if KINDS[event.kind].job_event and event.related and key not in self.in_job:
-                    job = {
-                        "event": "job",
-                        "t": round(event.t, 1),
-                        "kind": event.kind,
-                        "gpus": sorted((event.gpu, *event.related), key=_gpu_order),
-                        "cause": event.cause,
-                    }
-                    result.jobs.append(job)
-                    self.in_job.update((g, event.kind) for g in job["gpus"])  # type: ignore[union-attr]
-                    if self.on_job:
-                        self.on_job(job)
+                if self._continued(key, event):
+                    continue
+                result.events.append(event)
+                self._opened(key, event)
+            elif self.coarse and key in self.open_episodes:
+                episode = self.open_episodes.pop(key)
+                # where it ends, unless it fires again within its alert's ``for``
+                episode.end = event.t if event.until is None else event.until
+                episode.resolved = event.t
+                self.closing[key] = (event, episode)
+                continue
             else:
+                result.events.append(event)
                 episode = self.open_episodes.pop(key, None)
                 if episode is not None:
                     episode.end = event.t if event.until is None else event.until
@@ -286,6 +299,7 @@ class _Segment:
                 self.in_job.discard(key)
             if self.on_event:
                 self.on_event(event)
+        self.release(t)
         for (gpu, kind), episode in self.open_episodes.items():  # peak score and latest cause while firing
             state = states.get(gpu, {}).get(kind)
             if state is not None:
@@ -293,6 +307,77 @@ class _Segment:
                 episode.cause = state.cause or episode.cause
                 episode.detail = self.analyzer.details.get((gpu, kind), episode.detail)
                 episode.signals = self.analyzer.signals.get((gpu, kind), episode.signals)
+                if self.coarse:  # the cause its evidence names at each step it fires
+                    cause = state.seen or state.cause or episode.cause
+                    episode.support[cause] = episode.support.get(cause, 0.0) + self.step
+                    episode.cause = best_supported(episode.support)
+
+    def weigh_throttled(self, gpus: list[str]) -> None:
+        """The throttled seconds the ledger took since last time, weighed by the share of the clock taken
+        from them (the busy samples' clock against its maximum over the evidence window)."""
+        for gpu in gpus:
+            seconds = self.analyzer.ledger(gpu).totals.get("throttled", 0.0)
+            more = seconds - self.throttled.get(gpu, 0.0)
+            if more <= 0:
+                continue
+            self.throttled[gpu] = seconds
+            ratio = self.analyzer.features(gpu).busy_clock_ratio
+            taken = 1.0 if ratio is None else min(1.0, max(0.0, 1.0 - ratio))  # unknown: all of it
+            job = self.analyzer.group_of(gpu)
+            lost = self.result.job_throttle_lost
+            lost[job] = lost.get(job, 0.0) + more * taken
+
+    def _opened(self, key: tuple[str, str], event: VerdictEvent) -> None:
+        """A new episode, and its job's event when it is the first of its job."""
+        result = self.result
+        began = event.t if event.since is None else event.since  # when its loss began
+        episode = Episode(
+            event.gpu, event.kind, began, None, event.cause, event.score, event.related, event.t
+        )
+        self.open_episodes[key] = episode
+        result.episodes.append(episode)
+        if KINDS[event.kind].job_event and event.related and key not in self.in_job:
+            job = {
+                "event": "job",
+                "t": round(event.t, 1),
+                "kind": event.kind,
+                "gpus": sorted((event.gpu, *event.related), key=_gpu_order),
+                "cause": event.cause,
+            }
+            result.jobs.append(job)
+            self.in_job.update((g, event.kind) for g in job["gpus"])  # type: ignore[union-attr]
+            if self.on_job:
+                self.on_job(job)
+
+    def _continued(self, key: tuple[str, str], event: VerdictEvent) -> bool:
+        """A verdict firing again within its alert's ``for`` of resolving: the same episode goes on (its
+        resolution and this firing are neither said)."""
+        held = self.closing.pop(key, None)
+        if held is None:
+            return False
+        _, episode = held
+        episode.end = episode.resolved = None
+        episode.related = tuple(dict.fromkeys((*episode.related, *event.related)))
+        self.open_episodes[key] = episode
+        return True
+
+    def release(self, t: float | None) -> None:
+        """Say the resolutions held back for their alert's ``for`` (every one at ``None``: the end)."""
+        for key, (event, _) in list(self.closing.items()):
+            if t is not None and t - event.t < KINDS[event.kind].policy.for_.value:
+                continue
+            del self.closing[key]
+            self.result.events.append(event)
+            self.in_job.discard(key)
+            if self.on_event:
+                self.on_event(event)
+
+
+def best_supported(support: dict[str, float]) -> str:
+    """The cause that held longest while the episode fired; ``unknown`` when causes tie for it."""
+    most = max(support.values(), default=0.0)
+    leaders = [cause for cause, seconds in support.items() if seconds == most]
+    return leaders[0] if len(leaders) == 1 else "unknown"
 
 
 def _check_work(result: ReplayResult) -> None:
@@ -562,10 +647,11 @@ def _rounded(states: dict[str, float]) -> dict[str, float]:
 
 def gap_text(stats: ReadStats) -> str:
     """The gaps, for a person: where each starts and how long it is (the first few)."""
+    at = stats.position
     shown = [
-        f"{seconds:.0f} s before line {line}"
+        f"{seconds:.0f} s before {at} {line}"
         if seconds >= 0
-        else f"a restart {-seconds:.0f} s back at line {line}"
+        else f"a restart {-seconds:.0f} s back at {at} {line}"
         for line, seconds in stats.gaps[:5]
     ]
     more = stats.gap_count - len(shown)

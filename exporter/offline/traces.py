@@ -212,6 +212,8 @@ class ReadStats:
     format: str = ""  # what the file was read as (traceformats.names())
     period: float | None = None  # seconds between samples placed by --period (a log without times)
     cut_after_line: int | None = None  # a gzip file cut short: its last complete line (None: whole)
+    position: str = "line"  # what a gap's place in ``gaps`` counts: a file's lines, a Prometheus' steps
+    gap_s: float | None = None  # silence longer than this is a gap (None: ``gap_seconds()``)
 
 
 def parse_cell(text: str, unit: str) -> float | None:

@@ -39,8 +39,17 @@ CASES = (
     # starvation is not always seen at the step: only the false verdicts are checked, SHORT_OF_FINE)
     ("real/r02_h100x8_ckpt_stall", names.DCGM_49, 15.0),
     ("real/r03_h100x8_near_idle_stall", names.DCGM_LEGACY, 30.0),
+    # dcgm-exporter's 30 s: a single starving rank of eight among its waiting peers, and eight ranks
+    # starving on their host copies (STARVING)
+    ("starvation_h100x8", names.DCGM_LEGACY, 30.0),
+    ("offload_starvation_h100x8", names.DCGM_49, 30.0),
 )
 SHORT_OF_FINE = {"real/r03_h100x8_near_idle_stall"}
+# at a 30 s step each starving GPU is one episode with one cause, firing within four steps of the
+# 1-second replay (a rank's wait seen in one sample may be a pause: it is judged on the second), and
+# nothing else fires
+STARVING = ("starvation_h100x8", "offload_starvation_h100x8")
+ONSET_S = 120.0
 # (trace, step) watched by this exporter itself: its raw readings, its ledger, verdicts and classes, on the
 # nodes after CASES'. comm_bound cannot be recomputed at 30 s: read back, it is there as judged live
 OWN_CASES = (("comm_bound_h100x8", 30.0), ("starvation_h100x8", 15.0), ("healthy_h100x8", 15.0))
@@ -157,6 +166,30 @@ def test_the_coarse_verdicts_agree_with_the_one_second_replay(loaded, server, in
     assert not compared.false(), compared.false()  # no false verdict
     assert set(silenced(step)) <= set(result.silent)
     assert sum(sum(states.values()) for states in result.ledger.values()) > 0
+
+
+@pytest.mark.parametrize("trace", STARVING)
+def test_a_30s_history_gives_each_starving_gpu_one_episode_one_cause_on_time(loaded, trace):
+    index = CASES.index(next(c for c in CASES if c[0] == trace and c[2] == 30.0))
+    start, end = _window(index)
+    selector = f'pod="{trace.replace("_", "-")}"'
+    result = replay_prometheus(Request(loaded.prometheus, start, end, selector=selector), prices=None)
+    node = f"node-{index}"
+    # the 1-second replay's episodes, one per starving GPU; the trace's clock starts at the window's
+    # start plus 60 s (see _window)
+    fine = {(f"{node}/{e.gpu}", e.kind): e for e in replay(TRACES / f"{trace}.csv.gz", prices=None).episodes}
+    assert {kind for _, kind in fine} == {"data_starvation"}
+    got: dict[tuple[str, str], list[object]] = {}
+    for e in result.episodes:
+        got.setdefault((e.gpu, e.kind), []).append(e)
+    assert set(got) == set(fine), sorted(got)  # every starving GPU, the one rank of eight too; no other
+    for key, episodes in got.items():
+        assert len(episodes) == 1, (key, [(e.start, e.end, e.cause) for e in episodes])
+        (e,) = episodes
+        assert e.cause == fine[key].cause, (key, e.cause)
+        assert abs(e.start - (fine[key].start + 60)) <= ONSET_S, (key, e.start, fine[key].start + 60)
+    firing = [e for e in result.events if e.state == "firing"]
+    assert len(firing) == len(fine)  # paged once per GPU: no fragment fired again
 
 
 def test_the_cli_prints_the_summary_and_exits_2_on_a_selector_matching_nothing(loaded):
@@ -284,4 +317,4 @@ def test_the_cli_says_what_it_read_back_and_its_json_and_report_carry_it(loaded,
     report = tmp_path / "report.html"
     assert _cli([*args, "--report", str(report)]).returncode == 0
     page = report.read_text()
-    assert "comm_bound" in page and "node-8/0" in page
+    assert "comm_bound" in page and f"node-{len(CASES)}/0" in page

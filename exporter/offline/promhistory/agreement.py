@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,10 +20,11 @@ from exporter.analysis.points import HostPoint
 from exporter.offline.promhistory import export, names
 from exporter.offline.promhistory.history import Gpu, Node, replay_nodes
 from exporter.offline.promhistory.resolution import silenced
-from exporter.offline.replay import ReplayResult, replay
+from exporter.offline.replay import Episode, ReplayResult, replay
 from exporter.offline.traces import TraceReader, TraceRow
 
 Kinds = dict[str, set[str]]  # kind -> the GPUs with an episode of it
+Episodes = dict[tuple[str, str], list[Episode]]  # (GPU, kind) -> its episodes, in order
 
 
 ANY_GPU = "*"  # in a labels file's kinds: the labels accept the kind on every GPU
@@ -36,11 +38,36 @@ class Compared:
     coarse: Kinds
     labelled: Kinds
     silent: set[str] = field(default_factory=set)
+    fine_episodes: Episodes = field(default_factory=dict)
+    coarse_episodes: Episodes = field(default_factory=dict)
 
     def agreed(self) -> dict[str, bool]:
         """Per kind the 1-second replay gave (and the step can show): found on its GPUs at the step (a
         verdict on more GPUs is ``false`` where the labels do not accept it)."""
         return {k: gpus <= self.coarse.get(k, set()) for k, gpus in self.fine.items() if k not in self.silent}
+
+    def matched(self) -> list[tuple[list[Episode], list[Episode]]]:
+        """Each GPU's kind the 1-second replay gave (and the step can show) that the step gave too: the
+        episodes of both."""
+        return [
+            (fine, self.coarse_episodes[key])
+            for key, fine in sorted(self.fine_episodes.items())
+            if key[1] not in self.silent and key in self.coarse_episodes
+        ]
+
+    def fragments(self) -> tuple[int, int]:
+        """The episodes the step gave and the 1-second replay gave, on the GPUs' kinds both gave."""
+        pairs = self.matched()
+        return sum(len(c) for _, c in pairs), sum(len(f) for f, _ in pairs)
+
+    def onset_errors(self) -> list[float]:
+        """Seconds the step's first episode began after the 1-second replay's (negative: before)."""
+        return [c[0].start - f[0].start for f, c in self.matched()]
+
+    def causes_agreed(self) -> tuple[int, int]:
+        """Of the GPUs' kinds both gave, how many name the 1-second replay's cause in every episode."""
+        pairs = self.matched()
+        return sum(all(e.cause == f[0].cause for e in c) for f, c in pairs), len(pairs)
 
     def false(self) -> Kinds:
         """Verdicts at the step that neither the 1-second replay nor the trace's labels give."""
@@ -92,7 +119,23 @@ def compare(path: Path, step: float, fine: ReplayResult | None = None) -> Compar
     fine = fine or replay(path, prices=None)
     node = sampled(TraceReader(path), step)
     coarse = replay_nodes([node], {}, step, 0.0, f"sampled at {step:g} s", path, prices=None)
-    return Compared(path.name, step, kinds_of(fine), kinds_of(coarse), labelled(path), set(silenced(step)))
+    return Compared(
+        path.name,
+        step,
+        kinds_of(fine),
+        kinds_of(coarse),
+        labelled(path),
+        set(silenced(step)),
+        episodes_of(fine),
+        episodes_of(coarse),
+    )
+
+
+def episodes_of(result: ReplayResult) -> Episodes:
+    out: Episodes = {}
+    for e in sorted(result.episodes, key=lambda e: e.start):
+        out.setdefault((e.gpu.rsplit("/", 1)[-1], e.kind), []).append(e)
+    return out
 
 
 def kinds_of(result: ReplayResult) -> Kinds:
@@ -117,24 +160,57 @@ def labelled(path: Path) -> Kinds:
     return out
 
 
+def record(c: Compared) -> dict[str, object]:
+    """One trace at one step, as a JSON line."""
+    made, fine = c.fragments()
+    agreed, pairs = c.causes_agreed()
+    return {
+        "trace": c.trace,
+        "step": c.step,
+        "fine": {k: sorted(v) for k, v in c.fine.items()},
+        "coarse": {k: sorted(v) for k, v in c.coarse.items()},
+        "agreed": c.agreed(),
+        "false": {k: sorted(v) for k, v in c.false().items()},
+        "episodes": {"step": made, "one_second": fine},
+        "onset_error_s": [round(e, 1) for e in c.onset_errors()],
+        "causes_agreed": [agreed, pairs],
+    }
+
+
+def table(compared: list[Compared]) -> list[str]:
+    """Per step, over every trace: episodes per 1-second episode, the onset error (median and worst),
+    the causes agreed and the false verdicts (docs/diagnose.md's figures)."""
+    head = "| step | episodes per 1 s one | onset error: median (worst) | causes agreed | false verdicts |"
+    lines = [head, "|---|---|---|---|---|"]
+    for step in sorted({c.step for c in compared}):
+        at = [c for c in compared if c.step == step]
+        made = sum(c.fragments()[0] for c in at)
+        fine = sum(c.fragments()[1] for c in at)
+        errors = [e for c in at for e in c.onset_errors()]
+        agreed = sum(c.causes_agreed()[0] for c in at)
+        pairs = sum(c.causes_agreed()[1] for c in at)
+        false = sum(len(gpus) for c in at for gpus in c.false().values())
+        onset = f"{statistics.median(errors):+.0f} s ({max(errors, key=abs):+.0f} s)" if errors else "-"
+        ratio = f"{made / fine:.2f} ({made} / {fine})" if fine else "-"
+        lines.append(f"| {step:g} s | {ratio} | {onset} | {agreed} of {pairs} | {false} |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("traces", nargs="+", type=Path)
     parser.add_argument("--step", type=float, action="append")
+    parser.add_argument("--table", action="store_true", help="end with the figures per step, as a table")
     args = parser.parse_args(argv)
+    compared = []
     for path in args.traces:
         fine = replay(path, prices=None)
         for step in args.step or [15.0, 30.0]:
             c = compare(path, step, fine)
-            record = {
-                "trace": c.trace,
-                "step": step,
-                "fine": {k: sorted(v) for k, v in c.fine.items()},
-                "coarse": {k: sorted(v) for k, v in c.coarse.items()},
-                "agreed": c.agreed(),
-                "false": {k: sorted(v) for k, v in c.false().items()},
-            }
-            print(json.dumps(record), flush=True)
+            compared.append(c)
+            print(json.dumps(record(c)), flush=True)
+    if args.table:
+        print("\n".join(table(compared)))
     return 0
 
 

@@ -384,7 +384,7 @@ class JobRows:
     ) -> None:
         self.label, self.gpus, self.times, self.host = label, gpus, times, host
         self.step, self.origin = step, origin
-        self.stats = ReadStats(format=fmt, first_timestamp=origin)
+        self.stats = stepped(ReadStats(format=fmt, first_timestamp=origin), step)
 
     def __iter__(self) -> Iterator[TraceRow]:
         by_time: dict[float, list[Gpu]] = {}
@@ -393,11 +393,11 @@ class JobRows:
                 by_time.setdefault(t, []).append(gpu)
         segment, last = 0, None
         for t in sorted(by_time):
-            if last is not None and t - last > max(gap_seconds(), GAP_STEPS * self.step):
+            if last is not None and t - last > self.stats.gap_s:  # type: ignore[operator]
                 segment += 1
                 self.stats.gap_count = segment
-                if len(self.stats.gaps) < 5:
-                    self.stats.gaps.append((self.stats.rows, t - last))
+                if len(self.stats.gaps) < 5:  # where: the step it resumes at, counted from the range's start
+                    self.stats.gaps.append((round((t - self.origin) / self.step), t - last))
             last = t
             at = t - self.origin
             host = {attr: vals[t] for attr, vals in self.host.items() if t in vals}
@@ -419,6 +419,12 @@ class JobRows:
                 )
                 host_point = None
             self.stats.last_timestamp = t
+
+
+def stepped(stats: ReadStats, step: float) -> ReadStats:
+    """A range's stats: its gaps are placed by step, and are at least GAP_STEPS steps long."""
+    stats.position, stats.gap_s = "step", max(gap_seconds(), GAP_STEPS * step)
+    return stats
 
 
 def _point(gpu: Gpu, t: float, at: float) -> GpuPoint:
@@ -769,7 +775,7 @@ class Merged:
         self.verdicts: dict[str, dict[str, int]] = {}  # job -> kind -> episodes
         self.out = ReplayResult(
             path=path,
-            stats=ReadStats(format=fmt, first_timestamp=origin),
+            stats=stepped(ReadStats(format=fmt, first_timestamp=origin), step),
             seconds=0.0,
             prices=prices,
             workload=workload,
@@ -820,6 +826,9 @@ class Merged:
             _add(out.job_ledger.setdefault(job, {}), states)
         for states in r.job_cost.values():
             _add(out.job_cost.setdefault(job, {}), states)
+        if r.job_throttle_lost:
+            lost = sum(r.job_throttle_lost.values())
+            out.job_throttle_lost[job] = out.job_throttle_lost.get(job, 0.0) + lost
         for gpu, seconds in r.held_back.items():
             out.held_back[gpu] = out.held_back.get(gpu, 0.0) + seconds
         out.envelopes.update(r.envelopes)

@@ -25,6 +25,7 @@ class ReplayResult(Protocol):
 
     job_ledger: dict[str, dict[str, float]]
     job_cost: dict[str, dict[str, float]]
+    job_throttle_lost: dict[str, float]
     prices: Prices | None
     fleet: dict[str, object] | None
 
@@ -36,28 +37,50 @@ class Tally:
     seconds: dict[str, float] = field(default_factory=dict)
     cost: dict[str, float] = field(default_factory=dict)
     verdicts: dict[str, int] = field(default_factory=dict)
+    lost_s: dict[str, float] = field(default_factory=dict)  # state -> the seconds of it lost
 
-    def add(self, seconds: dict[str, float], cost: dict[str, float], verdicts: dict[str, int]) -> None:
+    def add(
+        self,
+        seconds: dict[str, float],
+        cost: dict[str, float],
+        verdicts: dict[str, int],
+        throttle_lost: float | None = None,
+    ) -> None:
+        """One replayed job's; ``throttle_lost``: the share of its throttled seconds the clock lost (None:
+        not known, all of them)."""
         for into, more in ((self.seconds, seconds), (self.cost, cost)):
             for key, value in more.items():
                 into[key] = into.get(key, 0.0) + value
         for kind, count in verdicts.items():
             self.verdicts[kind] = self.verdicts.get(kind, 0) + count
+        for state in LOST_STATES:
+            lost = seconds.get(state, 0.0)
+            if state == "throttled" and throttle_lost is not None:
+                lost = min(lost, throttle_lost)  # throttled time computes: lost is the clock taken
+            self.lost_s[state] = self.lost_s.get(state, 0.0) + lost
 
     def record(self, priced: bool) -> dict[str, object]:
+        # the hours counted are the held ones (a GPU no job holds is no one's hour): only they are priced
         held = sum(s for state, s in self.seconds.items() if state != "free")
-        lost = {s: v for s, v in self.seconds.items() if s in LOST_STATES and v > 0}
+        lost = {s: v for s, v in self.lost_s.items() if v > 0}
         out: dict[str, object] = {
             "gpu_hours": round(held / SECONDS_PER_HOUR, 3),
             "lost_gpu_hours": round(sum(lost.values()) / SECONDS_PER_HOUR, 3),
             "lost_share": round(sum(lost.values()) / held, 3) if held > 0 else 0.0,
             "lost_by_state": {s: round(v / SECONDS_PER_HOUR, 3) for s, v in sorted(lost.items())},
             "verdicts": dict(sorted(self.verdicts.items())),
+            "free_gpu_hours": round(self.seconds.get("free", 0.0) / SECONDS_PER_HOUR, 3),
         }
         if priced:
-            out["cost"] = round(sum(self.cost.values()), 2)
-            out["lost_cost"] = round(sum(v for s, v in self.cost.items() if s in LOST_STATES), 2)
+            out["cost"] = round(sum(v for s, v in self.cost.items() if s != "free"), 2)
+            out["lost_cost"] = round(
+                sum(self.cost.get(s, 0.0) * _share(v, self.seconds.get(s)) for s, v in lost.items()), 2
+            )
         return out
+
+
+def _share(part: float, whole: float | None) -> float:
+    return part / whole if whole else 0.0
 
 
 def namespace_of(job: str) -> str:
@@ -77,8 +100,9 @@ def rollup(result: ReplayResult, verdicts: dict[str, dict[str, int]]) -> dict[st
     for job, seconds in result.job_ledger.items():
         space, jobs = spaces.setdefault(namespace_of(job), (Tally(), {}))
         cost, kinds = result.job_cost.get(job, {}), verdicts.get(job, {})
-        space.add(seconds, cost, kinds)
-        jobs.setdefault(job_of(job), Tally()).add(seconds, cost, kinds)
+        throttle_lost = result.job_throttle_lost.get(job)
+        space.add(seconds, cost, kinds, throttle_lost)
+        jobs.setdefault(job_of(job), Tally()).add(seconds, cost, kinds, throttle_lost)
     priced = result.prices is not None
     ordered = sorted(spaces.items(), key=lambda kv: -sum(kv[1][0].cost.values() or kv[1][0].seconds.values()))
     return {
@@ -93,7 +117,7 @@ def rollup(result: ReplayResult, verdicts: dict[str, dict[str, int]]) -> dict[st
 
 
 def _lost(t: Tally) -> float:
-    return sum(v for s, v in t.seconds.items() if s in LOST_STATES)
+    return sum(t.lost_s.values())
 
 
 def lines(result: ReplayResult) -> list[str]:
@@ -137,6 +161,9 @@ def _line(r: dict[str, object], currency: str) -> str:
     text += f": {', '.join(named)}" if named else ""
     if "cost" in r:
         text += f"; cost {r['cost']:.2f} {currency}, lost {r['lost_cost']:.2f}"
+    free = r.get("free_gpu_hours")
+    if isinstance(free, float) and free >= 0.05:  # shown as it rounds: from 0.1
+        text += f"; {free:.1f} GPU-h free (no job held them: neither counted nor priced)"
     verdicts = r["verdicts"]
     if isinstance(verdicts, dict) and verdicts:
         text += "; verdicts " + ", ".join(f"{k} {n}" for k, n in verdicts.items())

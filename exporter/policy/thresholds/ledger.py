@@ -93,7 +93,9 @@ COARSE_EVIDENCE_POINTS = _t(
     "count",
     "Data sampled coarser than the 1 s clock (replay --prometheus: one sample per 15-60 s scrape) is judged "
     "once per sample, each standing for its whole step in the ledger, over an evidence window of at least 5 "
-    "samples: fewer show no busy level (the features' fewest points), and 30 s would hold only one or two.",
+    "samples: fewer show no busy level (the features' fewest points), and 30 s would hold only one or two. "
+    "A verdict then resolves only once its evidence has been absent for that whole window (until then the "
+    "window still holds the loss).",
 )
 LEDGER_STARTUP_COMPUTE = _t(
     "ledger.startup_compute_seconds",
@@ -191,7 +193,9 @@ STARVATION_IDLE_FRACTION = _t(
     0.15,
     "ratio",
     "A GPU that waits with no kernel for 15 % of its samples in half a minute is waiting for input; a "
-    "logging dip of 2 s every few minutes is under 7 %.",
+    "logging dip of 2 s every few minutes is under 7 %. Sampled every 15-60 s, where the rhythm is lost, "
+    "the same share shows as utilization 15 points under that of peers waiting in collectives (they keep "
+    "a kernel resident while it has none).",
 )
 STARVATION_GAPS = _t(
     "starvation.gaps",
