@@ -576,7 +576,10 @@ def workload_lines(result: ReplayResult) -> list[str]:
         if source != "default" and share < 1:
             rest = ", undecided before" if undecided >= 1 - share - 1e-3 else ""  # shares: 3 decimals
             part = f", {share:.0%} of its time{rest}"
-        lines.append(f"  GPU {_gpu_list(gpus)}: judged as {kind} ({why}){part}")
+        # nothing decided the class: its time is booked as a training job's, and a starvation page still
+        # needs a loop's own evidence (the "not paged" lines say where it had none)
+        said = f"judged as {kind}" if source != "default" else f"undecided, booked as {kind}"
+        lines.append(f"  GPU {_gpu_list(gpus)}: {said} ({why}){part}")
     return ["workload:", *lines] if lines else []
 
 

@@ -45,11 +45,11 @@ CASES = (
     ("offload_starvation_h100x8", names.DCGM_49, 30.0),
 )
 SHORT_OF_FINE = {"real/r03_h100x8_near_idle_stall"}
-# at a 30 s step each starving GPU is one episode with one cause, firing within four steps of the
-# 1-second replay (a rank's wait seen in one sample may be a pause: it is judged on the second), and
-# nothing else fires
+# at a 30 s step each starving GPU is one episode with one cause, its loss dated within three steps of
+# the 1-second replay's onset (a rank's wait seen in one sample may be a pause: it is judged on the
+# second, and its onset is read back from the ledger), and nothing else fires
 STARVING = ("starvation_h100x8", "offload_starvation_h100x8")
-ONSET_S = 120.0
+ONSET_S = 90.0
 # (trace, step) watched by this exporter itself: its raw readings, its ledger, verdicts and classes, on the
 # nodes after CASES'. comm_bound cannot be recomputed at 30 s: read back, it is there as judged live
 OWN_CASES = (("comm_bound_h100x8", 30.0), ("starvation_h100x8", 15.0), ("healthy_h100x8", 15.0))
