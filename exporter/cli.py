@@ -724,51 +724,15 @@ def _replay(
     return status
 
 
-def _replay_checked(
-    path: str,
-    gpus: int | None,
-    as_json: bool,
-    report: str | None,
-    period: float | None,
-    start: float | None,
-    fail_on: FailOn,
-    prices: Prices | None = DEFAULT_PRICES,
-    columns: list[str] | None = None,
-    workload: str = "",
-    source: Callable[..., ReplayResult] | None = None,
-    origin: Callable[[], float | None] | None = None,
-) -> int:
+def _say_how_it_was_read(path: str, result: ReplayResult) -> bool:
+    """On stderr, what reading the trace met (a cut file, unknown columns, clipped values, skipped rows,
+    gaps); False, after one line saying why, when nothing could be read."""
     from dataclasses import replace as replaced
-    from functools import partial
 
-    from exporter.offline.replay import event_json, gap_text, human, replay, summary
-    from exporter.offline.replay import origin as trace_origin
-    from exporter.offline.report import ReportData, write_report
-    from exporter.offline.traces import MAX_GPUS, TraceError, TraceReader, clipped_warnings, reading_notes
+    from exporter.offline.replay import gap_text
+    from exporter.offline.traces import clipped_warnings, reading_notes
     from exporter.policy.thresholds import EVAL_INTERVAL, TRACE_GAP_PERIODS
 
-    if gpus is not None and not 1 <= gpus <= MAX_GPUS:
-        raise UsageError(f"--gpus must be 1-{MAX_GPUS}, not {gpus}")
-    out = sys.stdout
-    data = ReportData() if report else None
-    try:
-        if source is None:  # the file's reader: its first sample's time places the events on the clock
-            reader = TraceReader(path, gpus, period=period, start=start, columns=columns)
-            source, origin = partial(replay, path, gpus, reader=reader), lambda: trace_origin(reader.stats)
-        at = origin or (lambda: None)
-        result = source(
-            on_event=(lambda e: print(event_json(e, at()), file=out)) if as_json else None,
-            on_job=(lambda j: print(json.dumps(j), file=out)) if as_json else None,
-            period=period,
-            start=start,
-            prices=prices,
-            columns=columns,
-            workload=workload,
-            **(data.hooks() if data else {}),  # type: ignore[arg-type]
-        )
-    except TraceError as exc:
-        print(f"gpu-bottleneck-exporter: {exc}", file=sys.stderr)
-        return 2
     stats = result.stats
     if stats.rows == 0:  # one line: why nothing could be read, with the first reason a row had
         first = f" ({stats.warnings[0]})" if stats.warnings else ""
@@ -776,7 +740,7 @@ def _replay_checked(
             first = f" (the file is cut short after line {stats.cut_after_line})" + first
         what = "samples" if stats.position == "step" else "rows"
         print(f"gpu-bottleneck-exporter: {path}: no readable {what}{first}", file=sys.stderr)
-        return 2
+        return False
     if stats.cut_after_line is not None:
         print(
             f"gpu-bottleneck-exporter: {path}: the file is cut short (its gzip stream ends early): replayed "
@@ -808,6 +772,54 @@ def _replay_checked(
         )
     for note in reading_notes(stats):
         print(f"gpu-bottleneck-exporter: {path}: {note}", file=sys.stderr)
+    return True
+
+
+def _replay_checked(
+    path: str,
+    gpus: int | None,
+    as_json: bool,
+    report: str | None,
+    period: float | None,
+    start: float | None,
+    fail_on: FailOn,
+    prices: Prices | None = DEFAULT_PRICES,
+    columns: list[str] | None = None,
+    workload: str = "",
+    source: Callable[..., ReplayResult] | None = None,
+    origin: Callable[[], float | None] | None = None,
+) -> int:
+    from functools import partial
+
+    from exporter.offline.replay import event_json, human, replay, summary
+    from exporter.offline.replay import origin as trace_origin
+    from exporter.offline.report import ReportData, write_report
+    from exporter.offline.traces import MAX_GPUS, TraceError, TraceReader
+
+    if gpus is not None and not 1 <= gpus <= MAX_GPUS:
+        raise UsageError(f"--gpus must be 1-{MAX_GPUS}, not {gpus}")
+    out = sys.stdout
+    data = ReportData() if report else None
+    try:
+        if source is None:  # the file's reader: its first sample's time places the events on the clock
+            reader = TraceReader(path, gpus, period=period, start=start, columns=columns)
+            source, origin = partial(replay, path, gpus, reader=reader), lambda: trace_origin(reader.stats)
+        at = origin or (lambda: None)
+        result = source(
+            on_event=(lambda e: print(event_json(e, at()), file=out)) if as_json else None,
+            on_job=(lambda j: print(json.dumps(j), file=out)) if as_json else None,
+            period=period,
+            start=start,
+            prices=prices,
+            columns=columns,
+            workload=workload,
+            **(data.hooks() if data else {}),  # type: ignore[arg-type]
+        )
+    except TraceError as exc:
+        print(f"gpu-bottleneck-exporter: {exc}", file=sys.stderr)
+        return 2
+    if not _say_how_it_was_read(path, result):
+        return 2
     fired = _fired(result, fail_on.kinds)
     if as_json:
         record = summary(result)
