@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -251,8 +252,15 @@ def load_prometheus(
 def _child(command: list[str], children: list[subprocess.Popen[bytes]], **kwargs: object) -> subprocess.Popen:
     """A child in a session of its own: Ctrl-C reaches this script only, which stops the child itself
     (a child reached too would print its own traceback or half a line)."""
-    proc = subprocess.Popen(command, start_new_session=True, **kwargs)  # type: ignore[call-overload]
-    children.append(proc)
+    # Ctrl-C held off while the child starts: a KeyboardInterrupt inside Popen (forked, not yet returned)
+    # would leave a child running that nobody stops (it then wrote its report into the removed directory).
+    # The child inherits the blocked SIGINT; in a session of its own no Ctrl-C reaches it anyway.
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        proc = subprocess.Popen(command, start_new_session=True, **kwargs)  # type: ignore[call-overload]
+        children.append(proc)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
     return proc
 
 
