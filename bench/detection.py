@@ -50,7 +50,7 @@ sys.path.insert(0, str(REPO))
 from exporter.analysis.kinds import KINDS, NAMES  # noqa: E402
 from exporter.analysis.ledger import STATES  # noqa: E402
 from exporter.analysis.points import GpuPoint, HostPoint  # noqa: E402
-from exporter.offline.replay import replay  # noqa: E402
+from exporter.offline.replay import RowSource, replay  # noqa: E402
 from exporter.offline.traces import TraceReader  # noqa: E402
 from exporter.policy.thresholds import board_tdp  # noqa: E402
 
@@ -510,12 +510,12 @@ def load_labels(path: Path) -> tuple[list[Label], dict[str, dict[str, float]], J
     return [Label.from_json(x) for x in raw["labels"]], raw.get("ledger_truth", {}), judged
 
 
-def judge_ours(path: Path) -> tuple[TraceScore, LedgerError | None]:
+def judge_ours(path: Path, reader: RowSource | None = None) -> tuple[TraceScore, LedgerError | None]:
     """Replay one trace through the analysis; score its verdicts and (where the labels have its truth)
-    its ledger."""
+    its ledger. ``reader``: the trace's rows already read (bench/sensitivity.py reads each trace once)."""
     name = trace_name(path)
     labels, truth, judged = load_labels(path)
-    result = replay(path)
+    result = replay(path, reader=reader)
     ours = [Verdict(e.gpu, e.kind, e.fired_at, e.resolved, e.start, e.end) for e in result.episodes]
     score = score_trace(name, labels, ours, alert_for(), result.seconds, judged)
     return score, ledger_error(result.ledger, truth) if truth else None

@@ -16,12 +16,16 @@ the largest change of a ledger's error, and classifies the number:
   flips a page or a false page, or carries a ledger across its 5-point target;
 - dead: a quarter either way changes nothing on any set;
 - unread: no replay of the example sets reads it (a path no example reaches, or a number only the live
-  exporter reads); it is not probed.
+  exporter reads); it is not probed;
+- not judged: read, but nothing judging compares can see it (a bound on what a row may claim, which the
+  hardening tests probe; a price, which the cost tests do); it is not probed.
 
 A threshold a module copies when it is imported (a kind's fire and resolve times) would not see a value
 moved later, so every replay with a moved value runs in a process of its own that moves the value
 before it imports the analysis (``--jobs`` of them at once). Choices (an alert's severity) are not
-probed: judging reads none.
+probed: judging reads none. Reading a trace costs three times what judging it does, so the baseline
+keeps each trace's rows (out/sensitivity-rows/) and a probe judges those, reading the file afresh only
+for a threshold the reading itself read on that trace.
 
 The results go to ``--out`` (bench/sensitivity.json, which docs/thresholds.md's sensitivity column is
 generated from: ``--write-docs`` regenerates it) and a table on stdout. ``--key`` probes the named keys
@@ -35,6 +39,8 @@ import argparse
 import hashlib
 import json
 import multiprocessing
+import pickle
+import shutil
 import subprocess
 import sys
 import time
@@ -57,8 +63,12 @@ QUARTER = 0.25  # the move every threshold gets
 TENTH = 0.10  # the move that, still changing a page, makes a load-bearing threshold fragile
 LEDGER_TARGET_POINTS = 5.0  # bench/detection.py's target: a ledger crossing it flips a result
 SHIFT_RESOLUTION = 0.05  # seconds and points: a difference below it is float noise, not a change
-BASELINE_FORMAT = "3"  # what a stored baseline holds; a new one is replayed when it changes
-CLASSES = ("fragile", "load-bearing", "dead", "unread")
+ROWS_CACHE = REPO / "out" / "sensitivity-rows"  # each trace's rows, as the baseline read them
+BASELINE_FORMAT = "4"  # what a stored baseline holds; a new one is replayed when it changes
+CLASSES = ("fragile", "load-bearing", "dead", "unread", "not judged")
+# read, but outside what judging compares: bounds on what a row may claim (tests/test_*hardening*) and
+# prices (the cost tests); probing them would only call them dead
+NOT_JUDGED = ("replay.bound.", "cost.")
 
 
 # ---- watching and moving values ------------------------------------------------------------------
@@ -113,11 +123,33 @@ class Outcome:
     error: str = ""  # the replay failed (a moved value the analysis refuses)
 
 
-def _outcome(path: Path) -> Outcome:
+@dataclass
+class Rows:
+    """A trace's rows as read once (a RowSource for ``replay``)."""
+
+    stats: object
+    rows: list
+
+    def __iter__(self) -> Iterator:
+        return iter(self.rows)
+
+
+def read_rows(path: Path) -> Rows:
+    from exporter.offline.traces import TraceReader
+
+    reader = TraceReader(path)
+    return Rows(reader.stats, list(reader))
+
+
+def rows_file(path: str, mark: str) -> Path:
+    return ROWS_CACHE / mark[:12] / f"{hashlib.sha256(path.encode()).hexdigest()[:16]}.pickle"
+
+
+def _outcome(path: Path, rows: Rows | None = None) -> Outcome:
     from bench.detection import judge_ours
 
     try:
-        score, ledger = judge_ours(path)
+        score, ledger = judge_ours(path, rows)
     except Exception as exc:  # noqa: BLE001  a moved value may be refused: that is a result too
         return Outcome(error=f"{type(exc).__name__}: {exc}")
     out = Outcome(ledger=round(ledger.points, 2) if ledger else None)
@@ -139,8 +171,9 @@ def _outcome(path: Path) -> Outcome:
 # ---- the workers (each in a process of its own) --------------------------------------------------
 
 
-def _baseline(paths: list[str]) -> tuple[list[str], dict[str, dict]]:
-    """Judge ``paths`` unmoved, noting the keys each one reads (and those read at import)."""
+def _baseline(paths: list[str], mark: str = "") -> tuple[list[str], dict[str, dict]]:
+    """Judge ``paths`` unmoved, noting the keys each one's reading and judging read (and those read at
+    import); with ``mark``, keep each trace's rows under it for the probes."""
     _watch()
     import bench.detection  # noqa: F401  imported while watched: its copies count as read
 
@@ -148,17 +181,38 @@ def _baseline(paths: list[str]) -> tuple[list[str], dict[str, dict]]:
     found = {}
     for path in paths:
         _READS.clear()
+        rows = read_rows(Path(path))
+        parse_reads = sorted(_READS)
+        if mark:  # kept before judging: nothing the analysis does to a row reaches a probe
+            rows_file(path, mark).parent.mkdir(parents=True, exist_ok=True)
+            rows_file(path, mark).write_bytes(pickle.dumps(rows, pickle.HIGHEST_PROTOCOL))
+        _READS.clear()
         started = time.monotonic()
-        outcome = _outcome(Path(path))
+        outcome = _outcome(Path(path), rows)
         seconds = round(time.monotonic() - started, 2)
-        found[path] = {"outcome": asdict(outcome), "reads": sorted(_READS), "seconds": seconds}
+        found[path] = {
+            "outcome": asdict(outcome),
+            "reads": sorted(_READS | set(parse_reads)),
+            "parse_reads": parse_reads,
+            "seconds": seconds,
+        }
     return imported, found
 
 
-def _probe(key: str, value: float, paths: list[str]) -> dict[str, dict]:
-    """Judge ``paths`` with ``key`` moved to ``value``, moved before the analysis is imported."""
+def _probe(
+    key: str, value: float, paths: list[str], mark: str = "", fresh: Iterable[str] = ()
+) -> dict[str, dict]:
+    """Judge ``paths`` with ``key`` moved to ``value``, moved before the analysis is imported: from the
+    rows the baseline kept under ``mark``, or from the file for a path in ``fresh`` (its reading read
+    ``key``) or without ``mark``."""
+    fresh = set(fresh)
     with moved({key: value}):
-        return {path: asdict(_outcome(Path(path))) for path in paths}
+        found = {}
+        for path in paths:
+            kept = rows_file(path, mark) if mark and path not in fresh else None
+            rows = pickle.loads(kept.read_bytes()) if kept is not None and kept.exists() else None
+            found[path] = asdict(_outcome(Path(path), rows))
+        return found
 
 
 def _pool(jobs: int) -> ProcessPoolExecutor:
@@ -196,8 +250,9 @@ def baseline(paths: list[Path], jobs: int) -> dict:
             return cached
     found: dict[str, dict] = {}
     imported: set[str] = set()
+    shutil.rmtree(ROWS_CACHE, ignore_errors=True)  # rows kept for an older baseline
     with _pool(jobs) as pool:  # a process per trace: a value one trace cached is read afresh by the next
-        for reads, part in pool.map(_baseline, [[str(p)] for p in paths]):
+        for reads, part in pool.map(_baseline, [[str(p)] for p in paths], [mark] * len(paths)):
             imported.update(reads)
             found.update(part)
     cached = {"fingerprint": mark, "imported": sorted(imported), "traces": found}
@@ -214,6 +269,15 @@ def readers(base: dict) -> dict[str, list[str]]:
         for key in seen["reads"]:
             out.setdefault(key, set()).add(path)
     return {key: sorted(paths) for key, paths in out.items()}
+
+
+def fresh_for(base: dict, key: str) -> list[str]:
+    """The traces whose reading read ``key``: a probe of it reads them afresh."""
+    return sorted(p for p, seen in base["traces"].items() if key in seen.get("parse_reads", ()))
+
+
+def not_judged(key: str) -> bool:
+    return key.startswith(NOT_JUDGED)
 
 
 # ---- moves and their effect ----------------------------------------------------------------------
@@ -324,7 +388,8 @@ def classify(quarter: list[Effect], tenth: list[Effect]) -> str:
 
 
 def _run(pool: ProcessPoolExecutor, base: dict, work: list[tuple[str, float, list[str]]]) -> list[Effect]:
-    futures = [pool.submit(_probe, key, value, paths) for key, value, paths in work]
+    mark = base["fingerprint"]
+    futures = [pool.submit(_probe, key, v, paths, mark, fresh_for(base, key)) for key, v, paths in work]
     return [effect(value, base, f.result()) for (_, value, _), f in zip(work, futures, strict=True)]
 
 
@@ -393,6 +458,9 @@ def render(results: dict[str, dict], unread: list[str]) -> str:
         f"{'false+':>6s} {'false-':>6s} {'onset':>7s} {'to-page':>7s} {'ledger':>7s} {'err':>4s}"
     ]
     for key, entry in results.items():
+        if "quarter" not in entry:  # not probed: unread or not judged
+            lines.append(f"  {key:48s} {entry['value']:>10g} {entry['class']:>12s}  (not probed)")
+            continue
         moves_ = [("1/4", e) for e in entry["quarter"]] + [("1/10", e) for e in entry["tenth"]]
         if not moves_:
             lines.append(f"  {key:48s} {entry['value']:>10g} {entry['class']:>12s}  (no move: zero)")
@@ -461,7 +529,12 @@ def main(argv: list[str]) -> int:
     results = {
         k: {"value": vars(table()[k])["value"], "unit": table()[k].unit, "class": "unread"} for k in missing
     }
-    probed = [k for k in keys if k in read_by]
+    results |= {
+        k: {"value": vars(table()[k])["value"], "unit": table()[k].unit, "class": "not judged"}
+        for k in keys
+        if k in read_by and not_judged(k)
+    }
+    probed = [k for k in keys if k in read_by and not not_judged(k)]
     print(f"{len(probed)} thresholds to probe: about {estimate(probed, base, args.jobs):.0f} s of replays")
     started = time.monotonic()
     results |= sweep(probed, base, args.jobs)

@@ -90,3 +90,31 @@ def test_a_moved_value_reaches_the_analysis_on_a_small_trace():
     moved_effect = effect(value * 4, base, later)
     assert moved_effect.changes and moved_effect.onset_shift_s > 0
     assert moved_effect.changed == ["w03_h100_serving_queued_cpu"]
+
+
+def test_a_probe_from_the_kept_rows_judges_as_one_from_the_file():
+    """The baseline keeps each trace's rows; a probe judging them finds what reading the file finds, and a
+    threshold the reading itself read is probed from the file."""
+    import shutil
+    import uuid
+
+    from bench.sensitivity import ROWS_CACHE, fresh_for, not_judged, rows_file
+
+    key, value, trace = STARVATION_FIRE.key, STARVATION_FIRE.value, str(SMALL)
+    mark = f"test{uuid.uuid4().hex}"
+    try:
+        with _pool(2) as pool:
+            _, found = pool.submit(_baseline, [trace], mark).result()
+            assert rows_file(trace, mark).exists()
+            kept = pool.submit(_probe, key, value * 4, [trace], mark).result()
+            read = pool.submit(_probe, key, value * 4, [trace]).result()
+    finally:
+        shutil.rmtree(ROWS_CACHE / mark[:12], ignore_errors=True)
+    assert kept == read and kept[trace]["paged"]
+    assert kept[trace]["onset"] != found[trace]["outcome"]["onset"]  # the moved value reached it
+    # the reading reads the gap length: a probe of it reads the file again
+    assert "replay.gap_periods" in found[trace]["parse_reads"]
+    assert fresh_for({"traces": found}, "replay.gap_periods") == [trace]
+    assert fresh_for({"traces": found}, key) == []
+    assert not_judged("replay.bound.power_max_watts") and not_judged("cost.price.h100_sxm")
+    assert not not_judged(key)

@@ -21,7 +21,7 @@ from exporter.policy.thresholds import (
 
 # what moving each number does to the detection results (bench/sensitivity.py writes it)
 SENSITIVITY = Path(__file__).resolve().parents[2] / "bench" / "sensitivity.json"
-CLASSES = ("load-bearing", "fragile", "dead", "unread")
+CLASSES = ("load-bearing", "fragile", "dead", "unread", "not judged")
 
 UNITS = {
     "ratio": "",
@@ -77,8 +77,10 @@ def render() -> str:
         "example traces (`bench/sensitivity.py`, its results in `bench/sensitivity.json`): **load-bearing**,",
         "a quarter either way changes a result (a page, a false page, an onset or time to page, a ledger",
         "error); **fragile**, a tenth either way already flips a page or a false page; **dead**, a quarter",
-        "either way changes nothing; **unread**, no replay of the examples reads it; *not measured*, not",
-        "probed (a number only the live exporter or the generators read, or one not measured yet).",
+        "either way changes nothing; **unread**, no replay of the examples reads it; **not judged**, read,",
+        "but outside what the detection results compare (a bound on what a trace's row may claim, which the",
+        "hardening tests probe; a price, which the cost tests do); *not measured*, not probed (a number only",
+        "the live exporter or the generators read, or one not measured yet).",
         "",
     ]
     classes = sensitivity()
