@@ -235,9 +235,14 @@ class Judged:
 
     fp_window: tuple[float, float] | None = None
     ignore_kinds: tuple[str, ...] = ()
+    # stretches where the named kinds may fire or not on a GPU (neither missed nor false): a verdict of
+    # such a kind whose loss began inside one is not false
+    allowed: tuple[Label, ...] = ()
 
     def counts(self, v: Verdict, trace_end: float) -> bool:
         if v.kind in self.ignore_kinds:
+            return False
+        if any(matches(v, a) and a.start <= v.began <= a.end for a in self.allowed):
             return False
         if self.fp_window is None:
             return True
@@ -505,7 +510,9 @@ def load_labels(path: Path) -> tuple[list[Label], dict[str, dict[str, float]], J
     raw = json.loads((path.parent / f"{trace_name(path)}.labels.json").read_text())
     window = raw.get("fp_window")
     judged = Judged(
-        (float(window[0]), float(window[1])) if window else None, tuple(raw.get("ignore_kinds") or ())
+        (float(window[0]), float(window[1])) if window else None,
+        tuple(raw.get("ignore_kinds") or ()),
+        tuple(Label.from_json(x) for x in raw.get("allowed") or ()),
     )
     return [Label.from_json(x) for x in raw["labels"]], raw.get("ledger_truth", {}), judged
 

@@ -209,3 +209,29 @@ def test_real_trace_labels_take_kinds_alone_a_false_window_and_ignored_kinds(tmp
     score = score_trace("r", labels, verdicts, FOR, 700.0, judged)
     assert score.episodes[0].paged
     assert [(f.verdict.gpu, f.verdict.kind, f.paged) for f in score.false] == [("2", "comm_hang", True)]
+
+
+def test_a_verdict_whose_loss_began_in_an_allowed_stretch_is_not_false(tmp_path):
+    """``allowed``: stretches where the named kinds may fire or not. A verdict of such a kind on that GPU
+    whose loss began inside one is neither missed nor false, even if it resolved a little after (a
+    verdict resolves after its loss ends); one of another kind, GPU or onset still counts."""
+    raw = {
+        "labels": [],
+        "allowed": [{"gpu": "0", "kinds": ["data_starvation"], "start": 0, "end": 332}],
+    }
+    (tmp_path / "r.csv").write_text("timestamp, utilization.gpu [%]\n")
+    (tmp_path / "r.labels.json").write_text(json.dumps(raw))
+    labels, _, judged = load_labels(tmp_path / "r.csv")
+    assert judged.allowed == (Label("0", "data_starvation", 0.0, 332.0, ("data_starvation",)),)
+    verdicts = [
+        Verdict("0", "data_starvation", 88.0, 424.0, onset=46.0, stop=335.0),  # allowed
+        Verdict("1", "data_starvation", 88.0, 424.0, onset=46.0, stop=335.0),  # another GPU
+        Verdict("0", "comm_bound", 88.0, 424.0, onset=46.0, stop=335.0),  # another kind
+        Verdict("0", "data_starvation", 400.0, 600.0, onset=340.0, stop=560.0),  # began after it
+    ]
+    score = score_trace("r", labels, verdicts, FOR, 700.0, judged)
+    assert [(f.verdict.gpu, f.verdict.kind, f.verdict.began) for f in score.false] == [
+        ("1", "data_starvation", 46.0),
+        ("0", "comm_bound", 46.0),
+        ("0", "data_starvation", 340.0),
+    ]
