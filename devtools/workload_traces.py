@@ -320,7 +320,7 @@ def specs() -> list[Spec]:
             1800,
             1.0,
             lambda r: pipeline(r, A100, 4, 1.0),
-            tuple({"gpu": str(g), "kind": "pipeline_bubble", "start": 0.0, "end": 1800.0} for g in range(4)),
+            (),  # the turns are the parallelism chosen: the pipeline class, no verdict
         ),
         Spec(
             "w07_a100x4_pipeline_100ms",
@@ -330,7 +330,7 @@ def specs() -> list[Spec]:
             900,
             0.1,
             lambda r: pipeline(r, A100, 4, 0.1),
-            tuple({"gpu": str(g), "kind": "pipeline_bubble", "start": 0.0, "end": 900.0} for g in range(4)),
+            (),
         ),
         Spec(
             "w08_l4_notebook",

@@ -32,11 +32,22 @@ def test_a_server_with_requests_queued_is_starved():
     assert {e.kind for e in result.episodes} == {"data_starvation"}
 
 
+def _classed(result, gpu: str, workload: str) -> float:
+    """The share of ``gpu``'s judged time its class was ``workload``."""
+    seen = result.classes[gpu]
+    return sum(s for (c, _), s in seen.items() if c == workload) / sum(seen.values())
+
+
 def test_a_pipeline_is_named_and_never_starved():
+    """The stages' turns are the parallelism the job chose: its class says so, the turns are booked idle,
+    and no verdict stands on them."""
     for name in ("w06_a100x4_pipeline_1s", "w07_a100x4_pipeline_100ms"):
         result = replay(FOLDER / f"{name}.csv.gz")
-        assert {e.kind for e in result.episodes} == {"pipeline_bubble"}, name
-        assert {e.gpu for e in result.episodes} == {"0", "1", "2", "3"}
+        assert not result.episodes, name
+        for gpu in ("0", "1", "2", "3"):
+            assert _classed(result, gpu, "pipeline") > 0.9, (name, gpu)
+            ledger = result.ledger[gpu]
+            assert ledger["input_wait"] < 0.05 * sum(ledger.values()) < ledger["idle"], (name, gpu)
 
 
 def test_a_notebook_is_known_by_its_irregular_stretches_and_the_flag_says_it_from_the_start():
@@ -95,8 +106,8 @@ def test_a_layer_split_is_never_called_starved_in_its_first_turns():
     result = replay(
         REPO / "examples" / "traces" / "real_inference" / "s12_a100x3_mixtral8x7b_layer_split_pipeline.csv.gz"
     )
-    assert {e.kind for e in result.episodes} == {"pipeline_bubble"}
-    assert {e.gpu for e in result.episodes} == {"0", "1", "2"}
+    assert not result.episodes
+    assert all(_classed(result, gpu, "pipeline") > 0.5 for gpu in ("0", "1", "2"))
 
 
 def test_an_operators_power_cap_is_a_power_verdict_without_reasons_default_or_name():

@@ -631,12 +631,5 @@ def detect_idle(c: Context) -> Evidence:
     return Evidence(ev.score, IDLE_CAUSES.get(c.workload, ""), ev.missing, lasting_s=c.idle_s or 0.0)
 
 
-def detect_pipeline(c: Context) -> Evidence:
-    """Stages of a layer-split model waiting for their turn: the job's class says it (its turns)."""
-    if c.f.util_mean is None:
-        return Evidence(missing="needs utilization.gpu")
-    return Evidence(score=FIRM if c.workload == "pipeline" else 0.0)
-
-
 def detect_nvlink(c: Context) -> Evidence:
     return nvlink_degraded(c.f)

@@ -31,8 +31,6 @@ from exporter.policy.thresholds import (
     NVLINK_FIRE,
     NVLINK_RESOLVE,
     PCIE_BUSY,
-    PIPELINE_FIRE,
-    PIPELINE_RESOLVE,
     POWER_CAP_BELOW_DEFAULT,
     POWER_CAP_CLOCK_CUT,
     POWER_FIRE,
@@ -178,13 +176,6 @@ def _timing(fire: Threshold, resolve: Threshold) -> Timing:
 
 def _minutes(*seconds: Threshold) -> str:
     return f"{sum(t.value for t in seconds) / MINUTE_S:g}"
-
-
-def _off_kernel(s: Shares) -> float:
-    """Memory held and no kernel, whatever the ledger made of it: an idle stretch's first minutes are
-    booked as waits (input or checkpoint) until it outlasts the idle horizon, a pipeline stage's turns as
-    waits until its class is known."""
-    return s.get("input_wait") + s.get("checkpoint") + s.get("idle")
 
 
 def _thermal(s: Shares) -> float:
@@ -447,31 +438,6 @@ _ALL = (
         "peer is not blamed.",
         # P2P failing only toward peers that lost their own links or fabric is their fault
         peer_fault=PeerFault("p2p", ("links_down", "fabric"), _p2p_failed),
-    ),
-    Kind(
-        "pipeline_bubble",
-        d.detect_pipeline,
-        _timing(PIPELINE_FIRE, PIPELINE_RESOLVE),
-        "GpuPipelineBubble",
-        "idle",
-        (),
-        "a stage of a layer-split model waiting for its turn: the GPUs of the job take turns",
-        "pipeline turns",
-        "light-blue",
-        1,
-        Inputs("utilization of every GPU of the job", "`gpu_utilization_ratio`"),
-        "**`pipeline_bubble`** (information, never a page to act on at night): the GPUs of one job take "
-        "turns, one busy while the others wait, their utilizations summing to about one GPU's: a model "
-        'split layer-wise (`device_map="auto"`, naive pipeline parallelism). Their waiting is booked '
-        "`idle` in the ledger, and neither `data_starvation` nor `comm_bound` is called on them. More "
-        "micro-batches in flight, fewer stages or tensor parallelism win the time back.",
-        AlertText(
-            "GPUs of a layer-split model take turns.",
-            " waits for its turn most of the time: the job's GPUs compute one at a time (pipeline or "
-            "layer-split model parallelism), together worth about one GPU.",
-        ),
-        score="1 while the job's GPUs take turns",
-        loss=_off_kernel,
     ),
 )
 

@@ -22,11 +22,6 @@ LIMITS: dict[str, tuple[float, str]] = {
         "needs samples under {fine:g} s: at a {step:g} s step, ranks waiting in NCCL for a starved peer read "
         "as slow collectives (the second-by-second alignment that tells them apart is gone)",
     ),
-    "pipeline_bubble": (
-        FINE_STEP_S,
-        "needs samples under {fine:g} s: a pipeline's stages take turns within seconds, and a {step:g} s "
-        "step cannot tell turns from stages that merely run at once",
-    ),
 }
 
 

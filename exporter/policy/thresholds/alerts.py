@@ -96,14 +96,6 @@ _alert(
     "yet.",
 )
 _alert(
-    "GpuPipelineBubble",
-    600.0,
-    "info",
-    "Stages of a layer-split model waiting for their turn is the parallelism chosen, not a failure: "
-    "information for whoever sizes the job (more micro-batches, fewer stages, or tensor parallelism), "
-    "after ten minutes so a short run never raises it.",
-)
-_alert(
     "GpuShmNearlyFull",
     60.0,
     "warning",

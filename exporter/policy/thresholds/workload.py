@@ -204,16 +204,3 @@ PIPELINE_HOLD = _t(
     "splits: the sum steady within seconds of the first inference), and a warm-up or one slow batch lasts "
     "seconds; two minutes let the turns page starvation before the class was known.",
 )
-PIPELINE_FIRE = _t(
-    "pipeline.fire_after_seconds",
-    60.0,
-    "seconds",
-    "A minute of stages taking turns on top of the two minutes that decided the class fires the "
-    "informational verdict.",
-)
-PIPELINE_RESOLVE = _t(
-    "pipeline.resolve_after_seconds",
-    60.0,
-    "seconds",
-    "A minute without turns resolves it.",
-)
