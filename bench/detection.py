@@ -56,7 +56,14 @@ from exporter.policy.thresholds import board_tdp  # noqa: E402
 
 TRACES = REPO / "examples" / "traces"
 # synthetic training, real training (two sets), synthetic and real work that is not training
-DEFAULT_DIRS = [TRACES, TRACES / "real", TRACES / "real2", TRACES / "workloads", TRACES / "real_inference"]
+DEFAULT_DIRS = [
+    TRACES,
+    TRACES / "real",
+    TRACES / "real2",
+    TRACES / "real3",
+    TRACES / "workloads",
+    TRACES / "real_inference",
+]
 HELD_TARGET = 0.90  # share of a labelled episode covered by its verdicts
 LEDGER_TARGET_POINTS = 5.0  # worst |share - truth| of any GPU and state, in percentage points
 LIST_LIMIT = 12

@@ -46,6 +46,7 @@ from exporter.policy.thresholds import (
     STARVATION_HEAVY,
     STARVATION_IDLE_FRACTION,
     STARVATION_PAUSE,
+    STARVATION_PEER_PACE,
     STARVATION_SUSTAINED,
     STARVATION_SWING_MEAN,
     STARVATION_SWING_SPREAD,
@@ -125,6 +126,7 @@ class Context:
     server_memory: bool | None = None
     ceiling_guessed: bool = False  # its power ceiling is a multiple of its idle floor, not a measure
     turns: bool = False  # its job's GPUs take turns like a pipeline's stages, not yet long enough to decide
+    loop: bool = False  # its stretches without work begin at whole multiples of one period (a loop's)
 
 
 def covered(
@@ -467,7 +469,7 @@ def _starvation_signals(c: Context) -> tuple[str, ...]:
         signals.append("peers")
     if c.server_memory is False:
         signals.append("memory")
-    if _loop_rhythm(c.f):
+    if _loop_rhythm(c.f) or c.loop:
         signals.append("rhythm")
     return tuple(signals)
 
@@ -484,7 +486,7 @@ def _unsure_starvation(c: Context) -> str:
             f"utilization dips while power stays at {ratio:.0%} of what it draws busy: a lighter phase of "
             "work, not a wait; --workload training (or the pod's log) would page it as starvation"
         )
-    if c.peers > 0 or c.server_memory is False or _loop_rhythm(f):
+    if c.peers > 0 or c.server_memory is False or _loop_rhythm(f) or c.loop:
         return ""
     seen = (
         f"its cycles vary by {f.cycle_cv:.0%}"
@@ -500,6 +502,27 @@ def _unsure_starvation(c: Context) -> str:
         f"waits with no kernel without a loop's rhythm ({seen}), alone, with {memory}: a starved loop or a "
         "server between requests; --workload training|serving (or memory.total) would decide"
     )
+
+
+def paced_by_peer(c: Context, peers: dict[str, Context]) -> str:
+    """What a GPU of a job waits for when a peer computes at a pace well above its own without waiting in
+    a collective (a later stage of a split model): its idle time is that peer's pace, not a wait for
+    input ("": no peer paces it)."""
+    own = c.f.util_mean
+    if own is None:
+        return ""
+    for gpu, p in sorted(peers.items()):
+        util = p.f.util_mean
+        if util is None or util >= PINNED or waiting_in_collective(p.f, p.recent):
+            continue
+        if util >= STARVATION_PEER_PACE.value * own and util - own >= STARVATION_IDLE_FRACTION.value:
+            times = f" ({util / own:.1f}x its {own:.0%})" if own > 0 else ""
+            return (
+                f"waits for GPU {gpu} of its job, which computes at {util:.0%}{times} without waiting in a "
+                "collective: a later stage of a model split over the GPUs, paced by its peer rather than "
+                "starved of input"
+            )
+    return ""
 
 
 def starved_among_peers(c: Context, peers_util: float, behind: int) -> Evidence:

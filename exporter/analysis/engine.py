@@ -44,6 +44,7 @@ from exporter.policy.thresholds import (
     LEDGER_BUSY_UTIL,
     LEDGER_STALE,
     SCORE_ENTER,
+    SCORE_EXIT,
     SERVING_RESERVED,
     STARVATION_IDLE_FRACTION,
     UTIL_IDLE_LINE,
@@ -457,6 +458,7 @@ class Analyzer:
                 _server_memory(f, state.board_bytes),  # server_memory
                 envelope.ceiling_from.endswith("idle floor"),  # ceiling_guessed
                 state.turns,  # turns
+                state.interactive.periodic(),  # loop
             )
             contexts[gpu] = ctx
             own = evidence[gpu] = {}
@@ -480,6 +482,7 @@ class Analyzer:
                 else:
                     had_inputs.add(kind)
                     self.missing.pop(kind, None)
+        self._paced_by_peers(chosen, contexts, evidence)
         if self.step > EVAL_INTERVAL.value:
             self._starved_among_peers(now, chosen, contexts, evidence)
         verdicts, events = self._decide(now, chosen, evidence)
@@ -542,6 +545,30 @@ class Analyzer:
         if end is None or (track.since is not None and end < track.since):
             end = now if clearing is None else clearing
         return min(now, max(end, track.since if track.since is not None else end))
+
+    def _paced_by_peers(
+        self, chosen: list[str], contexts: dict[str, d.Context], evidence: dict[str, dict[str, d.Evidence]]
+    ) -> None:
+        """A GPU held by a job whose peer computes at a pace well above its own, not waiting in a
+        collective, waits for that peer (``detectors.paced_by_peer``): its starvation evidence is held
+        under the exit score, and replay says what it waits for."""
+        groups: dict[str, list[str]] = {}
+        for gpu in chosen:
+            state = self._gpus[gpu]
+            if state.scope == "" and state.held and gpu in contexts:
+                groups.setdefault(state.group, []).append(gpu)
+        for members in groups.values():
+            if len(members) < 2:
+                continue
+            for gpu in members:
+                for kind in HOLDS_PEERS_BACK:
+                    ev = evidence[gpu][kind]
+                    if ev.score < SCORE_EXIT.value:
+                        continue
+                    paced = d.paced_by_peer(contexts[gpu], {g: contexts[g] for g in members if g != gpu})
+                    if paced:
+                        evidence[gpu][kind] = replace(ev, score=min(ev.score, d.FADED), unsure=paced)
+                        self.unsure[(gpu, kind)] = paced
 
     def _starved_among_peers(
         self,

@@ -32,6 +32,10 @@ from exporter.policy.thresholds import (
     INTERACTIVE_STRETCHES,
     INTERACTIVE_WINDOW,
     LIFTED_DRAW,
+    LOOP_ALIASED_CYCLES,
+    LOOP_MULTIPLE_SHARE,
+    LOOP_MULTIPLE_TOLERANCE,
+    LOOP_PERIOD_SHARE,
     PIPELINE_HOLD,
     PIPELINE_MIN_STAGES,
     PIPELINE_STAGE_MAX,
@@ -149,6 +153,7 @@ class InteractiveShape:
     stretches: deque[tuple[float, float]] = field(default_factory=deque)  # (start, seconds), ended
     loop: bool = False  # its stretches came alike: a job's loop, until it is no longer held alone
     lifted: bool = False  # its work has drawn a good part of the board's power since it was held alone
+    rhythm: bool = False  # its stretches began at whole multiples of one period: a loop, while held alone
 
     def see(
         self,
@@ -166,7 +171,7 @@ class InteractiveShape:
         a job that never lifts it (a loop starved by its host) keeps its low duty as work."""
         if not alone:
             self.worked, self.start, self.run_s, self.loop = False, None, 0.0, False
-            self.lifted = False
+            self.lifted = self.rhythm = False
             self.stretches.clear()
             return
         if drawn is not None and drawn >= LIFTED_DRAW.value:
@@ -197,7 +202,20 @@ class InteractiveShape:
         if len(last) < INTERACTIVE_STRETCHES.value:
             return None
         cycles = [b[0] - a[0] for a, b in itertools.pairwise(last)]
-        return max(_cv([s for _, s in last]), _cv(cycles)) >= INTERACTIVE_IRREGULAR.value
+        if max(_cv([s for _, s in last]), _cv(cycles)) < INTERACTIVE_IRREGULAR.value:
+            return False
+        return not self.periodic()
+
+    def periodic(self) -> bool:
+        """Its stretches of the window began at whole multiples of one period, over enough cycles to
+        tell (a loop's steps, some of their bursts between the samples): a loop's evidence, unlike three
+        alike cycles, which arrivals give by chance. A job does not turn from a loop into a server: once
+        seen, it holds while the job holds the GPU alone (a loop's later stretches may vary, a save or an
+        evaluation among them)."""
+        if not self.rhythm:
+            starts = [start for start, _ in self.stretches]
+            self.rhythm = whole_multiples([b - a for a, b in itertools.pairwise(starts)])
+        return self.rhythm
 
     def workload(self, now: float) -> Workload | None:
         if self.loop or self._share(now) < INTERACTIVE_IDLE_SHARE.value:
@@ -221,6 +239,28 @@ class InteractiveShape:
         if self.loop or self._share(now) < INTERACTIVE_IDLE_SHARE.value:
             return False
         return self._irregular() is None
+
+
+def whole_multiples(cycles: list[float]) -> bool:
+    """Do ``cycles`` come as whole multiples of one period: a loop some of whose steps fell between the
+    samples (too few cycles to tell: no)?"""
+    n = len(cycles)
+    if n < LOOP_ALIASED_CYCLES.value:
+        return False
+    ordered, width = sorted(cycles), LOOP_MULTIPLE_TOLERANCE.value
+    # the period: the cycle of the shorter half that most cycles lie near (the steps a sample caught)
+    most, base = 0, 0.0
+    for c in ordered[: n // 2 + 1]:
+        if c > 0:
+            near = bisect.bisect_right(ordered, c * (1 + width)) - bisect.bisect_left(
+                ordered, c * (1 - width)
+            )
+            if near > most:
+                most, base = near, c
+    if most < LOOP_PERIOD_SHARE.value * n:
+        return False
+    multiples = sum(abs(c - max(1, round(c / base)) * base) <= width * base for c in cycles)
+    return multiples >= LOOP_MULTIPLE_SHARE.value * n
 
 
 def _cv(values: list[float]) -> float:

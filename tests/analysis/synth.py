@@ -121,9 +121,15 @@ def run(
     events: list[VerdictEvent] = []
     states: dict = {}
     steps = round(seconds / dt)
-    per_second = round(1 / dt)
+    per_second = max(1, round(1 / dt))  # samples further apart than a second: evaluated between them too
+    clock = start
     for k in range(1, steps + 1):
         t = start + k * dt
+        while clock + 1 < t - 1e-9:  # the clock's seconds between two samples
+            clock += 1
+            states, new = analyzer.evaluate(clock)
+            events += new
+        clock = t
         for gpu, shape in shapes.items():
             analyzer.add_gpu_points(gpu, [replace(shape(t), t=t)])
         if k % per_second == 0:

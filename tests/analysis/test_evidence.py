@@ -9,7 +9,7 @@ import random
 from exporter.analysis.engine import Analyzer
 from exporter.analysis.points import GpuPoint
 from exporter.analysis.workload import Workload
-from tests.analysis.synth import GIB, Shape, alternating, run
+from tests.analysis.synth import GIB, Shape, alternating, run, steady
 
 BUSY = GpuPoint(t=0.0, util=0.95)  # a log with utilization alone
 IDLE = GpuPoint(t=0.0, util=0.0)
@@ -144,3 +144,55 @@ def test_a_layer_split_is_a_pipeline_from_its_first_turns_and_never_pages_starva
         if decided_at is None and analyzer.workload("0").kind == "pipeline":
             decided_at = second
     assert decided_at is not None and decided_at <= 60
+
+
+def _slow_loop(period_s: float, seed: int = 5) -> Shape:
+    """A loop whose steps take ``period_s``: a 1 s burst of compute each, then a wait for its input. The
+    burst starts anywhere in the first 2 s of the step, so a log sampled every 2 s catches about half of
+    them (utilization is the share of a sample's window a kernel ran)."""
+    rng = random.Random(seed)
+    starts = [k * period_s + rng.uniform(0.0, 2.0) for k in range(400)]
+
+    def shape(t: float) -> GpuPoint:
+        k = int(t // period_s)
+        start = starts[k] if k < len(starts) else -1.0
+        return BUSY if start <= t < start + 1.0 else IDLE
+
+    return shape
+
+
+def test_a_slow_loop_whose_bursts_fall_between_the_samples_pages_on_its_period():
+    """Cycles of 20, 40 and 60 s between the bursts seen: whole multiples of one step, a loop's."""
+    result = run({"0": _slow_loop(20.0)}, 1500, dt=2.0, host=None)
+    assert _starvation(result)
+    assert ("0", "data_starvation") not in result.analyzer.unsure
+
+
+def test_a_server_whose_requests_come_tens_of_seconds_apart_is_not_paged_from_utilization_alone():
+    result = run({"0": arrivals(0.05, 1.0, seed=11)}, 1500, dt=2.0, host=None)
+    assert not _starvation(result)
+
+
+def test_whole_multiples_of_one_period_and_arrivals():
+    from exporter.analysis.workload import whole_multiples
+
+    assert whole_multiples([20, 40, 20, 21, 60, 19, 20, 40, 22, 20, 18, 41, 39, 20, 61, 21])
+    assert not whole_multiples([20, 40, 20, 21, 60, 19, 20, 40, 22, 20, 18])  # too few cycles to tell
+    rng = random.Random(3)
+    poisson = [[rng.expovariate(1 / 20) for _ in range(40)] for _ in range(50)]
+    assert sum(whole_multiples(gaps) for gaps in poisson) == 0
+
+
+def test_a_gpu_paced_by_its_busier_peer_is_a_later_stage_not_starved():
+    """Two GPUs of a model split: GPU 0 computes at 46 %, GPU 1 at 20 %, neither waiting in a collective.
+    GPU 1 waits for GPU 0, not for input: no starvation page on it, and the analyzer says so. A rank
+    under peers pinned in their collective is the starved one, as before."""
+
+    def share(level: float) -> Shape:
+        return lambda t: GpuPoint(t=t, util=level + 0.03 * ((t * 7) % 1))
+
+    split = run({"0": share(0.46), "1": share(0.2)}, 400, dt=0.5, host=None)
+    assert "1" not in {e.gpu for e in _starvation(split)}
+    assert "waits for GPU 0" in split.analyzer.unsure[("1", "data_starvation")]
+    ranks = run({"0": steady(GpuPoint(t=0.0, util=0.99)), "1": share(0.2)}, 400, dt=0.5, host=None)
+    assert "1" in {e.gpu for e in _starvation(ranks)}

@@ -223,6 +223,18 @@ STARVATION_SWING_SPREAD = _t(
     "ratio",
     "p95 - p05 of utilization above 0.2 is a swing; a healthy job at 85-90 % stays within a few points.",
 )
+STARVATION_PEER_PACE = _t(
+    "starvation.peer_pace_ratio",
+    1.5,
+    "ratio",
+    "A data-parallel job's ranks compute the same steps, so their utilizations agree within a few tens of "
+    "percent (real FSDP ranks starved together: 11-16 %), and a rank starved of input reads *under* peers "
+    "pinned in their collective. A GPU whose peer computes at one and a half times its utilization or "
+    "more, and 15 points more (the starvation share), while that peer is itself neither pinned nor "
+    "waiting in a collective, waits for that peer: a later stage of a model split over the GPUs (a real "
+    "two-A100 split with CPU offload: 46 % against 17-28 %), or a rank waiting for a straggler over a "
+    "host backend. Its idle time is its peer's pace, not its own input: no starvation page stands on it.",
+)
 STARVATION_PAUSE = _t(
     "starvation.pause_seconds",
     10.0,

@@ -169,6 +169,41 @@ INTERACTIVE_WINDOW = _t(
     "The stretches counted are those of the last quarter hour: a person's cells and the thinking between "
     "them come every one to five minutes.",
 )
+LOOP_ALIASED_CYCLES = _t(
+    "workload.loop_aliased_cycles",
+    16,
+    "count",
+    "Stretches that vary are a loop's all the same when the cycles between them come as whole multiples "
+    "of one period: a step's burst shorter than the sampling period shows only in the samples that "
+    "overlap it (utilization is the share of a sample's window a kernel ran), so a 20 s loop sampled "
+    "every 2 s misses some bursts and reads cycles of 20, 40 and 60 s. Judged over sixteen cycles or "
+    "more (a loop of up to a minute a step shows them in the quarter hour of stretches kept): arrivals "
+    "(Poisson gaps) then pass the two tests below together about once in a thousand windows...",
+)
+LOOP_MULTIPLE_TOLERANCE = _t(
+    "workload.loop_multiple_tolerance",
+    0.2,
+    "ratio",
+    "...a cycle within a fifth of the period of a whole multiple of it is one: a loop's steps vary by a "
+    "few percent and a sample period of jitter, while the gaps of arrivals (exponential) land that near "
+    "a multiple of any period at most 36 % of the time...",
+)
+LOOP_PERIOD_SHARE = _t(
+    "workload.loop_period_share",
+    0.33,
+    "ratio",
+    "...the period is the cycle of the shorter half that most cycles lie within a fifth of (the steps "
+    "whose burst a sample caught), and a third of the cycles must: a loop sampled so that it shows half "
+    "its bursts has half its cycles there, while no fifth-wide band holds more than 15 % of exponential "
+    "gaps...",
+)
+LOOP_MULTIPLE_SHARE = _t(
+    "workload.loop_multiple_share",
+    0.67,
+    "ratio",
+    "...and two thirds of the cycles so are a loop's (a real evaluation loop with a single loader worker, "
+    "sampled every 2 s: three quarters).",
+)
 LOOP_CYCLE_CV = _t(
     "workload.loop_cycle_cv",
     0.35,
