@@ -234,9 +234,12 @@ _ALL = (
         "never on a server waiting for requests, a notebook or a pipeline stage. A job no word and no "
         "shape has classed pages only on evidence that tells a loop from a server between requests: the "
         "job's other GPUs, memory no KV cache fills (with `memory.total` or a board name), or a loop's "
-        f"rhythm (cycles alike within {_pct(LOOP_CYCLE_CV)}, or a steady share of compute); power near "
-        "what the GPU draws busy says its dips are work. Without such evidence the time stays in the "
-        "ledger and `replay` says what it saw and what would decide it (`--workload`, a column).",
+        f"rhythm (cycles alike within {_pct(LOOP_CYCLE_CV)}, a steady share of compute, or stretches "
+        "without work that begin at whole multiples of one period: a slow loop whose bursts fall between "
+        "the samples); power near what the GPU draws busy says its dips are work. A GPU whose busier peer "
+        "is neither pinned nor in a collective waits for that peer (a later stage of a model split), not "
+        "for input. Without such evidence the time stays in the ledger and `replay` says what it saw and "
+        "what would decide it (`--workload`, a column).",
         AlertText(
             "GPU is starving for input data.",
             ' {{ if eq $labels.cause "checkpoint" }}stalls with every rank of its job while checkpoints are '
