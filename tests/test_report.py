@@ -345,6 +345,16 @@ def test_the_summary_says_what_each_gpu_was_judged_as_and_why():
     assert 'title="shape: 4 GPUs take turns' in page
 
 
+def test_a_class_nothing_decided_reads_undecided_in_the_summary():
+    data = ReportData()
+    result = replay(
+        REPO / "examples" / "traces" / "real3" / "t03_a6000x2_pointnet_healthy_gpu1_free.csv.gz",
+        **data.hooks(),
+    )
+    page = render(result, data)
+    assert "undecided, booked as training" in page and "judged as training" not in page
+
+
 @pytest.mark.slow
 def test_a_gpu_name_that_opens_a_comment_and_a_script_does_not_stop_the_charts(tmp_path: Path):
     """'<!--<script>' inside the page's data would put the HTML parser in its 'double escaped' state and

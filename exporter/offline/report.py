@@ -314,8 +314,10 @@ def _class_cell(w: dict[str, object] | None) -> str:
     """The class the GPU's time was judged as, and what decided it (its title)."""
     if w is None:
         return ""
-    why = f"{w['source']}: {w['evidence']}" if w["source"] != "default" else str(w["evidence"])
-    return f'<div class="dim small" title="{html.escape(why)}">judged as {html.escape(str(w["class"]))}</div>'
+    decided = w["source"] != "default"
+    why = f"{w['source']}: {w['evidence']}" if decided else str(w["evidence"])
+    said = "judged as" if decided else "undecided, booked as"  # as replay's workload line says it
+    return f'<div class="dim small" title="{html.escape(why)}">{said} {html.escape(str(w["class"]))}</div>'
 
 
 def _summary(result: ReplayResult, data: ReportData) -> str:
