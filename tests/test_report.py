@@ -352,7 +352,7 @@ def test_a_class_nothing_decided_reads_undecided_in_the_summary():
         **data.hooks(),
     )
     page = render(result, data)
-    assert "undecided, booked as training" in page and "judged as training" not in page
+    assert "training (undecided)" in page and "judged as training" not in page
 
 
 @pytest.mark.slow

@@ -316,8 +316,9 @@ def _class_cell(w: dict[str, object] | None) -> str:
         return ""
     decided = w["source"] != "default"
     why = f"{w['source']}: {w['evidence']}" if decided else str(w["evidence"])
-    said = "judged as" if decided else "undecided, booked as"  # as replay's workload line says it
-    return f'<div class="dim small" title="{html.escape(why)}">{said} {html.escape(str(w["class"]))}</div>'
+    name = html.escape(str(w["class"]))
+    said = f"judged as {name}" if decided else f"{name} (undecided)"  # booked so, nothing decided it
+    return f'<div class="dim small" title="{html.escape(why)}">{said}</div>'
 
 
 def _summary(result: ReplayResult, data: ReportData) -> str:
