@@ -152,9 +152,10 @@ COVERAGE_EXIT = _t(
     "coverage.exit_share",
     0.20,
     "ratio",
-    "...and keeps it until the five-minute share falls below 20 %: a verdict holds while its condition "
-    "lasts and does not drop out between two checkpoints or two slow bursts (a clean stretch shorter than "
-    "the evidence window and the resolve time together never breaks it).",
+    "...and keeps it until the five-minute share (and the two-minute one, for a verdict the fast rule "
+    "fired) falls below 20 %: a verdict holds while its condition lasts and does not drop out between two "
+    "checkpoints or two slow bursts (a clean stretch shorter than the evidence window and the resolve "
+    "time together never breaks it).",
 )
 COVERAGE_FAST_SHARE = _t(
     "coverage.fast_share",
@@ -164,12 +165,8 @@ COVERAGE_FAST_SHARE = _t(
     "is forgiven there (one 45-second save or evaluation is not a pattern); repeated pauses and "
     "step-level waits count in full.",
 )
-COVERAGE_FAST_EXIT = _t(
-    "coverage.fast_exit_share",
-    0.25,
-    "ratio",
-    "...and the two-minute evidence ends below 25 %.",
-)
+# the two-minute evidence ends below the same share as the five-minute one (one exit line for both)
+COVERAGE_FAST_EXIT = COVERAGE_EXIT
 COVERAGE_CLEAR = _t(
     "coverage.clear_share",
     0.10,
@@ -255,12 +252,18 @@ STARVATION_FIRE = _t(
     "seconds",
     "Evidence held for 15 s (a dozen steps) before the verdict fires: detection within a minute.",
 )
-STARVATION_RESOLVE = _t(
-    "starvation.resolve_after_seconds",
+VERDICT_RESOLVE = _t(
+    "analysis.resolve_after_seconds",
     60.0,
     "seconds",
-    "A minute without evidence resolves it: starvation comes and goes with the data pipeline.",
+    "A minute without evidence resolves a verdict of a condition that comes and goes: starvation with the "
+    "data pipeline, throttling with temperature (which moves slowly) and the cap, slow collectives, a "
+    "degraded fabric. Past the evidence window's half minute, it keeps one clean half-minute between two "
+    "slow bursts from ending an episode. A hang (traffic or work ends it at once) and a /dev/shm volume "
+    "(freed space is freed) resolve sooner, on their own times.",
 )
+# one resolve time for the verdicts of conditions that come and go (each kind's own name kept)
+STARVATION_RESOLVE = VERDICT_RESOLVE
 
 HANG_UTIL = _t(
     "hang.util_pinned_ratio",

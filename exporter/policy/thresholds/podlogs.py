@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .ledger import VERDICT_RESOLVE
 from .registry import _t
 
 # ---- what the training's own log says (pod logs, POST /v1/progress) --------------------------------------
@@ -124,12 +125,7 @@ THERMAL_CLOCK_DROP = _t(
 THERMAL_FIRE = _t(
     "thermal.fire_after_seconds", 10.0, "seconds", "Ten seconds of throttling evidence fire it."
 )
-THERMAL_RESOLVE = _t(
-    "thermal.resolve_after_seconds",
-    60.0,
-    "seconds",
-    "A cool minute resolves it: temperature moves slowly.",
-)
+THERMAL_RESOLVE = VERDICT_RESOLVE  # a cool minute: temperature moves slowly
 
 POWER_CAP_SHARE = _t(
     "power.cap_share",
@@ -156,7 +152,7 @@ POWER_CAP_CLOCK_CUT = _t(
     "clock under 70 % at the limit is a cap near a third of what the work would draw or less.",
 )
 POWER_FIRE = _t("power.fire_after_seconds", 30.0, "seconds", "Half a minute at a lowered cap fires it.")
-POWER_RESOLVE = _t("power.resolve_after_seconds", 60.0, "seconds", "A minute off the cap resolves it.")
+POWER_RESOLVE = VERDICT_RESOLVE  # a minute off the cap
 
 SHM_EARLY = _t(
     "shm.early_ratio",
@@ -201,7 +197,7 @@ NVLINK_ERROR_RATE = _t(
     "More than ten replay, recovery or CRC errors a minute on a GPU's links: the link is degrading.",
 )
 NVLINK_FIRE = _t("nvlink.fire_after_seconds", 30.0, "seconds", "Half a minute of a degraded fabric fires it.")
-NVLINK_RESOLVE = _t("nvlink.resolve_after_seconds", 60.0, "seconds", "A healthy minute resolves it.")
+NVLINK_RESOLVE = VERDICT_RESOLVE  # a healthy minute
 
 COMM_BOUND_FIRE = _t(
     "comm_bound.fire_after_seconds",
@@ -209,9 +205,4 @@ COMM_BOUND_FIRE = _t(
     "seconds",
     "Half a minute of steps dominated by collectives fires it: slow transports do not come and go.",
 )
-COMM_BOUND_RESOLVE = _t(
-    "comm_bound.resolve_after_seconds",
-    60.0,
-    "seconds",
-    "A minute of fast collectives resolves it.",
-)
+COMM_BOUND_RESOLVE = VERDICT_RESOLVE  # a minute of fast collectives
