@@ -476,7 +476,7 @@ def render(results: dict[str, dict], unread: list[str]) -> str:
 
 def store(out: Path, results: dict[str, dict], unread: list[str], traces: int, merge: bool) -> dict:
     stored = json.loads(out.read_text()) if merge and out.exists() else {"keys": {}}
-    keys = {**stored.get("keys", {}), **results}
+    keys = {k: v for k, v in {**stored.get("keys", {}), **results}.items() if k in table()}  # none gone
     for key in unread:
         keys[key] = {"value": vars(table()[key])["value"], "unit": table()[key].unit, "class": "unread"}
     order = list(table())

@@ -46,7 +46,9 @@ SCORE_ENTER = _t(
     "analysis.score_enter",
     0.5,
     "ratio",
-    "A verdict's evidence must reach this score to start counting.",
+    "A verdict's evidence must reach this score to start counting. Sharp below (fragile) by design: evidence "
+    "that only suggests a cause is capped just under it (at 0.45), so a line a tenth lower lets that "
+    "evidence start verdicts alone.",
 )
 SCORE_EXIT = _t(
     "analysis.score_exit",

@@ -34,7 +34,8 @@ TEMP_HOT = _t(
     80.0,
     "celsius",
     "Above about 80 degrees C the GPU is close to lowering its clocks: utilization stays at 100 % while "
-    "steps get slower.",
+    "steps get slower. Sharp below (fragile): boards healthy at full load run in the 70s, so a line a "
+    "tenth lower calls them hot; the line sits above them and under the slowdown point.",
 )
 SHM_WARNING = _t(
     "shm.warning_ratio",

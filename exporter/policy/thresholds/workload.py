@@ -34,7 +34,8 @@ SERVING_RESERVED = _t(
     0.85,
     "ratio",
     "An inference server reserves its KV cache up front (vLLM: 90 % of the framebuffer by default; TGI, "
-    "SGLang likewise) and never gives it back: 85 % or more of the framebuffer held...",
+    "SGLang likewise) and never gives it back: 85 % or more of the framebuffer held (sharp above, "
+    "fragile: a line over vLLM's 90 % misses its servers and calls their quiet gaps starvation)...",
 )
 SERVING_FLAT = _t(
     "workload.serving_memory_flat_ratio",
@@ -49,7 +50,9 @@ SERVING_QUIET = _t(
     "seconds",
     "...and the GPU idle for longer than a step-level wait at least once while holding it (no request "
     "came): a server, by its shape. A training job waits for its input in step-sized gaps; a save "
-    "usually grows or frees memory. In replay `--workload` says it for certain, live the pod's log does.",
+    "usually grows or frees memory. In replay `--workload` says it for certain, live the pod's log does. "
+    "Sharp (fragile) by design: it is the pause allowance (starvation.pause_seconds), the longest wait a "
+    "loop's step may have, so a line above it leaves quiet gaps that are neither a server's nor a step's.",
 )
 SERVING_PENDING = _t(
     "workload.serving_pending_seconds",
@@ -125,7 +128,8 @@ INTERACTIVE_IDLE_SHARE = _t(
     "A GPU alone in its job is interactive by its shape when stretches without work, each longer than a "
     "step-level wait (the pause allowance), hold half its time or more since the first of them began: a "
     "notebook computes for tens of seconds per cell and waits minutes for its user. A training job's "
-    "saves, even frequent ones, are a fraction of its time...",
+    "saves, even frequent ones, are a fraction of its time (sharp above, fragile: a real image-generation "
+    "session idled just over half its time between prompts)...",
 )
 INTERACTIVE_STRETCHES = _t(
     "workload.interactive_stretches",
