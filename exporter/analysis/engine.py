@@ -482,9 +482,10 @@ class Analyzer:
                 else:
                     had_inputs.add(kind)
                     self.missing.pop(kind, None)
-        self._paced_by_peers(chosen, contexts, evidence)
         if self.step > EVAL_INTERVAL.value:
             self._starved_among_peers(now, chosen, contexts, evidence)
+        else:  # coarse samples are read at different instants: ranks starving together differ by chance
+            self._paced_by_peers(chosen, contexts, evidence)
         verdicts, events = self._decide(now, chosen, evidence)
         self._judged_at, self._judged_gpus, self._judged = now, chosen, verdicts
         return verdicts, events

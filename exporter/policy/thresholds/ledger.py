@@ -230,7 +230,9 @@ STARVATION_PEER_PACE = _t(
     "more, and 15 points more (the starvation share), while that peer is itself neither pinned nor "
     "waiting in a collective, waits for that peer: a later stage of a model split over the GPUs (a real "
     "two-A100 split with CPU offload: 46 % against 17-28 %), or a rank waiting for a straggler over a "
-    "host backend. Its idle time is its peer's pace, not its own input: no starvation page stands on it.",
+    "host backend. Its idle time is its peer's pace, not its own input: no starvation page stands on it. "
+    "Judged on fine samples only: a Prometheus' 15-60 s scrapes read each rank at another instant, and "
+    "ranks starving together differ that much by chance.",
 )
 STARVATION_PAUSE = _t(
     "starvation.pause_seconds",
