@@ -269,6 +269,10 @@ except ImportError:  # pragma: no cover
 # reads, a few ms, bounded by that reach; a cubic one 100,000 times at 256 characters, seconds at 1 KiB.
 PROBE_TIMES_LINEAR = 10_000
 PROBE_SECONDS = 0.05  # ...and never more than this CPU whatever the ratio (a check must stay short)
+# ...but a search under a millisecond is never too slow: on a short probe the linear scan can read as no
+# CPU at all (the thread clock's tick), and any cost is then "ten thousand times" it; a pattern that is
+# really super-linear passes a millisecond on the longer probes
+PROBE_FLOOR_SECONDS = 0.001
 _LINEAR = re.compile(r"(?:\x01|\x02)\x03")  # one engine step per character: a linear search's cost
 # probe lengths: fine steps where exponential patterns blow up, then doublings
 _PROBE_STEPS = (*range(4, 64, 2), 64, 128, 256, 512, 1024, 2048, 4096)
@@ -588,7 +592,7 @@ def _search_cpu(regex: re.Pattern[str], text: str) -> float:
 def _too_slow(spent: float, text: str) -> bool:
     """More than PROBE_TIMES_LINEAR linear scans of ``text`` (the best of three), or PROBE_SECONDS."""
     linear = min(_search_cpu(_LINEAR, text) for _ in range(3))
-    return spent > PROBE_SECONDS or spent > PROBE_TIMES_LINEAR * linear
+    return spent > PROBE_SECONDS or spent > max(PROBE_TIMES_LINEAR * linear, PROBE_FLOOR_SECONDS)
 
 
 def _probe(regex: re.Pattern[str], heads: Iterable[str], pumps: Iterable[str], sizes: Iterable[int]) -> str:
