@@ -553,23 +553,25 @@ class Analyzer:
         """A GPU held by a job whose peer computes at a pace well above its own, not waiting in a
         collective, waits for that peer (``detectors.paced_by_peer``): its starvation evidence is held
         under the exit score, and replay says what it waits for."""
-        groups: dict[str, list[str]] = {}
-        for gpu in chosen:
-            state = self._gpus[gpu]
-            if state.scope == "" and state.held and gpu in contexts:
-                groups.setdefault(state.group, []).append(gpu)
-        for members in groups.values():
-            if len(members) < 2:
-                continue
+        held = [g for g in chosen if self._gpus[g].held]
+        for members in self._whole_gpu_jobs(held).values():
             for gpu in members:
-                for kind in HOLDS_PEERS_BACK:
+                starving = [k for k in HOLDS_PEERS_BACK if evidence[gpu][k].score >= SCORE_EXIT.value]
+                if len(members) < 2 or not starving:
+                    continue
+                paced = d.paced_by_peer(contexts[gpu], {g: contexts[g] for g in members if g != gpu})
+                for kind in starving if paced else ():
                     ev = evidence[gpu][kind]
-                    if ev.score < SCORE_EXIT.value:
-                        continue
-                    paced = d.paced_by_peer(contexts[gpu], {g: contexts[g] for g in members if g != gpu})
-                    if paced:
-                        evidence[gpu][kind] = replace(ev, score=min(ev.score, d.FADED), unsure=paced)
-                        self.unsure[(gpu, kind)] = paced
+                    evidence[gpu][kind] = replace(ev, score=min(ev.score, d.FADED), unsure=paced)
+                    self.unsure[(gpu, kind)] = paced
+
+    def _whole_gpu_jobs(self, gpus: list[str]) -> dict[str, list[str]]:
+        """``gpus`` by job, whole GPUs only: a pod's share of a GPU has no collective peers."""
+        groups: dict[str, list[str]] = {}
+        for gpu in gpus:
+            if self._gpus[gpu].scope == "":
+                groups.setdefault(self._gpus[gpu].group, []).append(gpu)
+        return groups
 
     def _starved_among_peers(
         self,
@@ -581,11 +583,7 @@ class Analyzer:
         """Coarse samples: a rank of a job whose peers, at least two and most of the others, wait in
         collectives is judged by its utilization against theirs (``detectors.starved_among_peers``)."""
         self._behind.clear()
-        groups: dict[str, list[str]] = {}
-        for gpu in chosen:
-            if self._gpus[gpu].scope == "":  # a whole GPU: a pod's share has no collective peers
-                groups.setdefault(self._gpus[gpu].group, []).append(gpu)
-        for members in groups.values():
+        for members in self._whole_gpu_jobs(chosen).values():
             waiting = [g for g in members if d.waiting_in_collective(contexts[g].f, contexts[g].recent)]
             behind: dict[str, float] = {}  # the ranks not waiting, with their peers' mean utilization
             for gpu in members:
