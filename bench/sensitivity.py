@@ -2,23 +2,28 @@
 
     python bench/sensitivity.py [--jobs N] [--key AREA.KEY ...] [--out PATH] [--write-docs] [TRACES_DIR ...]
 
-Every labelled example set (bench/detection.py's: examples/traces and the sets below it) is replayed
-once as it is (the baseline), watching which thresholds each trace's replay and judging read. Then, for
-every threshold some replay read, the traces that read it are replayed with its value moved down and up
-by a quarter (a count to the whole number a quarter away, at least one; a ratio at most halfway to 1)
-and judged as bench/detection.py judges them. Per threshold and move it prints the pages lost and
-gained, the false pages added and removed, the largest shift of an episode's onset and time to page, and
-the largest change of a ledger's error, and classifies the number:
+Every labelled example set (bench/detection.py's: examples/traces and the sets below it), with two
+made under out/ by bench/extra_sets.py (the simulator's scenarios recorded as traces, and every example
+thinned to one sample per 30 s, the step of a Prometheus history), is replayed once as it is (the
+baseline), watching which thresholds each trace's replay and judging read. Then, for every threshold
+some replay read, the traces that read it are replayed with its value moved down and up by a quarter (a
+count to the whole number a quarter away, at least one; a ratio at most halfway to 1) and judged as
+bench/detection.py judges them. Per threshold and move it prints the pages lost and gained, the false
+pages added and removed, the largest shift of an episode's time to detect and to page, of when it says
+its loss began or ended and of its time to resolve, and the largest change of its held share and of a
+ledger's error, and classifies the number:
 
-- load-bearing: a quarter either way changes a result (a page, a false verdict, an onset or time to
-  page, a ledger error);
+- load-bearing: a quarter either way changes a result (a page, a false verdict, an episode's time to
+  detect, page or resolve, when it says its loss began or ended, its held share, a ledger error);
 - fragile: load-bearing, and a move of a tenth either way (over the traces a quarter changed) already
   flips a page or a false page, or carries a ledger across its 5-point target;
-- dead: a quarter either way changes nothing on any set;
+- dead: a quarter either way changes nothing on any set; such a number is then moved by a half either
+  way, which says whether it acts at all on the examples (it then guards with a wide margin) or is inert;
 - unread: no replay of the example sets reads it (a path no example reaches, or a number only the live
   exporter reads); it is not probed;
 - not judged: read, but nothing judging compares can see it (a bound on what a row may claim, which the
-  hardening tests probe; a price, which the cost tests do); it is not probed.
+  hardening tests probe; the most points a window keeps, which the fault tests do; a price, which the
+  cost tests do); it is not probed.
 
 A threshold a module copies when it is imported (a kind's fire and resolve times) would not see a value
 moved later, so every replay with a moved value runs in a process of its own that moves the value
@@ -61,14 +66,16 @@ DEFAULT_OUT = REPO / "bench" / "sensitivity.json"
 BASELINE_CACHE = REPO / "out" / "sensitivity-baseline.json"
 QUARTER = 0.25  # the move every threshold gets
 TENTH = 0.10  # the move that, still changing a page, makes a load-bearing threshold fragile
+HALF = 0.5  # the move a dead threshold gets: does it act at all on the examples, or is it inert?
 LEDGER_TARGET_POINTS = 5.0  # bench/detection.py's target: a ledger crossing it flips a result
 SHIFT_RESOLUTION = 0.05  # seconds and points: a difference below it is float noise, not a change
 ROWS_CACHE = REPO / "out" / "sensitivity-rows"  # each trace's rows, as the baseline read them
-BASELINE_FORMAT = "4"  # what a stored baseline holds; a new one is replayed when it changes
+BASELINE_FORMAT = "5"  # what a stored baseline holds; a new one is replayed when it changes
 CLASSES = ("fragile", "load-bearing", "dead", "unread", "not judged")
-# read, but outside what judging compares: bounds on what a row may claim (tests/test_*hardening*) and
-# prices (the cost tests); probing them would only call them dead
-NOT_JUDGED = ("replay.bound.", "cost.")
+# read, but outside what judging compares: bounds on what a row may claim (tests/test_*hardening*), on
+# how many points a window keeps (memory, tests/faults) and prices (the cost tests); probing them would
+# only call them dead
+NOT_JUDGED = ("replay.bound.", "cost.", "analysis.window_max_points_per_second")
 
 
 # ---- watching and moving values ------------------------------------------------------------------
@@ -117,6 +124,10 @@ class Outcome:
     paged: list[str] = field(default_factory=list)  # the labels that paged
     onset: dict[str, float] = field(default_factory=dict)  # label -> time to detect
     to_page: dict[str, float] = field(default_factory=dict)  # label -> time to page
+    said_onset: dict[str, float] = field(default_factory=dict)  # label -> when it says the loss began
+    said_end: dict[str, float] = field(default_factory=dict)  # label -> when it says the loss ended
+    to_resolve: dict[str, float] = field(default_factory=dict)  # label -> time to resolve
+    held: dict[str, float] = field(default_factory=dict)  # label -> held share, in points
     false: list[str] = field(default_factory=list)  # false verdicts, "GPU kind"
     false_pages: list[str] = field(default_factory=list)  # those of them that paged
     ledger: float | None = None  # worst |share - truth| in points; None: no truth
@@ -161,6 +172,13 @@ def _outcome(path: Path, rows: Rows | None = None) -> Outcome:
             out.onset[name] = round(e.ttd, 1)
         if e.ttp is not None:
             out.to_page[name] = round(e.ttp, 1)
+        if e.onset_err is not None:
+            out.said_onset[name] = round(e.onset_err, 1)
+        if e.end_err is not None:
+            out.said_end[name] = round(e.end_err, 1)
+        if e.ttr is not None:
+            out.to_resolve[name] = round(e.ttr, 1)
+        out.held[name] = round(e.held * 100, 1)
     for f in score.false:
         out.false.append(f"{f.verdict.gpu} {f.verdict.kind}")
         if f.paged:
@@ -311,6 +329,9 @@ class Effect:
     false_verdicts: int = 0  # the change in false verdicts (paged or not)
     onset_shift_s: float = 0.0  # the largest |change| of an episode's time to detect
     to_page_shift_s: float = 0.0  # the largest |change| of an episode's time to page
+    said_shift_s: float = 0.0  # ... of when an episode says its loss began or ended
+    resolve_shift_s: float = 0.0  # ... of an episode's time to resolve
+    held_points: float = 0.0  # ... of an episode's held share, in points
     ledger_points: float = 0.0  # the largest change of a trace's ledger error (signed)
     crossed_ledger_target: bool = False
     errors: int = 0  # traces whose replay failed
@@ -344,6 +365,11 @@ def _compare(effect: Effect, name: str, base: dict, moved_: dict) -> None:
     false_delta = len(moved_["false"]) - len(base["false"])
     onset = _shift(base["onset"], moved_["onset"])
     to_page = _shift(base["to_page"], moved_["to_page"])
+    said = max(
+        _shift(base.get(k, {}), moved_.get(k, {})) for k in ("said_onset", "said_end")
+    )  # a baseline stored before these were compared has none
+    resolve = _shift(base.get("to_resolve", {}), moved_.get("to_resolve", {}))
+    held = _shift(base.get("held", {}), moved_.get("held", {}))
     ledger = 0.0
     if base["ledger"] is not None and moved_["ledger"] is not None:
         ledger = moved_["ledger"] - base["ledger"]
@@ -356,6 +382,9 @@ def _compare(effect: Effect, name: str, base: dict, moved_: dict) -> None:
     effect.false_verdicts += false_delta
     effect.onset_shift_s = max(effect.onset_shift_s, onset)
     effect.to_page_shift_s = max(effect.to_page_shift_s, to_page)
+    effect.said_shift_s = max(effect.said_shift_s, said)
+    effect.resolve_shift_s = max(effect.resolve_shift_s, resolve)
+    effect.held_points = max(effect.held_points, held)
     if abs(ledger) > abs(effect.ledger_points):
         effect.ledger_points = round(ledger, 2)
     if (
@@ -364,7 +393,7 @@ def _compare(effect: Effect, name: str, base: dict, moved_: dict) -> None:
         or added
         or removed
         or false_delta
-        or max(onset, to_page, abs(ledger)) >= SHIFT_RESOLUTION
+        or max(onset, to_page, said, resolve, held, abs(ledger)) >= SHIFT_RESOLUTION
     ):
         effect.changed.append(name)
 
@@ -428,6 +457,11 @@ def sweep(keys: list[str], base: dict, jobs: int) -> dict[str, dict]:
         tenth: dict[str, list[Effect]] = {k: [] for k in keys}
         for (key, _, _), e in zip(second, _run(pool, base, second), strict=True):
             tenth[key].append(e)
+        dead = [k for k in keys if by_key[k] and k not in bearing]
+        third = [(k, v, read_by[k]) for k in dead for v in moves(entries[k], HALF)]
+        half: dict[str, list[Effect]] = {k: [] for k in keys}
+        for (key, _, _), e in zip(third, _run(pool, base, third), strict=True):
+            half[key].append(e)
     for key in keys:
         results[key] = {
             "value": vars(entries[key])["value"],
@@ -437,6 +471,7 @@ def sweep(keys: list[str], base: dict, jobs: int) -> dict[str, dict]:
             "baseline": base["fingerprint"][:12],  # the code and traces it was measured on
             "quarter": [asdict(e) for e in by_key[key]],
             "tenth": [asdict(e) for e in tenth[key]],
+            "half": [asdict(e) for e in half[key]],
         }
     return results
 
@@ -462,6 +497,7 @@ def render(results: dict[str, dict], unread: list[str]) -> str:
             lines.append(f"  {key:48s} {entry['value']:>10g} {entry['class']:>12s}  (not probed)")
             continue
         moves_ = [("1/4", e) for e in entry["quarter"]] + [("1/10", e) for e in entry["tenth"]]
+        moves_ += [("1/2", e) for e in entry.get("half", [])]
         if not moves_:
             lines.append(f"  {key:48s} {entry['value']:>10g} {entry['class']:>12s}  (no move: zero)")
         lines += [_row(key, entry, move, e) for move, e in moves_]
@@ -495,7 +531,12 @@ def store(out: Path, results: dict[str, dict], unread: list[str], traces: int, m
 
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bench/sensitivity.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("folders", nargs="*", type=Path, help="trace sets (default: bench/detection.py's)")
+    p.add_argument(
+        "folders",
+        nargs="*",
+        type=Path,
+        help="trace sets (default: bench/detection.py's and bench/extra_sets.py's, made under out/)",
+    )
     p.add_argument("--jobs", type=int, default=2, help="replays at once, each in its own process")
     p.add_argument("--key", action="append", default=[], help="probe this key only (repeatable)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the results (JSON)")
@@ -513,7 +554,11 @@ def main(argv: list[str]) -> int:
     from bench.detection import DEFAULT_DIRS
 
     args = parse(argv)
-    paths = trace_paths(args.folders or DEFAULT_DIRS)
+    if not args.folders:
+        from bench.extra_sets import make
+
+        args.folders = [*DEFAULT_DIRS, *make(jobs=args.jobs)]
+    paths = trace_paths(args.folders)
     if not paths:
         print("no labelled traces", file=sys.stderr)
         return 1

@@ -118,3 +118,70 @@ def test_a_probe_from_the_kept_rows_judges_as_one_from_the_file():
     assert fresh_for({"traces": found}, key) == []
     assert not_judged("replay.bound.power_max_watts") and not_judged("cost.price.h100_sxm")
     assert not not_judged(key)
+    assert not_judged("analysis.window_max_points_per_second")
+
+
+def test_an_effect_compares_when_an_episode_says_its_loss_ended_and_its_held_share():
+    """A move that only ends an episode later (a resolve time) is a change, not a dead number."""
+    from bench.sensitivity import _compare
+
+    base = {
+        "paged": ["0:a"],
+        "onset": {"0:a": 30.0},
+        "to_page": {"0:a": 90.0},
+        "said_onset": {"0:a": 0.0},
+        "said_end": {"0:a": 10.0},
+        "to_resolve": {"0:a": 60.0},
+        "held": {"0:a": 95.0},
+        "false": [],
+        "false_pages": [],
+        "ledger": None,
+        "error": "",
+    }
+    later = {**base, "said_end": {"0:a": 40.0}, "to_resolve": {"0:a": 90.0}, "held": {"0:a": 96.5}}
+    e = Effect(1.0)
+    _compare(e, "t", base, later)
+    assert e.changes and not e.flips
+    assert (e.said_shift_s, e.resolve_shift_s, e.held_points) == (30.0, 30.0, 1.5)
+    same = Effect(1.0)
+    _compare(same, "t", base, dict(base))
+    assert not same.changes
+
+
+def test_the_extra_sets_replay_as_labelled(tmp_path):
+    """A simulator scenario recorded by the exporter's own sampler replays to the verdict its labels name,
+    and a thinned copy of an example keeps one row per GPU and step, its labels without the ledger truth."""
+    import gzip
+    import json
+
+    from bench.detection import judge_ours
+    from bench.extra_sets import Recorded, record, thin
+
+    spec = Recorded("nvlink_down", "nvlink_down:onset=30", (("nvlink_degraded", (2,), 30.0, 240.0),), 4, 240)
+    path = record(spec, tmp_path)
+    labels = json.loads((tmp_path / "nvlink_down.labels.json").read_text())["labels"]
+    assert labels == [{"gpu": "2", "kind": "nvlink_degraded", "start": 30.0, "end": 240.0}]
+    score, _ = judge_ours(path)
+    assert [e.paged for e in score.episodes] == [True] and not score.false
+
+    thinned = thin(SMALL, tmp_path, step=30.0)
+    rows = gzip.decompress(thinned.read_bytes()).decode().splitlines()[1:]
+    original = gzip.decompress(SMALL.read_bytes()).decode().splitlines()[1:]
+    assert 0 < len(rows) <= len(original) // 20
+    copied = json.loads((tmp_path / "w03_h100_serving_queued_cpu.labels.json").read_text())
+    assert copied["labels"] and "ledger_truth" not in copied
+
+
+def test_the_docs_say_what_each_move_did():
+    from devtools.artifacts.thresholds_doc import _moved
+
+    quiet = {"value": 0.5, "pages_lost": 0, "changed": []}
+    lost = {**quiet, "value": 0.375, "pages_lost": 2, "onset_shift_s": 12.0, "changed": ["t"]}
+    assert _moved({"class": "load-bearing", "value": 0.5, "quarter": [lost, {**quiet, "value": 0.625}]}) == (
+        "load-bearing (a quarter down: 2 pages lost, detection moves 12 s)"
+    )
+    dead = {"class": "dead", "value": 0.5, "quarter": [quiet, quiet], "half": [quiet, quiet]}
+    assert _moved(dead) == "dead (inert at a half)"
+    wide = {**dead, "half": [{**quiet, "value": 0.75, "false_added": 1, "changed": ["t"]}]}
+    assert _moved(wide) == "dead (a half up: 1 false page added)"
+    assert _moved({"class": "unread", "value": 1.0}) == "unread"

@@ -52,11 +52,67 @@ def _entry(entry: Threshold | Choice) -> str:
 
 
 def sensitivity() -> dict[str, str]:
-    """Each measured key's class; a key the stored results do not class is not measured."""
+    """Each measured key's class and what moving it does; a key the stored results do not class is not
+    measured."""
     if not SENSITIVITY.exists():
         return {}
     keys = json.loads(SENSITIVITY.read_text()).get("keys", {})
-    return {key: entry["class"] for key, entry in keys.items() if entry.get("class") in CLASSES}
+    return {key: _moved(entry) for key, entry in keys.items() if entry.get("class") in CLASSES}
+
+
+def _effect(e: dict) -> list[str]:
+    """What one move changed, most telling first."""
+    said = [
+        f"{e[name]} {one if e[name] == 1 else many}"
+        for name, one, many in (
+            ("pages_lost", "page lost", "pages lost"),
+            ("pages_gained", "page gained", "pages gained"),
+            ("false_added", "false page added", "false pages added"),
+            ("false_removed", "false page removed", "false pages removed"),
+            ("errors", "replay refused", "replays refused"),
+        )
+        if e.get(name)
+    ]
+    if e.get("crossed_ledger_target"):
+        said.append("a ledger crosses 5 points")
+    for name, what in (
+        ("onset_shift_s", "detection"),
+        ("to_page_shift_s", "time to page"),
+        ("said_shift_s", "the loss's stated start or end"),
+        ("resolve_shift_s", "time to resolve"),
+    ):
+        if e.get(name, 0) >= 0.05:
+            said.append(f"{what} moves {e[name]:.0f} s")
+    if e.get("held_points", 0) >= 0.05:
+        said.append(f"held share moves {e['held_points']:.1f} points")
+    if abs(e.get("ledger_points", 0)) >= 0.05:
+        said.append(f"ledger {e['ledger_points']:+.1f} points")
+    if not said and e.get("false_verdicts"):
+        said.append(f"{e['false_verdicts']:+d} false verdicts")
+    return said
+
+
+def _moves(entry: dict, move: str, label: str) -> str:
+    """``label`` with what each of ``move``'s changes did (``down``/``up`` by value), or ""."""
+    parts = []
+    for e in entry.get(move, []):
+        said = _effect(e)
+        if said:
+            way = "down" if e["value"] < entry["value"] else "up"
+            parts.append(f"{way}: {', '.join(said[:3])}")
+    return f"{label} {'; '.join(parts)}" if parts else ""
+
+
+def _moved(entry: dict) -> str:
+    """The sensitivity cell: the class, and what the moves that changed something did."""
+    cls = entry["class"]
+    said = [_moves(entry, "quarter", "a quarter")]
+    if cls == "fragile":
+        said.append(_moves(entry, "tenth", "a tenth"))
+    if cls == "dead" and "half" in entry:
+        said.append(_moves(entry, "half", "a half") or "inert at a half")
+    said = [s for s in said if s]
+    return f"{cls} ({'; '.join(said)})" if said else cls
 
 
 def _class(key: str, classes: dict[str, str]) -> str:
@@ -74,12 +130,16 @@ def render() -> str:
         "rules, the dashboard thresholds and the chart's values are generated from it.",
         "",
         "The sensitivity column says what moving a number does to the detection results over the labelled",
-        "example traces (`bench/sensitivity.py`, its results in `bench/sensitivity.json`): **load-bearing**,",
-        "a quarter either way changes a result (a page, a false page, an onset or time to page, a ledger",
-        "error); **fragile**, a tenth either way already flips a page or a false page; **dead**, a quarter",
-        "either way changes nothing; **unread**, no replay of the examples reads it; **not judged**, read,",
-        "but outside what the detection results compare (a bound on what a trace's row may claim, which the",
-        "hardening tests probe; a price, which the cost tests do); *not measured*, not probed (a number only",
+        "example traces, the simulator's scenarios recorded as traces, and every example thinned to one",
+        "sample per 30 s (`bench/sensitivity.py`, its results in `bench/sensitivity.json`), and what",
+        "the moves that changed something did: **load-bearing**, a quarter either way changes a result (a",
+        "page, a false page, when an episode is detected, paged or resolved, when it says its loss began",
+        "or ended, its held share, a ledger error); **fragile**, a tenth either way already flips a page",
+        "or a false page; **dead**, a quarter either way changes nothing (then a half either way says",
+        "whether it acts on the examples at all, with a wide margin, or is inert there); **unread**, no",
+        "replay of the examples reads it; **not judged**, read, but outside what the detection results",
+        "compare (a bound on what a trace's row may claim or on a window's points, which the hardening and",
+        "fault tests probe; a price, which the cost tests do); *not measured*, not probed (a number only",
         "the live exporter or the generators read, or one not measured yet).",
         "",
     ]
