@@ -31,7 +31,10 @@ EVIDENCE_WINDOW = _t(
     "seconds",
     "Half a minute holds 10-30 training steps and, at 0.2-1.5 s sampling, 20-150 samples: enough to see "
     "a busy/idle rhythm, short enough to detect within a minute. The exported idle fraction is the "
-    "detectors' own over this window, so the dashboard's starvation line and the detector read one number.",
+    "detectors' own over this window, so the dashboard's starvation line and the detector read one number. "
+    "Sharp below (fragile): a window a tenth shorter weighs single waits of a loader-bound run more (a real "
+    "object-detection run at batch 96, waits of many seconds), and its final pass after the loss has "
+    "ended is paged as a second loss.",
 )
 WINDOW_POINTS_PER_SECOND = _t(
     "analysis.window_max_points_per_second",

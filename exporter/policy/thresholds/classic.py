@@ -83,12 +83,19 @@ PSI_IO_HIGH = _t(
     "ratio",
     "Some task stalled on I/O a fifth of the time (PSI io some avg10): storage is the bottleneck.",
 )
-CORE_PINNED = _t(
-    "host.core_pinned_ratio",
+AT_CEILING = _t(
+    "analysis.at_ceiling_ratio",
     0.95,
     "ratio",
-    "A core busy 95 % of the time is pinned: too few loader workers or CPU-bound preprocessing.",
+    "A reading within a twentieth of its ceiling is at it. Each is sampled with a few percent of jitter: "
+    "utilization's sample window straddles a kernel's edges, a core's busy share loses ticks to "
+    "interrupts, the board averages power over about a second and steps its clocks in bins. So a core "
+    "busy 95 % of the time is pinned (too few loader workers, CPU-bound preprocessing); a collective whose "
+    "kernel stays resident in 95 % of the samples at 95 % utilization or more is hung there; a board "
+    "drawing 95 % of its enforced limit is at the cap; SM clocks under 95 % of their maximum under load "
+    "were cut (near the slowdown point: by heat, in logs without clock-event reasons).",
 )
+CORE_PINNED = AT_CEILING  # a loader's core at its ceiling
 PSI_CPU_HIGH = _t(
     "host.psi_cpu_high_ratio",
     0.25,

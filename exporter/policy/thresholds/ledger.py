@@ -4,6 +4,7 @@ evidence (coverage, starvation, hangs).
 
 from __future__ import annotations
 
+from .classic import AT_CEILING
 from .registry import GiB, _t
 
 # ---- the time ledger: every second of a GPU goes to one state ---------------------------------------
@@ -74,12 +75,8 @@ LEDGER_THROTTLE_CLOCK = _t(
     "With the power cap holding the clocks, compute time counts as throttled when the SM clock is more "
     "than 3 % below its maximum: the cap is actually costing speed, not just reported.",
 )
-LEDGER_POWER_AT_LIMIT = _t(
-    "ledger.power_at_limit_ratio",
-    0.95,
-    "ratio",
-    "Logs without clock-event reasons: drawing 95 % of the enforced limit with lowered clocks is the cap.",
-)
+# logs without clock-event reasons: drawing at the enforced limit with lowered clocks is the cap
+LEDGER_POWER_AT_LIMIT = AT_CEILING
 LEDGER_STALE = _t(
     "ledger.stale_seconds",
     3.0,
@@ -174,7 +171,10 @@ COVERAGE_CLEAR = _t(
     "Half a minute (the evidence window) with under 10 % lost: the condition has ended, and neither the "
     "two- nor the five-minute share holds the verdict any more (they would otherwise linger for minutes "
     "after a fix): with the resolve time the verdict clears about 90 s after recovery. An episode's loss "
-    "begins after the last such half-minute and stops with the last, losing faster than 10 % between.",
+    "begins after the last such half-minute and stops with the last, losing faster than 10 % between. "
+    "Sharp below (fragile): the last minutes of a loader-bound run (a real object-detection run at batch "
+    "96, its final pass after a 97-minute loss) lose a little under a tenth per half-minute; with the line "
+    "a tenth lower they stop reading as clear and are paged as a second loss of their own.",
 )
 RECENT_WAIT_SHARE = _t(
     "coverage.recent_wait_share",
@@ -267,12 +267,7 @@ VERDICT_RESOLVE = _t(
 # one resolve time for the verdicts of conditions that come and go (each kind's own name kept)
 STARVATION_RESOLVE = VERDICT_RESOLVE
 
-HANG_UTIL = _t(
-    "hang.util_pinned_ratio",
-    0.95,
-    "ratio",
-    "A hung collective keeps its NCCL kernel resident: 95 % of the samples at or above 95 % utilization.",
-)
+HANG_UTIL = AT_CEILING  # a hung collective keeps its NCCL kernel resident: utilization at its ceiling
 HANG_POWER = _t(
     "hang.power_ratio",
     0.35,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .classic import AT_CEILING
 from .ledger import VERDICT_RESOLVE
 from .registry import _t
 
@@ -115,13 +116,8 @@ THERMAL_HORIZON = _t(
     "seconds",
     "...reaching the slowdown point within two minutes at that rate.",
 )
-THERMAL_CLOCK_DROP = _t(
-    "thermal.clock_ratio",
-    0.95,
-    "ratio",
-    "SM clocks 5 % below their maximum under load near the slowdown point: throttled without a reason bit "
-    "(older logs have none).",
-)
+# SM clocks off their ceiling under load near the slowdown point: throttled without a reason bit
+THERMAL_CLOCK_DROP = AT_CEILING
 THERMAL_FIRE = _t(
     "thermal.fire_after_seconds", 10.0, "seconds", "Ten seconds of throttling evidence fire it."
 )
@@ -187,7 +183,10 @@ IDLE_MEMORY = _t(
     "bytes",
     "A process holds the GPU once 512 MiB of framebuffer are used: a CUDA context alone takes 300-550 MiB, "
     "a model more; a GPU no process uses shows a few MiB (a desktop's display server a few hundred). Small "
-    "jobs on small boards (a LibTorch model at 0.8 GiB on an 8 GiB card) hold less than a GiB.",
+    "jobs on small boards (a LibTorch model at 0.8 GiB on an 8 GiB card) hold less than a GiB. Sharp above "
+    "(fragile) by physics: a bare context is as large as the line (a real V100 job holding its GPU while it "
+    "made its data on the CPU showed exactly 512 MiB for 25 minutes), so a line a tenth higher calls a held "
+    "GPU free and loses its page.",
 )
 
 NVLINK_ERROR_RATE = _t(
