@@ -29,7 +29,8 @@ LEDGER_COMM_SM = _t(
     0.25,
     "ratio",
     "A resident kernel with fewer than a quarter of the SMs active per unit of utilization is a collective "
-    "waiting or moving data (an NCCL kernel occupies a few SMs), not compute (70-85 % of SMs).",
+    "waiting or moving data (an NCCL kernel occupies a few SMs), not compute (70-85 % of SMs); a hung "
+    "collective's spin kernel, resident all the time, shows it as few SMs active (GPM) at all.",
 )
 LEDGER_COMM_MEM_UTIL = _t(
     "ledger.comm_mem_util_ratio",
@@ -274,12 +275,7 @@ HANG_POWER = _t(
     "ratio",
     "...while the GPU draws near-idle power: a spinning NCCL kernel uses 20-30 % of TDP, real work 60 %+.",
 )
-HANG_SM = _t(
-    "hang.sm_active_ratio",
-    0.25,
-    "ratio",
-    "...and few SMs are active (GPM): the spin kernel occupies a handful of SMs, training most of them.",
-)
+HANG_SM = LEDGER_COMM_SM  # ...and few SMs are active (GPM): the spin kernel occupies a handful of them
 HANG_TRAFFIC = _t(
     "hang.traffic_bytes_per_second",
     50e6,
