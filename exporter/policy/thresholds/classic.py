@@ -27,7 +27,10 @@ POWER_LOW = _t(
     0.45,
     "ratio",
     "A busy H100 SXM sitting at 200-300 W of its 700 W TDP (29-43 %) is starving; healthy training holds "
-    "steady near TDP (70-95 %). 45 % of the default limit separates the two on any board.",
+    "steady near TDP (70-95 %). 45 % of the default limit separates the two on any board."
+    " Dead on every set: power weighs 40 % of a starvation score whose rhythm decides it on every "
+    "example; it guards a rhythm just at its line on a board whose idle draw is high, which no "
+    "example is.",
 )
 TEMP_HOT = _t(
     "thermal.hot_celsius",
@@ -75,13 +78,17 @@ IOWAIT_HIGH = _t(
     0.10,
     "ratio",
     "One tenth of all CPU time waiting for I/O on a GPU node means the loaders are blocked on storage "
-    "(Lustre metadata, network file systems); a healthy node sits at a few percent.",
+    "(Lustre metadata, network file systems); a healthy node sits at a few percent."
+    " Dead on every set: it names the cause of a starvation the gaps already show, and the labels "
+    "judge the kind, not the cause (the tests check the causes the simulator's starved scenarios are given).",
 )
 PSI_IO_HIGH = _t(
     "host.psi_io_high_ratio",
     0.20,
     "ratio",
-    "Some task stalled on I/O a fifth of the time (PSI io some avg10): storage is the bottleneck.",
+    "Some task stalled on I/O a fifth of the time (PSI io some avg10): storage is the bottleneck."
+    " Dead on every set: it names the cause of a starvation the gaps already show, and the labels "
+    "judge the kind, not the cause (the tests check the causes the simulator's starved scenarios are given).",
 )
 AT_CEILING = _t(
     "analysis.at_ceiling_ratio",
@@ -100,5 +107,7 @@ PSI_CPU_HIGH = _t(
     "host.psi_cpu_high_ratio",
     0.25,
     "ratio",
-    "Runnable tasks waited for a CPU a quarter of the time (PSI cpu some avg10): the node is CPU-starved.",
+    "Runnable tasks waited for a CPU a quarter of the time (PSI cpu some avg10): the node is CPU-starved."
+    " Dead on every set: it names the cause of a starvation the gaps already show, and the labels "
+    "judge the kind, not the cause (the tests check the causes the simulator's starved scenarios are given).",
 )

@@ -38,7 +38,9 @@ LEDGER_COMM_MEM_UTIL = _t(
     "ratio",
     "Without SM activity: a GPU resident all second whose memory controller is under 10 % busy moves "
     "next to nothing through HBM: a collective spinning or crawling over a slow transport. Training "
-    "kernels keep it 20-60 % busy.",
+    "kernels keep it 20-60 % busy."
+    " Dead at a quarter on every set, it acts at a half (docs/thresholds.md says how): the examples "
+    "sit well clear of it.",
 )
 LEDGER_COMM_POWER_LOW = _t(
     "ledger.comm_power_low_ratio",
@@ -57,7 +59,9 @@ LEDGER_COMM_POWER_HIGH = _t(
     "ratio",
     "...and above 45 % of the headroom per resident second it is computing (healthy training sits at "
     "0.5-1.0); in between the resident time is split in proportion. Power is averaged over about a second "
-    "by the board, so this split is coarse: SM activity wins where it exists.",
+    "by the board, so this split is coarse: SM activity wins where it exists."
+    " Dead at a quarter on every set, it acts at a half (docs/thresholds.md says how): the examples "
+    "sit well clear of it.",
 )
 POWER_FLOOR_TO_CEILING = _t(
     "power.floor_to_ceiling_ratio",
@@ -93,7 +97,9 @@ COARSE_EVIDENCE_POINTS = _t(
     "once per sample, each standing for its whole step in the ledger, over an evidence window of at least 5 "
     "samples: fewer show no busy level (the features' fewest points), and 30 s would hold only one or two. "
     "A verdict then resolves only once its evidence has been absent for that whole window (until then the "
-    "window still holds the loss).",
+    "window still holds the loss)."
+    " Dead on every set, the examples thinned to 30 s included (5 samples are 150 s there, far past "
+    "the 30 s window); it guards a 60 s scrape, which no set holds.",
 )
 LEDGER_STARTUP_COMPUTE = _t(
     "ledger.startup_compute_seconds",
@@ -213,13 +219,16 @@ STARVATION_SWING_MEAN = _t(
     0.85,
     "ratio",
     "With coarse sampling the gaps blur into utilization swinging between 60 and 80 %: a mean below 85 % "
-    "with a wide spread is the same starvation.",
+    "with a wide spread is the same starvation."
+    " Dead on every set: a thinned log keeps instants (0 or full), not a blur; it guards utilization "
+    "averaged over each step (a recording rule's average), which no set holds.",
 )
 STARVATION_SWING_SPREAD = _t(
     "starvation.swing_spread",
     0.2,
     "ratio",
-    "p95 - p05 of utilization above 0.2 is a swing; a healthy job at 85-90 % stays within a few points.",
+    "p95 - p05 of utilization above 0.2 is a swing; a healthy job at 85-90 % stays within a few points."
+    " Dead on every set, for the same reason as the swing's mean.",
 )
 STARVATION_PEER_PACE = _t(
     "starvation.peer_pace_ratio",
@@ -247,7 +256,9 @@ PCIE_BUSY = _t(
     5e9,
     "bytes_per_second",
     "PCIe carrying 5 GB/s on average (a fifth of a Gen4 x16 link, a tenth of Gen5) while the GPU waits: "
-    "the host link is the pipeline (CPU offload, pageable copies); a fed training step moves under 2 GB/s.",
+    "the host link is the pipeline (CPU offload, pageable copies); a fed training step moves under 2 GB/s."
+    " Dead on every set: it names the cause of a starvation the gaps already show, and the labels "
+    "judge the kind, not the cause (the tests check the causes the simulator's starved scenarios are given).",
 )
 STARVATION_FIRE = _t(
     "starvation.fire_after_seconds",
@@ -263,7 +274,11 @@ VERDICT_RESOLVE = _t(
     "data pipeline, throttling with temperature (which moves slowly) and the cap, slow collectives, a "
     "degraded fabric. Past the evidence window's half minute, it keeps one clean half-minute between two "
     "slow bursts from ending an episode. A hang (traffic or work ends it at once) and a /dev/shm volume "
-    "(freed space is freed) resolve sooner, on their own times.",
+    "(freed space is freed) resolve sooner, on their own times. Sharp below (fragile): at 54 s, real "
+    "loader-bound runs (object detection on an A30, a CPU-bound run on an RTX 3060 Ti) and examples "
+    "thinned to 30 s (one sample standing for half a minute) end one loss between two clusters of waits "
+    "and page it again, or too briefly to page: 3 pages lost, 2 false pages added (and 7 removed where a "
+    "verdict outlived its label).",
 )
 # one resolve time for the verdicts of conditions that come and go (each kind's own name kept)
 STARVATION_RESOLVE = VERDICT_RESOLVE
@@ -280,7 +295,10 @@ HANG_TRAFFIC = _t(
     "hang.traffic_bytes_per_second",
     50e6,
     "bytes_per_second",
-    "...and NVLink and PCIe carry almost nothing: a collective in progress moves gigabytes per second.",
+    "...and NVLink and PCIe carry almost nothing: a collective in progress moves gigabytes per second."
+    " Dead on every set: the hangs carry nothing and every job moving data carries GB/s, a hundred "
+    "times either side; it guards a hang over links that still trickle (a proxy thread's "
+    "keep-alives), which no example has.",
 )
 HANG_FIRE = _t(
     "hang.fire_after_seconds",
@@ -295,11 +313,15 @@ HANG_PEER_FIRE = _t(
     300.0,
     "seconds",
     "When some rank of the job is not in the collective (saving a checkpoint, loading data), the others "
-    "wait for it: only five minutes of that is called a hang.",
+    "wait for it: only five minutes of that is called a hang."
+    " Dead on every set: no example has a rank outside the collective while the others wait in it "
+    "(every hang here has all ranks in).",
 )
 HANG_RESOLVE = _t(
     "hang.resolve_after_seconds",
     10.0,
     "seconds",
-    "Traffic or real work for 10 s ends a hang.",
+    "Traffic or real work for 10 s ends a hang."
+    " Dead on every set: no example hang recovers (each lasts to the trace's end); it guards a "
+    "collective that resumes after a retried timeout.",
 )

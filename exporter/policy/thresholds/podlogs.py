@@ -88,33 +88,41 @@ THERMAL_REASON_SHARE = _t(
     "thermal.reason_share",
     0.3,
     "ratio",
-    "Thermal clock-event reasons active in 30 % of the busy samples of the last 10 s: the GPU is throttling.",
+    "Thermal clock-event reasons active in 30 % of the busy samples of the last 10 s: the GPU is throttling."
+    " Dead on every set: every throttling example has its thermal reasons in all busy samples; it "
+    "guards a GPU throttling in bursts, which no example does.",
 )
 THERMAL_SLOWDOWN = _t(
     "thermal.slowdown_celsius",
     87.0,
     "celsius",
-    "Where a log does not say, the slowdown point of an H100 SXM; NVML's own threshold is used live.",
+    "Where a log does not say, the slowdown point of an H100 SXM; NVML's own threshold is used live."
+    " Dead at a quarter on every set, it acts at a half (docs/thresholds.md says how): the examples "
+    "sit well clear of it.",
 )
 THERMAL_SLOWDOWN_MARGIN = _t(
     "thermal.slowdown_margin_celsius",
     3.0,
     "celsius",
     "Within 3 degrees of the slowdown point a GPU counts as at it: under the same load it gets there in "
-    "seconds, and the clocks it has already lost are heat's.",
+    "seconds, and the clocks it has already lost are heat's."
+    " Dead on every set: the throttling examples sit at their slowdown point, none a few degrees under "
+    "it.",
 )
 THERMAL_RISE = _t(
     "thermal.rise_celsius_per_second",
     0.05,
     "celsius_per_second",
     "Above the hot line and still rising by 3 degrees a minute, heading for the slowdown point: cooling "
-    "cannot keep up.",
+    "cannot keep up."
+    " Dead on every set: no example climbs through the hot line toward its slowdown point; it and the "
+    "horizon below guard that forecast.",
 )
 THERMAL_HORIZON = _t(
     "thermal.horizon_seconds",
     120.0,
     "seconds",
-    "...reaching the slowdown point within two minutes at that rate.",
+    "...reaching the slowdown point within two minutes at that rate. Dead on every set, as the rise above.",
 )
 # SM clocks off their ceiling under load near the slowdown point: throttled without a reason bit
 THERMAL_CLOCK_DROP = AT_CEILING
@@ -166,9 +174,16 @@ SHM_RESOLVE_RATIO = _t(
     "shm.resolve_ratio",
     0.85,
     "ratio",
-    "Below 85 % the shm verdict starts resolving.",
+    "Below 85 % the shm verdict starts resolving."
+    " Dead on every set: no example frees its /dev/shm (each fills it to the end); it guards the "
+    "hysteresis of a volume emptied after a page.",
 )
-SHM_RESOLVE = _t("shm.resolve_after_seconds", 30.0, "seconds", "Thirty seconds below it resolves.")
+SHM_RESOLVE = _t(
+    "shm.resolve_after_seconds",
+    30.0,
+    "seconds",
+    "Thirty seconds below it resolves. Dead on every set, as the resolve ratio above.",
+)
 
 IDLE_AFTER = _t(
     "idle.after_seconds",
@@ -193,7 +208,9 @@ NVLINK_ERROR_RATE = _t(
     "nvlink.error_rate_per_minute",
     10.0,
     "per_minute",
-    "More than ten replay, recovery or CRC errors a minute on a GPU's links: the link is degrading.",
+    "More than ten replay, recovery or CRC errors a minute on a GPU's links: the link is degrading."
+    " Dead on every set: no example logs NVLink errors (the NVLink scenario's links go down, they do "
+    "not degrade).",
 )
 NVLINK_FIRE = _t("nvlink.fire_after_seconds", 30.0, "seconds", "Half a minute of a degraded fabric fires it.")
 NVLINK_RESOLVE = VERDICT_RESOLVE  # a healthy minute

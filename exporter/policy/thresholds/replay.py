@@ -14,7 +14,9 @@ TRACE_GAP_PERIODS = _t(
     "A trace that pauses for more than 300 sample periods of the analysis (5 minutes at 1 s) has outlived "
     "the ledger's window, the longest of the analysis: nothing before the pause can count after it, so "
     "replay starts a new segment there and reports the gap instead of evaluating the silence second by "
-    "second (a 30-day gap took 7 minutes).",
+    "second (a 30-day gap took 7 minutes)."
+    " Dead on every set: no example pauses for five minutes (tests/faults/test_replay_input.py feeds a "
+    "30-day gap).",
 )
 # replay --report: which GPUs share one section
 REPORT_ALIKE_SHARE = _t(

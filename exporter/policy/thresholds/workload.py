@@ -42,7 +42,9 @@ SERVING_FLAT = _t(
     0.01,
     "ratio",
     "...unchanged within 1 % of the framebuffer while it is held (a pre-allocated pool, not a caching "
-    "allocator growing with batches)...",
+    "allocator growing with batches)..."
+    " Dead on every set: every server's pool is flat to the MiB and every training job's memory moves "
+    "by GiB.",
 )
 SERVING_QUIET = _t(
     "workload.serving_quiet_seconds",
@@ -62,7 +64,9 @@ SERVING_PENDING = _t(
     "minutes unless it keeps working: a server goes quiet between its first requests within seconds "
     "(a real vLLM replay paged starvation at 49 s before its shape was known), a training job that "
     "starves keeps its rhythm and pages at most two minutes later; a reservation older than that "
-    "changes nothing.",
+    "changes nothing."
+    " Dead at a quarter on every set, it acts at a half (docs/thresholds.md says how): the examples "
+    "sit well clear of it.",
 )
 SERVER_LOAD_FRESH = _t(
     "workload.server_load_fresh_seconds",
@@ -93,14 +97,17 @@ PIPELINE_TURNS_CV = _t(
     "ratio",
     "...and that sum steady, its coefficient of variation second to second under 0.5: someone is always "
     "busy. Data-parallel ranks starving together move as one (the sum swings from none to all: 1-2 on "
-    "real offload and loader-bound traces), so they never look like turns.",
+    "real offload and loader-bound traces), so they never look like turns."
+    " Dead on every set: the splits' sums are steady far under it and data-parallel ranks swing far "
+    "over it.",
 )
 PIPELINE_STAGE_MAX = _t(
     "workload.pipeline_stage_util_ratio",
     0.6,
     "ratio",
     "Each stage busy well under full, at most 60 % of the time on average (a 2-stage split at 50 %, a "
-    "4-stage one at 16-27 %).",
+    "4-stage one at 16-27 %)."
+    " Dead on every set: the splits' stages sit at 16-50 %, training's ranks far above.",
 )
 PIPELINE_MIN_STAGES = _t(
     "workload.pipeline_min_gpus",
@@ -119,7 +126,9 @@ PIPELINE_TOGETHER = _t(
     "shows: ranks of one job compute at the same moments, so nearly all of a rank's busy samples meet "
     "another GPU busy (a synthetic 10 Hz offload job: all of them); stages hand over, and meet another "
     "busy only where a sample period straddles a hand-over (a real 3-stage Falcon-40B split at 0.1 s: "
-    "about half). More than three quarters together: ranks, not turns.",
+    "about half). More than three quarters together: ranks, not turns."
+    " Dead on every set: only three examples are fine enough to read it, and they sit far from it "
+    "(turns about half, ranks all).",
 )
 INTERACTIVE_IDLE_SHARE = _t(
     "workload.interactive_idle_share",
@@ -155,7 +164,9 @@ LIFTED_DRAW = _t(
     "ratio",
     "A GPU held alone whose work has drawn half its power envelope's headroom or more computes in bursts "
     "(a cell, an image generated): the seconds at the idle floor between them are the job waiting, not "
-    "its work. A loop starved by its host never lifts its draw that far, and its low duty stays work.",
+    "its work. A loop starved by its host never lifts its draw that far, and its low duty stays work."
+    " Dead at a quarter on every set, it acts at a half (docs/thresholds.md says how): the examples "
+    "sit well clear of it.",
 )
 INTERACTIVE_IRREGULAR = _t(
     "workload.interactive_irregularity",
@@ -190,7 +201,10 @@ LOOP_MULTIPLE_TOLERANCE = _t(
     "ratio",
     "...a cycle within a fifth of the period of a whole multiple of it is one: a loop's steps vary by a "
     "few percent and a sample period of jitter, while the gaps of arrivals (exponential) land that near "
-    "a multiple of any period at most 36 % of the time...",
+    "a multiple of any period at most 36 % of the time..."
+    " Dead on every set: the one slow loop it reads (a real evaluation, 2 s samples) lands its cycles "
+    "well inside the band; arrivals land far outside (tests/analysis/test_evidence.py feeds 50 "
+    "Poisson logs).",
 )
 LOOP_PERIOD_SHARE = _t(
     "workload.loop_period_share",
@@ -206,7 +220,8 @@ LOOP_MULTIPLE_SHARE = _t(
     0.67,
     "ratio",
     "...and two thirds of the cycles so are a loop's (a real evaluation loop with a single loader worker, "
-    "sampled every 2 s: three quarters).",
+    "sampled every 2 s: three quarters)."
+    " Dead on every set, as the tolerance above.",
 )
 LOOP_CYCLE_CV = _t(
     "workload.loop_cycle_cv",
@@ -232,7 +247,8 @@ LOOP_STEADY_CV = _t(
     "...or a utilization that holds within 30 % of its mean sample to sample: steps shorter than a sample "
     "period read as their steady share of compute (a loop fetching each batch over the network sat at "
     "40-50 % for minutes), while a server at a quarter load reads 0 between requests and near full in a "
-    "burst (coefficient of variation 1 or more).",
+    "burst (coefficient of variation 1 or more)."
+    " Dead on every set: the steady loops it reads hold within a tenth, servers swing past 1.",
 )
 PIPELINE_HOLD = _t(
     "workload.pipeline_hold_seconds",
@@ -241,5 +257,7 @@ PIPELINE_HOLD = _t(
     "The turns must hold over a minute of the job before the class is decided (from a sixth of it they "
     "hold off a starvation page): a layer split takes turns from its first batch on (real 3- and 4-stage "
     "splits: the sum steady within seconds of the first inference), and a warm-up or one slow batch lasts "
-    "seconds; two minutes let the turns page starvation before the class was known.",
+    "seconds; two minutes let the turns page starvation before the class was known."
+    " Dead on every set: a split's turns hold from its first batch, so its class is decided long "
+    "before any page could come.",
 )
