@@ -50,7 +50,7 @@ sys.path.insert(0, str(REPO))
 from exporter.analysis.kinds import KINDS, NAMES  # noqa: E402
 from exporter.analysis.ledger import STATES  # noqa: E402
 from exporter.analysis.points import GpuPoint, HostPoint  # noqa: E402
-from exporter.offline.replay import RowSource, replay  # noqa: E402
+from exporter.offline.replay import ReplayResult, RowSource, replay  # noqa: E402
 from exporter.offline.traces import TraceReader  # noqa: E402
 from exporter.policy.thresholds import board_tdp  # noqa: E402
 
@@ -527,12 +527,20 @@ def load_labels(path: Path) -> tuple[list[Label], dict[str, dict[str, float]], J
 def judge_ours(path: Path, reader: RowSource | None = None) -> tuple[TraceScore, LedgerError | None]:
     """Replay one trace through the analysis; score its verdicts and (where the labels have its truth)
     its ledger. ``reader``: the trace's rows already read (bench/sensitivity.py reads each trace once)."""
+    score, ledger, _ = judge_replay(path, reader)
+    return score, ledger
+
+
+def judge_replay(
+    path: Path, reader: RowSource | None = None
+) -> tuple[TraceScore, LedgerError | None, ReplayResult]:
+    """``judge_ours``, with the replay's own result (the causes its episodes name)."""
     name = trace_name(path)
     labels, truth, judged = load_labels(path)
     result = replay(path, reader=reader)
     ours = [Verdict(e.gpu, e.kind, e.fired_at, e.resolved, e.start, e.end) for e in result.episodes]
     score = score_trace(name, labels, ours, alert_for(), result.seconds, judged)
-    return score, ledger_error(result.ledger, truth) if truth else None
+    return score, ledger_error(result.ledger, truth) if truth else None, result
 
 
 def judge(path: Path) -> TraceResult:

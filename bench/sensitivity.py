@@ -14,7 +14,8 @@ its loss began or ended and of its time to resolve, and the largest change of it
 ledger's error, and classifies the number:
 
 - load-bearing: a quarter either way changes a result (a page, a false verdict, an episode's time to
-  detect, page or resolve, when it says its loss began or ended, its held share, a ledger error);
+  detect, page or resolve, when it says its loss began or ended, its held share, the cause an episode
+  names, a ledger error);
 - fragile: load-bearing, and a move of a tenth either way (over the traces a quarter changed) already
   flips a page or a false page, or carries a ledger across its 5-point target;
 - dead: a quarter either way changes nothing on any set; such a number is then moved by a half either
@@ -70,7 +71,7 @@ HALF = 0.5  # the move a dead threshold gets: does it act at all on the examples
 LEDGER_TARGET_POINTS = 5.0  # bench/detection.py's target: a ledger crossing it flips a result
 SHIFT_RESOLUTION = 0.05  # seconds and points: a difference below it is float noise, not a change
 ROWS_CACHE = REPO / "out" / "sensitivity-rows"  # each trace's rows, as the baseline read them
-BASELINE_FORMAT = "5"  # what a stored baseline holds; a new one is replayed when it changes
+BASELINE_FORMAT = "6"  # what a stored baseline holds; a new one is replayed when it changes
 CLASSES = ("fragile", "load-bearing", "dead", "unread", "not judged")
 # read, but outside what judging compares: bounds on what a row may claim (tests/test_*hardening*), on
 # how many points a window keeps (memory, tests/faults) and prices (the cost tests); probing them would
@@ -128,6 +129,7 @@ class Outcome:
     said_end: dict[str, float] = field(default_factory=dict)  # label -> when it says the loss ended
     to_resolve: dict[str, float] = field(default_factory=dict)  # label -> time to resolve
     held: dict[str, float] = field(default_factory=dict)  # label -> held share, in points
+    causes: list[str] = field(default_factory=list)  # "GPU kind cause" of every episode the replay gave
     false: list[str] = field(default_factory=list)  # false verdicts, "GPU kind"
     false_pages: list[str] = field(default_factory=list)  # those of them that paged
     ledger: float | None = None  # worst |share - truth| in points; None: no truth
@@ -157,10 +159,10 @@ def rows_file(path: str, mark: str) -> Path:
 
 
 def _outcome(path: Path, rows: Rows | None = None) -> Outcome:
-    from bench.detection import judge_ours
+    from bench.detection import judge_replay
 
     try:
-        score, ledger = judge_ours(path, rows)
+        score, ledger, result = judge_replay(path, rows)
     except Exception as exc:  # noqa: BLE001  a moved value may be refused: that is a result too
         return Outcome(error=f"{type(exc).__name__}: {exc}")
     out = Outcome(ledger=round(ledger.points, 2) if ledger else None)
@@ -179,6 +181,7 @@ def _outcome(path: Path, rows: Rows | None = None) -> Outcome:
         if e.ttr is not None:
             out.to_resolve[name] = round(e.ttr, 1)
         out.held[name] = round(e.held * 100, 1)
+    out.causes = sorted(f"{e.gpu} {e.kind} {e.cause or '-'}" for e in result.episodes)
     for f in score.false:
         out.false.append(f"{f.verdict.gpu} {f.verdict.kind}")
         if f.paged:
@@ -332,6 +335,7 @@ class Effect:
     said_shift_s: float = 0.0  # ... of when an episode says its loss began or ended
     resolve_shift_s: float = 0.0  # ... of an episode's time to resolve
     held_points: float = 0.0  # ... of an episode's held share, in points
+    causes_changed: int = 0  # traces where an episode names another cause (or a cause comes or goes)
     ledger_points: float = 0.0  # the largest change of a trace's ledger error (signed)
     crossed_ledger_target: bool = False
     errors: int = 0  # traces whose replay failed
@@ -370,6 +374,7 @@ def _compare(effect: Effect, name: str, base: dict, moved_: dict) -> None:
     )  # a baseline stored before these were compared has none
     resolve = _shift(base.get("to_resolve", {}), moved_.get("to_resolve", {}))
     held = _shift(base.get("held", {}), moved_.get("held", {}))
+    causes = Counter(base.get("causes", [])) != Counter(moved_.get("causes", []))
     ledger = 0.0
     if base["ledger"] is not None and moved_["ledger"] is not None:
         ledger = moved_["ledger"] - base["ledger"]
@@ -385,6 +390,7 @@ def _compare(effect: Effect, name: str, base: dict, moved_: dict) -> None:
     effect.said_shift_s = max(effect.said_shift_s, said)
     effect.resolve_shift_s = max(effect.resolve_shift_s, resolve)
     effect.held_points = max(effect.held_points, held)
+    effect.causes_changed += causes
     if abs(ledger) > abs(effect.ledger_points):
         effect.ledger_points = round(ledger, 2)
     if (
@@ -393,6 +399,7 @@ def _compare(effect: Effect, name: str, base: dict, moved_: dict) -> None:
         or added
         or removed
         or false_delta
+        or causes
         or max(onset, to_page, said, resolve, held, abs(ledger)) >= SHIFT_RESOLUTION
     ):
         effect.changed.append(name)

@@ -122,7 +122,8 @@ def test_a_probe_from_the_kept_rows_judges_as_one_from_the_file():
 
 
 def test_an_effect_compares_when_an_episode_says_its_loss_ended_and_its_held_share():
-    """A move that only ends an episode later (a resolve time) is a change, not a dead number."""
+    """A move that only ends an episode later (a resolve time), or only changes the cause an episode names,
+    is a change, not a dead number."""
     from bench.sensitivity import _compare
 
     base = {
@@ -146,6 +147,15 @@ def test_an_effect_compares_when_an_episode_says_its_loss_ended_and_its_held_sha
     same = Effect(1.0)
     _compare(same, "t", base, dict(base))
     assert not same.changes
+    # an episode that names another cause (the host's I/O pressure instead of a pinned core) changes it
+    named = Effect(1.0)
+    _compare(
+        named,
+        "t",
+        {**base, "causes": ["3 data_starvation cpu"]},
+        {**base, "causes": ["3 data_starvation io"]},
+    )
+    assert named.changes and named.causes_changed == 1 and not named.flips
 
 
 def test_the_extra_sets_replay_as_labelled(tmp_path):

@@ -73,6 +73,8 @@ def _effect(e: dict) -> list[str]:
         )
         if e.get(name)
     ]
+    if e.get("causes_changed"):
+        said.append(f"the cause named changes on {e['causes_changed']} traces")
     if e.get("crossed_ledger_target"):
         said.append("a ledger crosses 5 points")
     for name, what in (
@@ -134,13 +136,13 @@ def render() -> str:
         "sample per 30 s (`bench/sensitivity.py`, its results in `bench/sensitivity.json`), and what",
         "the moves that changed something did: **load-bearing**, a quarter either way changes a result (a",
         "page, a false page, when an episode is detected, paged or resolved, when it says its loss began",
-        "or ended, its held share, a ledger error); **fragile**, a tenth either way already flips a page",
-        "or a false page; **dead**, a quarter either way changes nothing (then a half either way says",
-        "whether it acts on the examples at all, with a wide margin, or is inert there); **unread**, no",
-        "replay of the examples reads it; **not judged**, read, but outside what the detection results",
-        "compare (a bound on what a trace's row may claim or on a window's points, which the hardening and",
-        "fault tests probe; a price, which the cost tests do); *not measured*, not probed (a number only",
-        "the live exporter or the generators read, or one not measured yet).",
+        "or ended, its held share, the cause it names, a ledger error); **fragile**, a tenth either way",
+        "already flips a page or a false page; **dead**, a quarter either way changes nothing (then a half",
+        "either way says whether it acts on the examples at all, with a wide margin, or is inert there);",
+        "**unread**, no replay of the examples reads it; **not judged**, read, but outside what the",
+        "detection results compare (a bound on what a trace's row may claim or on a window's points, which",
+        "the hardening and fault tests probe; a price, which the cost tests do); *not measured*, not probed",
+        "(a number only the live exporter or the generators read, or one not measured yet).",
         "",
     ]
     classes = sensitivity()
