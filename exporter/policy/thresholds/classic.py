@@ -79,16 +79,16 @@ IOWAIT_HIGH = _t(
     "ratio",
     "One tenth of all CPU time waiting for I/O on a GPU node means the loaders are blocked on storage "
     "(Lustre metadata, network file systems); a healthy node sits at a few percent."
-    " Dead on every set: it names the cause of a starvation the gaps already show, and the labels "
-    "judge the kind, not the cause (the tests check the causes the simulator's starved scenarios are given).",
+    " Dead on every set, the cause each episode names included: a half either way changes no cause, so "
+    "the examples sit far from it or another signal decides; it guards a node in between.",
 )
 PSI_IO_HIGH = _t(
     "host.psi_io_high_ratio",
     0.20,
     "ratio",
     "Some task stalled on I/O a fifth of the time (PSI io some avg10): storage is the bottleneck."
-    " Dead on every set: it names the cause of a starvation the gaps already show, and the labels "
-    "judge the kind, not the cause (the tests check the causes the simulator's starved scenarios are given).",
+    " Dead on every set, the cause each episode names included: a half either way changes no cause, so "
+    "the examples sit far from it or another signal decides; it guards a node in between.",
 )
 AT_CEILING = _t(
     "analysis.at_ceiling_ratio",
@@ -108,6 +108,6 @@ PSI_CPU_HIGH = _t(
     0.25,
     "ratio",
     "Runnable tasks waited for a CPU a quarter of the time (PSI cpu some avg10): the node is CPU-starved."
-    " Dead on every set: it names the cause of a starvation the gaps already show, and the labels "
-    "judge the kind, not the cause (the tests check the causes the simulator's starved scenarios are given).",
+    " Dead on every set, the cause each episode names included: a half either way changes no cause, so "
+    "the examples sit far from it or another signal decides; it guards a node in between.",
 )

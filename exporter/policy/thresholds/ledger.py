@@ -30,7 +30,9 @@ LEDGER_COMM_SM = _t(
     "ratio",
     "A resident kernel with fewer than a quarter of the SMs active per unit of utilization is a collective "
     "waiting or moving data (an NCCL kernel occupies a few SMs), not compute (70-85 % of SMs); a hung "
-    "collective's spin kernel, resident all the time, shows it as few SMs active (GPM) at all.",
+    "collective's spin kernel, resident all the time, shows it as few SMs active (GPM) at all. Dead at "
+    "a quarter on every set, it acts at a half (docs/thresholds.md says how): the examples sit well "
+    "clear of it.",
 )
 LEDGER_COMM_MEM_UTIL = _t(
     "ledger.comm_mem_util_ratio",
@@ -257,8 +259,8 @@ PCIE_BUSY = _t(
     "bytes_per_second",
     "PCIe carrying 5 GB/s on average (a fifth of a Gen4 x16 link, a tenth of Gen5) while the GPU waits: "
     "the host link is the pipeline (CPU offload, pageable copies); a fed training step moves under 2 GB/s."
-    " Dead on every set: it names the cause of a starvation the gaps already show, and the labels "
-    "judge the kind, not the cause (the tests check the causes the simulator's starved scenarios are given).",
+    " Dead on every set, the cause each episode names included: a half either way changes no cause, so "
+    "the examples sit far from it or another signal decides; it guards a node in between.",
 )
 STARVATION_FIRE = _t(
     "starvation.fire_after_seconds",
