@@ -248,7 +248,8 @@ LOOP_STEADY_CV = _t(
     "period read as their steady share of compute (a loop fetching each batch over the network sat at "
     "40-50 % for minutes), while a server at a quarter load reads 0 between requests and near full in a "
     "burst (coefficient of variation 1 or more)."
-    " Dead on every set: the steady loops it reads hold within a tenth, servers swing past 1.",
+    " Dead at a quarter on every set, it acts at a half (docs/thresholds.md says how): the steady loops "
+    "it reads hold well inside it and servers swing past 1.",
 )
 PIPELINE_HOLD = _t(
     "workload.pipeline_hold_seconds",
