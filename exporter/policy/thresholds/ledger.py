@@ -222,7 +222,7 @@ STARVATION_SWING_MEAN = _t(
     "ratio",
     "With coarse sampling the gaps blur into utilization swinging between 60 and 80 %: a mean below 85 % "
     "with a wide spread is the same starvation."
-    " Dead on every set: a thinned log keeps instants (0 or full), not a blur; it guards utilization "
+    " Dead on every set: a thinned log keeps single samples, not their blur; it guards utilization "
     "averaged over each step (a recording rule's average), which no set holds.",
 )
 STARVATION_SWING_SPREAD = _t(
@@ -298,9 +298,9 @@ HANG_TRAFFIC = _t(
     50e6,
     "bytes_per_second",
     "...and NVLink and PCIe carry almost nothing: a collective in progress moves gigabytes per second."
-    " Dead on every set: the hangs carry nothing and every job moving data carries GB/s, a hundred "
-    "times either side; it guards a hang over links that still trickle (a proxy thread's "
-    "keep-alives), which no example has.",
+    " Dead on every set: the hangs carry nothing and every job moving data carries GB/s, far either "
+    "side of it; it guards a hang over links that still trickle (a proxy thread's keep-alives), which "
+    "no example has.",
 )
 HANG_FIRE = _t(
     "hang.fire_after_seconds",

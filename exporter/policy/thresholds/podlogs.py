@@ -89,8 +89,8 @@ THERMAL_REASON_SHARE = _t(
     0.3,
     "ratio",
     "Thermal clock-event reasons active in 30 % of the busy samples of the last 10 s: the GPU is throttling."
-    " Dead on every set: every throttling example has its thermal reasons in all busy samples; it "
-    "guards a GPU throttling in bursts, which no example does.",
+    " Dead on every set: a half either way changes nothing, so the throttling examples show their "
+    "thermal reasons far more often and the others far less; it guards a GPU throttling in bursts.",
 )
 THERMAL_SLOWDOWN = _t(
     "thermal.slowdown_celsius",
@@ -115,8 +115,9 @@ THERMAL_RISE = _t(
     "celsius_per_second",
     "Above the hot line and still rising by 3 degrees a minute, heading for the slowdown point: cooling "
     "cannot keep up."
-    " Dead on every set: no example climbs through the hot line toward its slowdown point; it and the "
-    "horizon below guard that forecast.",
+    " Dead on every set: no example's verdict turns on the forecast (the thermal examples are judged "
+    "by their clocks and reasons); it and the horizon below guard a GPU still climbing toward its "
+    "slowdown point.",
 )
 THERMAL_HORIZON = _t(
     "thermal.horizon_seconds",
