@@ -46,36 +46,30 @@ class Recorded:
     seconds: float = LENGTH_S
 
 
-_ALL = ()
-_FAULT = (LEAD_IN_S, LENGTH_S)
+def _at_onset(
+    name: str, scenario: str, kind: str, gpus: tuple[int, ...] = (), start: float = 0.0
+) -> Recorded:
+    """``scenario`` with its fault from the lead-in's end, paged as ``kind`` (``a|b``: either) on ``gpus``
+    (none: all) from ``start`` after the onset to the end."""
+    return Recorded(name, f"{scenario}:onset={LEAD_IN_S:g}", ((kind, gpus, LEAD_IN_S + start, LENGTH_S),))
+
+
 SCENARIOS = (
     Recorded("healthy", "healthy"),
-    Recorded("starvation_cpu", f"data_starvation:onset={LEAD_IN_S:g}", (("data_starvation", (3,), *_FAULT),)),
-    Recorded(
-        "starvation_io_all",
-        f"data_starvation_all:onset={LEAD_IN_S:g}",
-        (("data_starvation", _ALL, *_FAULT),),
-    ),
-    Recorded("hang", f"comm_hang:onset={LEAD_IN_S:g}", (("comm_hang", _ALL, *_FAULT),)),
-    Recorded("comm_bound", f"comm_bound:onset={LEAD_IN_S:g}", (("comm_bound", _ALL, *_FAULT),)),
-    Recorded("thermal", f"thermal_throttle:onset={LEAD_IN_S:g}", (("thermal_throttle", (5,), *_FAULT),)),
-    Recorded("power_cap", f"power_cap:onset={LEAD_IN_S:g}", (("power_throttle", _ALL, *_FAULT),)),
+    _at_onset("starvation_cpu", "data_starvation", "data_starvation", (3,)),
+    _at_onset("starvation_io_all", "data_starvation_all", "data_starvation"),
+    _at_onset("hang", "comm_hang", "comm_hang"),
+    _at_onset("comm_bound", "comm_bound", "comm_bound"),
+    _at_onset("thermal", "thermal_throttle", "thermal_throttle", (5,)),
+    _at_onset("power_cap", "power_cap", "power_throttle"),
     # the volume fills over 300 s from the onset; the loss is the loaders dying once it is full
-    Recorded(
-        "shm",
-        f"shm_exhaustion:onset={LEAD_IN_S:g}",
-        (("shm_exhaustion", _ALL, LEAD_IN_S + 300.0, LENGTH_S),),
-    ),
-    Recorded("idle", f"idle_allocated:onset={LEAD_IN_S:g}", (("idle_allocated", _ALL, *_FAULT),)),
-    Recorded("nvlink_down", f"nvlink_down:onset={LEAD_IN_S:g}", (("nvlink_degraded", (2,), *_FAULT),)),
-    Recorded(
-        "checkpoint",
-        f"checkpoint_stall:onset={LEAD_IN_S:g}",
-        (("checkpoint_stall|data_starvation", _ALL, *_FAULT),),
-    ),
-    Recorded("offload", f"offload_starvation:onset={LEAD_IN_S:g}", (("data_starvation", _ALL, *_FAULT),)),
+    _at_onset("shm", "shm_exhaustion", "shm_exhaustion", start=300.0),
+    _at_onset("idle", "idle_allocated", "idle_allocated"),
+    _at_onset("nvlink_down", "nvlink_down", "nvlink_degraded", (2,)),
+    _at_onset("checkpoint", "checkpoint_stall", "checkpoint_stall|data_starvation"),
+    _at_onset("offload", "offload_starvation", "data_starvation"),
     Recorded("serving", "serving"),
-    Recorded("serving_starved", "serving_starved", (("data_starvation", _ALL, 0.0, LENGTH_S),)),
+    Recorded("serving_starved", "serving_starved", (("data_starvation", (), 0.0, LENGTH_S),)),
     Recorded("evaluation", "evaluation"),
     Recorded("pipeline", "pipeline"),
     Recorded("notebook", "notebook"),

@@ -369,12 +369,10 @@ def _compare(effect: Effect, name: str, base: dict, moved_: dict) -> None:
     false_delta = len(moved_["false"]) - len(base["false"])
     onset = _shift(base["onset"], moved_["onset"])
     to_page = _shift(base["to_page"], moved_["to_page"])
-    said = max(
-        _shift(base.get(k, {}), moved_.get(k, {})) for k in ("said_onset", "said_end")
-    )  # a baseline stored before these were compared has none
-    resolve = _shift(base.get("to_resolve", {}), moved_.get("to_resolve", {}))
-    held = _shift(base.get("held", {}), moved_.get("held", {}))
-    causes = Counter(base.get("causes", [])) != Counter(moved_.get("causes", []))
+    said = max(_shift(base[k], moved_[k]) for k in ("said_onset", "said_end"))
+    resolve = _shift(base["to_resolve"], moved_["to_resolve"])
+    held = _shift(base["held"], moved_["held"])
+    causes = Counter(base["causes"]) != Counter(moved_["causes"])
     ledger = 0.0
     if base["ledger"] is not None and moved_["ledger"] is not None:
         ledger = moved_["ledger"] - base["ledger"]

@@ -134,6 +134,7 @@ def test_an_effect_compares_when_an_episode_says_its_loss_ended_and_its_held_sha
         "said_end": {"0:a": 10.0},
         "to_resolve": {"0:a": 60.0},
         "held": {"0:a": 95.0},
+        "causes": [],
         "false": [],
         "false_pages": [],
         "ledger": None,
