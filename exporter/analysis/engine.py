@@ -51,6 +51,7 @@ from exporter.policy.thresholds import (
     VERDICT_INTERVAL,
     WINDOW_POINTS_PER_SECOND,
     board_memory_bytes,
+    board_sm_clock_max_hz,
 )
 
 _CLEAR = COVERAGE_CLEAR.value
@@ -123,6 +124,9 @@ class _Gpu:
     name: str = ""
     slowdown_c: float | None = None
     board_bytes: float | None = None  # the framebuffer its name states, for logs without memory.total
+    # the highest SM clock it runs at, for logs without clocks.max.sm: its board's (by name), or the
+    # highest it showed under load where that is higher or the board is not known
+    clock_top: float | None = None
     group: str = "node"
     idle_since: float | None = None
     idle_known: bool = False
@@ -205,6 +209,7 @@ class Analyzer:
         state = self._gpu(gpu)
         state.name, state.slowdown_c = name or state.name, slowdown_c or state.slowdown_c
         state.board_bytes = board_memory_bytes(state.name)
+        state.clock_top = max(state.clock_top or 0.0, board_sm_clock_max_hz(state.name) or 0.0) or None
 
     def set_group(self, gpu: str, group: str) -> None:
         """GPUs of one job (pod); the node is one group until pod labels exist."""
@@ -245,8 +250,19 @@ class Analyzer:
     def add_gpu_points(self, gpu: str, points: Iterable[GpuPoint]) -> None:
         state = self._gpu(gpu)
         for p in points:
+            if p.sm_clock_hz and not p.sm_clock_max_hz:
+                p = self._clock_ceiling(state, p)
             state.window.add(p)
             self._track_idle(state, p)
+
+    @staticmethod
+    def _clock_ceiling(state: _Gpu, p: GpuPoint) -> GpuPoint:
+        """A point of a log without clocks.max.sm, given its board's highest clock: the table's by its
+        name, or the highest it has shown under load (a log that starts capped and names no board reads
+        its clocks as full until it shows more)."""
+        if (p.util or 0.0) >= LEDGER_BUSY_UTIL.value and p.sm_clock_hz > (state.clock_top or 0.0):
+            state.clock_top = p.sm_clock_hz
+        return replace(p, sm_clock_max_hz=state.clock_top) if state.clock_top else p
 
     @staticmethod
     def _track_idle(state: _Gpu, p: GpuPoint) -> None:
@@ -331,6 +347,9 @@ class Analyzer:
             job = list(held.values())
             stopped = bool(job) and all(t.stopped for t in job)
             quiet = stopped and not any(t.off_kernel for t in job)
+            # ranks in a collective while others are off their kernels wait for those ranks: the pause is
+            # theirs (a save, a stall), the collective time a wait, not the job's own pause on every rank
+            waited_for = stopped and not quiet and not all(t.off_kernel for t in job)
             alone = len(job) < 2
             self._classify(group, now, members, job_ticks, held)
             for gpu, tick in job_ticks.items():
@@ -338,7 +357,7 @@ class Analyzer:
                 state.held = tick.span > 0 and tick.held
                 if tick.work + tick.comm_quiet > idle_line * tick.span:
                     state.active_at = now
-                state.ledger.commit(tick, stopped, quiet, alone=alone, idle_gaps=_idle_gaps(state))
+                state.ledger.commit(tick, stopped, quiet, alone, _idle_gaps(state), waited_for)
 
     def _measure(self, state: _Gpu, now: float, active: int, recent: float) -> Tick | None:
         """The GPU's second up to ``now`` from its new points (None: it was measured up to ``now``);
@@ -383,12 +402,13 @@ class Analyzer:
         pipeline = turns.workload()
         pending = pipeline is None and turns.pending()
         hint = self._hints.get(group)
+        in_collective = [g for g, t in held.items() if t.in_collective]
         for gpu in members:
             state, tick = self._gpus[gpu], ticks.get(gpu)
             if tick is not None and tick.span > 0:
-                state.serving.see(
-                    now, tick.mem_bytes, tick.mem_total or state.board_bytes, tick.stopped, tick.span
-                )
+                peers_wait = any(g != gpu for g in in_collective)
+                total = tick.mem_total or state.board_bytes
+                state.serving.see(now, tick.mem_bytes, total, tick.stopped, tick.span, peers_wait)
                 alone = tick.held and len(members) == 1
                 state.interactive.see(now, tick.stopped, tick.span, alone, tick.drawn, tick.at_floor)
                 state.waiting = tick.waiting

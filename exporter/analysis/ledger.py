@@ -495,13 +495,20 @@ class GpuLedger:
         return []
 
     def commit(
-        self, tick: Tick, job_stopped: bool, job_quiet: bool, alone: bool = False, idle_gaps: bool = False
+        self,
+        tick: Tick,
+        job_stopped: bool,
+        job_quiet: bool,
+        alone: bool = False,
+        idle_gaps: bool = False,
+        waited_for: bool = False,
     ) -> None:
         """Give the second its states, from the run it belongs to and the job's GPUs: ``job_stopped``
         when every GPU of the job stopped this second, ``job_quiet`` when all of them sit in a quiet
         collective, ``alone`` when the job has no other GPU, ``idle_gaps`` when its no-kernel time is idle
         capacity rather than a wait for input (a server without requests, a pipeline stage between turns,
-        a notebook waiting for its user: exporter/analysis/workload.py)."""
+        a notebook waiting for its user: exporter/analysis/workload.py), ``waited_for`` when the job stopped
+        with some of its GPUs off their kernels and others in a collective: those wait for these."""
         if tick.span <= 0:
             return
         if self.first_t is None:
@@ -533,7 +540,7 @@ class GpuLedger:
             self.long_runs.append([self.pending[0][0].t, 0.0])
         if self.long_runs:
             self.long_runs[-1][1] = self.run_s
-        state_gap, state_comm = self._long_run(loading, job_stopped and not alone, job_quiet)
+        state_gap, state_comm = self._long_run(loading, job_stopped and not alone, job_quiet, waited_for)
         if idle_gaps:
             state_gap = "idle"
         for held_tick, _ in self.pending:
@@ -558,9 +565,13 @@ class GpuLedger:
             memory.popleft()
         return tick.mem_bytes - memory[0][1] >= LEDGER_LOAD_GROWTH.value
 
-    def _long_run(self, loading: bool, together: bool, quiet: bool) -> tuple[str, str]:
+    def _long_run(
+        self, loading: bool, together: bool, quiet: bool, waited_for: bool = False
+    ) -> tuple[str, str]:
         """States of the waiting and of the collective time of a run longer than the pause allowance:
-        ``together`` when every GPU of a multi-GPU job stopped, ``quiet`` when all sit in a collective.
+        ``together`` when every GPU of a multi-GPU job stopped, ``quiet`` when all sit in a collective,
+        ``waited_for`` when some of them sit in a collective while others are off their kernels: the job's
+        pause is the off-kernel ranks' (a save, a stall), the collective time a wait for them.
         In start-up, ranks waiting in a collective for a rank still loading are starting up too; every
         rank in a quiet collective is a hang whenever it happens."""
         startup = not self.started or loading
@@ -575,7 +586,7 @@ class GpuLedger:
         elif startup:
             comm = "idle"
         else:
-            comm = "checkpoint" if together else "comm_wait"
+            comm = "checkpoint" if together and not waited_for else "comm_wait"
         return gap, comm
 
     def _flush(self) -> None:

@@ -43,6 +43,7 @@ from exporter.policy.thresholds import (
     PIPELINE_TURNS_CV,
     PIPELINE_TURNS_SUM,
     PIPELINE_TURNS_SUM_MAX,
+    SERVING_CYCLES,
     SERVING_FLAT,
     SERVING_PENDING,
     SERVING_QUIET,
@@ -102,7 +103,11 @@ def decide(
 
 @dataclass(slots=True)
 class ServingShape:
-    """One GPU's memory reservation and the quiet stretches while it holds it."""
+    """One GPU's memory reservation and the quiet stretches while it holds it. Reserved and flat memory
+    alone is no evidence of a server (a training job holds its memory as flat): the quiet stretches must
+    come like arrivals over several cycles, or right after a reservation made at the GPU's start (a KV
+    cache waiting for its first request). A GPU whose job's peers wait in a collective while it stops is
+    a rank of their job, whatever its memory."""
 
     since: float | None = None  # when the reservation began (None: not reserved)
     low: float = 0.0  # the least and most memory used since then
@@ -110,32 +115,104 @@ class ServingShape:
     quiet_s: float = 0.0  # the current run of seconds without work
     quiet_seen: bool = False  # a run longer than a step-level wait happened while reserved
     total: float = 0.0  # the framebuffer's size
+    seen_below: bool = False  # a sample under the reserved line came before: the reservation was seen made
+    grown: bool = False  # ...so this reservation began within the record (its start is known)
+    stretches: list[tuple[float, float]] = field(default_factory=list)  # (start, seconds), while reserved
+    first_quiet: float | None = None  # when its first quiet stretch began, after the reservation
+    rank: bool = False  # its job's peers sat in a collective while it stopped: a rank of their job
+    decided: Workload | None = None
 
-    def see(self, t: float, used: float | None, total: float | None, stopped: bool, span: float) -> None:
+    def see(
+        self,
+        t: float,
+        used: float | None,
+        total: float | None,
+        stopped: bool,
+        span: float,
+        peers_wait: bool = False,
+    ) -> None:
+        """One second: ``peers_wait`` when another GPU of its job sat in a collective this second."""
         self.total = total or self.total
         if used is None or not total or used < SERVING_RESERVED.value * total:
-            self.since, self.quiet_s, self.quiet_seen = None, 0.0, False
+            self._reset()
+            self.seen_below = self.seen_below or used is not None
             return
         if self.since is None or max(self.high, used) - min(self.low, used) > SERVING_FLAT.value * total:
-            self.since, self.low, self.high, self.quiet_seen = t, used, used, False  # a new reservation
+            self._reset()  # a new reservation
+            self.since, self.low, self.high, self.grown = t, used, used, self.seen_below
         self.low, self.high = min(self.low, used), max(self.high, used)
-        self.quiet_s = self.quiet_s + span if stopped else 0.0
+        if stopped and peers_wait:
+            self.rank = True
+        if stopped:
+            self.quiet_s += span
+            if self.quiet_s > SERVING_QUIET.value and not self.quiet_seen:
+                self.quiet_seen = True
+                self.first_quiet = t - self.quiet_s if self.first_quiet is None else self.first_quiet
+            return
         if self.quiet_s > SERVING_QUIET.value:
-            self.quiet_seen = True
+            self.stretches.append((t - self.quiet_s, self.quiet_s))
+            del self.stretches[: -int(SERVING_CYCLES.value)]
+        self.quiet_s = 0.0
+
+    def _reset(self) -> None:
+        self.since, self.quiet_s, self.quiet_seen, self.first_quiet = None, 0.0, False, None
+        self.stretches, self.rank, self.decided, self.grown = [], False, None, False
+
+    def _quiet_at_start(self) -> bool:
+        """Reserved within the record and quiet soon after: a KV cache waiting for its first request."""
+        return (
+            self.grown
+            and self.since is not None
+            and self.first_quiet is not None
+            and self.first_quiet - self.since < SERVING_PENDING.value
+        )
+
+    def _arrivals(self) -> bool:
+        """Quiet stretches over enough cycles, varying like arrivals, not a loop's period."""
+        if len(self.stretches) < SERVING_CYCLES.value:
+            return False
+        lengths = [s for _, s in self.stretches]
+        starts = [a for a, _ in self.stretches]
+        cycles = [b - a for a, b in itertools.pairwise(starts)]
+        if max(_cv(lengths), _cv(cycles)) < INTERACTIVE_IRREGULAR.value:
+            return False
+        return not whole_multiples(cycles)
 
     def pending(self, now: float) -> bool:
         """Reserved like a server, too recently to know: no quiet stretch yet, but not for long."""
-        return self.since is not None and not self.quiet_seen and now - self.since < SERVING_PENDING.value
+        if self.since is None or self.rank or self.decided is not None:
+            return False
+        if not self.quiet_seen:
+            return now - self.since < SERVING_PENDING.value
+        # quiet soon after the reservation, too few cycles yet to tell arrivals from a loop
+        return self.first_quiet is not None and self.first_quiet - self.since < SERVING_PENDING.value
 
     def unknown(self) -> Workload:
         """The class when nothing decided it: unknown, and why when the framebuffer's size never came."""
         return UNKNOWN if self.total else UNSIZED
 
     def workload(self) -> Workload | None:
-        if self.since is None or not self.quiet_seen or not self.total:
+        if self.since is None or not self.total:
             return None
-        share = self.high / self.total
-        return Workload("serving", "shape", f"{share:.0%} of memory reserved and flat, idle between bursts")
+        if self.rank:
+            return RANK
+        if self.decided is None and self.quiet_seen:
+            share = self.high / self.total
+            if self._arrivals():
+                self.decided = Workload(
+                    "serving",
+                    "shape",
+                    f"{share:.0%} of memory reserved and flat, quiet {len(self.stretches)} times at "
+                    "irregular intervals (arrivals)",
+                )
+            elif self._quiet_at_start():
+                evidence = f"{share:.0%} of memory reserved at its start, quiet at once and since"
+                self.decided = Workload("serving", "shape", evidence)
+        return self.decided
+
+
+# a GPU that stopped while its job's peers waited in a collective: positive evidence of a rank
+RANK = Workload("training", "shape", "its peers waited in a collective while it stopped: a rank of their job")
 
 
 # ---- a notebook, by its stretches ----------------------------------------------------------------

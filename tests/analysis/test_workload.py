@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import random
 from dataclasses import replace
 
 from exporter.analysis.workload import ServingShape, Turns, Workload, decide
@@ -10,18 +12,56 @@ from tests.analysis.synth import GIB, IDLE, NCCL_SPIN, WORKING, alternating, run
 RESERVED = 72 * GIB  # 90 % of an 80 GB board, as vLLM reserves it
 
 
-def test_a_server_is_known_by_its_reserved_memory_and_a_quiet_stretch():
+def _quiet(shape: ServingShape, t0: float, quiet_s: int, busy_s: int = 3, used: float = RESERVED) -> float:
+    """Feed ``busy_s`` seconds of work, then ``quiet_s`` without; return the time after them."""
+    t = t0
+    for k in range(busy_s + quiet_s):
+        shape.see(t, used, 80 * GIB, stopped=k >= busy_s, span=1.0)
+        t += 1.0
+    return t
+
+
+def test_a_server_is_known_by_quiet_stretches_that_come_like_arrivals_not_by_its_memory_alone():
     shape = ServingShape()
-    for t in range(5):
-        shape.see(float(t), RESERVED, 80 * GIB, stopped=False, span=1.0)
-    assert shape.workload() is None  # busy so far: nothing says no request came
-    for t in range(5, 17):
-        shape.see(float(t), RESERVED, 80 * GIB, stopped=True, span=1.0)
+    t = _quiet(shape, 0.0, 0, busy_s=300)  # five minutes of flat-out work on reserved memory
+    t = _quiet(shape, t, 15)
+    assert shape.workload() is None  # one quiet stretch after minutes of work: a job that stopped
+    assert not shape.pending(t)  # ...and nothing holds its verdicts back
+    for gap in (22, 13, 40):  # quiet stretches at irregular intervals: arrivals
+        t = _quiet(shape, t, gap)
+    t = _quiet(shape, t, 0, busy_s=2)
     assert shape.workload() is not None and shape.workload().kind == "serving"
-    shape.see(17.0, RESERVED + 2 * GIB, 80 * GIB, stopped=False, span=1.0)  # memory moved: a new reservation
+    assert "irregular" in shape.workload().evidence
+    shape.see(t, RESERVED + 2 * GIB, 80 * GIB, stopped=False, span=1.0)  # memory moved: a new reservation
     assert shape.workload() is None
-    shape.see(18.0, 40 * GIB, 80 * GIB, stopped=True, span=1.0)
+    shape.see(t + 1, 40 * GIB, 80 * GIB, stopped=True, span=1.0)
     assert shape.workload() is None and shape.since is None
+
+
+def test_a_loops_regular_saves_on_flat_memory_are_no_server():
+    shape = ServingShape()
+    t = 0.0
+    for _ in range(6):  # a save of 20 s every five minutes, memory flat: training's shape
+        t = _quiet(shape, t, 20, busy_s=280)
+    assert shape.workload() is None
+
+
+def test_a_reservation_made_at_the_start_and_quiet_at_once_is_a_server():
+    shape = ServingShape()
+    shape.see(0.0, 4 * GIB, 80 * GIB, stopped=True, span=1.0)  # the weights load...
+    _quiet(shape, 1.0, 60, busy_s=5)  # ...the KV cache is reserved and no request comes
+    w = shape.workload()
+    assert w is not None and w.kind == "serving" and "at its start" in w.evidence
+
+
+def test_a_gpu_that_stops_while_its_peers_wait_in_a_collective_is_a_rank():
+    shape = ServingShape()
+    shape.see(0.0, 4 * GIB, 80 * GIB, stopped=True, span=1.0)
+    for t in range(1, 60):  # reserved at its start and quiet at once, but its peers wait for it
+        shape.see(float(t), RESERVED, 80 * GIB, stopped=True, span=1.0, peers_wait=True)
+    w = shape.workload()
+    assert w is not None and w.kind == "training" and "rank" in w.evidence
+    assert not shape.pending(60.0)
 
 
 def _second(turns: Turns, t: float, utils: dict[str, float], busy: dict[str, tuple[float, ...]]) -> None:
@@ -62,12 +102,14 @@ def test_the_users_flag_wins_and_the_turns_outrank_the_jobs_own_word():
 def test_a_serving_gpu_idle_between_requests_pages_nothing_and_a_queued_one_starves():
     busy = replace(WORKING, mem_used_bytes=RESERVED, power_w=330.0)
     idle = replace(IDLE, mem_used_bytes=RESERVED)
-    bursts = alternating(busy_s=3.0, idle_s=12.0, busy=busy, idle=idle)  # a request every 15 s
+    bursts = _arrivals(busy, idle)  # a request every 15-30 s, at random
     quiet = run({"0": bursts}, 400, dt=0.5)
     assert not quiet.kinds()
     assert quiet.analyzer.workload("0").kind == "serving"
-    _, _, slow = quiet.analyzer.ledger("0").shares(400)
-    assert slow.get("input_wait") < 0.05 < slow.get("idle")
+    # its first cycles are booked as waits until the arrivals show (a class needs its evidence); once
+    # known, its quiet time is idle capacity
+    _, fast, _ = quiet.analyzer.ledger("0").shares(400)
+    assert fast.get("input_wait") < 0.05 < fast.get("idle")
 
     def queued(t: float):
         return replace(bursts(t), requests_waiting=6.0, requests_running=1.0)
@@ -126,6 +168,18 @@ def test_without_the_framebuffers_size_the_class_says_a_server_could_not_be_seen
     assert sized.kind == "" and sized.evidence == ""
 
 
+def _arrivals(busy, idle, seed: int = 7):
+    """A server's requests: 2-5 s of work each, 11-30 s apart at random (Poisson-like arrivals)."""
+    rng = random.Random(seed)
+    edges, t = [], 0.0
+    while t < 3600:
+        work = rng.uniform(2, 5)
+        edges.append((t, t + work))
+        t += work + rng.uniform(11, 30)
+    starts = [a for a, _ in edges]
+    return lambda s: busy if (k := bisect.bisect_right(starts, s) - 1) >= 0 and s < edges[k][1] else idle
+
+
 def _bursts(stretches: list[tuple[float, float]], busy=WORKING, idle=IDLE):
     """Work, then (idle seconds, work seconds) in turn, the last idle to the end."""
     edges, t = [], 30.0
@@ -169,6 +223,6 @@ def test_a_board_whose_name_states_its_memory_shows_a_servers_reservation_withou
     analyzer.set_identity("0", "NVIDIA H100 80GB HBM3")
     busy = replace(WORKING, mem_used_bytes=RESERVED, mem_total_bytes=None, power_w=330.0)
     idle = replace(IDLE, mem_used_bytes=RESERVED, mem_total_bytes=None)
-    r = run({"0": alternating(busy_s=3.0, idle_s=12.0, busy=busy, idle=idle)}, 200, dt=0.5, analyzer=analyzer)
+    r = run({"0": _arrivals(busy, idle)}, 300, dt=0.5, analyzer=analyzer)
     assert r.analyzer.workload("0").kind == "serving"
     assert not r.kinds()

@@ -103,3 +103,38 @@ def board_tdp(name: str) -> float | None:
 def board_idle(name: str) -> float | None:
     board = _board(name)
     return board[1] if board else None
+
+
+# The highest SM clock each board runs at (nvidia-smi's clocks.max.sm, MHz), for logs without that column:
+# a clock far under it while the board draws its enforced limit is a power cap. Matched on the nvidia-smi
+# name, longest match first; a board not listed is measured against the highest clock it showed under load.
+BOARD_SM_CLOCK_MAX_MHZ: dict[str, float] = {
+    "H100 80GB HBM3": 1980.0,
+    "H100 SXM": 1980.0,
+    "H100 NVL": 1785.0,
+    "H100 PCIe": 1755.0,
+    "H200": 1980.0,
+    "A100-SXM4": 1410.0,
+    "A100-SXM": 1410.0,
+    "A100 80GB PCIe": 1410.0,
+    "A100-PCIE-40GB": 1410.0,
+    "A10G": 1710.0,
+    "A30": 1440.0,
+    "A40": 1740.0,
+    "L40S": 2520.0,
+    "L4": 2040.0,
+    "T4": 1590.0,
+    "V100-SXM2": 1530.0,
+    "V100-PCIE": 1380.0,
+}
+
+
+def board_sm_clock_max_hz(name: str) -> float | None:
+    """The board's highest SM clock from its name (None: not in the table)."""
+    if not name:
+        return None
+    upper = name.upper()
+    for key in sorted(BOARD_SM_CLOCK_MAX_MHZ, key=len, reverse=True):
+        if key.upper() in upper:
+            return BOARD_SM_CLOCK_MAX_MHZ[key] * 1e6
+    return None

@@ -50,11 +50,24 @@ SERVING_QUIET = _t(
     "workload.serving_quiet_seconds",
     10.0,
     "seconds",
-    "...and the GPU idle for longer than a step-level wait at least once while holding it (no request "
-    "came): a server, by its shape. A training job waits for its input in step-sized gaps; a save "
-    "usually grows or frees memory. In replay `--workload` says it for certain, live the pod's log does. "
+    "...and the GPU idle for longer than a step-level wait while holding it (no request came): one quiet "
+    "stretch, counted toward a server's cycles (workload.serving_cycles). A training job waits for its "
+    "input in step-sized gaps. In replay `--workload` or the process table says it for certain, live the "
+    "pod's log does. "
     "Sharp (fragile) by design: it is the pause allowance (starvation.pause_seconds), the longest wait a "
     "loop's step may have, so a line above it leaves quiet gaps that are neither a server's nor a step's.",
+)
+SERVING_CYCLES = _t(
+    "workload.serving_cycles",
+    4,
+    "count",
+    "Reserved and flat memory alone says nothing of the class: a training job holds its memory as flat. A "
+    "server is known by its shape once four quiet stretches have come while it held the reservation (three "
+    "cycles: fewer cannot show how they vary), their lengths or the cycles between them varying like "
+    "arrivals (workload.interactive_irregularity), not at whole multiples of one period (a loop's saves); "
+    "or by a reservation it made at its start and sat quiet on at once (a KV cache waiting for its first "
+    "request, workload.serving_pending_seconds). One quiet stretch after minutes of flat-out compute is a "
+    "job that stopped, and a GPU whose peers wait in a collective while it stops is a rank of their job.",
 )
 SERVING_PENDING = _t(
     "workload.serving_pending_seconds",
