@@ -232,6 +232,7 @@ class Spec:
     build: Callable[[random.Random], Model]
     labels: tuple[dict, ...] = ()
     process: str = ""  # a screen log with this process in its table ("": a query-gpu CSV)
+    allowed: tuple[dict, ...] = ()  # stretches where the named kinds may fire or not
 
 
 def specs() -> list[Spec]:
@@ -290,6 +291,8 @@ def specs() -> list[Spec]:
             60.0,
             lambda r: server_sweep(r, LAPTOP, 12 * 3600),
             process="C:\\Program Files\\Ollama\\ollama.exe",
+            # a server without requests for five minutes is idle capacity (an info notice), never a page
+            allowed=({"gpu": "0", "kinds": ["idle_allocated"], "start": 0.0, "end": 12 * 3600.0},),
         ),
     ]
 
@@ -311,6 +314,8 @@ def write(spec: Spec, out: Path) -> Path:
         "made": "by hand (devtools/plain_traces.py), not recorded",
         "labels": list(spec.labels),
     }
+    if spec.allowed:
+        labels["allowed"] = list(spec.allowed)
     (out / f"{spec.name}.labels.json").write_text(json.dumps(labels, indent=1) + "\n")
     return path
 

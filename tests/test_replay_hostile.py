@@ -219,7 +219,7 @@ def test_rows_too_far_apart_for_their_gpus_are_refused_in_one_line(
     [
         (b"x\n" * 400_000, ("no readable row in", "from the start")),
         (b"\n" * 400_000, ("blank lines in a row",)),
-        ((b"y" * 60 + b"\n") * 200_000, ("expands more than", "times")),
+        ((b"y" * 600 + b"\n") * 40_000, ("expands more than", "times")),
     ],
     ids=["unreadable", "blank", "ratio"],
 )

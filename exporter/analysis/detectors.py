@@ -419,7 +419,9 @@ def detect_starvation(c: Context) -> Evidence:
     the ledger's input_wait + checkpoint time. The cause: checkpoint when synchronous long pauses
     dominate, else the node's strongest signal."""
     if c.idle_gaps and c.f.util_mean is not None:  # (without utilization: the shape says what it misses)
-        return Evidence()  # a server without requests, a stage between turns, a notebook: nothing waits
+        # a server without requests, a stage between turns, a notebook: nothing waits; where that time
+        # would have been a loss worth a page for a training job, say the class silenced it
+        return Evidence(unsure=_silenced_by_class(c))
     # the ledger's waiting decides the shape's idle share: a save split by bursts of kernels (copying the
     # weights out) is one pause, not a rhythm
     shape = starvation(c.f, c.host, _forgiven(c.recent, c) if c.recent.counted_s else None)
@@ -444,6 +446,13 @@ def detect_starvation(c: Context) -> Evidence:
         score = min(score, FADED)
     if c.undecided:
         # no verdict starts on a GPU that may be a server or a notebook (its first minutes)
+        if score >= SCORE_ENTER.value:
+            unsure = (
+                "its class is not decided yet: it looks like a server (memory reserved, quiet soon after) or "
+                "a notebook, with too few quiet cycles to tell arrivals or a person from a loop; --workload "
+                "training|serving (live: the pod's name or log) would decide"
+            )
+            return Evidence(score=min(score, BELOW_ENTER), signals=signals, unsure=unsure)
         score = min(score, BELOW_ENTER)
     if _unsustained(c):
         # a loss too small or too short to page starts no verdict, and one that entered on its rhythm
@@ -472,6 +481,26 @@ def _starvation_signals(c: Context) -> tuple[str, ...]:
     if _loop_rhythm(c.f) or c.loop:
         signals.append("rhythm")
     return tuple(signals)
+
+
+_CLASS_IDLE = {
+    "serving": "a server's time without requests",
+    "interactive": "a session waiting for its user",
+    "pipeline": "a stage waiting for its turn",
+}
+
+
+def _silenced_by_class(c: Context) -> str:
+    """What a class whose no-kernel time is idle capacity silenced ("": nothing worth a page): a fifth or
+    more of the last two minutes without work, after work."""
+    idle = c.fast.get("idle")
+    if idle < STARVATION_SUSTAINED.value or c.fast.get("computing") + c.fast.get("throttled") <= 0:
+        return ""
+    return (
+        f"{idle:.0%} of the last two minutes without work, booked as {_CLASS_IDLE.get(c.workload, 'idle')} "
+        f"(its class: {c.workload}, see workload); if it is a training job, --workload training (live: "
+        "the pod's name or log) would judge it as a wait for input"
+    )
 
 
 def _unsure_starvation(c: Context) -> str:

@@ -43,6 +43,7 @@ from exporter.policy.thresholds import (
     IDLE_MEMORY,
     LEDGER_BUSY_UTIL,
     LEDGER_STALE,
+    LEDGER_WINDOW,
     SCORE_ENTER,
     SCORE_EXIT,
     SERVING_RESERVED,
@@ -524,9 +525,9 @@ class Analyzer:
 
     def _onset(self, state: _Gpu, kind: str, now: float, track: Track, lasting_s: float) -> float:
         """When a verdict firing at ``now`` began to lose time: the start of its loss's run in the ledger
-        (``loss_began``) or of the condition its detector times (``lasting_s``), or when its evidence
-        reached the enter score where that was earlier or neither tells (a forecast, a link down, a
-        filling volume)."""
+        (``loss_began``, reaching back at most the ledger window before its evidence) or of the condition
+        its detector times (``lasting_s``), or when its evidence reached the enter score where that was
+        earlier or neither tells (a forecast, a link down, a filling volume)."""
         began = now if track.pending_since is None else track.pending_since
         if lasting_s > 0:
             began = min(began, now - lasting_s)
@@ -541,7 +542,9 @@ class Analyzer:
                 ledger.working_since,
             )
             if run is not None and run < began:
-                began = run
+                # never past the evidence that fired it: the ledger window the detectors read (or, at a
+                # coarse step, the evidence window of so many of the source's own steps) before it
+                began = max(run, began - max(LEDGER_WINDOW.value, self.evidence_s))
         return began
 
     def loss_end(self, gpu: str, kind: str) -> float | None:

@@ -64,7 +64,7 @@ CLASS_MEANING: dict[str, str] = {
 }
 # classes whose no-kernel time is idle capacity (the ledger's `idle`), not waiting for input
 IDLE_GAPS: frozenset[str] = frozenset({"serving", "interactive", "pipeline"})
-SOURCES: tuple[str, ...] = ("flag", "log", "name", "shape")  # strongest first
+SOURCES: tuple[str, ...] = ("flag", "log", "process", "name", "shape")  # strongest first
 HOLD_FULL = 0.9  # the hold window counts as full at 90 % (a missed second or two)
 HOLD_PENDING = 1 / 6  # ...and as suggestive from a sixth of it
 HALF_SPACING = 0.45  # GPUs' samples of one moment lie within half a sample period (less a margin)

@@ -21,6 +21,7 @@ from exporter.analysis.ledger import LOST_STATES, STATES
 from exporter.analysis.workload import Workload
 from exporter.offline.traceformats import NVIDIA_SMI_CSV
 from exporter.offline.traces import ReadStats, TraceError, TraceReader, TraceRow, gap_seconds
+from exporter.podlogs.workload import process_hint
 from exporter.policy.cost import DEFAULT as DEFAULT_PRICES
 from exporter.policy.cost import Prices
 from exporter.policy.thresholds import COVERAGE_SHARE, EVAL_INTERVAL, HOLDUP_SHARE
@@ -94,6 +95,7 @@ class ReplayResult:
     cost: dict[str, dict[str, float]] = field(default_factory=dict)  # gpu -> state -> what its time cost
     job_cost: dict[str, dict[str, float]] = field(default_factory=dict)  # job (group) -> state -> cost
     workload: str = ""  # --workload: the class the user says the trace is ("": judged by its shape)
+    process_hint: str = ""  # what the log's process tables said of the class ("": nothing)
     # gpu -> (class, source) -> seconds judged so, and the latest evidence of each
     classes: dict[str, dict[tuple[str, str], float]] = field(default_factory=dict)
     class_evidence: dict[tuple[str, str, str], str] = field(default_factory=dict)
@@ -137,11 +139,17 @@ def replay(
     segment: _Segment | None = None
     had_inputs: set[str] = set()
     last_t = 0.0
+    stats = reader.stats
+    named = 0  # the process names applied as the job's class (the log's process tables)
     for row in reader:
         if segment is None or row.segment != segment.number:
             if segment is not None:
                 segment.finish(last_t, had_inputs)
             segment = _Segment(row.segment, row.t, result, on_event, on_job, on_tick, step)
+            named = 0
+        if getattr(stats, "process_names", 0) != named:
+            named = stats.process_names
+            segment.processes(stats.processes)
         segment.add(row, on_row)
         last_t = max(last_t, row.t)
     result.seconds = last_t
@@ -193,6 +201,16 @@ class _Segment:
         # so the work follows the rows, not the GPUs seen times the seconds spanned.
         self.latest: dict[str, float] = {}  # the GPUs evaluated -> the time of each one's latest row
         self.quiet: dict[str, float] = {}  # the GPUs left out -> the time of each one's latest row
+
+    def processes(self, names: dict[str, list[str]]) -> None:
+        """The processes the log's tables show on its GPUs name the job's class where they agree on one
+        (``--workload`` outranks them): an ``ollama.exe`` or a ``tritonserver`` is a server, a
+        ``jupyter-lab`` a notebook, whatever the telemetry's shape; a ``python`` says nothing."""
+        hints = {h.kind: h for h in (process_hint(n) for ns in names.values() for n in ns) if h is not None}
+        hint = next(iter(hints.values())) if len(hints) == 1 else None
+        self.result.process_hint = "" if hint is None else hint.evidence
+        if hint is not None and not self.result.workload:
+            self.analyzer.set_workload("node", Workload(hint.kind, "process", hint.evidence))
 
     def add(self, row: TraceRow, on_row: Callable[[TraceRow], None] | None) -> None:
         while row.t > self.next_eval:

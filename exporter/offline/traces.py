@@ -127,9 +127,10 @@ MAX_FIELD_CHARS = 1024
 # A trace's rows follow each other closely: this many lines in a row without one (blank, or none of them a
 # readable row) is not a trace, and reading stops there rather than run through the rest.
 MAX_ROWLESS_LINES = 100_000
-# A gzip trace expands 20-35 times (the example traces); one expanding more than this past its first MiB
-# is a bomb of repeated bytes, not a trace: reading stops there.
-MAX_GZIP_RATIO = 100
+# A gzip trace expands 20-35 times (the example traces), `nvidia-smi -l` screens 100-150 times (their
+# borders and headings repeat on every screen); one expanding more than this past its first MiB is a bomb
+# of repeated bytes, not a trace: reading stops there (deflate's limit is about 1,000).
+MAX_GZIP_RATIO = 250
 GZIP_FREE_BYTES = 1 << 20
 # Pipes, FIFOs, devices and stdin ('-') are read once, to their end, into a temporary file that the
 # reader's passes then read like any file: at most this many bytes, waiting at most STREAM_WAIT_S for
@@ -140,6 +141,10 @@ STREAM_CHUNK = 1 << 16
 STDIN = "-"
 # unknown column names remembered (and warned about): a header is read again at every restart
 MAX_UNKNOWN_COLUMNS = 100
+# the process names kept per GPU from a log's process tables, and each name's length: what a GPU runs
+# names its class; a log of thousands of short-lived processes is no more evidence than its first few
+MAX_PROCESS_NAMES = 8
+MAX_PROCESS_NAME_CHARS = 200
 # the largest clock event reasons mask: a 64-bit word
 MAX_REASONS = float(1 << 64)
 # A GPU's row at most this much earlier than its previous one is clock jitter (an NTP step; the rows of
@@ -197,6 +202,10 @@ class ReadStats:
     rows: int = 0
     skipped: int = 0
     unknown_columns: list[str] = field(default_factory=list)
+    # GPU -> the process names its log's process tables showed (a few per GPU, each bounded): evidence of
+    # the workload's class (exporter/offline/replay.py reads them)
+    processes: dict[str, list[str]] = field(default_factory=dict)
+    process_names: int = 0  # how many names ``processes`` holds: it changed when this did
     backwards: int = 0  # rows skipped: their time is up to BACK_JITTER_S before their GPU's previous row's
     gap_count: int = 0  # gaps in the samples and times going back, each starting a new segment
     gaps: list[tuple[int, float]] = field(default_factory=list)  # (line, seconds) of the first few
@@ -369,7 +378,7 @@ class _CutGzip(io.RawIOBase):
         if self.expanded > GZIP_FREE_BYTES and self.expanded > MAX_GZIP_RATIO * self._raw.tell():
             raise TraceError(
                 f"{self.name}: expands more than {MAX_GZIP_RATIO} times ({self._raw.tell()} bytes to "
-                f"{self.expanded} so far): not a trace (traces expand 20-35 times)"
+                f"{self.expanded} so far): not a trace (traces expand 20-150 times)"
             )
         buffer[: len(data)] = data
         return len(data)
@@ -774,8 +783,15 @@ class TraceReader:
             if name not in unknown and len(unknown) < MAX_UNKNOWN_COLUMNS:
                 unknown.append(name)
 
+        def process(gpu: str, name: str) -> None:
+            names = self.stats.processes.setdefault(gpu, []) if len(self.stats.processes) < MAX_GPUS else []
+            name = name[:MAX_PROCESS_NAME_CHARS]
+            if name not in names and len(names) < MAX_PROCESS_NAMES:
+                names.append(name)
+                self.stats.process_names += 1
+
         period = self.period or reader.DEFAULT_PERIOD
-        ctx = Context(start=self.start or 0.0, period=period, gpus=self.gpus, unknown=note)
+        ctx = Context(start=self.start or 0.0, period=period, gpus=self.gpus, unknown=note, process=process)
         try:
             if self._gpus_given and reader.NAMES_GPUS:
                 self._gpus_named()

@@ -1,5 +1,6 @@
-"""What kind of GPU work a pod runs, from the names the kubelet gives its pod and container: the hint for
-when its log says nothing (a hint from the log, ``LogState.workload``, wins over it). Pure."""
+"""What kind of GPU work a pod runs, from the names the kubelet gives its pod and container, or the names
+of the processes a GPU runs (a log's process table): the hint for when its log says nothing (a hint from
+the log, ``LogState.workload``, wins over it). Pure."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ from exporter.podlogs.logparse import WorkloadHint
 # multi-word entry as consecutive words. Tried in this order, in both names: a notebook or an evaluation
 # may well run a serving engine inside ("vllm-eval-7"), so the more particular kinds come first.
 NAME_WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("interactive", ("jupyter", "notebook")),
+    ("interactive", ("jupyter", "notebook", "ipykernel", "jupyter-lab")),
     ("evaluation", ("eval", "evaluation")),
     ("batch", ("batch-inference",)),  # before serving's "inference"
-    ("training", ("train", "trainer", "training", "pytorchjob", "finetune", "finetuning")),
+    (
+        "training",
+        ("train", "trainer", "training", "pytorchjob", "finetune", "finetuning", "torchrun", "deepspeed"),
+    ),
     (
         "serving",
         (
@@ -23,6 +27,10 @@ NAME_WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "tgi",
             "text-generation-inference",
             "triton",
+            "tritonserver",
+            "text-generation-launcher",
+            "text-generation-router",
+            "llama-server",
             "sglang",
             "llama-cpp",
             "ollama",
@@ -55,4 +63,20 @@ def name_hint(pod: str, container: str = "") -> WorkloadHint | None:
         for where, words in names:
             if _holds(words, entry):
                 return WorkloadHint(kind, f"{where} name: {word}", "name")
+    return None
+
+
+_PROCESS_SEPARATORS = re.compile(r"[-_.\s/\\:]+")
+
+
+@functools.lru_cache(maxsize=256)
+def process_hint(process: str) -> WorkloadHint | None:
+    """The first NAME_WORDS word found in a process's name as a GPU's process table prints it (a path,
+    ``C:\\Program Files\\Ollama\\ollama.exe``, ``/opt/tritonserver/bin/tritonserver``); None for a name
+    that says nothing (``python``)."""
+    words = tuple(w for w in _PROCESS_SEPARATORS.split(process.lower()) if w)
+    base = re.split(r"[\\/]", process.strip())[-1][:60]
+    for kind, word, entry in _ENTRIES:
+        if _holds(words, entry):
+            return WorkloadHint(kind, f"process {base}: {word}", "process")
     return None

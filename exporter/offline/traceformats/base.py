@@ -113,6 +113,8 @@ class Context:
     period: float = 1.0
     gpus: int | None = None
     unknown: Callable[[str], None] = field(default=lambda name: None)  # dedups and bounds the names
+    # a process the log names on a GPU (its process table): (GPU, the process's name); dedups and bounds
+    process: Callable[[str, str], None] = field(default=lambda gpu, name: None)
 
 
 Lines = Callable[[], Iterator[tuple[int, str]]]  # a fresh pass over the file: (line number, text)

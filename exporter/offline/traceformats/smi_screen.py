@@ -8,7 +8,10 @@ has two lines:
 
 (index and name; fan, temperature, performance state, power draw and cap; memory used and total;
 utilization), in the column widths of every driver generation. ``N/A``, ``[N/A]`` and ``ERR!`` are
-missing values. The MIG and process tables after it are skipped.
+missing values. The MIG table after it is skipped; the process table's names (``ollama.exe``,
+``tritonserver``, ``python``) are reported per GPU: what a GPU runs is evidence of its workload's class.
+
+    |    0   N/A  N/A     18324      C   /usr/bin/tritonserver                     30154MiB |
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ _BUS_ID = re.compile(r"\b[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-F
 _INDEX = re.compile(r"\d+")
 _MODES = frozenset(("On", "Off", "N/A", "WDDM", "TCC", "MCDM"))
 _SUBTABLES = ("processes:", "mig devices:")
+# a process line's type: compute, graphics, both, MPS (after the GPU, and GI, CI and PID where printed)
+_PROCESS_TYPES = frozenset(("C", "G", "C+G", "M", "M+C", "M+C+G"))
 LABELS = {
     "util": "GPU-Util",
     "mem_used_bytes": "Memory-Usage (used)",
@@ -59,7 +64,7 @@ def read(lines: Lines, ctx: Context) -> Iterator[Sample | Skip]:
     ticker = Ticker()
     ts: float | None = None
     dated = False  # a date line came since the last banner
-    in_subtable = False
+    in_subtable = ""  # "processes" or "mig" after their heading, until the next screen
     pending: tuple[str, str] | None = None  # (index, name) of the GPU whose second line comes next
     for number, line in lines():
         text = line.strip()
@@ -71,13 +76,17 @@ def read(lines: Lines, ctx: Context) -> Iterator[Sample | Skip]:
         if _BANNER.match(text):  # a new screen
             if not dated:
                 ts = None  # a screen without its date: placed by --period
-            dated, in_subtable, pending = False, False, None
+            dated, in_subtable, pending = False, "", None
             ticker.next()
             continue
         if any(word in text.lower() for word in _SUBTABLES):
-            in_subtable, pending = True, None
+            in_subtable, pending = "processes" if "processes:" in text.lower() else "mig", None
             continue
         if in_subtable:
+            if in_subtable == "processes" and len(text) <= MAX_CELL_CHARS:
+                found = _process(text)
+                if found is not None:
+                    ctx.process(*found)
             continue
         cells = text.split("|")
         if len(cells) < 5:  # not a GPU line of the main table (borders, the banner's continuation)
@@ -120,6 +129,20 @@ def _identity(cell: str) -> tuple[str, str] | None:
     if len(words) == 2 and words[1] in _MODES:
         name = words[0]
     return index.group(), name
+
+
+def _process(line: str) -> tuple[str, str] | None:
+    """``|    0   N/A  N/A  18324  C   C:\\...\\ollama.exe   N/A |`` -> ("0", "C:\\...\\ollama.exe"): the GPU
+    and the process's name (spaces kept), between its type and its memory. None for the heading, the
+    borders and "No running processes found"."""
+    words = line.strip("|").split()
+    if len(words) < 4 or not words[0].isdigit():
+        return None
+    for i in range(1, min(len(words) - 1, 6)):
+        if words[i] in _PROCESS_TYPES and words[i - 1].isdigit():
+            name = " ".join(words[i + 1 : -1])
+            return (str(int(words[0])), name) if name else None
+    return None
 
 
 def _pair(cell: str) -> tuple[str, str] | None:

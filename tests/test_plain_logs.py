@@ -1,0 +1,129 @@
+"""Plain `nvidia-smi` logs (no clock reasons, no clocks.max.sm, no host columns) judged by physics before a
+guessed class: a rank that stops while its peers wait pages and is named, a stop of one of several
+independent jobs pages, a server its process table names does not, a cap set in steps pages as power,
+and a class that silences a loss says so."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+from devtools import plain_traces
+from exporter.offline.replay import replay, unsure_lines, workload_summary
+from exporter.offline.traceformats import smi_screen
+from exporter.offline.traceformats.base import Context
+from exporter.podlogs.workload import process_hint
+from tests.conftest import REPO
+
+FOLDER = REPO / "examples" / "traces" / "plain"
+
+
+def test_the_checked_in_logs_are_the_generators_output(tmp_path):
+    assert plain_traces.main([str(tmp_path)]) == 0
+    made = sorted(p.name for p in tmp_path.iterdir())
+    assert made == sorted(p.name for p in FOLDER.iterdir() if p.name != "README.md")
+    for name in made:
+        assert (tmp_path / name).read_bytes() == (FOLDER / name).read_bytes(), f"stale: {name}"
+
+
+def _firing(result) -> dict[tuple[str, str], list]:
+    out: dict[tuple[str, str], list] = {}
+    for e in result.episodes:
+        out.setdefault((e.gpu, e.kind), []).append(e)
+    return out
+
+
+def test_a_rank_that_stops_while_its_peers_wait_is_paged_and_named():
+    result = replay(FOLDER / "p01_h100x4_ddp_rank_stops.csv.gz")
+    firing = _firing(result)
+    assert set(firing) == {("2", "data_starvation")}, firing
+    (episode,) = firing[("2", "data_starvation")]
+    assert abs(episode.start - 240) <= 10 and abs((episode.end or 0) - 420) <= 10
+    assert set(episode.related) == {"0", "1", "3"}  # told as waiting for it
+    for gpu in "013":  # the peers' stop is a wait for GPU 2, not a loss of their own
+        assert result.ledger[gpu]["comm_wait"] > 0.25 * sum(result.ledger[gpu].values())
+        assert workload_summary(result)[gpu]["class"] == "training"
+    assert "rank" in str(workload_summary(result)["2"]["evidence"])
+
+
+def test_one_stopped_gpu_of_independent_jobs_pages():
+    result = replay(FOLDER / "p02_a100x4_independent_one_stops.csv.gz")
+    assert set(_firing(result)) == {("1", "data_starvation")}
+
+
+def test_a_healthy_jobs_checkpoint_pauses_on_flat_memory_are_no_server_and_no_page():
+    result = replay(FOLDER / "p03_h100x4_ddp_checkpoints.csv.gz")
+    assert not result.episodes
+    assert {w["class"] for w in workload_summary(result).values()} == {"training"}
+
+
+def test_a_cap_set_in_steps_without_a_reason_column_pages_as_power_and_full_clocks_are_not_thermal():
+    result = replay(FOLDER / "p04_a100_power_cap_steps.csv.gz")
+    firing = _firing(result)
+    assert set(firing) == {("0", "power_throttle")}, firing
+    (episode,) = firing[("0", "power_throttle")]
+    assert episode.cause == "cap_below_default"
+    assert abs(episode.start - 300) <= 30 and abs((episode.end or 0) - 1500) <= 30
+
+
+def test_a_server_named_by_its_process_table_is_judged_as_one_and_never_starved():
+    result = replay(FOLDER / "p05_laptop_ollama_screens_60s.log.gz")
+    assert workload_summary(result)["0"]["source"] == "process"
+    assert workload_summary(result)["0"]["class"] == "serving"
+    assert {e.kind for e in result.episodes} <= {"idle_allocated"}  # idle capacity: an info notice
+    # and the starvation its class silenced is said
+    assert any("data_starvation not paged" in line and "serving" in line for line in unsure_lines(result))
+
+
+def test_an_onset_never_reaches_back_past_the_evidence_at_a_coarse_step():
+    """Judged as training, the server's quiet hours are losses: each says its loss began within the
+    ledger window before its verdict, not at the log's start."""
+    result = replay(FOLDER / "p05_laptop_ollama_screens_60s.log.gz", workload="training")
+    starving = [e for e in result.episodes if e.kind == "data_starvation"]
+    assert len(starving) >= 3
+    for e in starving:
+        assert e.fired_at - e.start <= 300 + 60 + 1, (e.start, e.fired_at)
+
+
+def test_the_process_table_of_a_screen_names_each_gpus_processes():
+    screen = [
+        "Tue Nov 24 10:00:00 2026",
+        "| NVIDIA-SMI 550.54.15              Driver Version: 550.54.15      CUDA Version: 12.4     |",
+        "|   0  NVIDIA H100 80GB HBM3          On  |   00000000:18:00.0 Off |                    0 |",
+        "| N/A   40C    P0            120W /  700W |   73000MiB /  81559MiB |      3%      Default |",
+        "| Processes:                                                                              |",
+        "|  GPU   GI   CI        PID   Type   Process name                              GPU Memory |",
+        "|    0   N/A  N/A     18324      C   /opt/tritonserver/bin/tritonserver          72990MiB |",
+        "|    1   N/A  N/A      4411    C+G   C:\\Program Files\\Ollama\\ollama.exe           N/A      |",
+        "|    2      5512      C   python                                           1200MiB |",
+        "|  No running processes found                                                             |",
+    ]
+    seen: list[tuple[str, str]] = []
+    ctx = Context(process=lambda gpu, name: seen.append((gpu, name)))
+    samples = list(smi_screen.read(lambda: iter(enumerate(screen, 1)), ctx))
+    assert len(samples) == 1
+    assert seen == [
+        ("0", "/opt/tritonserver/bin/tritonserver"),
+        ("1", "C:\\Program Files\\Ollama\\ollama.exe"),
+        ("2", "python"),
+    ]
+    assert process_hint(seen[0][1]).kind == "serving"
+    assert process_hint(seen[1][1]).kind == "serving"
+    assert process_hint("python") is None
+    assert process_hint("/opt/conda/bin/torchrun").kind == "training"
+    assert process_hint("/usr/local/bin/jupyter-lab").kind == "interactive"
+
+
+def test_a_flag_outranks_the_process_table(tmp_path):
+    result = replay(FOLDER / "p05_laptop_ollama_screens_60s.log.gz", workload="evaluation")
+    assert {w["source"] for w in workload_summary(result).values()} == {"flag"}
+
+
+def test_a_gzip_of_screens_is_read_though_it_expands_over_a_hundred_times():
+    data = gzip.decompress((FOLDER / "p05_laptop_ollama_screens_60s.log.gz").read_bytes())
+    assert len(data) > 100 * (FOLDER / "p05_laptop_ollama_screens_60s.log.gz").stat().st_size
+
+
+def test_the_labels_mark_the_logs_as_made_by_hand():
+    for path in FOLDER.glob("*.labels.json"):
+        assert "by hand" in json.loads(path.read_text())["made"], path.name
