@@ -50,8 +50,10 @@ def _workload_row() -> str:
         f"| `gpu_workload_class` | gauge 1 | | `workload` = {_code(list(CLASSES))}; `source` = "
         f"{_code([*SOURCES, 'default'])} | the class the GPU's time is judged as (what its idle time "
         "means: waiting for input, idle capacity, a stage's turn), and what decided it: `flag` (replay's "
-        "`--workload`), `log` (the pod's log: vLLM, SGLang, TGI, Triton, Jupyter lines), `name` (its pod "
-        "or container name), `shape` (a server's memory reserved up front, a pipeline's turns); "
+        "`--workload`), `log` (the pod's log: vLLM, SGLang, TGI, Triton, Jupyter lines), `process` (replay: "
+        "the processes a log's process table names, such as ollama or tritonserver), `name` (its pod or "
+        "container name), `shape` (quiet stretches coming like a server's requests, a reservation quiet "
+        "from its start, a pipeline's turns, a rank whose peers wait for it); "
         "`training` with `default` while nothing says otherwise. One series per GPU |"
     )
 

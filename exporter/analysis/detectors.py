@@ -127,6 +127,7 @@ class Context:
     ceiling_guessed: bool = False  # its power ceiling is a multiple of its idle floor, not a measure
     turns: bool = False  # its job's GPUs take turns like a pipeline's stages, not yet long enough to decide
     loop: bool = False  # its stretches without work begin at whole multiples of one period (a loop's)
+    emptied: bool = True  # it has shown a sample without a kernel while held (a wait can look like that)
 
 
 def covered(
@@ -515,13 +516,32 @@ def _unsure_starvation(c: Context) -> str:
             f"utilization dips while power stays at {ratio:.0%} of what it draws busy: a lighter phase of "
             "work, not a wait; --workload training (or the pod's log) would page it as starvation"
         )
-    if c.peers > 0 or c.server_memory is False or _loop_rhythm(f) or c.loop:
+    if ratio is None and c.peers <= 0 and not c.emptied and (f.busy_fraction or 0.0) > 0:
+        # utilization alone, busy samples and dips between them but never a sample without a kernel while
+        # held: its dips keep one part of the time, where a wait has none, and no power column says whether
+        # they drew what the GPU draws busy (a lighter phase of work) or its idle floor (a steady partial
+        # share with no busy sample is a loop whose steps are finer than the samples)
+        return (
+            "its dips keep a kernel part of the time (no sample without one) and no power.draw says "
+            "whether they are waits or lighter work; --workload training (or power.draw) would decide"
+        )
+    if c.peers > 0 or _loop_rhythm(f) or c.loop:
+        return ""
+    # memory no KV cache fills rules a server out; a lighter phase of work (an evaluation between runs, a
+    # session's own pace) still reads like a wait where no power column says what the dips drew
+    if c.server_memory is False and ratio is not None:
         return ""
     seen = (
         f"its cycles vary by {f.cycle_cv:.0%}"
         if f.cycle_cv is not None and f.cycles >= LOOP_MIN_CYCLES.value
         else "too few cycles to show a rhythm"
     )
+    if c.server_memory is False:
+        return (
+            f"waits with no kernel without a loop's rhythm ({seen}), alone, and no power.draw to tell a "
+            "wait from a lighter phase of work: a starved loop, or a job between its runs; --workload "
+            "training (or power.draw) would decide"
+        )
     memory = (
         "memory held like a server's KV cache"
         if c.server_memory

@@ -131,6 +131,7 @@ class _Gpu:
     group: str = "node"
     idle_since: float | None = None
     idle_known: bool = False
+    emptied: bool = False  # a sample without a kernel came while it held memory (or no memory was logged)
     power: EnvelopeLearner = field(default_factory=EnvelopeLearner)  # its idle floor and busy draw
     tracks: dict[str, Track] = field(default_factory=lambda: {kind: Track() for kind in KINDS})
     features: GpuFeatures = field(default_factory=GpuFeatures)
@@ -268,7 +269,13 @@ class Analyzer:
     @staticmethod
     def _track_idle(state: _Gpu, p: GpuPoint) -> None:
         """Idle-with-memory runs outlast the window, so they are followed point by point."""
-        if p.util is None or p.mem_used_bytes is None:
+        if p.util is None:
+            return
+        if p.util < UTIL_IDLE_LINE.value and (
+            p.mem_used_bytes is None or p.mem_used_bytes >= IDLE_MEMORY.value
+        ):
+            state.emptied = True
+        if p.mem_used_bytes is None:
             return
         state.idle_known = True
         if p.util < UTIL_IDLE_LINE.value and p.mem_used_bytes >= IDLE_MEMORY.value:
@@ -480,6 +487,7 @@ class Analyzer:
                 envelope.ceiling_from.endswith("idle floor"),  # ceiling_guessed
                 state.turns,  # turns
                 state.interactive.periodic(),  # loop
+                state.emptied,  # emptied
             )
             contexts[gpu] = ctx
             own = evidence[gpu] = {}

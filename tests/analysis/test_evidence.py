@@ -66,8 +66,23 @@ def test_the_jobs_word_pages_what_its_shape_cannot_tell():
 
 def test_memory_no_kv_cache_fills_tells_a_loop_from_a_server_whatever_its_rhythm():
     def with_memory(used: float) -> Shape:
+        """The arrivals with memory and power: without power a lone GPU's irregular dips could be a job
+        between its runs (the analyzer says so rather than page)."""
         server = arrivals(0.25, 0.6)
-        return lambda t: GpuPoint(t=t, util=server(t).util, mem_used_bytes=used, mem_total_bytes=80 * GIB)
+
+        def shape(t: float) -> GpuPoint:
+            util = server(t).util
+            power = 300.0 if util else 70.0
+            return GpuPoint(
+                t=t,
+                util=util,
+                mem_used_bytes=used,
+                mem_total_bytes=80 * GIB,
+                power_w=power,
+                power_limit_w=400.0,
+            )
+
+        return shape
 
     loop = run({"0": with_memory(20 * GIB)}, 400, dt=0.5, host=None)
     assert _starvation(loop)
