@@ -142,6 +142,12 @@ def _busy(series: str = "") -> str:
     return f'gpu_utilization_window_ratio{{stat="mean"{series}}}'
 
 
+# the classic rules on raw signals read low utilization and low power as a job held back; a GPU whose class
+# is known to be other work (a server between requests, memory-bound decode, a notebook, a pipeline's
+# stages, an evaluation's pauses) shows both by design: they speak of training, or of nothing decided yet
+_TRAINING_ONLY = ' unless on (instance, gpu, uuid) gpu_workload_class{workload!="training"} == 1'
+
+
 _SHM_DEFAULT = f"{th.SHM_DEFAULT_BYTES.value / (1 << 20):g} MiB"
 # a failing node check, with the detail word of its latest result as a label of the page; each alert
 # selects the checks whose severity (exporter/policy/thresholds/doctor.py DOCTOR_SEVERITY) is its own
@@ -262,21 +268,23 @@ ALERTS: tuple[Alert, ...] = (
     Alert(
         "GpuUtilizationLow",
         "gpu-utilization",
-        "avg_over_time(" + _busy() + "[10m]) < ${util_suspicion}"
+        "(avg_over_time(" + _busy() + "[10m]) < ${util_suspicion}"
         " and " + _busy() + " > ${util_idle}"
-        " and on (instance, gpu, uuid) gpu_memory_used_bytes > ${idle_memory_bytes}",
+        " and on (instance, gpu, uuid) gpu_memory_used_bytes > ${idle_memory_bytes})" + _TRAINING_ONLY,
         "GPU utilization stays below the suspicion line.",
         GPU + POD + " averaged {{ $value | humanizePercentage }} utilization over 10 minutes while a job "
-        "holds it: a data or communication bottleneck is suspected.",
+        "holds it: a data or communication bottleneck is suspected (a GPU judged as serving, batch, "
+        "evaluation, a notebook or a pipeline is not held to this line).",
     ),
     Alert(
         "GpuPowerFarBelowTdp",
         "gpu-utilization",
-        'gpu_power_window_watts{stat="mean"} / ignoring (stat) gpu_power_default_limit_watts'
-        " < ${power_low} and on (instance, gpu, uuid) " + _busy() + " > ${busy_util}",
+        '(gpu_power_window_watts{stat="mean"} / ignoring (stat) gpu_power_default_limit_watts'
+        " < ${power_low} and on (instance, gpu, uuid) " + _busy() + " > ${busy_util})" + _TRAINING_ONLY,
         "Busy GPU draws far less power than its TDP.",
         GPU + POD + " is busy but draws {{ $value | humanizePercentage }} of its default power limit: it is "
-        "starved or waiting, not computing.",
+        "starved or waiting, not computing (memory-bound decode and other work whose class is known are "
+        "not held to this line).",
     ),
     Alert(
         "GpuTemperatureHigh",

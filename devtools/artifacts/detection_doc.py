@@ -230,14 +230,26 @@ def _workloads() -> list[str]:
         "|---|---|",
         *[f"| `{name}` | {meaning} |" for name, meaning in CLASS_MEANING.items()],
         "",
-        "The class comes from what the job says of itself, strongest first: `replay --workload`; the pod's "
+        "A class silences a verdict only on positive evidence of that class, and every verdict it "
+        "silences is said (replay's `not paged` lines, `--json`'s `unsure`, the report). The class comes "
+        "from what the job says of itself, strongest first: `replay --workload`; the pod's "
         "log (vLLM's engine stats `Running: N reqs, Waiting: M reqs`, SGLang's batches, TGI and Triton "
-        "start-up lines, completions requests, Jupyter's server); its pod and container names (`vllm`, "
+        "start-up lines, completions requests, Jupyter's server); in replay, the processes a log's process "
+        "table names (`nvidia-smi` screens: `ollama`, `tritonserver`, `text-generation-launcher`, "
+        "`torchrun`, `jupyter-lab`...; never the file's name); its pod and container names (`vllm`, "
         "`triton`, `jupyter`, `eval`, `train`...). A pipeline's turns are physics and outrank a name or a "
-        "log. Otherwise the shape decides: a **server** holds "
+        "log. Otherwise the shape decides. Memory reserved and flat is no evidence on its own: a training "
+        "job holds its memory as flat. A **server** holds "
         f"{_pct(th.SERVING_RESERVED)} or more of its framebuffer, unchanged within "
-        f"{_pct(th.SERVING_FLAT)}, and has been idle for more than {_s(th.SERVING_QUIET)} while holding "
-        "it; a **pipeline** is "
+        f"{_pct(th.SERVING_FLAT)}, and either went quiet (idle for more than {_s(th.SERVING_QUIET)}) "
+        f"{th.SERVING_CYCLES.value:g} times while holding it, at intervals or for lengths varying by "
+        f"{_pct(th.INTERACTIVE_IRREGULAR)} or more and not at whole multiples of one period (requests "
+        "arrive; a loop's saves come alike), or reserved it within the record and went quiet within "
+        f"{_s(th.SERVING_PENDING)} (a KV cache waiting for its first request); until then its quiet time "
+        "is not called starvation. A GPU that stops while another GPU of its job sits in a collective "
+        "waiting is a **rank** of their job, whatever its memory: it is judged as training, paged as the "
+        "rank its peers wait for, and its peers' time is a wait for it. One quiet stretch after minutes "
+        "of flat-out work is a job that stopped, not a server. A **pipeline** is "
         f"{th.PIPELINE_MIN_STAGES.value:g} or more GPUs of one job whose utilizations sum to "
         f"{th.PIPELINE_TURNS_SUM.value:g}-{th.PIPELINE_TURNS_SUM_MAX.value:g} of one GPU, steadily "
         f"(coefficient of variation under {th.PIPELINE_TURNS_CV.value:g}), each under "
@@ -382,6 +394,30 @@ share of each episode the verdict held, time to detect, to page and to resolve, 
 episode says its loss began, minus the label's start) and the end error, false verdicts and false pages, the
 ledger's error against each trace's `ledger_truth`, and the same table for a naive baseline (the classic
 threshold table as plain alert rules over 15-second scrapes).
+
+### By signal level
+
+Most teams keep plain logs, so the bench judges every labelled trace three ways: with all its columns; cut
+to the plain `nvidia-smi --query-gpu` columns (timestamp, index, name, `utilization.gpu` and `.memory`,
+`memory.used` and `.total`, `power.draw` and `.limit`, `temperature.gpu`, `clocks.sm`: no clock-event
+reasons, no `clocks.max.sm`, no default limit, no GPM, traffic or host columns, no server or log
+signals); and cut to `utilization.gpu` with `memory.used` and `.total` only. It prints pages, false pages
+and the onset error per level and class, and the pages each lower level loses. A lower level never adds a
+false page (the bench fails if it does): where the signals left cannot tell a loss from benign work, the
+time stays in the ledger and replay says what column would decide. Without a clock-reason column, a power
+cap is read from the draw at the enforced limit, that limit under the board's default (from its name)
+and the SM clock far under the board's maximum (its board's, from the name, or the highest it showed
+under load).
+
+What a lower level cannot tell, and so does not page (the missing column in brackets):
+
+| loss | plain columns | utilization and memory only |
+|---|---|---|
+| `/dev/shm` filling (`shm_exhaustion`) | not seen (`host.shm.*`) | not seen |
+| a server whose requests queue while its GPU idles (`data_starvation` on a server) | not told from idle capacity (the server's own log) | likewise |
+| a power cap on a log without the board's name, default limit or `clocks.max.sm` | its clocks read as full (a name or `clocks.max.sm`) | no power at all (`power.draw`) |
+| a hang, comm-bound steps, thermal throttling, any power cap | paged | not told from compute (`power.draw`, `temperature.gpu`, `clocks.sm`) |
+| a lone GPU whose dips never empty (a kernel part of the time) | paged on its power | not told from a lighter phase of work (`power.draw`) |
 """  # noqa: E501
 
 
