@@ -139,3 +139,17 @@ def test_an_idle_gpu_names_the_process_holding_its_memory(make_node, make_sample
     # on the verdict's own labels (the pod holding the GPU), the largest process's host PID and command
     assert (holder["gpu"], holder["pod"], holder["pid"]) == ("2", "llm-train-0", str(4242 + 10 * 2))
     assert holder["command"]
+
+
+@pytest.mark.parametrize(
+    ("scenario", "kind"), [("serving", "serving"), ("evaluation", "evaluation"), ("healthy", "training")]
+)
+def test_what_a_gpus_process_runs_names_its_class_over_its_pods_name(
+    make_node, make_sampler, clock, scenario, kind
+):
+    """With the process owners read, the command a GPU's process runs (vLLM's server module, an
+    evaluation script, a training script) says what the job is: it outranks the pod's name, never its log."""
+    sampler, _ = make_sampler(make_node(scenario, n_gpus=2), pods=True)
+    step(sampler, clock, cycles=15)
+    w = sampler.analyzer.workload("0")
+    assert (w.kind, w.source) == (kind, "process"), (scenario, w)

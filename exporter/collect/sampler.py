@@ -31,6 +31,8 @@ from exporter.collect.pod_assignments import PodAssignments
 from exporter.collect.poller import Every, Outcome, Poller, run_every
 from exporter.collect.snapshot import EMPTY_SNAPSHOT, GpuView, Snapshot, Sources, build
 from exporter.config.settings import Settings
+from exporter.podlogs.logparse import WorkloadHint
+from exporter.podlogs.workload import process_hint
 from exporter.policy.thresholds import LEDGER_STALE, SERVER_LOAD_FRESH
 from exporter.sources.errors import ErrorCounter
 from exporter.sources.kubelet import Assignment, PodRef, PodResourcesSource
@@ -267,14 +269,30 @@ class Sampler:
         replay); a GPU pods share or cut into MIG instances is a job of its own (its pods' shares and its
         instances are in theirs). Each job's class hint: what its pod's log or name says it is."""
         hints: dict[str, Workload | None] = {}
-        for index in slots:
+        for index, slot in slots.items():
             ref = owners.get(index)
             group = f"{ref.namespace}/{ref.pod}" if ref else f"{index}/shared" if index in split else "node"
             self.analyzer.set_group(str(index), group)
             hint = self.job.workload.get(index)
+            if hint is None or hint.source == "name":  # what it runs says more than what it is called
+                hint = self._process_hint(slot) or hint
             if hint is not None or group not in hints:
                 hints[group] = Workload(hint.kind, hint.source, hint.evidence) if hint else None
         self.analyzer.set_workloads(hints)
+
+    def _process_hint(self, slot: object) -> WorkloadHint | None:
+        """What the GPU's processes' commands say it runs (``tritonserver``, ``ollama``, ``torchrun``,
+        ``jupyter-lab``): read only where the process-owner source runs (processOwners.enabled)."""
+        found = self._readings.get("processes")
+        reading = getattr(slot, "reading", None)
+        if not isinstance(found, ProcessOwners) or reading is None or not reading.processes:
+            return None
+        for process in reading.processes:
+            owner = found.owners.get(process.pid)
+            hint = process_hint(owner.command) if owner is not None and owner.command else None
+            if hint is not None:
+                return hint
+        return None
 
     def _split(
         self, slots: Mapping[int, object], held: Mapping[int, list[tuple[Assignment, str]]]

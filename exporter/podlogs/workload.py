@@ -69,13 +69,33 @@ def name_hint(pod: str, container: str = "") -> WorkloadHint | None:
 _PROCESS_SEPARATORS = re.compile(r"[-_.\s/\\:]+")
 
 
+def _program(command: str) -> str:
+    """What names the work in a process's command: the program, and for an interpreter the module
+    (``-m vllm.entrypoints.openai.api_server``) or script (``train.py``) it runs; never the other
+    arguments (``--output-dir eval``). A path with spaces and no arguments (Windows' ``Program Files``,
+    as a process table prints it) is taken whole."""
+    words = command.split()
+    if not words:
+        return ""
+    rest = words[1:]
+    if rest and not any(w.startswith("-") for w in rest) and "\\" in command:
+        return command.strip()
+    if rest[:1] == ["-m"] and len(rest) > 1:
+        return f"{words[0]} {rest[1]}"
+    if rest and rest[0].endswith(".py"):
+        return f"{words[0]} {rest[0]}"
+    return words[0]
+
+
 @functools.lru_cache(maxsize=256)
 def process_hint(process: str) -> WorkloadHint | None:
-    """The first NAME_WORDS word found in a process's name as a GPU's process table prints it (a path,
-    ``C:\\Program Files\\Ollama\\ollama.exe``, ``/opt/tritonserver/bin/tritonserver``); None for a name
-    that says nothing (``python``)."""
-    words = tuple(w for w in _PROCESS_SEPARATORS.split(process.lower()) if w)
-    base = re.split(r"[\\/]", process.strip())[-1][:60]
+    """The first NAME_WORDS word found in what a process runs, as a GPU's process table prints its name (a
+    path, ``C:\\Program Files\\Ollama\\ollama.exe``, ``/opt/tritonserver/bin/tritonserver``) or the host
+    gives its command line (``python -m vllm.entrypoints.openai.api_server ...``); None for one that says
+    nothing (``python``)."""
+    program = _program(process)
+    words = tuple(w for w in _PROCESS_SEPARATORS.split(program.lower()) if w)
+    base = re.split(r"[\\/]", program.strip())[-1][:60]
     for kind, word, entry in _ENTRIES:
         if _holds(words, entry):
             return WorkloadHint(kind, f"process {base}: {word}", "process")

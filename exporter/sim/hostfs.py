@@ -137,8 +137,11 @@ class SimHost:
         containerd writes a Guaranteed pod's container; rewritten only when a process or its pod changes."""
         cgroups = {}
         commands = {pid: command for pid, (_, _, command) in procs.items() if command}
+        pods: dict[int, str] = {}  # PID -> its pod's name, for the command its job runs
         for pid, (g, name, command) in procs.items():
             pod = self._pod(name) if name else self._owner(g.uuid)  # type: ignore[attr-defined]
+            if pod is not None:
+                pods[pid] = pod.name
             if command:  # a daemon of the node's (the MPS server): its systemd service
                 cgroups[pid] = f"0::/system.slice/{command}.service\n"
             elif pod is None:
@@ -159,10 +162,7 @@ class SimHost:
             command = commands.get(pid)
             comm = command[:15] if command else "python"  # the kernel keeps 15 characters of the name
             self._write(f"proc/{pid}/cgroup", cgroup)
-            self._write(
-                f"proc/{pid}/cmdline",
-                f"{command}\0" if command else "python\0train.py\0--config\0llama.yaml\0",
-            )
+            self._write(f"proc/{pid}/cmdline", f"{command}\0" if command else _job_command(pods.get(pid)))
             self._write(f"proc/{pid}/comm", f"{comm}\n")
             self._write(f"proc/{pid}/limits", LIMITS)
             self._write(
@@ -386,3 +386,20 @@ class SimHost:
             self._thread.join(timeout=2)
         if self._own_root:
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+# what each simulated job's process runs, by its pod's name (exporter/sim/__init__.py POD_NAMES): the
+# command line the host shows, NULs between its words
+_JOB_COMMANDS = (
+    ("vllm", "python3\0-m\0vllm.entrypoints.openai.api_server\0--model\0meta-llama/Llama-3.1-8B\0"),
+    ("llm-eval", "python\0eval.py\0--tasks\0mmlu\0"),
+    ("jupyter", "python\0-m\0ipykernel_launcher\0-f\0/root/.local/share/jupyter/runtime/kernel-1.json\0"),
+    ("llama-70b-generate", "python\0generate.py\0--device-map\0auto\0"),
+)
+
+
+def _job_command(pod: str | None) -> str:
+    for stem, command in _JOB_COMMANDS:
+        if pod and pod.startswith(stem):
+            return command
+    return "python\0train.py\0--config\0llama.yaml\0"
