@@ -9,7 +9,7 @@ import gzip
 import json
 
 from devtools import plain_traces
-from exporter.offline.replay import replay, unsure_lines, workload_summary
+from exporter.offline.replay import replay, unpaged_losses, unsure_lines, workload_summary
 from exporter.offline.traceformats import smi_screen
 from exporter.offline.traceformats.base import Context
 from exporter.podlogs.workload import process_hint
@@ -44,6 +44,8 @@ def test_a_rank_that_stops_while_its_peers_wait_is_paged_and_named():
         assert result.ledger[gpu]["comm_wait"] > 0.25 * sum(result.ledger[gpu].values())
         assert workload_summary(result)[gpu]["class"] == "training"
     assert "rank" in str(workload_summary(result)["2"]["evidence"])
+    (told,) = [line for line in unpaged_losses(result, ["0", "1", "3"]) if "comm_wait" in line]
+    assert told.startswith("  GPU 0, 1, 3: yet") and "waiting in collectives for GPU 2" in told
 
 
 def test_one_stopped_gpu_of_independent_jobs_pages():
@@ -127,3 +129,15 @@ def test_a_gzip_of_screens_is_read_though_it_expands_over_a_hundred_times():
 def test_the_labels_mark_the_logs_as_made_by_hand():
     for path in FOLDER.glob("*.labels.json"):
         assert "by hand" in json.loads(path.read_text())["made"], path.name
+
+
+def test_the_report_says_what_was_not_paged_and_why(tmp_path):
+    from exporter.offline.report import ReportData, write_report
+
+    data = ReportData()
+    result = replay(FOLDER / "p05_laptop_ollama_screens_60s.log.gz", **data.hooks())  # type: ignore[arg-type]
+    path = tmp_path / "r.html"
+    write_report(path, result, data)
+    page = path.read_text()
+    assert "<h3>Not paged</h3>" in page and "data_starvation not paged" in page
+    assert "--workload training" in page

@@ -26,7 +26,10 @@ from exporter.policy.cost import DEFAULT as DEFAULT_PRICES
 from exporter.policy.cost import Prices
 from exporter.policy.thresholds import COVERAGE_SHARE, EVAL_INTERVAL, HOLDUP_SHARE
 
-WORK_STATES = frozenset(("computing", "throttled"))  # the rest of STATES is time lost or not held
+WORK_STATES = frozenset(("computing", "throttled"))
+_HOLDS_PEERS_BACK = frozenset(
+    k.name for k in KINDS.values() if k.holds_peers_back
+)  # the rest of STATES is time lost or not held
 # Replay's work is a GPU evaluated once (a GPU-second at replay's step of one second): a trace sampled
 # every second costs one per row, one sampled every minute sixty. Past GPU_SECONDS_FREE, a file whose rows
 # would cost more than MAX_GPU_SECONDS_PER_ROW each on average (or twice its --period) is refused in one
@@ -730,9 +733,10 @@ def human(result: ReplayResult) -> str:
     with_episodes = {episode.gpu for episode in result.episodes}
     quiet = [g for g in result.stats.gpus if g not in with_episodes]
     lines = [_headline(result), *_episode_lines(result)]
+    told = unpaged_losses(result, quiet)
     if quiet:
         lines.append(f"  GPU {_gpu_list(quiet)}: no verdict")
-    lines += unpaged_losses(result, quiet)
+    lines += told
     lines += unsure_lines(result)
     lines += _job_lines(result)
     lines += workload_lines(result)
@@ -850,7 +854,12 @@ def _holdup_lines(result: ReplayResult) -> list[str]:
 def unpaged_losses(result: ReplayResult, gpus: list[str]) -> list[str]:
     """GPUs without a verdict that still lost the coverage share of their held time to one state (a trace
     too short for a verdict to fire and hold, or a loss spread too thin): say what was seen."""
-    lines = []
+    # the GPUs each paged rank held back: their collective time was a wait for it, said as such
+    waited_for: dict[str, set[str]] = {}
+    for e in result.episodes:
+        for peer in e.related if e.kind in _HOLDS_PEERS_BACK else ():
+            waited_for.setdefault(peer, set()).add(e.gpu)
+    alike: dict[tuple[str, str], list[tuple[str, float]]] = {}  # GPUs alike on one line
     for gpu in sorted(gpus, key=_gpu_order):
         states = result.ledger.get(gpu, {})
         held = sum(s for state, s in states.items() if state != "free")
@@ -858,11 +867,20 @@ def unpaged_losses(result: ReplayResult, gpus: list[str]) -> list[str]:
         if held <= 0 or not lost:
             continue
         state, seconds = max(lost.items(), key=lambda kv: kv[1])
-        if seconds / held >= COVERAGE_SHARE.value:
-            lines.append(
-                f"  GPU {gpu}: no verdict over {held:.0f} s held, yet {seconds / held:.0%} of it went to "
-                f"{state} (a verdict needs its evidence to build and hold; see where the time went)"
-            )
+        if seconds / held < COVERAGE_SHARE.value:
+            continue
+        culprits = sorted(waited_for.get(gpu, ()), key=_gpu_order) if state == "comm_wait" else []
+        if culprits:
+            why = f"waiting in collectives for GPU {_gpu_list(culprits)}, paged above: not a loss of its own"
+        else:
+            why = "a verdict needs its evidence to build and hold; see where the time went"
+        alike.setdefault((state, why), []).append((gpu, seconds / held))
+    lines = []
+    for (state, why), members in alike.items():
+        low, high = min(share for _, share in members), max(share for _, share in members)
+        share = f"{low:.0%}" if f"{low:.0%}" == f"{high:.0%}" else f"{low:.0%}-{high:.0%}"
+        names = _gpu_list([gpu for gpu, _ in members])
+        lines.append(f"  GPU {names}: yet {share} of the time a job held it went to {state} ({why})")
     return lines
 
 

@@ -30,6 +30,8 @@ from exporter.offline.replay import (
     _gpu_list,
     _gpu_order,
     peak_text,
+    unpaged_losses,
+    unsure_lines,
     workload_summary,
 )
 from exporter.offline.traces import TraceRow
@@ -321,6 +323,12 @@ def _class_cell(w: dict[str, object] | None) -> str:
     return f'<div class="dim small" title="{html.escape(why)}">{said}</div>'
 
 
+def _quiet(result: ReplayResult) -> list[str]:
+    """The GPUs without a verdict."""
+    paged = {e.gpu for e in result.episodes}
+    return [g for g in result.stats.gpus if g not in paged]
+
+
 def _summary(result: ReplayResult, data: ReportData) -> str:
     ledgers = [*result.ledger.values(), *result.job_ledger.values()]
     shown = [s for s in STATES if any(states.get(s, 0.0) > 0.5 for states in ledgers)] or ["computing"]
@@ -372,6 +380,13 @@ def _summary(result: ReplayResult, data: ReportData) -> str:
                 for k, why in sorted(result.silent.items(), key=lambda kv: list(KINDS).index(kv[0]))
             )
             + "</p>"
+        )
+    said = [*unpaged_losses(result, _quiet(result)), *unsure_lines(result)]
+    if said:  # what no page stood on, and what would decide it: as the text summary says it
+        silent += (
+            '<h3>Not paged</h3><ul class="notpaged">'
+            + "".join(f"<li>{html.escape(line.strip())}</li>" for line in said)
+            + "</ul>"
         )
     job_head = table_head.replace("<th>GPU</th>", "<th>job</th>").replace(
         "<th>verdicts</th>", "<th>job events</th>"
