@@ -273,6 +273,10 @@ def waiting_in_collective(f: GpuFeatures, recent: Shares | None = None) -> bool:
     part of its recent time inside collectives."""
     if recent is not None and recent.get("comm_wait") >= STARVATION_IDLE_FRACTION.value:
         return True
+    if recent is not None and (f.sm_mean is not None or f.mem_util_mean is not None):
+        # the ledger read its SM activity or memory traffic, which tell a collective per sample, and
+        # found none: power alone does not outrank them (a memory-bound job of its own draws little too)
+        return False
     if f.power_ratio is None:
         return False  # pinned utilization without power: computing and spinning read alike
     fed = f.power_ratio >= FED_POWER  # computing: a spinning wait draws little
