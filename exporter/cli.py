@@ -430,6 +430,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="what the job in the log is, when its shape cannot tell (a notebook's pauses, a two-stage "
         "split): its idle time is then judged as that class's (default: decided from the telemetry's shape)",
     )
+    replay.add_argument(
+        "--processes",
+        metavar="APPS.csv",
+        help="a log of nvidia-smi --query-compute-apps=timestamp,gpu_uuid,pid,process_name,used_memory "
+        "--format=csv taken beside LOG: the processes' names (ollama, tritonserver, vllm, torchrun, "
+        "jupyter...) say what the job is; nvidia-smi screens carry their process table already",
+    )
     replay.add_argument("--json", action="store_true", help="JSON lines on stdout instead of a summary")
     replay.add_argument(
         "--report",
@@ -502,6 +509,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "scenarios":
             return _scenarios()
         if args.command == "replay" and (args.prometheus or args.trace is None):
+            if args.processes:
+                raise UsageError(
+                    "--processes reads a compute-apps log taken beside a GPU log, not --prometheus"
+                )
             return _replay_prometheus(args)
         if args.command == "replay":
             return _replay(
@@ -515,6 +526,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _prices(args.price, args.currency),
                 _columns(args.columns),
                 args.workload or "",
+                processes=args.processes,
             )
         if args.command == "doctor":
             from exporter.doctor.command import run as doctor
@@ -708,6 +720,7 @@ def _replay(
     workload: str = "",
     source: Callable[..., ReplayResult] | None = None,
     origin: Callable[[], float | None] | None = None,
+    processes: str | None = None,
 ) -> int:
     """``source``: the rows from elsewhere than ``path``; ``origin``: then, the wall-clock time of its
     second 0 (a file's is its first sample's)."""
@@ -715,7 +728,19 @@ def _replay(
     status = 2
     try:
         status = _replay_checked(
-            path, gpus, as_json, report, period, start, fail_on, prices, columns, workload, source, origin
+            path,
+            gpus,
+            as_json,
+            report,
+            period,
+            start,
+            fail_on,
+            prices,
+            columns,
+            workload,
+            source,
+            origin,
+            processes,
         )
     finally:
         if made and status == 2 and report:  # nothing replayed: no empty report left behind
@@ -788,12 +813,14 @@ def _replay_checked(
     workload: str = "",
     source: Callable[..., ReplayResult] | None = None,
     origin: Callable[[], float | None] | None = None,
+    processes: str | None = None,
 ) -> int:
     from functools import partial
 
     from exporter.offline.replay import event_json, human, replay, summary
     from exporter.offline.replay import origin as trace_origin
     from exporter.offline.report import ReportData, write_report
+    from exporter.offline.traceformats.compute_apps import ProcessLogError, read_process_names
     from exporter.offline.traces import MAX_GPUS, TraceError, TraceReader
 
     if gpus is not None and not 1 <= gpus <= MAX_GPUS:
@@ -803,6 +830,10 @@ def _replay_checked(
     try:
         if source is None:  # the file's reader: its first sample's time places the events on the clock
             reader = TraceReader(path, gpus, period=period, start=start, columns=columns)
+            if processes:  # what the processes beside it ran: the job's class, read before the rows
+                named = read_process_names(processes)
+                reader.stats.processes.update(named)
+                reader.stats.process_names += sum(len(v) for v in named.values())
             source, origin = partial(replay, path, gpus, reader=reader), lambda: trace_origin(reader.stats)
         at = origin or (lambda: None)
         result = source(
@@ -815,7 +846,7 @@ def _replay_checked(
             workload=workload,
             **(data.hooks() if data else {}),  # type: ignore[arg-type]
         )
-    except TraceError as exc:
+    except (TraceError, ProcessLogError) as exc:
         print(f"gpu-bottleneck-exporter: {exc}", file=sys.stderr)
         return 2
     if not _say_how_it_was_read(path, result):

@@ -181,6 +181,8 @@ def _write_fixtures(root: Path) -> dict[str, Path]:
         "dcgm.log": (formats / "dcgmi_dmon_h100.log").read_text(),
         "rank0.log": "\n".join(NCCL_220_IB_NVLS) + "\n",
         "nccl-from-kubectl.log": "\n".join(NCCL_220_IB_NVLS) + "\n",
+        "apps.csv": "timestamp, gpu_uuid, pid, process_name, used_gpu_memory [MiB]\n"
+        "2026/03/01 10:00:00.000, GPU-0, 4242, /opt/conda/bin/torchrun, 61234 MiB\n",
     }
     paths = {}
     for name, text in files.items():

@@ -12,6 +12,7 @@ from devtools import plain_traces
 from exporter.offline.replay import replay, unpaged_losses, unsure_lines, workload_summary
 from exporter.offline.traceformats import smi_screen
 from exporter.offline.traceformats.base import Context
+from exporter.offline.traceformats.compute_apps import read_process_names
 from exporter.podlogs.workload import process_hint
 from tests.conftest import REPO
 
@@ -144,3 +145,30 @@ def test_the_report_says_what_was_not_paged_and_why(tmp_path):
     page = path.read_text()
     assert "<h3>Not paged</h3>" in page and "data_starvation not paged" in page
     assert "--workload training" in page
+
+
+def test_a_compute_apps_log_beside_a_plain_log_names_the_class(tmp_path, capsys):
+    from exporter import cli
+
+    apps = tmp_path / "apps.csv"
+    apps.write_text(
+        "timestamp, gpu_uuid, pid, process_name, used_gpu_memory [MiB]\n"
+        "2026/11/16 14:00:00.000, GPU-a, 18324, /opt/tritonserver/bin/tritonserver, 30154 MiB\n"
+        "2026/11/16 14:00:05.000, GPU-a, 18324, /opt/tritonserver/bin/tritonserver, 30154 MiB\n"
+        "2026/11/16 14:00:05.000, GPU-b, [N/A], [N/A], [N/A]\n"
+    )
+    assert read_process_names(apps) == {"GPU-a": ["/opt/tritonserver/bin/tritonserver"]}
+    trace = str(FOLDER / "p03_h100x4_ddp_checkpoints.csv.gz")
+    assert cli.main(["replay", trace, "--processes", str(apps)]) == 0
+    out = capsys.readouterr().out
+    assert "judged as serving (process: tritonserver)" in out
+    # not such a log, a missing file, or beside --prometheus: one line each, status 2
+    for args, said in (
+        (["--processes", trace], "no process_name column"),
+        (["--processes", str(tmp_path / "nope.csv")], "cannot read"),
+    ):
+        assert cli.main(["replay", trace, *args]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and said in err[0], err
+    assert cli.main(["replay", "--prometheus", "http://127.0.0.1:9", "--processes", str(apps)]) == 2
+    assert "not --prometheus" in capsys.readouterr().err

@@ -98,5 +98,6 @@ def process_hint(process: str) -> WorkloadHint | None:
     base = re.split(r"[\\/]", program.strip())[-1][:60]
     for kind, word, entry in _ENTRIES:
         if _holds(words, entry):
-            return WorkloadHint(kind, f"process {base}: {word}", "process")
+            said = base if word in base.lower() else f"{base} ({word})"
+            return WorkloadHint(kind, said, "process")
     return None
