@@ -332,3 +332,20 @@ def test_a_cycles_snapshot_is_built_when_first_read_with_that_cycles_books(
     snap = sampler.snapshot
     assert built == [3] and snap.seq == 3 and sampler.snapshot is snap and built == [3]
     assert snap.last_success == stamped
+
+
+def test_a_rank_that_stops_while_its_peers_wait_pages_as_itself_live(make_node, make_sampler, clock):
+    """The simulator's rank_stall: rank 2 stops for three minutes at 60 s while its peers spin in the
+    collective. Live, as in replay: it is a rank of their job (not a server by its flat memory), it pages
+    as the rank they wait for, and they page nothing of their own."""
+    sampler, _ = make_sampler(make_node("rank_stall:onset=60", n_gpus=4))
+    fired: dict[str, float] = {}
+    for _ in range(300):  # five minutes, one second a cycle
+        step(sampler, clock)
+        for gpu, kinds in sampler.analyzer._judged.items():  # the verdicts of the last judgement
+            for kind, state in kinds.items():
+                if state.firing:
+                    fired.setdefault(f"{gpu}/{kind}", clock.now)
+    assert set(fired) == {"2/data_starvation"}, fired
+    assert sampler.analyzer.workload("2").kind in ("", "training")
+    assert sampler.analyzer.ledger("0").totals["comm_wait"] > 100

@@ -165,6 +165,7 @@ class _Plan(NamedTuple):
     onset: float  # absolute time the fault began
     waiting: frozenset[int]  # the GPUs whose job waits for a starving or hot rank (its pod's GPUs)
     work: Workload | None = None  # a workload other than training (serving, evaluation, ...)
+    stall_until: float = 0.0  # rank_stall: absolute time the stopped rank resumes
 
 
 # step anatomy, seconds
@@ -467,8 +468,21 @@ class NodeModel:
         if name == "remote_straggler":  # the slow rank is on another node: this node's ranks all wait
             waiting = frozenset(range(self.n_gpus))
         work = self._workload(sc, t - x + sc.onset_s, affected, split, t) if name in WORKLOADS else None
+        onset = t - x + sc.onset_s
         return _Plan(
-            name, affected, starving, hot, wait, comm, period, off, t - x, t - x + sc.onset_s, waiting, work
+            name,
+            affected,
+            starving,
+            hot,
+            wait,
+            comm,
+            period,
+            off,
+            t - x,
+            onset,
+            waiting,
+            work,
+            onset + sc.stall_s,
         )
 
     def _workload(
@@ -503,6 +517,8 @@ class NodeModel:
             return Phase.COMPUTE if busy else Phase.DATA_WAIT
         if name == "checkpoint_stall" and _checkpointing(plan, t):
             return Phase.CHECKPOINT
+        if name == "rank_stall" and t < plan.stall_until:  # the stopped rank, and its peers waiting for it
+            return Phase.DATA_WAIT if g in plan.affected else Phase.NCCL_WAIT
         return _step_phase(plan, g, t)
 
     def _mix(self, plan: _Plan, g: int, t: float, dt: float = 0.0) -> tuple[list[Phase], Factors]:

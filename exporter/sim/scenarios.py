@@ -25,6 +25,12 @@ SCENARIOS: dict[str, tuple[str, tuple[int, ...], str]] = {
         "",
     ),
     "data_starvation_all": ("every rank waits for its input every step (slow storage)", (), "io"),
+    "rank_stall": (
+        "one rank stops (no kernel, memory held: its host hung on a read, its loader respawning) for "
+        "stall=SECONDS (default 180), then resumes; its peers spin in the collective waiting for it",
+        (2,),
+        "",
+    ),
     "comm_hang": (
         "every rank is stuck in a collective: util 100 %, power near idle, no NVLink traffic",
         (),
@@ -201,6 +207,7 @@ class Scenario:
     churn_s: float = 0.0  # a new pod (or pair) takes the GPUs every this many seconds; 0 = never
     logs: str = "stop"  # comm_hang: the job's log stops (a hang), or keeps flowing (an idle server)
     rate: float = 0.0  # serving, serving_starved: requests per second to each GPU's engine; 0 = the default
+    stall_s: float = 180.0  # rank_stall: how long the rank stays stopped
     params: dict[str, str] = field(default_factory=dict)
 
     def affected(self, n_gpus: int) -> tuple[int, ...]:
@@ -251,6 +258,8 @@ def _apply_param(s: Scenario, key: str, value: str) -> Scenario:
             if value not in CAUSES:
                 raise ScenarioError(f"cause must be one of {', '.join(CAUSES)}, not {value!r}")
             return replace(s, cause=value)
+        if key == "stall":
+            return replace(s, stall_s=_number(key, value, "a number of seconds, above 0"))
         if key == "fill":
             return replace(s, fill_s=_number(key, value, "a number of seconds, at least 0", zero=True))
         if key == "shm_gib":
@@ -279,7 +288,7 @@ def _apply_param(s: Scenario, key: str, value: str) -> Scenario:
         raise ScenarioError(f"bad value {value!r} for scenario parameter {key!r}") from exc
     raise ScenarioError(
         f"unknown scenario parameter {key!r} "
-        "(onset, gpus, cause, fill, shm_gib, cap, pods, churn, logs, rate)"
+        "(onset, gpus, cause, fill, shm_gib, cap, pods, churn, logs, rate, stall)"
     )
 
 
