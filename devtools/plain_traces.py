@@ -14,8 +14,6 @@ checkpoint pause, a server its process table names, and a board an operator caps
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
 import random
 import sys
@@ -24,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from devtools.workload_traces import A100, H100, Board
+from devtools.workload_traces import A100, H100, Board, save
 
 REPO = Path(__file__).resolve().parent.parent
 T0 = datetime(2026, 11, 16, 14, 0, 0, tzinfo=UTC).timestamp()
@@ -305,10 +303,7 @@ def write(spec: Spec, out: Path) -> Path:
     else:
         path = out / f"{spec.name}.csv.gz"
         lines = csv_rows(spec.board, model, spec.seconds, spec.dt)
-    with gzip.GzipFile(path, "wb", mtime=0) as fh:
-        fh.write(("\n".join(lines) + "\n").encode())
-    labels = {
-        "trace": path.name,
+    labels: dict = {
         "scenario": spec.scenario,
         "workload": spec.workload,
         "made": "by hand (devtools/plain_traces.py), not recorded",
@@ -316,7 +311,7 @@ def write(spec: Spec, out: Path) -> Path:
     }
     if spec.allowed:
         labels["allowed"] = list(spec.allowed)
-    (out / f"{spec.name}.labels.json").write_text(json.dumps(labels, indent=1) + "\n")
+    save(path, lines, labels)
     return path
 
 

@@ -17,7 +17,7 @@ import gzip
 import json
 import random
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -372,20 +372,22 @@ def specs() -> list[Spec]:
     ]
 
 
+def save(path: Path, lines: Iterable[str], labels: dict) -> None:
+    """A trace gzipped with no time in its header (the same bytes every run) and its labels beside it."""
+    with gzip.GzipFile(path, "wb", mtime=0) as fh:
+        fh.write(("\n".join(lines) + "\n").encode())
+    name = path.name.removesuffix(".gz").rsplit(".", 1)[0]
+    (path.parent / f"{name}.labels.json").write_text(
+        json.dumps({"trace": path.name, **labels}, indent=1) + "\n"
+    )
+
+
 def write(spec: Spec, out: Path) -> None:
     rng = random.Random(spec.name)
     model = spec.build(rng)
     lines = rows(spec.board, model, spec.seconds, spec.dt, spec.serving_cols, spec.limit_w, spec.named)
-    text = "\n".join(lines) + "\n"
-    with gzip.GzipFile(out / f"{spec.name}.csv.gz", "wb", mtime=0) as fh:
-        fh.write(text.encode())
-    labels = {
-        "trace": f"{spec.name}.csv.gz",
-        "scenario": spec.scenario,
-        "workload": spec.workload,
-        "labels": list(spec.labels),
-    }
-    (out / f"{spec.name}.labels.json").write_text(json.dumps(labels, indent=1) + "\n")
+    labels = {"scenario": spec.scenario, "workload": spec.workload, "labels": list(spec.labels)}
+    save(out / f"{spec.name}.csv.gz", lines, labels)
 
 
 def main(argv: list[str]) -> int:
