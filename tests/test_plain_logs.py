@@ -172,3 +172,28 @@ def test_a_compute_apps_log_beside_a_plain_log_names_the_class(tmp_path, capsys)
         assert len(err) == 1 and said in err[0], err
     assert cli.main(["replay", "--prometheus", "http://127.0.0.1:9", "--processes", str(apps)]) == 2
     assert "not --prometheus" in capsys.readouterr().err
+
+
+def test_a_hostile_compute_apps_log_is_one_line_and_bounded(tmp_path):
+    import os
+
+    from exporter.offline.traceformats.compute_apps import MAX_LINES, ProcessLogError
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    binary = tmp_path / "bin.csv"
+    binary.write_bytes(b"\x00\xff" * 1000)
+    wide = tmp_path / "wide.csv"
+    wide.write_text("timestamp, pid, process_name\n" + "2026/01/01 00:00:00, 1, " + "x" * 300_000 + "\n")
+    for path, said in ((fifo, "not a regular file"), (binary, "no process_name"), (wide, "not a readable")):
+        try:
+            read_process_names(path)
+        except ProcessLogError as exc:
+            assert said in str(exc) and "\n" not in str(exc), exc
+        else:
+            raise AssertionError(f"{path.name} was read")
+    # a log of the same few names repeated past the bound is read up to it, not to its end
+    many = tmp_path / "many.csv.gz"
+    body = "timestamp, pid, process_name\n" + "2026/01/01 00:00:00, 1, ollama\n" * (MAX_LINES + 10)
+    many.write_bytes(gzip.compress(body.encode()))
+    assert read_process_names(many) == {"*": ["ollama"]}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import stat
 from pathlib import Path
 
 from exporter.offline.traceformats.base import MAX_CELL_CHARS, MISSING
@@ -30,6 +31,8 @@ def read_process_names(path: str | Path) -> dict[str, list[str]]:
     names the log lists on it, in the order first seen, a few per GPU."""
     path = Path(path)
     try:
+        if not stat.S_ISREG(path.stat().st_mode):  # a FIFO or a device would block or never end
+            raise ProcessLogError(f"{path}: not a regular file (a compute-apps log is a file)")
         raw = path.open("rb")
     except OSError as exc:
         raise ProcessLogError(f"{path}: cannot read ({exc.strerror or exc})") from None
