@@ -138,8 +138,11 @@ class ServingShape:
             self.seen_below = self.seen_below or used is not None
             return
         if self.since is None or max(self.high, used) - min(self.low, used) > SERVING_FLAT.value * total:
-            self._reset()  # a new reservation
-            self.since, self.low, self.high, self.grown = t, used, used, self.seen_below
+            # a new reservation: made at the GPU's start where its memory rose from under the line to it (a
+            # reservation that moved, as a caching allocator's memory creeps, was not made at a start)
+            grown = self.since is None and self.seen_below
+            self._reset()
+            self.since, self.low, self.high, self.grown = t, used, used, grown
         self.low, self.high = min(self.low, used), max(self.high, used)
         if stopped and peers_wait:
             self.rank = True

@@ -226,3 +226,14 @@ def test_a_board_whose_name_states_its_memory_shows_a_servers_reservation_withou
     r = run({"0": _arrivals(busy, idle)}, 300, dt=0.5, analyzer=analyzer)
     assert r.analyzer.workload("0").kind == "serving"
     assert not r.kinds()
+
+
+def test_memory_that_moved_past_the_line_is_no_reservation_made_at_a_start():
+    """A training job's caching allocator creeps past the reserved line and moves again; a save's quiet
+    soon after is no KV cache waiting for its first request."""
+    shape = ServingShape()
+    shape.see(0.0, 40 * GIB, 80 * GIB, stopped=False, span=1.0)
+    t = _quiet(shape, 1.0, 0, busy_s=30, used=70 * GIB)  # rose past the line while computing...
+    t = _quiet(shape, t, 0, busy_s=30, used=73 * GIB)  # ...and moved: a new reservation, not at a start
+    t = _quiet(shape, t, 20, busy_s=5, used=73 * GIB)  # a save's quiet
+    assert shape.workload() is None
