@@ -212,13 +212,18 @@ def _pod_jobs(client: PromClient, request: Request) -> dict[str, str]:
 
 
 def scrape_interval(client: PromClient, request: Request, found: Found) -> float:
-    """The median spacing of the raw samples of a GPU series near the range's end, start and middle."""
+    """The median spacing of the raw samples of a GPU series near the range's end, its start, and then
+    its middle and every eighth of it: history has holes (a pool scaled to zero now, nodes gone, an
+    exporter that was down), so the probe looks across the range before it gives up."""
     # a server may name nodes with no sample in the range (VictoriaMetrics' series index is by day), and
     # each scheme is on some nodes only
-    nodes = itertools.islice(found.nodes.values(), INTERVAL_PROBE_NODES)
-    for matcher, scheme in itertools.product(nodes, found.schemes):
-        expr = f"{names.PRESENCE[scheme]}{{{_matchers(matcher, request.selector)}}}"
-        for at in (request.end, request.start + INTERVAL_PROBE_S, (request.start + request.end) / 2):
+    nodes = list(itertools.islice(found.nodes.values(), INTERVAL_PROBE_NODES))
+    span = request.end - request.start
+    eighths = (request.start + span * k / 8 for k in (4, 2, 6, 1, 3, 5, 7))  # the middle first
+    points = (request.end, request.start + INTERVAL_PROBE_S, *eighths)
+    for at in points:
+        for matcher, scheme in itertools.product(nodes, found.schemes):
+            expr = f"{names.PRESENCE[scheme]}{{{_matchers(matcher, request.selector)}}}"
             gaps = [
                 b - a
                 for times in client.raw_times(expr, at, INTERVAL_PROBE_S)
@@ -226,7 +231,11 @@ def scrape_interval(client: PromClient, request: Request, found: Found) -> float
             ]
             if gaps:
                 return max(1.0, round(statistics.median(gaps)))
-    raise PromError(f"{client.url}: the GPU series have too few samples in the range to tell their interval")
+    raise PromError(
+        f"{client.url}: the GPU series have too few samples near the range's end, start or any eighth of it "
+        "to tell their scrape interval: pass --step SECONDS (the interval the series were scraped at, such "
+        "as --step 15)"
+    )
 
 
 def read_node(
