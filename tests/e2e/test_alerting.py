@@ -137,7 +137,10 @@ SERVERS = ("serving",)
 OTHER_WORK = ("vllm", "evaluation", "pipeline", "notebook")
 # on: the simulated pods' logs
 POD_LOGS = {name: ["--pod-logs", "on"] for name in ("hang_logs", "serving", "vllm", "vllm_starved")}
-POD_LOGS["pipeline"] = ["--sim-gpus", "4"]  # a layer split takes turns on three GPUs or more
+# the other work's nodes sample once a second (they judge classes, not timings: the shares above are
+# measured on a machine with two cores), the layer split on three GPUs, the fewest that take turns
+POD_LOGS["pipeline"] = ["--sim-gpus", "3", "--interval", "1"]
+POD_LOGS["evaluation"] = POD_LOGS["notebook"] = ["--interval", "1"]
 VERDICT_ALERTS = {kind.alert for kind in KINDS.values()}
 # the alerts on the verdicts themselves (not on raw signals) quote when the loss began
 ONSET_ALERTS = {kind.alert for kind in KINDS.values() if kind.text is not None}
