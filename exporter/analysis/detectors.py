@@ -267,15 +267,17 @@ def comm_hang(f: GpuFeatures) -> Evidence:
     return Evidence(score=pinned * min(quiet))
 
 
-def waiting_in_collective(f: GpuFeatures, recent: Shares | None = None) -> bool:
+def waiting_in_collective(f: GpuFeatures, recent: Shares | None = None, fine: bool = True) -> bool:
     """A peer of a starved rank: it never idles (a collective kernel stays resident while it waits) and
     draws well under what it may (a kernel polling a flag computes nothing), or the ledger puts a good
     part of its recent time inside collectives."""
     if recent is not None and recent.get("comm_wait") >= STARVATION_IDLE_FRACTION.value:
         return True
-    if recent is not None and (f.sm_mean is not None or f.mem_util_mean is not None):
+    if fine and recent is not None and (f.sm_mean is not None or f.mem_util_mean is not None):
         # the ledger read its SM activity or memory traffic, which tell a collective per sample, and
-        # found none: power alone does not outrank them (a memory-bound job of its own draws little too)
+        # found none: power alone does not outrank them (a memory-bound job of its own draws little too).
+        # Sampled coarser than the work (``fine`` False: one sample per 15-60 s), a sample catches a
+        # rank's wait by chance, and the averaged power says more.
         return False
     if f.power_ratio is None:
         return False  # pinned utilization without power: computing and spinning read alike
@@ -586,7 +588,7 @@ def starved_among_peers(c: Context, peers_util: float, behind: int) -> Evidence:
     which it was that far under them; one may be a single pause (a save, a log flush), more recur. Gated as
     the rhythm is: never on a class whose gaps are idle capacity, nor a loss too small or short to page; a
     fifth of the last two minutes waiting is sustained here as a recurring rhythm is."""
-    if c.idle_gaps or c.f.util_mean is None or waiting_in_collective(c.f, c.recent):
+    if c.idle_gaps or c.f.util_mean is None or waiting_in_collective(c.f, c.recent, fine=False):
         return Evidence()
     if (c.f.busy_fraction or 0.0) < STARVATION_BUSY_FRACTION.value:
         return Evidence()  # idle, not starved

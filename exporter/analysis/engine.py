@@ -165,6 +165,7 @@ class Analyzer:
         # ``step``: the seconds between the samples and between evaluations. Coarser than the clock (a
         # Prometheus' scrapes), each sample stands for its step and the window holds enough of them.
         self.step = step
+        self._fine = step <= EVAL_INTERVAL.value  # samples finer than the work's steps (a live node, a log)
         self.stale_s = max(LEDGER_STALE.value, step)
         evidence_s = max(evidence_s, COARSE_EVIDENCE_POINTS.value * step)
         self.window_s = max(window_s, evidence_s)
@@ -615,7 +616,9 @@ class Analyzer:
         collectives is judged by its utilization against theirs (``detectors.starved_among_peers``)."""
         self._behind.clear()
         for members in self._whole_gpu_jobs(chosen).values():
-            waiting = [g for g in members if d.waiting_in_collective(contexts[g].f, contexts[g].recent)]
+            waiting = [
+                g for g in members if d.waiting_in_collective(contexts[g].f, contexts[g].recent, fine=False)
+            ]
             behind: dict[str, float] = {}  # the ranks not waiting, with their peers' mean utilization
             for gpu in members:
                 peers = [g for g in waiting if g != gpu]
@@ -748,7 +751,9 @@ class Analyzer:
     def _waiting(self, members: list[str]) -> list[str]:
         """The GPUs of a job waiting in collectives: found once per job, not once per GPU it may be for."""
         return [
-            g for g in members if d.waiting_in_collective(self._gpus[g].features, self._gpus[g].shares[0])
+            g
+            for g in members
+            if d.waiting_in_collective(self._gpus[g].features, self._gpus[g].shares[0], self._fine)
         ]
 
     def _peer_fault(self, gpu: str, kind: str, fault: PeerFault, job: _Job) -> _Judged:
