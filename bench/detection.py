@@ -756,18 +756,20 @@ def _level_row(label: str, scores: list[TraceScore]) -> str:
     episodes = [e for s in scores for e in s.episodes]
     false = [f for s in scores for f in s.false]
     onset = [e.onset_err for e in episodes if e.onset_err is not None]
-    return f"{_row(label, episodes, false)} {_spread(onset):>13s}"
+    ttp = [e.ttp for e in episodes if e.ttp is not None]
+    return f"{_row(label, episodes, false)} {_spread(ttp):>13s} {_spread(onset):>13s}"
 
 
 def level_table(results: list[TraceResult]) -> tuple[str, list[str]]:
-    """Ours per signal level and class: the paging columns and the onset error; then the pages each lower
-    level loses and the false pages it adds. Returns the table and its false pages added."""
+    """Ours per signal level and class: the paging columns, time to page and the onset error; then the
+    pages each lower level loses and the false pages it adds. Returns the table and its false pages
+    added."""
     header = (
         f"  {'level: class (traces)':28s} {'episodes':>8s} {'detected':>8s} {'paged':>5s} {'min held':>8s} "
     )
     lines = [
         "per signal level (ours; all columns, plain nvidia-smi columns, utilization and memory only):",
-        header + f"{'false':>5s} {'false pages':>11s} {'onset error':>13s}",
+        header + f"{'false':>5s} {'false pages':>11s} {'time-to-page':>13s} {'onset error':>13s}",
     ]
     added: list[str] = []
     classes = sorted({r.workload for r in results})

@@ -193,3 +193,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     tour = getattr(session.config, "demo_tour", None)
     if tour is not None:
         tour.close()
+
+
+def assert_generated(main, folder: Path, tmp_path: Path) -> None:
+    """A generator's ``main([OUT])`` writes exactly the files checked in under ``folder`` (its README
+    aside), byte for byte: a generated set is never stale."""
+    assert main([str(tmp_path)]) == 0
+    made = sorted(p.name for p in tmp_path.iterdir())
+    assert made == sorted(p.name for p in folder.iterdir() if p.name != "README.md")
+    for name in made:
+        assert (tmp_path / name).read_bytes() == (folder / name).read_bytes(), f"stale: {name}"

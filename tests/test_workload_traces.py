@@ -6,17 +6,13 @@ import json
 
 from devtools import workload_traces
 from exporter.offline.replay import replay, workload_lines, workload_summary
-from tests.conftest import REPO
+from tests.conftest import REPO, assert_generated
 
 FOLDER = REPO / "examples" / "traces" / "workloads"
 
 
 def test_the_checked_in_traces_are_the_generators_output(tmp_path):
-    assert workload_traces.main([str(tmp_path)]) == 0
-    made = sorted(p.name for p in tmp_path.iterdir())
-    assert made == sorted(p.name for p in FOLDER.iterdir() if p.name != "README.md")
-    for name in made:
-        assert (tmp_path / name).read_bytes() == (FOLDER / name).read_bytes(), f"stale: {name}"
+    assert_generated(workload_traces.main, FOLDER, tmp_path)
 
 
 def test_a_serving_gpu_idle_between_requests_is_idle_capacity_not_starvation():

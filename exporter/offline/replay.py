@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
-from exporter.analysis.engine import Analyzer, VerdictEvent
+from exporter.analysis.engine import HOLDS_PEERS_BACK, Analyzer, VerdictEvent
 from exporter.analysis.envelope import Envelope
 from exporter.analysis.kinds import KINDS, NAMES
 from exporter.analysis.ledger import LOST_STATES, STATES
@@ -26,10 +26,7 @@ from exporter.policy.cost import DEFAULT as DEFAULT_PRICES
 from exporter.policy.cost import Prices
 from exporter.policy.thresholds import COVERAGE_SHARE, EVAL_INTERVAL, HOLDUP_SHARE
 
-WORK_STATES = frozenset(("computing", "throttled"))
-_HOLDS_PEERS_BACK = frozenset(
-    k.name for k in KINDS.values() if k.holds_peers_back
-)  # the rest of STATES is time lost or not held
+WORK_STATES = frozenset(("computing", "throttled"))  # the rest of STATES is time lost or not held
 # Replay's work is a GPU evaluated once (a GPU-second at replay's step of one second): a trace sampled
 # every second costs one per row, one sampled every minute sixty. Past GPU_SECONDS_FREE, a file whose rows
 # would cost more than MAX_GPU_SECONDS_PER_ROW each on average (or twice its --period) is refused in one
@@ -857,7 +854,7 @@ def unpaged_losses(result: ReplayResult, gpus: list[str]) -> list[str]:
     # the GPUs each paged rank held back: their collective time was a wait for it, said as such
     waited_for: dict[str, set[str]] = {}
     for e in result.episodes:
-        for peer in e.related if e.kind in _HOLDS_PEERS_BACK else ():
+        for peer in e.related if e.kind in HOLDS_PEERS_BACK else ():
             waited_for.setdefault(peer, set()).add(e.gpu)
     alike: dict[tuple[str, str], list[tuple[str, float]]] = {}  # GPUs alike on one line
     for gpu in sorted(gpus, key=_gpu_order):
