@@ -96,6 +96,21 @@ def test_a_quick_checkpoint_is_not_starvation_idle_or_hang():
     assert r.kinds() == set()
 
 
+def test_one_rank_pausing_is_forgiven_until_it_holds_the_coverage_share_of_five_minutes():
+    """A rank-0 save behind a barrier and a rank that stopped look alike while they last: the length
+    decides. Under 30 % of five minutes (90 s) no verdict; a three-minute stop fires 90-120 s in."""
+
+    def job(length: float) -> dict:
+        pause = lambda t: WORKING if not 400 <= t < 400 + length else IDLE  # noqa: E731
+        wait = lambda t: WORKING if not 400 <= t < 400 + length else NCCL_SPIN  # noqa: E731
+        return {"0": pause, "1": wait, "2": wait, "3": wait}
+
+    assert run(job(80), 900).kinds() == set()
+    stopped = run(job(180), 900)
+    assert [e.gpu for e in stopped.fired("data_starvation")] == ["0"]  # the rank, never its waiting peers
+    assert 400 + 90 <= stopped.first("data_starvation") <= 400 + 120
+
+
 def test_frequent_checkpoints_are_starvation_with_cause_checkpoint_on_every_rank_while_they_last():
     """Every rank stalls 30 s of every 50 s from t=200: most of the wall time goes to saving."""
     saving = lambda t: IDLE if t >= 200 and (t - 200) % 50 < 30 else WORKING  # noqa: E731
