@@ -153,6 +153,14 @@ def test_notes_with_the_operator_list_what_was_installed_and_how_to_get_it_selec
     assert "selectors match" not in labelled  # no advice to add labels already there
 
 
+def test_notes_say_where_the_runbooks_link_and_where_to_set_it_once(tmp_path):
+    text = notes(
+        tmp_path, operator=True, sets={"prometheusRule.runbookBaseUrl": "https://wiki.example.com/gpu/"}
+    )
+    assert "Each alert links its runbook at https://wiki.example.com/gpu/<AlertName>.md" in text
+    assert "set prometheusRule.runbookBaseUrl once" in text
+
+
 def _first_queries(text: str) -> list[str]:
     tail = text.split("First query", 1)[1]
     return [line.strip() for line in tail.splitlines()[:5] if line.startswith("  ") and line.strip()]
