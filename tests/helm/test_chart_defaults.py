@@ -50,7 +50,8 @@ def _dashboard_maps(docs: list[dict]) -> list[dict]:
 def test_with_the_operator_the_defaults_install_a_monitor_the_rules_and_the_dashboards(tmp_path):
     docs = render()
     assert _kinds(docs) == sorted(
-        ["ConfigMap"] * 3 + ["DaemonSet", "PrometheusRule", "Service", "ServiceAccount", "ServiceMonitor"]
+        ["ConfigMap"] * 3
+        + ["DaemonSet", "PrometheusRule", "ResourceQuota", "Service", "ServiceAccount", "ServiceMonitor"]
     )
     maps = _dashboard_maps(docs)
     assert len(maps) == 3
