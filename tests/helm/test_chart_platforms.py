@@ -17,7 +17,7 @@ EXPECTED = {
     "gpu-operator": (
         "nvidia",
         "/run/nvidia/driver",
-        None,
+        "DirectoryOrCreate",  # the driver container mounts onto it later (HostToContainer shows it)
         "/host/driver",
         "HostToContainer",
         "/host/driver/usr/lib64:/host/driver/usr/lib/x86_64-linux-gnu:/host/driver/usr/lib/aarch64-linux-gnu",
@@ -61,7 +61,7 @@ def test_each_platform_renders_valid_and_mounts_what_it_needs(platform):
     if host_path is None:
         assert volume is None and mount is None and "LD_LIBRARY_PATH" not in variables
         return
-    assert volume["hostPath"] == ({"path": host_path, "type": kind} if kind else {"path": host_path})
+    assert volume["hostPath"] == {"path": host_path, "type": kind}
     assert mount["mountPath"] == mount_path and mount["readOnly"] is True
     assert mount.get("mountPropagation") == propagation
     assert variables["LD_LIBRARY_PATH"] == library_path

@@ -197,7 +197,7 @@ bearerTokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token
 {{- $presets := dict
   "generic" (dict)
   "runtime-class" (dict "runtimeClassName" "nvidia")
-  "gpu-operator" (dict "runtimeClassName" "nvidia" "hostPath" "/run/nvidia/driver" "propagation" "HostToContainer" "libDirs" (list "usr/lib64" "usr/lib/x86_64-linux-gnu" "usr/lib/aarch64-linux-gnu"))
+  "gpu-operator" (dict "runtimeClassName" "nvidia" "hostPath" "/run/nvidia/driver" "type" "DirectoryOrCreate" "propagation" "HostToContainer" "libDirs" (list "usr/lib64" "usr/lib/x86_64-linux-gnu" "usr/lib/aarch64-linux-gnu"))
   "gke-cos" (dict "hostPath" "/home/kubernetes/bin/nvidia" "type" "Directory" "libDirs" (list "lib64"))
   "eks-al2" (dict "hostPath" "/usr/lib64/libnvidia-ml.so.1" "type" "File" "mountPath" "/host/driver/lib64/libnvidia-ml.so.1" "libDirs" (list "lib64"))
   "eks-bottlerocket" (dict "hostPath" "/usr/lib/nvidia/tesla" "type" "Directory" "libDirs" (list "."))
