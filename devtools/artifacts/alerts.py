@@ -17,6 +17,10 @@ from devtools.artifacts import cost_rules, recording
 from exporter.analysis.kinds import KINDS, JobCause, Kind
 from exporter.policy import thresholds as th
 
+# Where every alert's runbook_url points: `<base><AlertName>.md`. The one default, for the shipped rules
+# file and the chart (`prometheusRule.runbookBaseUrl`, which overrides it); a copy of docs/runbooks/ on a
+# wiki or an internal git server is linked by the chart value, or for the plain rules file by
+# `python -m devtools.artifacts.alerts --runbook-base-url URL` (docs/alertmanager.md).
 RUNBOOK_BASE = "https://github.com/gpu-bottleneck-exporter/gpu-bottleneck-exporter/blob/main/docs/runbooks/"
 JOB = "gpu-bottleneck-exporter"
 
@@ -537,12 +541,35 @@ def render(
     window: str = "",
     scope: str = "all",
     shortened: Collection[str] | None = None,
+    runbook_base: str = RUNBOOK_BASE,
 ) -> str:
     from devtools.artifacts.yamlout import dump
 
     header = "# generated from exporter/policy/thresholds/ by `make artifacts`; do not edit\n"
-    rules = groups(for_override, job, window=window, scope=scope, shortened=shortened)
+    rules = groups(for_override, job, runbook_base, window=window, scope=scope, shortened=shortened)
     return header + dump({"groups": rules})
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the rules file with the runbook links (and the job) of a site of your own."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m devtools.artifacts.alerts",
+        description="Print the alert and recording rules (alerts/gpu-bottleneck-exporter.rules.yml) with "
+        "each runbook_url at <runbook-base-url><AlertName>.md.",
+    )
+    parser.add_argument("--runbook-base-url", default=RUNBOOK_BASE, help="where docs/runbooks/ is served")
+    parser.add_argument("--job", default=JOB, help="the job label of the exporter's series")
+    args = parser.parse_args(argv)
+    if not args.runbook_base_url.endswith("/"):
+        parser.error(f"--runbook-base-url must end with '/': {args.runbook_base_url!r}")
+    print(render(job=args.job, runbook_base=args.runbook_base_url), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
 
 
 def render_doc() -> str:

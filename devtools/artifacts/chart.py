@@ -228,6 +228,9 @@ _PASSTHROUGH: dict[str, dict] = {
     "networkPolicy.prometheusNamespaceLabels": _STRING_MAP,
 }
 
+# driver.platform: the presets of templates/_helpers.tpl (gbe.driver)
+DRIVER_PLATFORMS = ("generic", "runtime-class", "gpu-operator", "gke-cos", "eks-al2", "eks-bottlerocket")
+
 # a price per GPU-hour, or the string `--set` makes of a fraction
 _PRICE = {"type": "number", "minimum": 0, "maximum": th.PRICE_MAX.value}
 _PRICE_TEXT = {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?$"}
@@ -252,6 +255,10 @@ _CONSTRAINTS: dict[str, dict] = {
     "service.type": {"type": "string", "enum": ["ClusterIP", "NodePort", "LoadBalancer"]},
     "terminationGracePeriodSeconds": {"type": "integer", "minimum": 0},
     "prometheusRule.runbookBaseUrl": {"type": "string", "pattern": "^https?://"},
+    "driver.platform": {"type": "string", "enum": list(DRIVER_PLATFORMS)},
+    "driver.hostPath": {"type": "string", "pattern": "^(|/.*)$"},
+    "driver.libDirs": {"type": "array", "items": {"type": "string", "pattern": "^[^/]"}},
+    "criticalPodsQuota.pods": {"type": "integer", "minimum": 1},
     "serviceMonitor.scheme": {"type": "string", "enum": ["", "http", "https"]},
     "podMonitor.scheme": {"type": "string", "enum": ["", "http", "https"]},
     "kubeRbacProxy.port": _PORT,

@@ -686,10 +686,15 @@ def fleet_panels() -> list[Item]:
     ]
 
 
+def _table() -> table.Panel:
+    """A table panel; its cells say how they are drawn (Grafana's schema requires ``cellOptions``)."""
+    return table.Panel().cell_options(cm.TableAutoCellOptions())
+
+
 def _worst_offenders() -> table.Panel:
     """Verdicts holding now, one table row each."""
     return (
-        table.Panel()
+        _table()
         .title("Worst offenders")
         .description("Verdicts holding now, with their cause and the pod that holds the GPU.")
         .unit("none")
@@ -738,7 +743,7 @@ def _input_wait_heatmap() -> heatmap.Panel:
 def _firing_alerts() -> table.Panel:
     """The exporter's alerts firing now, one table row each."""
     return (
-        table.Panel()
+        _table()
         .title("Firing alerts")
         .description("The exporter's alerts firing now.")
         .unit("none")
@@ -789,7 +794,7 @@ def _node_checklist() -> table.Panel:
         }
     )
     return (
-        table.Panel()
+        _table()
         .title("Node checklist")
         .description(
             "The node doctor's checks as the exporter last ran them (the cheap ones every minute, P2P and "
@@ -1212,7 +1217,7 @@ def _instant_table(
 ) -> table.Panel:
     """One row per series of an instant query, its labels as columns (``hidden`` ones left out)."""
     return (
-        table.Panel()
+        _table()
         .title(title)
         .description(description)
         .unit(unit)
@@ -1322,7 +1327,31 @@ DASHBOARDS: dict[str, Callable[[], db.Dashboard]] = {
 
 
 def to_json(board: db.Dashboard) -> str:
-    return json.dumps(board.build(), cls=JSONEncoder, indent=2, sort_keys=False) + "\n"
+    built = json.loads(json.dumps(board.build(), cls=JSONEncoder))
+    return json.dumps(grafana_schema_clean(built), indent=2, sort_keys=False) + "\n"
+
+
+def grafana_schema_clean(board: dict) -> dict:
+    """Leave out the SDK's defaults that Grafana's own dashboard schema (12.0 to 13.2, checked in
+    tests/test_dashboards_grafana_schema.py) does not know: the ``auto`` fields of an interval variable
+    on other variables (dropped from the schema in 12.0), a table footer that is off anyway (dropped in
+    12.2), and a link's ``placement`` (new in 12.3; older releases show the link where they always did).
+    Each is what Grafana does without the key."""
+    for variable in board.get("templating", {}).get("list", []):
+        if variable.get("type") != "interval":
+            for key in ("auto", "auto_min", "auto_count"):
+                variable.pop(key, None)
+    for link in board.get("links", []):
+        link.pop("placement", None)
+    for panel in _all_panels(board.get("panels", [])):
+        options = panel.get("options") or {}
+        if panel.get("type") == "table" and not (options.get("footer") or {}).get("show"):
+            options.pop("footer", None)
+    return board
+
+
+def _all_panels(panels: list[dict]) -> list[dict]:
+    return [q for p in panels for q in (p, *_all_panels(p.get("panels", [])))]
 
 
 def renderer(path: str) -> Callable[[], str]:

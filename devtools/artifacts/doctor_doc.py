@@ -22,6 +22,11 @@ def render() -> str:
         "1 a check warns, 2 a check fails (or a flag is wrong: then one line on stderr and no table); the",
         "last line names the checks that failed or warned (`1 fail (driver), 0 warn, 0 pass, 12 skipped: "
         "exit 2`).",
+        "Above the table a line names the NVML library it loaded (`NVML: /usr/lib/x86_64-linux-gnu/"
+        "libnvidia-ml.so.550.90.07 (driver 550.90.07)`: in a pod, the file the chart's `driver.platform` "
+        "preset or the NVIDIA runtime put there), or why none loaded. A node with no NVIDIA device (none on "
+        "the PCI bus, no NVML, no `--expected-gpus`) gets one line saying so instead of the table, and "
+        "exit 0; `--json` carries the same as `nvml` and `no_nvidia_device`.",
         f"The exporter runs the same checks live: the cheap ones every {th.DOCTOR_FAST_INTERVAL.value:g} s,",
         f"the P2P matrix and the pod checks every {th.DOCTOR_SLOW_INTERVAL.value:g} s, and exports "
         "`gpu_node_check_failed{check, severity}`",

@@ -34,9 +34,10 @@ def add_parser(sub: argparse._SubParsersAction, add_flags: Callable[[argparse.Ar
         help="check the node's GPU bring-up (driver, NVLink, fabric manager, P2P, EFA, pods' shm and NCCL "
         "variables, PCIe) and print pass/warn/fail with the fix; exit 0/1/2",
         description="Run the node checks once. Exit status: 0 all pass (or skipped), 1 a warning, 2 "
-        "a failure (or a bad flag: one line on stderr). The last line names the checks that failed or "
-        "warned. Without NVML every check is skipped, but the driver's fails where the PCI bus has NVIDIA "
-        "GPUs or --expected-gpus is given.",
+        "a failure (or a bad flag: one line on stderr). The second line names the NVML library loaded (or "
+        "why none was); the last names the checks that failed or warned. A node with no NVIDIA device says "
+        "so in one line; without NVML every check is skipped, but the driver's fails where the PCI bus has "
+        "NVIDIA GPUs or --expected-gpus is given.",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     add_flags(parser)
@@ -45,7 +46,7 @@ def add_parser(sub: argparse._SubParsersAction, add_flags: Callable[[argparse.Ar
 def run(args: argparse.Namespace, settings: Settings) -> int:
     """``settings``: what the command line made of the flags and variables for FIELDS."""
     from exporter.doctor.checks import run_checks
-    from exporter.doctor.render import as_json, exit_code, table, use_colour
+    from exporter.doctor.render import as_json, exit_code, report, use_colour
     from exporter.sources import errors
 
     level = max(logging.WARNING, getattr(logging, settings.log_level.upper()))
@@ -55,14 +56,15 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if level > logging.DEBUG:  # the table reports what the sources count as errors; no log line twice
         errors_log.setLevel(logging.ERROR)
     try:
-        results = run_checks(diagnose(settings))
+        facts = diagnose(settings)
+        results = run_checks(facts)
     finally:  # the command may run inside a longer process (tests, an embedding tool): leave it as found
         errors_log.setLevel(saved)
     node = socket.gethostname() + (f" (simulated: {settings.simulate})" if settings.simulate else "")
     if args.json:
-        print(as_json(results, socket.gethostname(), settings.simulate))
+        print(as_json(results, socket.gethostname(), settings.simulate, facts))
     else:
-        print(table(results, node, colour=use_colour(sys.stdout)))
+        print(report(facts, results, node, colour=use_colour(sys.stdout)))
     return exit_code(results)
 
 

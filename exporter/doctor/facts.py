@@ -38,6 +38,7 @@ class GpuFacts:
 @dataclass(frozen=True)
 class NvmlFacts:
     error: str = ""  # why NVML is not usable ("" when it is): LibraryNotFound, DriverNotLoaded, ...
+    library: str = ""  # the libnvidia-ml file the process loaded ("" when none loaded)
     driver_version: str = ""
     cuda_version: str = ""
     nvml_version: str = ""

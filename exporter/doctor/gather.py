@@ -71,17 +71,41 @@ def gather_nvml(nvml: ModuleType | None, want_p2p: bool = True) -> NvmlFacts:
     devices: list[Device] = []
     try:
         devices = source.open()
+        library = nvml_library(nvml)
         if not devices:
-            return NvmlFacts(error="NoGpus", **source.driver)
+            return NvmlFacts(error="NoGpus", library=library, **source.driver)
         gpus = tuple(_gpu(source, nvml, dev) for dev in devices)
         p2p = source.collect_p2p(devices) if want_p2p else None
-        return NvmlFacts(gpus=gpus, p2p=p2p, **source.driver)
+        return NvmlFacts(gpus=gpus, p2p=p2p, library=library, **source.driver)
     except SessionError as exc:
-        return NvmlFacts(error=str(exc) or "SessionError")
+        return NvmlFacts(error=str(exc) or "SessionError", library=nvml_library(nvml))
     except Exception as exc:  # noqa: BLE001 - nvmlInit failed: the reason is the finding
-        return NvmlFacts(error=error_name(exc, nvml))
+        name = error_name(exc, nvml)
+        # loaded but refused (its entry points missing, a mismatch): the file is part of the finding
+        return NvmlFacts(error=name, library="" if name == "LibraryNotFound" else nvml_library(nvml))
     finally:
         source.close(devices)
+
+
+def nvml_library(nvml: ModuleType, maps: str = "/proc/self/maps") -> str:
+    """The file the bindings loaded NVML from: the path the dynamic loader mapped (LD_LIBRARY_PATH, the
+    runtime's injection and the loader cache all end there), or what a stand-in library says it is."""
+    lib = getattr(nvml, "nvmlLib", None)
+    if lib is None:
+        return ""
+    described = getattr(lib, "described_as", "")
+    if isinstance(described, str) and described:
+        return described
+    name = str(getattr(lib, "_name", "") or "")
+    try:
+        with open(maps, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                fields = line.split(maxsplit=5)
+                if len(fields) == 6 and Path(fields[5].strip()).name.startswith("libnvidia-ml.so"):
+                    return fields[5].strip()
+    except OSError:
+        pass  # no /proc here: the name the bindings asked the loader for
+    return name
 
 
 def _ask(nvml: ModuleType, fn_name: str, *args: object) -> object | None:

@@ -9,6 +9,7 @@ import textwrap
 from collections import Counter
 
 from exporter.doctor.checks import CHECKS, NCCL_VARS
+from exporter.doctor.facts import NodeFacts
 from exporter.doctor.model import EXIT_CODES, Result, Status, worst
 from exporter.policy import thresholds as th
 
@@ -24,6 +25,54 @@ def exit_code(results: list[Result]) -> int:
 def use_colour(stream: object) -> bool:
     isatty = getattr(stream, "isatty", None)
     return bool(isatty and isatty()) and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+
+
+def no_nvidia_device(facts: NodeFacts) -> bool:
+    """Nothing to check: the PCI bus lists no NVIDIA GPU, NVML finds none (or does not load), and nobody
+    said the node has GPUs (--expected-gpus). An unreadable PCI bus is not taken for an empty one."""
+    return not facts.nvml.usable and facts.host.pci_gpus == () and not facts.expected_gpus
+
+
+def nvml_line(facts: NodeFacts) -> str:
+    """Where NVML came from, or why there is none: the sentence above the table."""
+    nvml = facts.nvml
+    if nvml.usable:
+        return f"NVML: {nvml.library or 'loaded'} (driver {nvml.driver_version or 'unknown'})"
+    if nvml.library:  # loaded, but it lists no GPU (or the session broke)
+        return f"NVML: {nvml.library}, but {_why(nvml.error)}"
+    pci = facts.host.pci_gpus
+    bus = f"; {len(pci)} NVIDIA GPU(s) on the PCI bus" if pci else ""
+    return (
+        f"NVML: not loaded ({_why(nvml.error)}){bus}: every check but the driver's needs it. In a pod, the "
+        "chart's driver.platform says where the node keeps libnvidia-ml.so.1"
+    )
+
+
+def _said(facts: NodeFacts) -> str:
+    why = _why(facts.nvml.error)
+    return f"{facts.nvml.library}: {why}" if facts.nvml.library else why
+
+
+def _why(error: str) -> str:
+    return {
+        "LibraryNotFound": "no libnvidia-ml.so.1 on the library path: no NVIDIA driver here",
+        "BindingsNotInstalled": "nvidia-ml-py is not installed",
+        "NoGpus": "it lists no GPU",
+        "DriverNotLoaded": "the NVIDIA kernel module is not loaded",
+        "FunctionNotFound": "it lacks NVML's entry points (not NVIDIA's library, or one too old)",
+    }.get(error, error)
+
+
+def report(facts: NodeFacts, results: list[Result], node: str, colour: bool = False) -> str:
+    """What `doctor` prints: one line on a node with no NVIDIA device, else where NVML came from and the
+    table."""
+    if no_nvidia_device(facts):
+        return (
+            f"node doctor: {node}: no NVIDIA device on this node (the PCI bus lists no NVIDIA GPU; NVML: "
+            f"{_said(facts)}); nothing to check: exit {exit_code(results)}"
+        )
+    head, rest = table(results, node, colour=colour).split("\n", 1)
+    return f"{head}\n{nvml_line(facts)}\n{rest}"
 
 
 def table(results: list[Result], node: str, colour: bool = False, width: int | None = None) -> str:
@@ -58,7 +107,7 @@ def summary_line(results: list[Result]) -> str:
     return f"{', '.join(parts)}: exit {exit_code(results)}"
 
 
-def as_json(results: list[Result], node: str, simulated: str = "") -> str:
+def as_json(results: list[Result], node: str, simulated: str = "", facts: NodeFacts | None = None) -> str:
     checks = []
     for r in results:
         entry = r.as_dict()
@@ -71,6 +120,18 @@ def as_json(results: list[Result], node: str, simulated: str = "") -> str:
         "status": worst(results).value,
         "exit_code": exit_code(results),
         "checks": checks,
+        **(_nvml_json(facts) if facts is not None else {}),
         "nccl_variables": {name: {"does": does, "hurts": hurts} for name, (does, hurts) in NCCL_VARS.items()},
     }
     return json.dumps(doc, indent=2)
+
+
+def _nvml_json(facts: NodeFacts) -> dict[str, object]:
+    return {
+        "nvml": {
+            "library": facts.nvml.library or None,
+            "error": facts.nvml.error or None,
+            "driver_version": facts.nvml.driver_version or None,
+        },
+        "no_nvidia_device": no_nvidia_device(facts),
+    }

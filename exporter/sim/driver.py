@@ -141,6 +141,8 @@ class FakeNvmlLibrary:
         self, model: NodeModel, faults: FaultPlan | None = None, capabilities: Capabilities | None = None
     ) -> None:
         self.model = model
+        # what `doctor` names as the library it loaded (a real one is a path the loader mapped)
+        self.described_as = f"the simulator's libnvidia-ml ({len(model.gpus)} simulated GPUs)"
         self.faults = faults or FaultPlan()
         self.caps = capabilities or Capabilities()
         self.calls: Counter[str] = Counter()

@@ -70,7 +70,12 @@ def test_validation_catches_unknown_and_mistyped_fields(tmp_path):
 
 def test_defaults_are_a_daemonset_on_gpu_nodes_that_takes_no_gpu():
     docs = render(operator=False)
-    assert sorted(d["kind"] for d in docs) == ["ConfigMap"] * 3 + ["DaemonSet", "Service", "ServiceAccount"]
+    assert sorted(d["kind"] for d in docs) == ["ConfigMap"] * 3 + [
+        "DaemonSet",
+        "ResourceQuota",  # admits system-node-critical outside kube-system (criticalPodsQuota)
+        "Service",
+        "ServiceAccount",
+    ]
     pod = one(docs, "DaemonSet")["spec"]["template"]["spec"]
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"

@@ -50,7 +50,8 @@ def _dashboard_maps(docs: list[dict]) -> list[dict]:
 def test_with_the_operator_the_defaults_install_a_monitor_the_rules_and_the_dashboards(tmp_path):
     docs = render()
     assert _kinds(docs) == sorted(
-        ["ConfigMap"] * 3 + ["DaemonSet", "PrometheusRule", "Service", "ServiceAccount", "ServiceMonitor"]
+        ["ConfigMap"] * 3
+        + ["DaemonSet", "PrometheusRule", "ResourceQuota", "Service", "ServiceAccount", "ServiceMonitor"]
     )
     maps = _dashboard_maps(docs)
     assert len(maps) == 3
@@ -151,6 +152,14 @@ def test_notes_with_the_operator_list_what_was_installed_and_how_to_get_it_selec
     )
     assert "ServiceMonitor monitoring/gbe-gpu-bottleneck-exporter labelled release=kps" in labelled
     assert "selectors match" not in labelled  # no advice to add labels already there
+
+
+def test_notes_say_where_the_runbooks_link_and_where_to_set_it_once(tmp_path):
+    text = notes(
+        tmp_path, operator=True, sets={"prometheusRule.runbookBaseUrl": "https://wiki.example.com/gpu/"}
+    )
+    assert "Each alert links its runbook at https://wiki.example.com/gpu/<AlertName>.md" in text
+    assert "set prometheusRule.runbookBaseUrl once" in text
 
 
 def _first_queries(text: str) -> list[str]:

@@ -88,6 +88,14 @@ def test_for_severity_enabled_labels_and_runbooks_are_values():
     )
 
 
+def test_the_runbook_base_is_one_setting_shared_with_the_rules_file():
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["prometheusRule"]["runbookBaseUrl"] == alerts.RUNBOOK_BASE
+    rules = rules_by_name(rendered_groups())
+    for alert in alerts.ALERTS:
+        assert rules[alert.name]["annotations"]["runbook_url"] == alert.runbook()
+
+
 def test_a_group_with_every_rule_off_disappears():
     members = [a.name for a in alerts.ALERTS if a.group == "gpu-bottleneck-verdicts"]
     groups = rendered_groups({f"prometheusRule.rules.{name}.enabled": "false" for name in members})

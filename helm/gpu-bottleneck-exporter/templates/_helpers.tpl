@@ -187,3 +187,54 @@ bearerTokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token
 {{- define "gbe.metricsPort" -}}
 {{- ternary .Values.kubeRbacProxy.port .Values.exporter.port .Values.kubeRbacProxy.enabled -}}
 {{- end -}}
+
+{{/* Where NVML (libnvidia-ml.so.1) reaches the pod on each platform (driver.platform), as JSON:
+     runtimeClassName, the driver's host path and how it is mounted at /host/driver, and the
+     directories under it put on LD_LIBRARY_PATH. The pod requests no GPU, so no device plugin hands it
+     the library: the NVIDIA runtime injects it (generic, runtime-class, gpu-operator) or the node's
+     driver directory is mounted. driver.hostPath overrides a preset's directory. */}}
+{{- define "gbe.driver" -}}
+{{- $presets := dict
+  "generic" (dict)
+  "runtime-class" (dict "runtimeClassName" "nvidia")
+  "gpu-operator" (dict "runtimeClassName" "nvidia" "hostPath" "/run/nvidia/driver" "type" "DirectoryOrCreate" "propagation" "HostToContainer" "libDirs" (list "usr/lib64" "usr/lib/x86_64-linux-gnu" "usr/lib/aarch64-linux-gnu"))
+  "gke-cos" (dict "hostPath" "/home/kubernetes/bin/nvidia" "type" "Directory" "libDirs" (list "lib64"))
+  "eks-al2" (dict "hostPath" "/usr/lib64/libnvidia-ml.so.1" "type" "File" "mountPath" "/host/driver/lib64/libnvidia-ml.so.1" "libDirs" (list "lib64"))
+  "eks-bottlerocket" (dict "hostPath" "/usr/lib/nvidia/tesla" "type" "Directory" "libDirs" (list "."))
+-}}
+{{- $d := .Values.driver -}}
+{{- $preset := get $presets $d.platform -}}
+{{- if not (hasKey $presets $d.platform) }}
+{{- fail (printf "driver.platform %q: one of %s" $d.platform (keys $presets | sortAlpha | join ", ")) }}
+{{- end -}}
+{{- $out := deepCopy $preset -}}
+{{- if $d.hostPath }}
+{{- $_ := set $out "hostPath" $d.hostPath }}
+{{- $_ := set $out "type" "Directory" }}
+{{- $_ := unset $out "mountPath" }}
+{{- end -}}
+{{- if $d.libDirs }}
+{{- $_ := set $out "libDirs" $d.libDirs }}
+{{- end -}}
+{{- if and $out.hostPath (not $out.libDirs) }}
+{{- $_ := set $out "libDirs" (list ".") }}
+{{- end -}}
+{{- if $out.hostPath }}
+{{- $_ := set $out "mountPath" ($out.mountPath | default "/host/driver") }}
+{{- $dirs := list }}
+{{- range $out.libDirs }}
+{{- $dirs = append $dirs (clean (printf "/host/driver/%s" .)) }}
+{{- end }}
+{{- $_ := set $out "libraryPath" (join ":" $dirs) }}
+{{- end -}}
+{{- $_ := set $out "runtimeClassName" (.Values.runtimeClassName | default $out.runtimeClassName | default "") -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/* A ResourceQuota that admits the critical priority class outside kube-system ("true" or ""): some
+     managed clusters (GKE) refuse system-node-critical and system-cluster-critical pods in any other
+     namespace unless a quota scoped to that class covers them. */}}
+{{- define "gbe.criticalQuota" -}}
+{{- $critical := has .Values.priorityClassName (list "system-node-critical" "system-cluster-critical") -}}
+{{- if and .Values.criticalPodsQuota.enabled $critical (ne (include "gbe.namespace" .) "kube-system") }}true{{ end -}}
+{{- end -}}

@@ -14,7 +14,8 @@ Installed:
   - PodMonitor {{ .Values.podMonitor.namespace | default $ns }}/{{ $name }}{{ with .Values.podMonitor.additionalLabels }} labelled {{ include "gbe.labelList" . }}{{ end }}
 {{- end }}
 {{- if include "gbe.rules" . }}
-  - PrometheusRule {{ .Values.prometheusRule.namespace | default $ns }}/{{ $name }}{{ if eq .Values.prometheusRule.scope "split" }} and {{ $name }}-global{{ end }}{{ with .Values.prometheusRule.additionalLabels }} labelled {{ include "gbe.labelList" . }}{{ end }}: the recording rules and the alerts, runbooks at {{ .Values.prometheusRule.runbookBaseUrl }}
+  - PrometheusRule {{ .Values.prometheusRule.namespace | default $ns }}/{{ $name }}{{ if eq .Values.prometheusRule.scope "split" }} and {{ $name }}-global{{ end }}{{ with .Values.prometheusRule.additionalLabels }} labelled {{ include "gbe.labelList" . }}{{ end }}: the recording rules and the alerts
+    Each alert links its runbook at {{ .Values.prometheusRule.runbookBaseUrl }}<AlertName>.md: to link a copy of docs/runbooks/ of your own, set prometheusRule.runbookBaseUrl once
 {{- end }}
 {{- if .Values.dashboards.enabled }}
   - Dashboards: ConfigMaps labelled {{ .Values.dashboards.label }}={{ .Values.dashboards.labelValue }} in {{ .Values.dashboards.namespace | default $ns }} for the Grafana sidecar
@@ -23,6 +24,9 @@ Installed:
 {{- if include "gbe.scrapeAnnotations" . }}
   - prometheus.io/scrape annotations on the pods
 {{- end }}
+{{- $driver := include "gbe.driver" . | fromJson }}
+  - NVML (libnvidia-ml.so.1) for a pod that requests no GPU: {{ if $driver.hostPath }}the node's {{ $driver.hostPath }}, mounted at {{ $driver.mountPath }}{{ if $driver.runtimeClassName }}, and RuntimeClass {{ $driver.runtimeClassName }}{{ end }}{{ else if $driver.runtimeClassName }}RuntimeClass {{ $driver.runtimeClassName }}{{ else }}the node's default runtime, when it is the NVIDIA runtime{{ end }} (driver.platform={{ .Values.driver.platform }}; also gke-cos, gpu-operator, eks-al2, eks-bottlerocket, runtime-class).
+    Where it found it, or why not: kubectl exec -n {{ $ns }} ds/{{ $name }} -c exporter -- gpu-bottleneck-exporter doctor
 {{- if not (include "gbe.operator" .) }}
 
 This cluster does not serve the Prometheus Operator's API (monitoring.coreos.com/v1), so no ServiceMonitor
