@@ -19,6 +19,8 @@ H100s) one pass of the simulator's clock feeds three records of the same run:
   run's service like its collector's.
 - ``smi-1s.csv``: the same NVML read every second, as ``nvidia-smi --query-gpu ... -l 1`` would log it:
   the 1 s replay the trackers' coarse steps are measured against.
+- ``wandb-export-SCENARIO.csv``: the W&B system panel's samples as its UI exports a panel to CSV (Wall
+  Time, then each series with its bucket's __MIN and __MAX).
 
 The training loop logs its step, loss and throughput to both trackers every 5 s. It steps at 2 steps a
 second times the slowest rank's utilization (a data-parallel step waits for every rank), and not at all
@@ -28,6 +30,7 @@ while its collective is stuck (``comm_hang``).
 from __future__ import annotations
 
 import contextlib
+import csv
 import io
 import os
 import random
@@ -86,6 +89,13 @@ class Made:
     smi_csv: Path
     onset_s: float | None
     steps: list[tuple[float, float]] = field(default_factory=list)
+
+    @property
+    def mlflow_run_dir(self) -> Path:
+        """The run as a person names it: ``mlruns/EXP/RUN``, or the SQLite store (its latest run)."""
+        if self.mlflow_store.is_file():
+            return self.mlflow_store
+        return next(self.mlflow_store.glob(f"*/{self.mlflow_run_id}"))
 
 
 def _read(nvml, handle) -> Reading:  # type: ignore[no-untyped-def]
@@ -179,6 +189,8 @@ class _Trackers:
                 settings=settings,
             )
         self.window: list[list[Reading]] = []
+        self.export: list[tuple[float, dict[str, float]]] = []  # the system panel, as its CSV export has it
+        self.name = name
 
     def mlflow_due(self, before: float) -> float | None:
         """The time of MLflow's next sample if it comes before ``before`` (None: later)."""
@@ -214,8 +226,10 @@ class _Trackers:
 
         stats = pb.StatsRecord(stats_type=pb.StatsRecord.StatsType.SYSTEM)
         stats.timestamp.FromMilliseconds(int(t * 1000))
-        for key, value in _wandb_stats(self.window).items():
+        sample = _wandb_stats(self.window)
+        for key, value in sample.items():
             stats.item.add(key=key, value_json=repr(value))
+        self.export.append((t, sample))
         interface = self.wandb_run._interface  # the run's own channel to its service
         interface._publish(interface._make_record(stats=stats))
 
@@ -234,6 +248,20 @@ class _Trackers:
         self.steps.append((t - T0, step))
 
     steps: list[tuple[float, float]]
+
+    def write_export(self, path: Path) -> None:
+        """The system panel's samples as W&B's UI exports a panel to CSV: its x-axis (Wall Time, in ms),
+        then per series ``RUN - KEY`` with the ``__MIN`` and ``__MAX`` of its bucket beside it."""
+        keys = list(self.export[0][1]) if self.export else []
+        header = ["Wall Time"]
+        for key in keys:
+            series = f"{self.name} - system/{key}"
+            header += [series, f"{series}__MIN", f"{series}__MAX"]
+        with path.open("w", newline="") as f:
+            out = csv.writer(f)
+            out.writerow(header)
+            for t, sample in self.export:
+                out.writerow([int(t * 1000), *(v for key in keys for v in (sample[key],) * 3)])
 
     def close(self, t: float) -> None:
         self.client.set_terminated(self.run_id, end_time=int(t * 1000))
@@ -281,6 +309,7 @@ def simulate(out: Path, scenario: str, seconds: int = SECONDS, gpus: int = GPUS)
                     clock[0] = due
                     trackers.mlflow_sample(due)
             trackers.close(clock[0])
+        trackers.write_export(out / f"wandb-export-{scenario}.csv")
         nvml.nvmlShutdown()
     finally:
         node.uninstall()
@@ -300,19 +329,87 @@ def _latest_wandb_run(root: Path) -> Path:
 
 def make_all(out: Path) -> dict[str, Made]:
     """Every scenario's runs under ``out`` (one MLflow store, one wandb directory, a log per scenario)."""
-    os.environ.setdefault("WANDB_SILENT", "true")
     # MLflow 3 writes a file store only when asked to: it is what most existing runs are kept in
-    os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
-    made: dict[str, Made] = {}
-    for scenario in SCENARIOS:
-        made[scenario] = simulate(out / scenario, scenario)
-    return made
+    settings = {"WANDB_SILENT": "true", "MLFLOW_ALLOW_FILE_STORE": "true"}
+    before = {key: os.environ.get(key) for key in settings}
+    os.environ.update(settings)
+    try:
+        return {scenario: simulate(out / scenario, scenario) for scenario in SCENARIOS}
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@dataclass
+class Agreement:
+    """One tracker's replay of a scenario against the 1 s replay of the same run."""
+
+    scenario: str
+    tracker: str
+    step: float
+    fine: set[tuple[str, str]]  # (GPU, kind) the 1 s replay gave (the kinds the step can show)
+    coarse: set[tuple[str, str]]  # (GPU, kind) the tracker's replay gave
+    episodes: int  # the tracker's episodes on the pairs both gave
+    onset_errors: list[float]  # seconds its episodes began after the 1 s replay's (negative: before)
+    delays: list[float]  # seconds from its episodes' onset to its verdicts
+
+    def line(self) -> str:
+        both = self.fine & self.coarse
+        onset = ", ".join(f"{e:+.0f}" for e in self.onset_errors) or "-"
+        delay = ", ".join(f"{d:.0f}" for d in self.delays) or "-"
+        return (
+            f"| {self.scenario} | {self.tracker} | {self.step:.0f} s | {len(both)}/{len(self.fine)} | "
+            f"{len(self.coarse - self.fine)} | {self.episodes} | {onset} | {delay} |"
+        )
+
+
+AGREEMENT_HEADER = (
+    "| scenario | tracker | step | (GPU, kind) found | false | episodes | onset vs 1 s (s) | verdict after "
+    "onset (s) |\n|---|---|---|---|---|---|---|---|"
+)
+
+
+def agreement(made: dict[str, Made]) -> list[Agreement]:
+    """Each scenario's tracker runs against the 1 s replay of the same simulated run."""
+    from exporter.offline.replay import replay
+    from exporter.offline.trackers import open_run, replay_run
+
+    out = []
+    for scenario, m in made.items():
+        fine = replay(m.smi_csv)
+        starts = {(e.gpu, e.kind): e.start for e in fine.episodes}
+        for tracker, path in (("MLflow", m.mlflow_run_dir), ("W&B", m.wandb_dir)):
+            result = replay_run(open_run(str(path)))
+            shown = {(e.gpu, e.kind) for e in fine.episodes if e.kind not in result.silent}
+            coarse = [e for e in result.episodes]
+            offset = (result.stats.first_timestamp or 0.0) - (fine.stats.first_timestamp or 0.0)
+            mine = [e for e in coarse if (e.gpu, e.kind) in shown]
+            out.append(
+                Agreement(
+                    scenario,
+                    tracker,
+                    float(result.tracker["step_s"]),
+                    shown,
+                    {(e.gpu, e.kind) for e in coarse},
+                    len(mine),
+                    [e.start + offset - starts[(e.gpu, e.kind)] for e in mine],
+                    [e.fired_at - e.start for e in mine],
+                )
+            )
+    return out
 
 
 def main(argv: list[str]) -> int:
     out = Path(argv[0]) if argv else Path(tempfile.mkdtemp(prefix="tracker-runs-"))
-    for scenario, m in make_all(out).items():
+    made = make_all(out)
+    for scenario, m in made.items():
         print(f"{scenario}: mlflow {m.mlflow_store} run {m.mlflow_run_id}; wandb {m.wandb_dir}; {m.smi_csv}")
+    print(AGREEMENT_HEADER)
+    for row in agreement(made):
+        print(row.line())
     return 0
 
 
