@@ -742,7 +742,7 @@ def human(result: ReplayResult) -> str:
     quiet = [g for g in result.stats.gpus if g not in with_episodes]
     lines = [_headline(result), *_episode_lines(result)]
     if result.tracker is not None:  # replay of a tracker's run: the run, its step, its progress
-        from exporter.offline.trackers import lines as tracker_lines
+        from exporter.offline.trackers.text import lines as tracker_lines
 
         lines += tracker_lines(result)
     told = unpaged_losses(result, quiet)

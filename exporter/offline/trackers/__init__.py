@@ -19,10 +19,11 @@ from typing import Any
 
 from exporter.analysis.engine import VerdictEvent
 from exporter.analysis.workload import Workload
+from exporter.offline.traces import ReadStats
 from exporter.offline.trackers.run import TrackerError, TrackerRows, TrackerRun, missing_extra, rate
-from exporter.policy.thresholds import EVAL_INTERVAL, PROGRESS_SILENCE, TRACKER_RATE_DROP
+from exporter.policy.thresholds import EVAL_INTERVAL, TRACKER_RATE_DROP
 
-__all__ = ["TrackerError", "TrackerRun", "claims", "lines", "missing_extra", "open_run", "replay_run"]
+__all__ = ["TrackerError", "TrackerRun", "claims", "missing_extra", "open_run", "replay_run"]
 
 # what the run's config says of its class: a training run sets these
 _TRAINING_CONFIG = (
@@ -79,6 +80,7 @@ def _kept(uri: str) -> str:
 def replay_run(run: TrackerRun, on_event: Callable[[VerdictEvent], None] | None = None, **kwargs: Any) -> Any:
     """Replay the run at its tracker's step; the kinds that step cannot show are left out and said
     silent. ``kwargs``: replay's (prices, workload, on_row, on_tick, on_job)."""
+    from exporter.offline.promhistory.history import stepped
     from exporter.offline.promhistory.resolution import silenced, unjudged_causes
     from exporter.offline.replay import replay
 
@@ -90,7 +92,7 @@ def replay_run(run: TrackerRun, on_event: Callable[[VerdictEvent], None] | None 
     def shown(kind: str, cause: str) -> bool:
         return kind not in quiet and (kind, cause) not in unjudged
 
-    rows = TrackerRows(run, f"{run.tracker} system metrics ({run.kept})", step)
+    rows = TrackerRows(run, stepped(ReadStats(format=f"{run.tracker} system metrics ({run.kept})"), step))
     if run.start() is not None and run.start() < 1e8:  # times from the run's start, not dates
         rows.stats.first_timestamp = None
     for unused in ("period", "start", "columns"):
@@ -199,24 +201,3 @@ def progress_word(run: TrackerRun, a: float, b: float, kind: str, step: float) -
 def _at(progress: list[tuple[float, float]], t: float) -> float:
     before = [v for when, v in progress if when <= t]
     return before[-1] if before else progress[0][1]
-
-
-def lines(result: Any) -> list[str]:
-    """The run, its step and what its progress said: the text summary's lines."""
-    info = result.tracker
-    name = f"{info['run']!r} " if info["run"] else ""
-    ident = f"(id {info['run_id']}) " if info["run_id"] else ""
-    out = [
-        f"run: {info['tracker']} run {name}{ident}from its {info['kept']}; system metrics every "
-        f"{info['step_s']:g} s, judged at that step (each sample stands for its interval)"
-    ]
-    if info["progress_key"]:
-        out.append(
-            f"  progress: the run's {info['progress_key']}; no move for {PROGRESS_SILENCE.value:.0f} s "
-            "confirms a hang, as a pod's log does"
-        )
-    for e in info["episodes"]:
-        out.append(f"  GPU {e['gpu']}: {e['kind']} began {e['began']}: {e['progress']}")
-    for pair, why in info["unjudged"].items():
-        out.append(f"  not judged at this step: {pair}: {why}")
-    return out

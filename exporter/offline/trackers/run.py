@@ -108,12 +108,12 @@ def step_counter(series: dict[str, list[tuple[float, float]]]) -> tuple[str, lis
 class TrackerRows:
     """The run's samples as replay's rows, in time order, on a clock from its first sample."""
 
-    def __init__(self, run: TrackerRun, fmt: str, step: float) -> None:
-        from exporter.offline.promhistory.history import stepped
-
+    def __init__(self, run: TrackerRun, stats: ReadStats) -> None:
+        """``stats``: the reading's, with its gaps set for the tracker's step."""
         self.run = run
         self.origin = run.start() or 0.0
-        self.stats = stepped(ReadStats(format=fmt, first_timestamp=self.origin), step)
+        self.stats = stats
+        stats.first_timestamp = self.origin
         self.moves = _moves(run)  # times the run showed progress
 
     def silent_at(self, t: float) -> float | None:
