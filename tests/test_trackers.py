@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -154,3 +155,54 @@ def test_without_the_extra_one_line_names_it(runs, package):
         f"gpu-bottleneck-exporter: reading this run needs the {package} package: pip install "
         f"'gpu-bottleneck-exporter[{package}]'"
     ]
+
+
+def test_mlflow_own_monitor_thread_reads_the_simulated_driver(runs, tmp_path):
+    """MLflow's system-metrics thread itself, as `mlflow.start_run(log_system_metrics=True)` starts it,
+    reads the simulator's NVML through nvidia-ml-py and logs the keys the reader takes."""
+    import mlflow
+
+    from exporter.offline.trackers import open_run
+    from exporter.sim import SimulatedNode
+
+    node = SimulatedNode("healthy", n_gpus=2)
+    node.install()
+    settings = {"MLFLOW_ALLOW_FILE_STORE": "true", "MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL": "0.3"}
+    before = {key: os.environ.get(key) for key in settings}
+    os.environ.update(settings)
+    try:
+        mlflow.set_tracking_uri((tmp_path / "mlruns").as_uri())
+        with mlflow.start_run(run_name="monitor-check", log_system_metrics=True) as run:
+            deadline = time.monotonic() + 20
+            client = mlflow.MlflowClient()
+            while time.monotonic() < deadline:
+                time.sleep(0.3)
+                if len(client.get_metric_history(run.info.run_id, "system/gpu_1_power_usage_watts")) >= 3:
+                    break
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        node.uninstall()
+        node.close()
+    read = open_run(str(tmp_path / "mlruns"))
+    assert read.name == "monitor-check" and set(read.samples) == {"0", "1"}
+    values = [v for times in read.samples.values() for v in times.values()]
+    for v in values:  # every field MLflow's monitor logs, in base units
+        assert 0 <= v["util"] <= 1 and 0 < v["power_w"] <= v["power_limit_w"] == pytest.approx(700, rel=0.01)
+        assert 0 < v["mem_used_bytes"] < v["mem_total_bytes"] == pytest.approx(80e9, rel=0.1)
+
+
+def test_a_damaged_run_is_one_line(runs, tmp_path):
+    """A .wandb file with a damaged record, an export without its time column: exit 2, one line."""
+    good = next(runs["hang"].wandb_dir.glob("*.wandb")).read_bytes()
+    damaged = tmp_path / "run-x.wandb"
+    damaged.write_bytes(good[:200] + bytes([good[200] ^ 0xFF]) + good[201:])
+    no_time = tmp_path / "export.csv"
+    no_time.write_text("Step,run - system/gpu.0.gpu\n1,50\n")
+    for path, said in ((damaged, "checksum is wrong"), (no_time, "needs a time column")):
+        done = run_replay(path)
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert said in done.stderr
