@@ -151,15 +151,15 @@ def _wandb_stats(window: list[list[Reading]]) -> dict[str, float]:
 class _Trackers:
     """The two trackers' runs of one scenario, written as the loop goes."""
 
-    def __init__(self, out: Path, scenario: str) -> None:
+    def __init__(self, out: Path, scenario: str, sqlite: bool, experiment: str) -> None:
         import mlflow
         import wandb
         from mlflow.system_metrics.metrics.gpu_monitor import GPUMonitor
 
         self.out = out
-        self.client = mlflow.MlflowClient(tracking_uri=mlflow_uri(out, scenario))
-        experiment = self.client.get_experiment_by_name("pretrain") or None
-        exp_id = experiment.experiment_id if experiment else self.client.create_experiment("pretrain")
+        self.client = mlflow.MlflowClient(tracking_uri=mlflow_uri(out, sqlite))
+        found = self.client.get_experiment_by_name(experiment)
+        exp_id = found.experiment_id if found else self.client.create_experiment(experiment)
         name = RUN_NAMES[scenario]
         run = self.client.create_run(exp_id, start_time=int(T0 * 1000), run_name=name)
         self.run_id = run.info.run_id
@@ -269,16 +269,25 @@ class _Trackers:
             self.wandb_run.finish()
 
 
-def mlflow_uri(out: Path, scenario: str) -> str:
+def mlflow_uri(out: Path, sqlite: bool) -> str:
     """Where a scenario's MLflow run is kept: the starvation in MLflow 3's default SQLite store
     (``mlflow.db``), the others in a file store (``mlruns/``, where most existing runs lie)."""
-    if scenario in SQLITE_SCENARIOS:
+    if sqlite:
         return f"sqlite:///{(out / 'mlflow.db').resolve()}"
     return (out / "mlruns").resolve().as_uri()
 
 
-def simulate(out: Path, scenario: str, seconds: int = SECONDS, gpus: int = GPUS) -> Made:
-    """One scenario's run, recorded by both trackers and by a 1 s nvidia-smi log."""
+def simulate(
+    out: Path,
+    scenario: str,
+    seconds: int = SECONDS,
+    gpus: int = GPUS,
+    sqlite: bool | None = None,
+    experiment: str = "pretrain",
+) -> Made:
+    """One scenario's run, recorded by both trackers and by a 1 s nvidia-smi log. ``sqlite``: MLflow's
+    store (None: SQLITE_SCENARIOS say); ``experiment``: the MLflow experiment's name ("Default": 0)."""
+    sqlite = scenario in SQLITE_SCENARIOS if sqlite is None else sqlite
     from exporter.sim import SimulatedNode
 
     clock = [T0]
@@ -290,7 +299,7 @@ def simulate(out: Path, scenario: str, seconds: int = SECONDS, gpus: int = GPUS)
         nvml.nvmlInit()
         handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(gpus)]
         name = nvml.nvmlDeviceGetName(handles[0])
-        trackers = _Trackers(out, scenario)
+        trackers = _Trackers(out, scenario, sqlite, experiment)
         trackers.steps = []
         step = 0.0
         hung = scenario == "hang"
@@ -316,7 +325,7 @@ def simulate(out: Path, scenario: str, seconds: int = SECONDS, gpus: int = GPUS)
         node.close()
     wandb_dir = _latest_wandb_run(out / "wandb")
     onset = None if scenario == "healthy" else float(ONSET_S)
-    store = out / ("mlflow.db" if scenario in SQLITE_SCENARIOS else "mlruns")
+    store = out / ("mlflow.db" if sqlite else "mlruns")
     return Made(scenario, store, trackers.run_id, wandb_dir, smi, onset, trackers.steps)
 
 
@@ -327,13 +336,29 @@ def _latest_wandb_run(root: Path) -> Path:
     return runs[-1]
 
 
-def make_all(out: Path) -> dict[str, Made]:
+@dataclass(frozen=True)
+class Only:
+    """One short run instead of the set (the docs' examples)."""
+
+    scenario: str
+    seconds: int
+    sqlite: bool
+    experiment: str = "Default"
+
+
+def make_all(out: Path, only: Only | None = None) -> dict[str, Made]:
     """Every scenario's runs under ``out`` (one MLflow store, one wandb directory, a log per scenario)."""
     # MLflow 3 writes a file store only when asked to: it is what most existing runs are kept in
     settings = {"WANDB_SILENT": "true", "MLFLOW_ALLOW_FILE_STORE": "true"}
     before = {key: os.environ.get(key) for key in settings}
     os.environ.update(settings)
     try:
+        if only is not None:
+            return {
+                only.scenario: simulate(
+                    out, only.scenario, only.seconds, sqlite=only.sqlite, experiment=only.experiment
+                )
+            }
         return {scenario: simulate(out / scenario, scenario) for scenario in SCENARIOS}
     finally:
         for key, value in before.items():
