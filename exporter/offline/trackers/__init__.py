@@ -149,7 +149,7 @@ def describe(
         "kept": run.kept,
         "run": run.name,
         "run_id": run.run_id,
-        "step_s": round(step, 3),
+        "step_s": round(step, 1),
         "progress_key": run.progress_key,
         "config": dict(list(run.config.items())[:20]),
         "unjudged": {f"{kind}/{cause}": why for (kind, cause), why in unjudged.items()},
