@@ -17,7 +17,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from exporter.offline.trackers.run import TrackerError, TrackerRun, missing_extra, step_counter
+from exporter.offline.trackers.run import (
+    TrackerError,
+    TrackerRun,
+    counter_like,
+    missing_extra,
+    step_counter,
+)
 from exporter.policy.thresholds import TRACKER_REQUEST_TIMEOUT
 
 _GPU = re.compile(r"^system/(?:(?P<node>[^/]+)/)?gpu_(?P<gpu>\d+)_(?P<what>[a-z_]+)$")
@@ -128,7 +134,10 @@ def _read(client: Any, run_id: str | None, kept: str, label: str) -> TrackerRun:
         if match is None:
             if key.startswith("system/"):
                 continue  # CPU, disk, network: not the GPUs'
-            own[key] = [(m.timestamp / 1000, float(m.value)) for m in history]
+            run.count(len(history))
+            if counter_like(key):
+                own[key] = [(m.timestamp / 1000, float(m.value)) for m in history]
+            # each logged point's step and time: the training's progress where no counter is logged
             steps += [(m.timestamp / 1000, float(m.step)) for m in history]
             run.logged += [m.timestamp / 1000 for m in history]
             continue

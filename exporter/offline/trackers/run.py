@@ -64,16 +64,20 @@ class TrackerRun:
     board: str = ""
     points: int = 0
 
-    def put(self, gpu: str, t: float, name: str, value: float | None) -> None:
-        """One metric point of one GPU; refused past TRACKER_MAX_POINTS."""
-        if value is None:
-            return
-        self.points += 1
+    def count(self, points: int = 1) -> None:
+        """Points read and kept; the run is refused past TRACKER_MAX_POINTS."""
+        self.points += points
         if self.points > TRACKER_MAX_POINTS.value:
             raise TrackerError(
                 f"{self.label}: more than {TRACKER_MAX_POINTS.value:.0f} metric points in this run; "
                 "replay reads runs up to that size"
             )
+
+    def put(self, gpu: str, t: float, name: str, value: float | None) -> None:
+        """One metric point of one GPU."""
+        if value is None:
+            return
+        self.count()
         self.samples.setdefault(gpu, {}).setdefault(t, {})[name] = value
 
     def step_s(self) -> float:
@@ -93,6 +97,11 @@ class TrackerRun:
 
 def gpu_order(gpu: str) -> tuple[int, str]:
     return (int(gpu), "") if gpu.isdigit() else (1 << 30, gpu)
+
+
+def counter_like(name: str) -> bool:
+    """A metric that may be the run's step counter (only those of its own metrics are kept)."""
+    return name == "_step" or name.replace("/", ".").rsplit(".", 1)[-1].lower() in STEP_NAMES
 
 
 def step_counter(series: dict[str, list[tuple[float, float]]]) -> tuple[str, list[tuple[float, float]]]:

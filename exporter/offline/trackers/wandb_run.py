@@ -22,7 +22,13 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from exporter.offline.trackers.run import TrackerError, TrackerRun, missing_extra, step_counter
+from exporter.offline.trackers.run import (
+    TrackerError,
+    TrackerRun,
+    counter_like,
+    missing_extra,
+    step_counter,
+)
 
 MAGIC = b":W&B"
 HEADER = struct.Struct("<4sHB")  # magic, W&B's 0xBEE1, version
@@ -156,9 +162,11 @@ def _history(run: TrackerRun, items: object, own: dict[str, list[tuple[float, fl
     if t is None:
         return
     run.logged.append(t)
+    run.count()
     for key, value in values.items():
-        if value is not None and key not in ("_timestamp", "_runtime"):
+        if value is not None and counter_like(key):  # the rest of what it logged is not read
             own.setdefault(key, []).append((t, value))
+            run.count()
 
 
 def _number(text: str) -> float | None:
