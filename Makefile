@@ -15,10 +15,11 @@ PORT ?= 9612
 
 .PHONY: demo demo-prometheus tools test lint format artifacts protos bench bench-quick bench-detection bench-sensitivity bench-peer clean
 
-# the test toolchain (pytest, ruff, linters, schemas): what make test needs
+# the test toolchain (pytest, ruff, linters, schemas) and the trackers' extras, whose readers the tests run:
+# what make test needs
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,mlflow,wandb]'
 	touch $@
 
 # the exporter and its runtime dependencies only: what the demos need

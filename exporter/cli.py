@@ -478,6 +478,19 @@ def build_parser() -> argparse.ArgumentParser:
     from exporter.offline.promhistory.command import add_flags as add_prometheus_flags
 
     add_prometheus_flags(replay)
+    tracked = replay.add_argument_group(
+        "reading an experiment tracker's run (docs/diagnose.md): name a W&B run directory, its .wandb file, "
+        "a W&B CSV export, an MLflow run directory (mlruns/EXP/RUN), mlruns/ or mlflow.db as the trace, or"
+    )
+    tracked.add_argument(
+        "--mlflow",
+        metavar="URI",
+        help="an MLflow tracking server or store (http://mlflow:5000, sqlite:///mlflow.db); needs the "
+        "mlflow extra: pip install 'gpu-bottleneck-exporter[mlflow]'",
+    )
+    tracked.add_argument(
+        "--run", dest="run_id", metavar="ID", help="the MLflow run's id (default: the latest run)"
+    )
     record = sub.add_parser(
         "record",
         help="sample like serve, but write the samples as a trace CSV that replay reads",
@@ -508,6 +521,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "scenarios":
             return _scenarios()
+        if args.command == "replay" and (args.mlflow or _tracked(args.trace)):
+            return _replay_tracker(args)
         if args.command == "replay" and (args.prometheus or args.trace is None):
             if args.processes:
                 raise UsageError(
@@ -917,6 +932,49 @@ def _replay_prometheus(args: argparse.Namespace) -> int:
         workload=args.workload or "",
         source=source,
         origin=lambda: request.start,
+    )
+
+
+def _tracked(trace: str | None) -> bool:
+    """A tracker's run rather than a GPU log (a W&B run, an MLflow run or store, a W&B export)."""
+    if trace is None or trace == "-":
+        return False
+    from pathlib import Path
+
+    from exporter.offline.trackers import claims
+
+    return claims(Path(trace))
+
+
+def _replay_tracker(args: argparse.Namespace) -> int:
+    """replay of an experiment tracker's run: W&B or MLflow, with the outputs of a file's replay."""
+    from exporter.offline.trackers import TrackerError, open_run, replay_run
+
+    if args.prometheus:
+        raise UsageError("replay: a tracker's run or --prometheus, not both")
+    if args.mlflow and args.trace is not None:
+        raise UsageError("replay: a run on disk or --mlflow URI, not both")
+    if args.run_id and not (args.mlflow or args.trace):
+        raise UsageError("--run names a run of --mlflow URI or of an MLflow store")
+    try:
+        run = open_run(args.trace, args.mlflow, args.run_id)
+    except TrackerError as exc:
+        raise UsageError(str(exc)) from None
+    first = run.start()
+
+    def source(**kwargs: object) -> ReplayResult:
+        return replay_run(run, **kwargs)  # type: ignore[arg-type]
+
+    return _replay(
+        args.mlflow or args.trace,
+        None,
+        args.json,
+        args.report,
+        fail_on=_fail_on(args.fail_on),
+        prices=_prices(args.price, args.currency),
+        workload=args.workload or "",
+        source=source,
+        origin=lambda: first if first is not None and first >= 1e8 else None,
     )
 
 

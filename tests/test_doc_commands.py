@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from exporter import cli
-from tests.conftest import EXAMPLES, REPO
+from tests.conftest import EXAMPLES, REPO, _missing
 from tests.test_logparse import NCCL_220_IB_NVLS
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
@@ -285,10 +285,49 @@ def _refused_for_arguments(ran: Ran) -> bool:
     )
 
 
+# what the docs name of an experiment tracker's runs: made by the trackers' own libraries when a command
+# names them (docs/diagnose.md, "Diagnose your tracked runs")
+TRACKED = ("wandb/latest-run", "llama-system.csv", "mlruns/", "mlflow.db", "--mlflow")
+
+
+@pytest.fixture(scope="module")
+def tracked_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """A short healthy run in an MLflow file store (its Default experiment) and in W&B, and one in a
+    SQLite store, made once for the commands that name them."""
+    from devtools import tracker_runs
+
+    for package in ("mlflow", "wandb"):
+        try:
+            __import__(package)
+        except ImportError:
+            _missing(f"the {package} package (the {package} extra)")
+    root = tmp_path_factory.mktemp("tracked")
+    files = tracker_runs.make_all(root / "files", tracker_runs.Only("healthy", 90, sqlite=False))["healthy"]
+    sqlite = tracker_runs.make_all(root / "sqlite", tracker_runs.Only("healthy", 90, sqlite=True))["healthy"]
+    yield {"files": files, "sqlite": sqlite}
+
+
+def _tracked_names(argv: list[str], runs: dict, into: Path) -> list[str]:
+    """The docs' tracker runs laid out under ``into`` as the docs name them; RUN_ID filled in."""
+    import shutil
+
+    files, sqlite = runs["files"], runs["sqlite"]
+    shutil.copytree(files.wandb_dir.parent, into / "wandb", symlinks=True)
+    shutil.copy(files.smi_csv.parent / "wandb-export-healthy.csv", into / "llama-system.csv")
+    shutil.copytree(files.mlflow_store, into / "mlruns")
+    shutil.copy(sqlite.mlflow_store, into / "mlflow.db")
+    run_id = sqlite.mlflow_run_id if "mlflow.db" in argv else files.mlflow_run_id
+    return [word.replace("RUN_ID", run_id) for word in argv]
+
+
 @pytest.mark.parametrize("command", COMMANDS, ids=[c.where for c in COMMANDS])
-def test_a_documented_command_runs_as_typed(command, tmp_path, monkeypatch, capsys, fake_prometheus):
+def test_a_documented_command_runs_as_typed(command, tmp_path, monkeypatch, capsys, fake_prometheus, request):
     url, seen = fake_prometheus
     fixtures = _write_fixtures(tmp_path)
+    if any(word.startswith(TRACKED) for word in command.argv):
+        argv = _tracked_names(list(command.argv), request.getfixturevalue("tracked_runs"), tmp_path)
+        command = DocCommand(command.where, command.text, tuple(argv), command.stdin)
+        fixtures["llama-system.csv"] = tmp_path / "llama-system.csv"
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("NO_COLOR", raising=False)
     for name in [k for k in os.environ if k.startswith("GBE_")]:
@@ -327,6 +366,8 @@ def test_a_documented_command_runs_as_typed(command, tmp_path, monkeypatch, caps
         assert abs((began - back) - start) < 3600, "--from was not read as typed"  # not a duration
         if "--selector" in argv:
             assert argv[argv.index("--selector") + 1] in series[0]["match[]"][0]
+    elif "--mlflow" in argv:  # no MLflow server here: its refusal in one line, after the flags were read
+        assert ran.status == 2 and "MLflow could not read the run" in ran.stderr, ran.stderr
     elif name == "replay":
         assert ran.status in (0, cli.FAIL_ON_STATUS), f"{command}: {ran.stderr}"
         assert ran.stdout or "--report" in argv

@@ -107,6 +107,10 @@ class ReplayResult:
     # at a given step (replay --prometheus): of each job's throttled seconds, the share of the clock the
     # cap or the heat took (throttled time computes, at the clocks it was left)
     job_throttle_lost: dict[str, float] = field(default_factory=dict)
+    # what the job says of its class short of --workload (a tracker's run name or config)
+    hint: Workload | None = None
+    # replay of a tracker's run: the run, its step, what its progress said (offline/trackers)
+    tracker: dict[str, object] | None = None
 
 
 def replay(
@@ -123,6 +127,7 @@ def replay(
     workload: str = "",
     reader: RowSource | None = None,
     step: float | None = None,
+    hint: Workload | None = None,
 ) -> ReplayResult:
     """Replay a trace. ``on_row`` sees every row read; ``on_tick(t, gpu, state)`` the ledger state that
     took most of each GPU's evaluated second (see ``TickStates``). Both only observe. ``period`` and
@@ -132,10 +137,13 @@ def replay(
     A gap in the trace (see TRACE_GAP_PERIODS) ends a segment: its verdicts end where its samples end,
     and the rows after the gap are analysed afresh, so the silence is never evaluated second by second.
     ``step``: rows sampled this many seconds apart (a Prometheus' scrapes) are evaluated once per step,
-    each standing for its step, rather than every second (None: every second)."""
+    each standing for its step, rather than every second (None: every second). ``hint``: the class the
+    job says of itself below ``--workload`` (a tracker's run name or config)."""
     if reader is None:  # rows from elsewhere (``reader``: replay --prometheus) have no file to read
         reader = TraceReader(path, gpus, period=period, start=start, columns=columns)
-    result = ReplayResult(path=Path(path), stats=reader.stats, seconds=0.0, prices=prices, workload=workload)
+    result = ReplayResult(
+        path=Path(path), stats=reader.stats, seconds=0.0, prices=prices, workload=workload, hint=hint
+    )
     segment: _Segment | None = None
     had_inputs: set[str] = set()
     last_t = 0.0
@@ -182,6 +190,8 @@ class _Segment:
             self.analyzer.set_workload(
                 "node", Workload(result.workload, "flag", f"--workload {result.workload}")
             )
+        elif result.hint is not None:
+            self.analyzer.set_workload("node", result.hint)
         self.start = start
         self.next_eval = start + self.step
         self.open_episodes: dict[tuple[str, str], Episode] = {}
@@ -557,6 +567,7 @@ def summary(result: ReplayResult) -> dict[str, object]:
             for gpu, e in result.envelopes.items()
         },
         **({"fleet": result.fleet} if result.fleet is not None else {}),
+        **({"tracker": result.tracker} if result.tracker is not None else {}),
     }
 
 
@@ -730,6 +741,10 @@ def human(result: ReplayResult) -> str:
     with_episodes = {episode.gpu for episode in result.episodes}
     quiet = [g for g in result.stats.gpus if g not in with_episodes]
     lines = [_headline(result), *_episode_lines(result)]
+    if result.tracker is not None:  # replay of a tracker's run: the run, its step, its progress
+        from exporter.offline.trackers.text import lines as tracker_lines
+
+        lines += tracker_lines(result)
     told = unpaged_losses(result, quiet)
     if quiet:
         lines.append(f"  GPU {_gpu_list(quiet)}: no verdict")

@@ -395,6 +395,21 @@ def _summary(result: ReplayResult, data: ReportData) -> str:
         f'<h2>Per GPU</h2><table class="summary">{table_head}{"".join(rows)}</table>'
         f'<h2>Per job</h2><table class="summary">{job_head}{"".join(jobs)}</table>{silent}'
         + _namespaces(result)
+        + _tracked_run(result)
+    )
+
+
+def _tracked_run(result: ReplayResult) -> str:
+    """A tracker's run: its name, its step, and what its own progress said across each episode."""
+    if result.tracker is None:
+        return ""
+    from exporter.offline.trackers.text import lines
+
+    head, *rest = lines(result)
+    return (
+        f'<h2>Tracked run</h2><p>{html.escape(head.removeprefix("run: "))}</p><ul class="notpaged">'
+        + "".join(f"<li>{html.escape(line.strip())}</li>" for line in rest)
+        + "</ul>"
     )
 
 

@@ -136,3 +136,29 @@ TRACE_SILENCE_MAX = _t(
     "A job's log silence is time since its last line: a container silent for more than ten years is a "
     "corrupt cell, not a hang.",
 )
+# ---- replay of an experiment tracker's run (MLflow, Weights & Biases) ------------------------------------
+TRACKER_RATE_DROP = _t(
+    "replay.tracker.step_rate_drop",
+    0.8,
+    "ratio",
+    "A run's own step counter confirms a starvation when its steps per second during the episode fall "
+    "below 80 % of the rate before it: a data-parallel step waits for its slowest rank, so a loader that "
+    "keeps the GPUs waiting for a fifth of the time or more shows in the rate, while the jitter of a "
+    "healthy loop's logged rate (a few percent between logging intervals) does not reach it.",
+)
+TRACKER_MAX_POINTS = _t(
+    "replay.tracker.max_points",
+    5_000_000.0,
+    "count",
+    "The most metric points read from one tracker run (every GPU's system metrics and the run's own): two "
+    "weeks of an 8-GPU run's five GPU metrics at MLflow's 10 s are about 4.8 million. Past five million the "
+    "run is refused in one line rather than read into memory without bound (a few hundred MB at most).",
+)
+TRACKER_REQUEST_TIMEOUT = _t(
+    "replay.tracker.request_timeout_seconds",
+    30.0,
+    "seconds",
+    "One request to an MLflow tracking server (a run, a metric's history) answers in well under a second "
+    "on a server that works; one that takes half a minute is down or overloaded, said in one line rather "
+    "than retried with backoff for minutes.",
+)
