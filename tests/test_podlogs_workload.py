@@ -110,14 +110,19 @@ def test_without_log_or_progress_sources_the_names_still_speak():
     assert signals.workload == {0: WorkloadHint("training", "pod name: finetune", "name")}
 
 
-def test_pushed_progress_says_training_over_the_names():
+def test_pushed_progress_never_sets_the_class():
+    """A report is progress only: the pod's names still decide (a push for a server leaves it serving),
+    and a pod no name speaks for stays unclassified (judged by its shape)."""
     store, signals = ProgressStore(clock=lambda: T0), JobSignals()
-    pod = ("serve", "vllm-0")
-    store.forget_except(frozenset({pod}))
-    store.report(json.dumps({"namespace": "serve", "pod": "vllm-0", "step": 5}).encode())
-    signals.update(None, store, frozenset({pod}), {0: PodRef(*pod, "vllm")})
-    assert signals.workload == {0: WorkloadHint("training", "progress reports")}
-    assert signals.server_load == {}
+    server, other = ("serve", "vllm-0"), ("ml", "job-0")
+    store.forget_except(frozenset({server, other}))
+    for ns, pod in (server, other):
+        store.report(json.dumps({"namespace": ns, "pod": pod, "step": 5}).encode())
+    signals.update(
+        None, store, frozenset({server, other}), {0: PodRef(*server, "main"), 1: PodRef(*other, "c")}
+    )
+    assert signals.workload == {0: WorkloadHint("serving", "pod name: vllm", "name")}
+    assert signals.last_sign == {0: T0, 1: T0} and signals.server_load == {}
 
 
 @pytest.mark.parametrize(

@@ -225,7 +225,8 @@ _PASSTHROUGH: dict[str, dict] = {
     "kubeRbacProxy.resources": _OBJECT,
     "kubeRbacProxy.extraArgs": {"type": "array", "items": {"type": "string"}},
     "networkPolicy.prometheusPodLabels": _STRING_MAP,
-    "networkPolicy.prometheusNamespaceLabels": _STRING_MAP,
+    "networkPolicy.pushers.namespaceLabels": _STRING_MAP,
+    "networkPolicy.pushers.podLabels": _STRING_MAP,
 }
 
 # a price per GPU-hour, or the string `--set` makes of a fraction
@@ -233,6 +234,8 @@ _PRICE = {"type": "number", "minimum": 0, "maximum": th.PRICE_MAX.value}
 _PRICE_TEXT = {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?$"}
 
 _CONSTRAINTS: dict[str, dict] = {
+    # any tenant can label a pod of its own like Prometheus: the namespace is what keeps them out
+    "networkPolicy.prometheusNamespaceLabels": {**_STRING_MAP, "minProperties": 1},
     "exporter.port": _PORT,
     "service.port": _PORT,
     "exporter.interval": _SECONDS,
