@@ -916,3 +916,16 @@ def test_the_cost_check_judges_the_ratio_to_a_linear_scan_not_this_machines_spee
         monkeypatch.setattr(lp, "_search_cpu", lambda r, t, k=slowdown: k * real(r, t))
         assert lp.check_cost(quadratic) == "", slowdown
         assert lp.check_cost(cubic).startswith("too slow on a long line"), slowdown
+
+
+def test_a_step_too_large_for_a_float_is_not_progress():
+    """A line of a thousand digits after `step` is no step: kept, it overflowed the seconds per step."""
+    from exporter.podlogs.logparse import STEP_MAX, LogState
+
+    state = LogState()
+    state.feed("step 7", 1.0)
+    state.feed("step " + "9" * 1020, 2.0)
+    state.feed("step " + "9" * 1021, 3.0)
+    assert state.step == 7
+    state.feed(f"step {STEP_MAX}", 4.0)
+    assert state.step == STEP_MAX

@@ -622,18 +622,28 @@ class Progress:
     seconds: float | None = None  # seconds per step, where the line says
 
 
+STEP_MAX = 2**53  # the largest step kept: an exact float, as the step is exported as a sample value
+
+
 def match_progress(text: str, patterns: Iterable[Pattern] = PATTERNS) -> Progress | None:
     text = window(text)
     for p in patterns:
-        if p.key not in text:
-            continue
-        m = p.regex.search(text, 0, p.reach)
-        if m is None or _at_cut(m, text) or m.end() == p.reach < len(text):
-            continue
-        step = int(m.group(p.step)) if p.step else None
-        seconds = _seconds(m, p) if p.seconds else None
-        return Progress(p.name, step, seconds)
+        if p.key in text and (found := match_one(p, text)) is not None:
+            return found
     return None
+
+
+def match_one(p: Pattern, text: str) -> Progress | None:
+    """One pattern on one line already cut to its ``window`` (the caller checks ``p.key`` first: it is
+    what decides whether the regex, the costly part, runs at all)."""
+    m = p.regex.search(text, 0, p.reach)
+    if m is None or _at_cut(m, text) or m.end() == p.reach < len(text):
+        return None
+    step = int(m.group(p.step)) if p.step else None
+    if step is not None and step > STEP_MAX:  # digits, not a step: it would overflow a float
+        return None
+    seconds = _seconds(m, p) if p.seconds else None
+    return Progress(p.name, step, seconds)
 
 
 def _seconds(m: re.Match[str], p: Pattern) -> float | None:

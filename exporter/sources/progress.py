@@ -138,8 +138,7 @@ def merged(view: PodLogsView | None, pushed: dict[tuple[str, str], Reported]) ->
     if view is None and not pushed:
         return view
     extra = tuple(
-        ContainerLog(ns, pod, "", r.t, r.step, r.step_seconds)
-        for (ns, pod), r in sorted(pushed.items())
+        ContainerLog(ns, pod, "", r.t, r.step, r.step_seconds) for (ns, pod), r in sorted(pushed.items())
     )
     base = view or PodLogsView()
     return replace(base, containers=base.containers + extra)

@@ -159,9 +159,9 @@ def _lost(s: Served, gpu: str) -> dict[str, float]:
 
 
 def test_a_push_for_another_pod_changes_nothing_of_its_class_or_pages():
-    """Any holder of the push API (no address check) reports steps for an inference server's pod: the step
-    is kept, but the server stays serving by its process and names, its idle time stays idle capacity (never the input
-    wait a starving trainer pages on), and nothing pages."""
+    """Any holder of the push API (no address check) reports steps for an inference server's pod: the
+    step is kept, but the server stays serving by its process and names, its idle time stays idle
+    capacity (never the input wait a starving trainer pages on), and nothing pages."""
     for s in _served(True, "serving"):
         deadline = time.monotonic() + HANG_GUARD_S
         while time.monotonic() < deadline and not any(c[1] for c in _classes(s).values()):

@@ -148,7 +148,8 @@ def test_a_network_policy_without_a_namespace_selector_is_refused(tmp_path):
     assert "networkPolicy.prometheusNamespaceLabels is empty" in said and "monitoring" in said
     emptied = tmp_path / "v.yaml"  # every label removed from a values file: the schema refuses it
     emptied.write_text(
-        "networkPolicy:\n  enabled: true\n  prometheusNamespaceLabels:\n    kubernetes.io/metadata.name: null\n"
+        "networkPolicy:\n  enabled: true\n"
+        "  prometheusNamespaceLabels:\n    kubernetes.io/metadata.name: null\n"
     )
     result = helm(*_template_args([emptied]))
     assert result.returncode != 0 and "prometheusNamespaceLabels" in result.stderr, result.stderr
