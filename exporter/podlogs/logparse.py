@@ -37,6 +37,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from exporter.policy.thresholds import WORKLOAD_LOG_LINES
+
 # ---- the CRI line ------------------------------------------------------------------------------------
 
 
@@ -1058,6 +1060,8 @@ class LogState:
     # afterwards from that line's own timestamp
     load_line: int = 0
     workload: WorkloadHint | None = None  # the strongest hint of what runs (the first of equals)
+    hint_lines: Counter[str] = field(default_factory=Counter)  # kind -> lines that said it
+    first_hints: dict[str, WorkloadHint] = field(default_factory=dict)  # kind -> the first line's hint
     # the hint is of the strongest rank: no other line can change it, only load lines are looked for
     _settled: bool = field(default=False, init=False, repr=False)
 
@@ -1101,6 +1105,11 @@ class LogState:
             self.step, self.step_t = found.step, t
 
     def see_hint(self, hint: WorkloadHint) -> None:
+        """A line saying what runs: it counts once ``workload.log_lines`` lines have said that kind."""
+        self.hint_lines[hint.kind] += 1
+        hint = self.first_hints.setdefault(hint.kind, hint)  # of equals the first stays
+        if self.hint_lines[hint.kind] < WORKLOAD_LOG_LINES.value:
+            return
         if self.workload is None or WORKLOAD_RANK[hint.kind] > WORKLOAD_RANK[self.workload.kind]:
             self.workload = hint
             self._settled = WORKLOAD_RANK[hint.kind] == _TOP_RANK
