@@ -724,23 +724,47 @@ def test_log_state_keeps_the_newest_load_with_its_time():
 
 def test_serving_and_notebooks_outrank_training_signs_and_the_first_of_equals_stays():
     s = lp.LogState()
-    s.feed("Loading safetensors checkpoint shards: 100% 4/4 [00:02<00:00,  1.52it/s]", t=1.0)
+    for shards in range(1, 4):  # three lines: a class from a log needs workload.log_lines of them
+        s.feed(f"Loading safetensors checkpoint shards: {shards}/4 [00:02<00:00,  1.52it/s]", t=1.0)
     assert s.workload == lp.WorkloadHint("training", "progress lines (tqdm)")
     s.feed(H + "NCCL version 2.21.5+cuda12.4", t=2.0)  # tensor parallel: NCCL is no proof of training
     assert s.workload == lp.WorkloadHint("training", "progress lines (tqdm)")
     s.feed("INFO 04-30 17:52:43 [api_server.py:1090] Starting vLLM API server on http://0.0.0.0:8000", t=3.0)
-    assert s.workload == lp.WorkloadHint("serving", "vLLM API server start-up")
-    s.feed("[I 2024-08-02 09:49:50.063 ServerApp] Kernel started: 1acc847a", t=4.0)
+    assert s.workload == lp.WorkloadHint("training", "progress lines (tqdm)")  # one line is not enough
+    s.feed(REQUEST_LINE, t=3.1)
+    s.feed(REQUEST_LINE, t=3.2)
+    assert s.workload == lp.WorkloadHint("serving", "vLLM API server start-up")  # the first of the three
+    for _ in range(3):
+        s.feed("[I 2024-08-02 09:49:50.063 ServerApp] Kernel started: 1acc847a", t=4.0)
     s.feed("step 7 loss 2.1", t=5.0)
     assert s.workload == lp.WorkloadHint("serving", "vLLM API server start-up")
     s.feed(SGLANG_DECODE, t=6.0)  # settled: hints stay, load lines still count
     assert (s.workload.evidence, s.load, s.load_t) == ("vLLM API server start-up", lp.ServerLoad(8, 4), 6.0)
 
 
-def test_nccl_init_alone_says_training():
+def test_nccl_init_is_one_line_of_training_and_the_steps_after_it_make_three():
     s = _state(NCCL_220_IB_NVLS)
-    assert s.workload == lp.WorkloadHint("training", "NCCL init")
+    assert s.workload is None  # one init line: a tensor-parallel server prints it too
     assert lp.summary(s)["version"] == "2.20.5"  # the checklist is unchanged
+    s.feed("step 1 loss 2.0", t=1.0)
+    s.feed("step 2 loss 1.9", t=2.0)
+    assert s.workload == lp.WorkloadHint("training", "NCCL init")
+
+
+REQUEST_LINE = 'INFO:     10.0.0.7:51234 - "POST /v1/chat/completions HTTP/1.1" 200 OK'
+
+
+def test_one_line_of_a_server_does_not_make_a_training_job_idle_capacity():
+    """A training job's own log with one request line (a request logger, an echoed line): still training;
+    a real server's log says so line after line."""
+    s = lp.LogState()
+    for step in range(1, 6):
+        s.feed(f"step {step} loss 2.0", t=float(step))
+    s.feed(REQUEST_LINE, t=6.0)
+    s.feed(REQUEST_LINE, t=7.0)
+    assert s.workload == lp.WorkloadHint("training", "progress lines (step)")
+    s.feed(REQUEST_LINE, t=8.0)  # the bound: three such lines make it a server's log
+    assert s.workload == lp.WorkloadHint("serving", "inference API requests")
 
 
 # ---- what the patterns read, and what a user's pattern may cost ---------------------------------------
@@ -916,3 +940,16 @@ def test_the_cost_check_judges_the_ratio_to_a_linear_scan_not_this_machines_spee
         monkeypatch.setattr(lp, "_search_cpu", lambda r, t, k=slowdown: k * real(r, t))
         assert lp.check_cost(quadratic) == "", slowdown
         assert lp.check_cost(cubic).startswith("too slow on a long line"), slowdown
+
+
+def test_a_step_too_large_for_a_float_is_not_progress():
+    """A line of a thousand digits after `step` is no step: kept, it overflowed the seconds per step."""
+    from exporter.podlogs.logparse import STEP_MAX, LogState
+
+    state = LogState()
+    state.feed("step 7", 1.0)
+    state.feed("step " + "9" * 1020, 2.0)
+    state.feed("step " + "9" * 1021, 3.0)
+    assert state.step == 7
+    state.feed(f"step {STEP_MAX}", 4.0)
+    assert state.step == STEP_MAX

@@ -70,7 +70,7 @@ def test_the_sampler_hands_each_gpu_its_pods_workload_and_server_load(make_node,
     errors = ErrorCounter()
     now = clock()
     start_up = rec(now - 5, "INFO 11-27 01:00:00 Starting vLLM API server on http://0.0.0.0:8000")
-    source = _pod_log(tmp_path, errors, start_up + rec(now, VLLM_V1))
+    source = _pod_log(tmp_path, errors, start_up + rec(now - 1, VLLM_V1) + rec(now, VLLM_V1))
     sampler = _sampler(node, errors, source, clock)
     try:
         step(sampler, clock, cycles=2)

@@ -57,12 +57,13 @@ def test_the_newest_load_line_with_its_own_time(node):
 
 
 def test_a_pods_containers_the_newest_load_and_the_strongest_hint(node):
-    for container, line in (
-        ("loader", rec(T0, "step 3 of 8 shards")),  # an init container's step: the weakest hint
-        ("sglang", rec(T0 + 5, SGLANG_DECODE)),
-        ("vllm", rec(T0 + 2, VLLM_V0)),
-    ):
-        node.write(node.dir(*VLLM_POD, "uid-1", container) / "0.log", line)
+    for container, t, line in (
+        ("loader", T0, "step 3 of 8 shards"),  # an init container's steps: the weakest hint
+        ("sglang", T0 + 5, SGLANG_DECODE),
+        ("vllm", T0 + 2, VLLM_V0),
+    ):  # three lines each: a class from a log needs workload.log_lines of them
+        lines = [rec(t - 2 + i, line) for i in range(3)]
+        node.write(node.dir(*VLLM_POD, "uid-1", container) / "0.log", *lines)
     node.poll()
     view = node.source.view
     assert view.server_load(*VLLM_POD) == (pytest.approx(T0 + 5), ServerLoad(8, 4))
@@ -71,9 +72,19 @@ def test_a_pods_containers_the_newest_load_and_the_strongest_hint(node):
 
 
 def test_job_signals_per_gpu_logs_first_then_names(node, tmp_path):
-    node.write(node.dir(*VLLM_POD, "uid-1", "vllm") / "0.log", rec(T0, START), rec(T0 + 10, VLLM_V0))
-    # a name that says training, a log that says serving: the log wins
-    node.write(node.dir(*TRAIN_POD, "uid-2", "trainer") / "0.log", rec(T0, START))
+    node.write(
+        node.dir(*VLLM_POD, "uid-1", "vllm") / "0.log",
+        rec(T0, START),
+        rec(T0 + 5, REQUEST),
+        rec(T0 + 10, VLLM_V0),
+    )
+    # a name that says training, a log that says serving in three lines: the log wins
+    node.write(
+        node.dir(*TRAIN_POD, "uid-2", "trainer") / "0.log",
+        rec(T0, START),
+        rec(T0 + 1, REQUEST),
+        rec(T0 + 2, REQUEST),
+    )
     notebook, unknown = ("lab", "jupyter-alice"), ("ml", "mystery-0")  # no log lines at all
     pods = frozenset({VLLM_POD, TRAIN_POD, notebook, unknown})
     owners = {
@@ -110,14 +121,19 @@ def test_without_log_or_progress_sources_the_names_still_speak():
     assert signals.workload == {0: WorkloadHint("training", "pod name: finetune", "name")}
 
 
-def test_pushed_progress_says_training_over_the_names():
+def test_pushed_progress_never_sets_the_class():
+    """A report is progress only: the pod's names still decide (a push for a server leaves it serving),
+    and a pod no name speaks for stays unclassified (judged by its shape)."""
     store, signals = ProgressStore(clock=lambda: T0), JobSignals()
-    pod = ("serve", "vllm-0")
-    store.forget_except(frozenset({pod}))
-    store.report(json.dumps({"namespace": "serve", "pod": "vllm-0", "step": 5}).encode())
-    signals.update(None, store, frozenset({pod}), {0: PodRef(*pod, "vllm")})
-    assert signals.workload == {0: WorkloadHint("training", "progress reports")}
-    assert signals.server_load == {}
+    server, other = ("serve", "vllm-0"), ("ml", "job-0")
+    store.forget_except(frozenset({server, other}))
+    for ns, pod in (server, other):
+        store.report(json.dumps({"namespace": ns, "pod": pod, "step": 5}).encode())
+    signals.update(
+        None, store, frozenset({server, other}), {0: PodRef(*server, "main"), 1: PodRef(*other, "c")}
+    )
+    assert signals.workload == {0: WorkloadHint("serving", "pod name: vllm", "name")}
+    assert signals.last_sign == {0: T0, 1: T0} and signals.server_load == {}
 
 
 @pytest.mark.parametrize(

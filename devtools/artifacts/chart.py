@@ -225,7 +225,8 @@ _PASSTHROUGH: dict[str, dict] = {
     "kubeRbacProxy.resources": _OBJECT,
     "kubeRbacProxy.extraArgs": {"type": "array", "items": {"type": "string"}},
     "networkPolicy.prometheusPodLabels": _STRING_MAP,
-    "networkPolicy.prometheusNamespaceLabels": _STRING_MAP,
+    "networkPolicy.pushers.namespaceLabels": _STRING_MAP,
+    "networkPolicy.pushers.podLabels": _STRING_MAP,
 }
 
 # driver.platform: the presets of templates/_helpers.tpl (gbe.driver)
@@ -235,7 +236,28 @@ DRIVER_PLATFORMS = ("generic", "runtime-class", "gpu-operator", "gke-cos", "eks-
 _PRICE = {"type": "number", "minimum": 0, "maximum": th.PRICE_MAX.value}
 _PRICE_TEXT = {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?$"}
 
+# Kubernetes' names, empty for the default: the API server would refuse anything else only at install
+# time, after a template had written it into every manifest (a newline or `$(...)` inside a name).
+# Resource names are DNS labels (a Service's must start with a letter, and the full name names one);
+# the chart's name is also the app.kubernetes.io/name label and a part of the full name.
+_DNS_LABEL = {"type": "string", "maxLength": 63, "pattern": r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$"}
+_SERVICE_NAME = {"type": "string", "maxLength": 63, "pattern": r"^([a-z]([-a-z0-9]*[a-z0-9])?)?$"}
+_SUBDOMAIN = {"type": "string", "maxLength": 253, "pattern": r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$"}
+_NAMES: dict[str, dict] = {
+    "nameOverride": _DNS_LABEL,
+    "fullnameOverride": _SERVICE_NAME,
+    "namespaceOverride": _DNS_LABEL,
+    "serviceAccount.name": _SUBDOMAIN,
+    "serviceMonitor.namespace": _DNS_LABEL,
+    "podMonitor.namespace": _DNS_LABEL,
+    "prometheusRule.namespace": _DNS_LABEL,
+    "dashboards.namespace": _DNS_LABEL,
+}
+
 _CONSTRAINTS: dict[str, dict] = {
+    **_NAMES,
+    # any tenant can label a pod of its own like Prometheus: the namespace is what keeps them out
+    "networkPolicy.prometheusNamespaceLabels": {**_STRING_MAP, "minProperties": 1},
     "exporter.port": _PORT,
     "service.port": _PORT,
     "exporter.interval": _SECONDS,

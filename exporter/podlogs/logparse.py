@@ -37,6 +37,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from exporter.policy.thresholds import WORKLOAD_LOG_LINES
+
 # ---- the CRI line ------------------------------------------------------------------------------------
 
 
@@ -622,18 +624,28 @@ class Progress:
     seconds: float | None = None  # seconds per step, where the line says
 
 
+STEP_MAX = 2**53  # the largest step kept: an exact float, as the step is exported as a sample value
+
+
 def match_progress(text: str, patterns: Iterable[Pattern] = PATTERNS) -> Progress | None:
     text = window(text)
     for p in patterns:
-        if p.key not in text:
-            continue
-        m = p.regex.search(text, 0, p.reach)
-        if m is None or _at_cut(m, text) or m.end() == p.reach < len(text):
-            continue
-        step = int(m.group(p.step)) if p.step else None
-        seconds = _seconds(m, p) if p.seconds else None
-        return Progress(p.name, step, seconds)
+        if p.key in text and (found := match_one(p, text)) is not None:
+            return found
     return None
+
+
+def match_one(p: Pattern, text: str) -> Progress | None:
+    """One pattern on one line already cut to its ``window`` (the caller checks ``p.key`` first: it is
+    what decides whether the regex, the costly part, runs at all)."""
+    m = p.regex.search(text, 0, p.reach)
+    if m is None or _at_cut(m, text) or m.end() == p.reach < len(text):
+        return None
+    step = int(m.group(p.step)) if p.step else None
+    if step is not None and step > STEP_MAX:  # digits, not a step: it would overflow a float
+        return None
+    seconds = _seconds(m, p) if p.seconds else None
+    return Progress(p.name, step, seconds)
 
 
 def _seconds(m: re.Match[str], p: Pattern) -> float | None:
@@ -857,7 +869,7 @@ WORKLOAD_RANK = {"training": 1, "batch": 2, "evaluation": 2, "serving": 2, "inte
 class WorkloadHint:
     kind: str  # one of WORKLOAD_KINDS
     evidence: str  # what said so: a fixed text of the tables, never log text
-    source: str = "log"  # log: the job's own word (its log, its progress reports); name: its pod's names
+    source: str = "log"  # log: the job's own log (never a progress report); name: its pod's names
 
 
 @dataclass(frozen=True, slots=True)
@@ -1048,6 +1060,8 @@ class LogState:
     # afterwards from that line's own timestamp
     load_line: int = 0
     workload: WorkloadHint | None = None  # the strongest hint of what runs (the first of equals)
+    hint_lines: Counter[str] = field(default_factory=Counter)  # kind -> lines that said it
+    first_hints: dict[str, WorkloadHint] = field(default_factory=dict)  # kind -> the first line's hint
     # the hint is of the strongest rank: no other line can change it, only load lines are looked for
     _settled: bool = field(default=False, init=False, repr=False)
 
@@ -1091,6 +1105,11 @@ class LogState:
             self.step, self.step_t = found.step, t
 
     def see_hint(self, hint: WorkloadHint) -> None:
+        """A line saying what runs: it counts once ``workload.log_lines`` lines have said that kind."""
+        self.hint_lines[hint.kind] += 1
+        hint = self.first_hints.setdefault(hint.kind, hint)  # of equals the first stays
+        if self.hint_lines[hint.kind] < WORKLOAD_LOG_LINES.value:
+            return
         if self.workload is None or WORKLOAD_RANK[hint.kind] > WORKLOAD_RANK[self.workload.kind]:
             self.workload = hint
             self._settled = WORKLOAD_RANK[hint.kind] == _TOP_RANK

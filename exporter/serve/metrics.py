@@ -682,6 +682,17 @@ def _pod_logs(fams: _Families, snapshot: Snapshot) -> None:
         "gpu_exporter_pod_log_skipped_bytes",
         "Pod log bytes jumped over (backlog beyond a read's bound, over-long lines).",
     ).add({}, v.skipped_bytes)
+    fams.counter(
+        "gpu_exporter_pod_log_progress_deferred",
+        "Times a container's newest log lines waited for a later pass of the pod-log thread before the "
+        "progress patterns were tried on them: the pass's CPU budget (podlogs.progress_cpu_seconds) was "
+        "spent.",
+    ).add({}, v.progress_deferred)
+    fams.gauge(
+        "gpu_exporter_pod_log_progress_wait_seconds",
+        "How long the longest-waiting container's newest log lines have waited for the progress patterns "
+        "(0: none waits): how stale the step and hang confirmation from pod logs may be.",
+    ).add({}, round(v.progress_wait_s, 3))
 
 
 def _prices(fams: _Families, snapshot: Snapshot, prices: Prices | None) -> None:

@@ -39,16 +39,19 @@ from exporter.podlogs.logparse import (
     WORKLOAD_RANK,
     LogState,
     Pattern,
+    Progress,
     ServerLoad,
     WorkloadHint,
-    match_progress,
+    match_one,
     parse_timestamp,
+    window,
 )
 from exporter.policy.thresholds import (
     PODLOG_LINE_BYTES,
     PODLOG_LINES_PER_SECOND,
     PODLOG_MAX_CONTAINERS,
     PODLOG_POLL,
+    PODLOG_PROGRESS_CPU,
     PODLOG_READ_BYTES,
     PODLOG_TAIL_BYTES,
 )
@@ -151,6 +154,9 @@ class PodLogsView:
     rdma_devices: int | None = None  # /sys/class/infiniband entries (IB HCAs, EFA devices)
     duration_s: float | None = None  # how long the last pass took
     collected_t: float | None = None  # when it ended (wall clock)
+    # container-passes whose newest lines waited for a later pass: the pass's pattern CPU was spent
+    progress_deferred: int = 0
+    progress_wait_s: float = 0.0  # how long the longest-waiting container's lines have waited (0: none)
 
     def last_line(self, namespace: str, pod: str) -> float | None:
         """The newest line of any container of the pod."""
@@ -184,6 +190,23 @@ class Counts:
     skipped_lines: int = 0
     skipped_bytes: int = 0
     junk: int = 0
+    progress_deferred: int = 0
+
+
+class CpuBudget:
+    """The CPU a pass may spend on progress patterns (``podlogs.progress_cpu_seconds``), on the thread's
+    own CPU clock (injected in tests): a regex search is the one costly step, so it is checked before
+    each, and a pass overruns by at most one search."""
+
+    def __init__(self, seconds: float, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.end = clock() + seconds
+
+    def spent(self) -> bool:
+        return self.clock() >= self.end
+
+
+SPENT = object()  # the budget ran out before a line was tried whole
 
 
 @dataclass(eq=False)
@@ -206,6 +229,11 @@ class Follower:
     drop_first: bool = False  # after a jump into the middle of a file: its first record is a fragment
     error: str = ""  # why the newest file could not be opened (counted once by the source)
     counted_error: bool = False
+    # the newest lines (text, timestamp) not yet tried against the progress table, at most
+    # PROGRESS_LOOKBACK; they wait here when a pass's budget ran out before their turn
+    untried: list[tuple[str, bytes]] = field(default_factory=list)
+    waiting_since: float | None = None  # when (monotonic) the oldest of them arrived
+    tried: int = -1  # the pass that last tried them: the least recent goes first
 
     def close(self) -> None:
         if self.fh is not None:
@@ -386,11 +414,37 @@ class Follower:
             if t is not None:
                 state.last_t = t if state.last_t is None else max(state.last_t, t)
                 break
-        for text, stamp in reversed(lines[-PROGRESS_LOOKBACK:]):
-            found = match_progress(text, patterns)
-            if found is not None:
-                state.see_progress(found, parse_timestamp(stamp.decode("ascii", "replace")))
+        if lines:  # tried after every container is read, within the pass's CPU budget
+            self.untried = (self.untried + lines)[-PROGRESS_LOOKBACK:]
+
+    def try_progress(self, patterns: tuple[Pattern, ...], budget: CpuBudget) -> bool:
+        """The waiting lines, newest first, until one shows progress; False when the budget ran out
+        first (the lines not tried whole wait for the next pass)."""
+        lines = self.untried
+        for i in range(len(lines) - 1, -1, -1):
+            found = _progress(lines[i][0], patterns, budget)
+            if found is SPENT:
+                self.untried = lines[: i + 1]
+                return False
+            if isinstance(found, Progress):
+                self.state.see_progress(found, parse_timestamp(lines[i][1].decode("ascii", "replace")))
                 break
+        self.untried, self.waiting_since = [], None
+        return True
+
+
+def _progress(text: str, patterns: tuple[Pattern, ...], budget: CpuBudget) -> Progress | object | None:
+    """The first pattern the line matches, or SPENT when the budget ran out before a search."""
+    text = window(text)
+    for p in patterns:
+        if p.key not in text:
+            continue
+        if budget.spent():
+            return SPENT
+        found = match_one(p, text)
+        if found is not None:
+            return found
+    return None
 
 
 class PodLogSource:
@@ -405,8 +459,10 @@ class PodLogSource:
         sys_root: str = "/sys",
         monotonic: Callable[[], float] = time.monotonic,
         clock: Callable[[], float] = time.time,
+        cpu_clock: Callable[[], float] = time.thread_time,
     ) -> None:
         self.clock = clock
+        self.cpu_clock = cpu_clock  # the pod-log thread's own CPU: what the pattern budget counts
         self.root = root
         self.errors = errors
         self.patterns = patterns
@@ -421,6 +477,8 @@ class PodLogSource:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._warned = False
+        self._passes = 0
+        self._wait_s = 0.0  # the longest wait of a container's lines for the progress table, last pass
         self._skipped: set[str] = set()  # paths skipped and counted (links, names that are not UTF-8)
 
     @property
@@ -538,12 +596,30 @@ class PodLogSource:
             if follower is None:
                 follower = self._followers[key] = Follower(self.root, names, since=self._since)
             follower.poll(now, self.patterns, self._counts)
+            if follower.untried and follower.waiting_since is None:
+                follower.waiting_since = now
             if follower.error and not follower.counted_error:
                 follower.counted_error = True
                 self.errors.inc(SOURCE, follower.error, shown(follower.directory))
+        self._progress(now)
         view = replace(self._publish(), duration_s=self.monotonic() - now, collected_t=self.clock())
         self._view, self._round = view, Round(True, view.collected_t or 0.0, view.duration_s)
         return view
+
+    def _progress(self, now: float) -> None:
+        """Try the containers' newest lines against the progress table within the pass's CPU budget,
+        the container tried longest ago first; those not reached wait for the next pass (counted)."""
+        self._passes += 1
+        budget = CpuBudget(PODLOG_PROGRESS_CPU.value, self.cpu_clock)
+        waiting = sorted((f for f in self._followers.values() if f.untried), key=lambda f: f.tried)
+        for follower in waiting:
+            if not budget.spent():
+                follower.tried = self._passes
+                if follower.try_progress(self.patterns, budget):
+                    continue
+            self._counts.progress_deferred += 1
+        since = [f.waiting_since for f in waiting if f.untried and f.waiting_since is not None]
+        self._wait_s = max(0.0, now - min(since)) if since else 0.0
 
     def _rdma_devices(self) -> int | None:
         try:
@@ -599,6 +675,8 @@ class PodLogSource:
             c.skipped_bytes,
             c.junk,
             self._rdma_devices(),
+            progress_deferred=c.progress_deferred,
+            progress_wait_s=self._wait_s,
         )
 
 

@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from exporter.podlogs.logparse import WorkloadHint
 from exporter.policy.thresholds import PROGRESS_BODY_BYTES, PROGRESS_MAX_PODS
 from exporter.sources.kubeapi import AddressUnknown, InCluster, PodAddresses
 from exporter.sources.podlogs import ContainerLog, PodLogsView
@@ -23,8 +22,6 @@ from exporter.sources.registry import Inputs, Registration, Round, Schedule, reg
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _POD = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 MAX_STEP = 2**53  # an exact float: the step is exported as a sample value
-# a pod that reports steps trains (as a log's step counter says; the weakest hint, like that one)
-PUSHED_HINT = WorkloadHint("training", "progress reports")
 log = logging.getLogger(__name__)
 
 
@@ -134,12 +131,14 @@ class ProgressStore:
 
 
 def merged(view: PodLogsView | None, pushed: dict[tuple[str, str], Reported]) -> PodLogsView | None:
-    """The log view with the pushed progress as containers named ``""``."""
+    """The log view with the pushed progress as containers named ``""``. A report says nothing of what the
+    pod runs (its class comes from its log, its names, its processes or its shape): without the address
+    check anyone holding the token can report for any GPU pod of the node, and a report that set the
+    class would judge another tenant's idle server as a starving trainer."""
     if view is None and not pushed:
         return view
     extra = tuple(
-        ContainerLog(ns, pod, "", r.t, r.step, r.step_seconds, workload=PUSHED_HINT)
-        for (ns, pod), r in sorted(pushed.items())
+        ContainerLog(ns, pod, "", r.t, r.step, r.step_seconds) for (ns, pod), r in sorted(pushed.items())
     )
     base = view or PodLogsView()
     return replace(base, containers=base.containers + extra)

@@ -21,8 +21,8 @@ from tests.timing import HANG_GUARD_S
 GOOD = {"namespace": "ml", "pod": "llm-train-0", "step": 41}
 
 
-def _served(progress: bool) -> Iterator[Served]:
-    node = SimulatedNode("healthy", n_gpus=2)
+def _served(progress: bool, scenario: str = "healthy") -> Iterator[Served]:
+    node = SimulatedNode(scenario, n_gpus=2)
     module = node.install()
     node.host.start(period_s=0.2)
     settings = replace(
@@ -134,3 +134,50 @@ def test_the_documented_client_reports(api, monkeypatch):
     while time.monotonic() < deadline and [x.value for x in _step(api)] != [777]:
         time.sleep(0.2)
     assert [x.value for x in _step(api)] == [777]
+
+
+SERVER_SAYS = {("serving", "process"), ("serving", "name")}  # its processes' and pod's names
+
+
+def _classes(s: Served) -> dict[str, tuple[str, str, str, str]]:
+    """GPU -> (namespace, pod, workload, source) of its gpu_workload_class series."""
+    fams = families(httpx.get(s.url + "/metrics").text)
+    return {
+        x.labels["gpu"]: (
+            x.labels.get("namespace", ""),
+            x.labels.get("pod", ""),
+            x.labels["workload"],
+            x.labels["source"],
+        )
+        for x in fams.get("gpu_workload_class", [])
+    }
+
+
+def _lost(s: Served, gpu: str) -> dict[str, float]:
+    fams = families(httpx.get(s.url + "/metrics").text)
+    return {x.labels["state"]: x.value for x in fams.get("gpu_time_seconds", []) if x.labels["gpu"] == gpu}
+
+
+def test_a_push_for_another_pod_changes_nothing_of_its_class_or_pages():
+    """Any holder of the push API (no address check) reports steps for an inference server's pod: the
+    step is kept, but the server stays serving by its process and names, its idle time stays idle
+    capacity (never the input wait a starving trainer pages on), and nothing pages."""
+    for s in _served(True, "serving"):
+        deadline = time.monotonic() + HANG_GUARD_S
+        while time.monotonic() < deadline and not any(c[1] for c in _classes(s).values()):
+            time.sleep(0.2)
+        before = _classes(s)
+        gpu, (namespace, pod, kind, source) = sorted(before.items())[0]
+        assert (kind, source) in SERVER_SAYS, before
+        body = {"namespace": namespace, "pod": pod, "step": 1}
+        while _post(s, body).status_code == 404 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for step in range(2, 14):
+            assert _post(s, {**body, "step": step}).status_code == 204
+            time.sleep(0.25)
+        assert [(x.labels["pod"], x.value) for x in _step(s)] == [(pod, 13)]  # the report did land
+        after = _classes(s)  # the process table may since have spoken over the names: both the server's
+        assert set(after) == set(before) and all(c[2:] in SERVER_SAYS for c in after.values()), after
+        assert _lost(s, gpu).get("input_wait", 0.0) == 0.0, _lost(s, gpu)
+        pages = families(httpx.get(s.url + "/metrics").text).get("gpu_bottleneck", [])
+        assert [x.labels for x in pages if x.value == 1 and x.labels["gpu"] == gpu] == []

@@ -351,3 +351,30 @@ def test_install_notes_render_and_say_what_was_created(files):
     assert "does not serve the Prometheus Operator's API" in notes
     assert "ServiceMonitor " not in notes.split("does not serve", 1)[0]
     assert ("Dashboards: ConfigMaps" in notes) == values.get("dashboards", {}).get("enabled", True)
+
+
+# a host mount whose files only the node's root may read -> the value that turns it on
+ROOT_READS = {
+    "kubelet-pods": "hostMounts.kubeletPods",
+    "containerd-bundles": "containerRuntime",
+    "containerd-sandboxes": "containerRuntime",
+    "pod-resources": "podResources",
+}
+
+
+def test_what_root_can_read_through_the_default_mounts_is_documented_mount_by_mount():
+    """The defaults run as uid 0 with the root-only mounts: the chart's README says, for each, what the
+    process could read there, what it reads, and what turning it off costs; the values say the bound."""
+    docs = render()
+    assert container(docs)["securityContext"]["runAsUser"] == 0
+    pod = one(docs, "DaemonSet")["spec"]["template"]["spec"]
+    mounted = {v["name"] for v in pod["volumes"] if "hostPath" in v} & set(ROOT_READS)
+    assert mounted == set(ROOT_READS)
+    readme = (CHART / "README.md").read_text()
+    table = readme[readme.index("**What the defaults expose, and the bound.**") :]
+    rows = {line.split("|")[1].strip(" `") for line in table.splitlines() if line.startswith("| `")}
+    assert {ROOT_READS[name] for name in mounted} <= rows
+    assert "Secret" in table and "environment" in table and "hardened-values.yaml" in table
+    values = (CHART / "values.yaml").read_text()
+    context = values[: values.index("\nsecurityContext:")].rsplit("# -- Container security context", 1)[1]
+    assert "Secret" in context and "environment" in context and "hardened-values.yaml" in context

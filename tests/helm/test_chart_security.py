@@ -6,7 +6,17 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helm.chart import container, core_problems, cr_problems, env, one, render, render_error
+from tests.helm.chart import (
+    _template_args,
+    container,
+    core_problems,
+    cr_problems,
+    env,
+    helm,
+    one,
+    render,
+    render_error,
+)
 
 WEB = {"webConfig.enabled": "true", "webConfig.secretName": "gbe-web"}
 
@@ -115,6 +125,59 @@ def test_the_network_policy_admits_only_prometheus_to_the_metrics_port():
         }
     ]
     assert core_problems(docs) == []
+
+
+POLICY = {"networkPolicy.enabled": "true"}
+PROMETHEUS_RULE = {
+    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+}
+
+
+def test_the_network_policy_names_prometheus_namespace_by_default():
+    """A pod labelled like Prometheus in a tenant's own namespace is not admitted: the default selects the
+    namespace by the name label Kubernetes gives every namespace."""
+    docs = render(sets=POLICY)
+    (rule,) = one(docs, "NetworkPolicy")["spec"]["ingress"]
+    assert rule["from"] == [PROMETHEUS_RULE]
+    assert core_problems(docs) == []
+
+
+def test_a_network_policy_without_a_namespace_selector_is_refused(tmp_path):
+    said = render_error(sets={**POLICY, "networkPolicy.prometheusNamespaceLabels": "null"})
+    assert "networkPolicy.prometheusNamespaceLabels is empty" in said and "monitoring" in said
+    emptied = tmp_path / "v.yaml"  # every label removed from a values file: the schema refuses it
+    emptied.write_text(
+        "networkPolicy:\n  enabled: true\n"
+        "  prometheusNamespaceLabels:\n    kubernetes.io/metadata.name: null\n"
+    )
+    result = helm(*_template_args([emptied]))
+    assert result.returncode != 0 and "prometheusNamespaceLabels" in result.stderr, result.stderr
+
+
+def test_with_the_progress_api_the_policy_admits_the_pushers():
+    docs = render(sets={**POLICY, "progressApi.enabled": "true"})
+    prometheus, pushers = one(docs, "NetworkPolicy")["spec"]["ingress"]
+    assert prometheus["from"] == [PROMETHEUS_RULE]
+    assert pushers["from"] == [{"podSelector": {}, "namespaceSelector": {}}]  # every tenant's job
+    assert pushers["ports"] == [{"port": "metrics", "protocol": "TCP"}]  # where /v1/progress is served
+    assert core_problems(docs) == []
+    narrowed = render(
+        sets={
+            **POLICY,
+            "progressApi.enabled": "true",
+            "networkPolicy.pushers.namespaceLabels.gpu-jobs": "yes",
+            "networkPolicy.pushers.podLabels.progress": "push",
+        }
+    )
+    _, pushers = one(narrowed, "NetworkPolicy")["spec"]["ingress"]
+    assert pushers["from"] == [
+        {
+            "podSelector": {"matchLabels": {"progress": "push"}},
+            "namespaceSelector": {"matchLabels": {"gpu-jobs": "yes"}},
+        }
+    ]
+    assert core_problems(narrowed) == []
 
 
 @pytest.mark.parametrize(

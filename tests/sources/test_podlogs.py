@@ -5,6 +5,7 @@ that must not be read whole, bounds with counted skips, and only the pods that h
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import time
 from pathlib import Path
@@ -309,3 +310,71 @@ def test_a_pod_on_sockets_across_nodes_shows_in_the_metrics_the_alerts_read(node
         f'gpu_pod_log_errors_total{{kind="ib_completion_error",{ml}}} 0.0',
     ):
         assert series in text.splitlines(), series
+
+
+class CpuClock:
+    """The pod-log thread's CPU clock, by hand: every read of it (one before each regex search) costs
+    ``cost`` seconds, so the budget is counted in searches rather than timed."""
+
+    def __init__(self, cost: float) -> None:
+        self.t, self.cost, self.reads = 0.0, cost, 0
+
+    def __call__(self) -> float:
+        self.t += self.cost
+        self.reads += 1
+        return self.t
+
+
+def test_the_progress_patterns_keep_to_a_cpu_budget_per_pass_and_containers_take_turns(tmp_path):
+    """A tenant's log of lines that pass a pattern's prefilter and never match makes each line a search;
+    a pass stops searching once its budget (podlogs.progress_cpu_seconds) is spent: the rest waits for
+    the next pass, is counted, and shows as the wait; the other container is served first next pass."""
+    from exporter.podlogs.logparse import load_patterns
+    from exporter.policy.thresholds import PODLOG_PROGRESS_CPU
+
+    budget = PODLOG_PROGRESS_CPU.value
+    searches = 10  # what the budget buys at the hand clock's cost
+    clock, mono = CpuClock(budget / searches), [1000.0]
+    regex = r"(?:step|it)\s*(?P<step>\d+)\s*\S*\s*loss"  # the worst pattern accepted in 30 tries
+    worst = load_patterns(json.dumps([{"name": "mine", "regex": regex, "step": "step"}]))
+    root = tmp_path / "pods"
+    source = PodLogSource(
+        str(root), ErrorCounter(), worst, sys_root=str(tmp_path / "sys"), monotonic=lambda: mono[0],
+        cpu_clock=clock,
+    )  # fmt: skip
+    source.set_pods(frozenset({POD}))
+    pod_dir = root / "ml_llm-train-0_uid-1"
+    for container in ("costly", "trainer"):
+        (pod_dir / container).mkdir(parents=True)
+    # 64 lines of the hostile container: each passes the prefilter and fails the search
+    (pod_dir / "costly" / "0.log").write_text(
+        "".join(rec(T0 + i / 100, "step " + "9" * 1020) for i in range(64))
+    )
+    (pod_dir / "trainer" / "0.log").write_text(rec(T0, "it 7 x loss 0.5"))
+
+    def poll():
+        mono[0] += 1.0
+        before = clock.reads
+        view = source.poll()
+        return view, clock.reads - before
+
+    # reads of the clock a pass: the budget's start, one check per container, one before each search
+    most = 1 + 2 + searches
+    view, reads = poll()
+    assert reads <= most
+    steps = {c.container: c.step for c in view.containers}
+    assert steps == {"costly": None, "trainer": None}  # the costly one came first and spent the pass
+    assert view.progress_deferred == 2 and view.progress_wait_s == 0.0
+
+    view, reads = poll()
+    assert reads <= most
+    assert {c.container: c.step for c in view.containers}["trainer"] == 7  # its turn came first
+    assert view.progress_deferred == 3  # the costly one waits again
+    assert view.progress_wait_s == pytest.approx(1.0)  # its lines arrived a pass ago
+
+    for _ in range(8):  # 64 searches at 10 a pass: the costly log is worked through, never dropped
+        view, reads = poll()
+        assert reads <= most
+    assert view.progress_wait_s == 0.0 and view.progress_deferred == 8
+    assert {c.container: c.step for c in view.containers} == {"costly": None, "trainer": 7}
+    source.stop()

@@ -64,6 +64,18 @@ PODLOG_MAX_CONTAINERS = _t(
     "count",
     "Containers followed at most: a node's GPU pods have a handful; the bound keeps memory fixed.",
 )
+PODLOG_PROGRESS_CPU = _t(
+    "podlogs.progress_cpu_seconds",
+    0.1,
+    "seconds",
+    "CPU a pass of the pod-log thread may spend trying the progress patterns on the newest lines of all "
+    "the containers it follows: a tenth of a core at one pass a second. One accepted user pattern costs "
+    "up to tens of milliseconds a line on a hostile line (`step` and a thousand digits), so 64 lines of "
+    "64 containers once cost about a minute a pass; past the budget the remaining containers' lines "
+    "wait for the next pass (counted, and the wait is gpu_exporter_pod_log_progress_wait_seconds), the "
+    "containers taken in turn from the one tried longest ago, so one tenant's costly log delays the "
+    "others by a pass, not forever. A pass then overruns the budget by at most one search.",
+)
 NCCL_WARNINGS = _t(
     "nccl.warnings_per_10m",
     3.0,

@@ -275,3 +275,14 @@ PIPELINE_HOLD = _t(
     " Dead on every set: a split's turns hold from its first batch, so its class is decided long "
     "before any page could come.",
 )
+WORKLOAD_LOG_LINES = _t(
+    "workload.log_lines",
+    3.0,
+    "count",
+    "A class from a pod's log needs three of its lines saying it (any of the table's lines for that "
+    "class): one line proves nothing (a training job's request logger, an echoed command, a quoted "
+    "line), and the serving class settles for good and turns a starving trainer's input waits into idle "
+    "capacity. Servers say so by the dozen (load lines every few seconds, an access line per request, "
+    "TGI's every line); a server that prints a single start-up line (Triton's two, SGLang's one) is "
+    "still known by its processes' and pod's names.",
+)

@@ -99,7 +99,10 @@ non-resource URL /metrics (port-forwarding, as above, reaches the exporter direc
 {{- end }}
 {{- if .Values.networkPolicy.enabled }}
 
-NetworkPolicy: only pods labelled {{ include "gbe.labelList" .Values.networkPolicy.prometheusPodLabels }} reach the metrics port.
+NetworkPolicy: only pods labelled {{ include "gbe.labelList" .Values.networkPolicy.prometheusPodLabels }} in namespaces labelled {{ include "gbe.labelList" .Values.networkPolicy.prometheusNamespaceLabels }} reach the metrics port.
+{{- if .Values.progressApi.enabled }}
+Pushes to /v1/progress are admitted from {{ if .Values.networkPolicy.pushers.podLabels }}pods labelled {{ include "gbe.labelList" .Values.networkPolicy.pushers.podLabels }}{{ else }}any pod{{ end }} in {{ if .Values.networkPolicy.pushers.namespaceLabels }}namespaces labelled {{ include "gbe.labelList" .Values.networkPolicy.pushers.namespaceLabels }}{{ else }}any namespace{{ end }}; they share the port, so those pods can also read /metrics.
+{{- end }}
 {{- end }}
 {{- if .Values.exporter.simulate }}
 
