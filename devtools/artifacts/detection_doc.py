@@ -442,4 +442,26 @@ def render() -> str:
         "",
     ]
     body = head + _ledger() + _coverage() + _kinds() + _shared() + _mig() + _workloads()
-    return "\n".join(body) + "\n" + EXAMPLES + REPLAY
+    return "\n".join(body) + "\n" + EXAMPLES + REPLAY + _stopped_rank()
+
+
+def _stopped_rank() -> str:
+    """How soon a rank that stops pages, from the numbers that decide it."""
+    window, share = th.LEDGER_WINDOW.value, th.COVERAGE_SHARE.value
+    evidence = window * share
+    fire = th.STARVATION_FIRE.value
+    alert = th.ALERT_POLICIES["GpuDataStarvation"].for_.value
+    return (
+        "\n### How soon a stopped rank pages\n\n"
+        "A rank that stops while its peers wait in a collective looks, for as long as it lasts, exactly like "
+        "rank 0 writing a checkpoint while the others wait at a barrier: one GPU idle at its idle power, the "
+        "others pinned in the collective. No column of a plain log tells the two apart (a save's copies and "
+        "disk writes show only on the host). So the stop is judged by its length: a single pause is forgiven "
+        f"in the two-minute share, and the verdict comes when the pause holds {share:.0%} of "
+        f"{window / 60:g} minutes ([`coverage.share`](thresholds.md#coverage)), about {evidence:g} s into "
+        f"it, confirmed for {fire:g} s; the alert's `for` "
+        f"([`alert.GpuDataStarvation.for_seconds`](thresholds.md#alert)) makes the page about "
+        f"{evidence + fire + alert:g} s after the stop. A shorter pause (a synchronous save of tens of "
+        "gigabytes) makes no verdict at all. Paging a stop within 90 s would page every save longer than "
+        "half a minute, on every healthy job that checkpoints synchronously: an alert people mute.\n"
+    )
