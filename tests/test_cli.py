@@ -96,7 +96,7 @@ def test_output_to_a_full_disk_is_one_line(args):
 def test_a_commands_flags_may_come_before_it(args):
     """The top-level help lists the flags before any command: typed there, they are the command's."""
     result = _run(*args, timeout=120)
-    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr  # a GPU short: a warning
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr  # 1: warn
     assert "NVML lists 8 GPU(s); expected 4 (--expected-gpus)" in json.dumps(json.loads(result.stdout))
 
 
