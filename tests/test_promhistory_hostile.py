@@ -19,6 +19,7 @@ import pytest
 
 from exporter.offline.promhistory import client as promclient
 from exporter.offline.promhistory.client import Auth, PromClient, PromError
+from tests.conftest import default_signals
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -550,6 +551,7 @@ def test_ctrl_c_with_workers_is_one_line(serve):
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=default_signals,  # Ctrl-C's default, however the suite was started
     )
     try:
         deadline = time.monotonic() + 60
