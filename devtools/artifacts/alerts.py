@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from string import Template
 
 from devtools.artifacts import cost_rules, recording
-from exporter.analysis.kinds import KINDS, JobCause, Kind
+from exporter.analysis.kinds import KINDS, RUNBOOK_BASE, JobCause, Kind
 from exporter.policy import thresholds as th
 
-RUNBOOK_BASE = "https://github.com/gpu-bottleneck-exporter/gpu-bottleneck-exporter/blob/main/docs/runbooks/"
 JOB = "gpu-bottleneck-exporter"
 
 # placeholder -> its threshold (the chart spells the value key in camelCase)
