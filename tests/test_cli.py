@@ -113,6 +113,51 @@ def test_a_flag_before_a_command_that_does_not_take_it_is_one_line(args, words):
     assert result.stdout == ""
 
 
+def _sigint_ignored() -> None:
+    """A child started as a script's background job is (`nohup cmd &`): SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("command", ["serve", "record"])
+def test_serve_and_record_stop_on_sigint_even_when_started_with_it_ignored(tmp_path, command):
+    """`nohup gpu-bottleneck-exporter ... &` then `kill -INT`: the long-running commands handle SIGINT
+    themselves, so it stops them cleanly (status 0) whatever they inherited."""
+    port = free_port()
+    args = ["--simulate", "healthy", "--sim-gpus", "1", "--interval", "0.5"]
+    args += ["--port", str(port), "--listen-address", "127.0.0.1"] if command == "serve" else ["-o", "-"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter", command, *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_sigint_ignored,
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        if command == "serve":
+            deadline = time.monotonic() + HANG_GUARD_S
+            while time.monotonic() < deadline and not _ready(port):
+                assert proc.poll() is None, proc.stderr.read()
+                time.sleep(0.1)
+        else:
+            assert proc.stdout.readline().startswith("timestamp")  # recording: its header is out
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0 and "Traceback" not in err, err
+
+
+def _ready(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def test_record_that_saw_no_gpu_fails_and_leaves_no_file(tmp_path):
     out = tmp_path / "node.csv"
     result = _run("record", "-o", str(out), "--duration", "0.5", "--pod-resources-socket", "")
