@@ -55,6 +55,17 @@ def open_regular(path: str | Path) -> int:
     return fd
 
 
+def read_small(path: str | Path, limit: int) -> bytes:
+    """The bytes of the regular file ``path``, refused (OSError, its strerror one line's worth) when it is
+    a FIFO or a device (NotRegularFile) or holds more than ``limit`` bytes: a secret or a certificate is
+    a few KiB, and /dev/zero would never end."""
+    with open(open_regular(path), "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(27, f"larger than {limit} bytes", str(path))  # 27: EFBIG
+    return data
+
+
 def check_output(path: str | Path) -> None:
     """Raise OSError (one line's worth in its strerror) when ``path`` cannot take a file written by
     ``write_atomically``: a directory, something other than a regular file (a FIFO would block the write,
