@@ -12,9 +12,9 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from exporter import __version__
 from exporter.analysis.workload import CLASSES
@@ -383,10 +383,11 @@ class _Parser(argparse.ArgumentParser):
         return ""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> _Parser:
     parser = _Parser(
         prog=PROG,
-        description="Prometheus exporter that tells why GPUs are not working. Without a command, 'serve'.",
+        description="Prometheus exporter that tells why GPUs are not working. Without a command, 'serve'. "
+        "A command's flags go after it or before it (--expected-gpus 8 doctor).",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     # serve is the default command, so its options are the top-level ones too (shown in --help)
@@ -513,11 +514,97 @@ def build_parser() -> argparse.ArgumentParser:
 COMMANDS = ("serve", "scenarios", "replay", "record", "doctor", "nccl-check")
 
 
+class OutputError(Exception):
+    """stdout could not take the command's output (a full disk, an I/O error): the reason."""
+
+
+class _GuardedStdout:
+    """sys.stdout while a command that prints its result runs: a write or flush that fails (other than
+    a closed pipe, which ends the command quietly) becomes OutputError, one line in ``main``. A distinct
+    type, so that no reader's ``except OSError`` takes it for an error of its own input."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        with self._guard():
+            return self._stream.write(text)
+
+    def flush(self) -> None:
+        with self._guard():
+            self._stream.flush()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._stream, name)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _guard() -> Iterator[None]:
+        try:
+            yield
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise OutputError(exc.strerror or str(exc)) from None
+
+
+# the commands whose result is printed on stdout (serve logs on stderr; record reports its own output's
+# errors, '-o -' included)
+PRINTING = frozenset({"scenarios", "replay", "doctor", "nccl-check"})
+
+
+def _command_first(argv: list[str], parser: _Parser) -> list[str]:
+    """``--expected-gpus 8 doctor`` as ``doctor --expected-gpus 8``: the top-level help lists serve's
+    flags before any command, so flags typed there are read as the command's own (a flag it does not
+    take is then one line naming the commands that do). Every such flag takes one value, given as the
+    next word or after '='; a help or version flag among them leaves the words as typed."""
+    i, flags = 0, []
+    while i < len(argv) and argv[i].startswith("--") and argv[i] not in ("--help", "--version", "--"):
+        flags.append(argv[i].split("=", 1)[0])
+        i += 1 if "=" in argv[i] else 2
+    if not (0 < i < len(argv) and argv[i] in COMMANDS):
+        return argv
+    command = parser._command(argv[i])
+    foreign = [flag for flag in flags if flag not in command._option_string_actions]
+    if foreign:  # said here: after the command, its value would be taken for the command's own word
+        command.error(f"unrecognized arguments: {foreign[0]}{parser._hint(command, foreign)}")
+    return [argv[i], *argv[:i], *argv[i + 1 :]]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    argv = _command_first(list(sys.argv[1:] if argv is None else argv), parser)
     if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version")):
         argv.insert(0, "serve")
-    args = build_parser().parse_args(argv)  # a mistake exits here: one line, status 2
+    args = parser.parse_args(argv)  # a mistake exits here: one line, status 2
+    stdout = sys.stdout
+    if args.command not in PRINTING or stdout is None:
+        return _run(args)
+    sys.stdout = _GuardedStdout(stdout)  # type: ignore[assignment]
+    try:
+        status = _run(args)
+        sys.stdout.flush()  # what is still buffered fails here, not in the interpreter's last flush
+        return status
+    except OutputError as exc:
+        print(f"gpu-bottleneck-exporter: cannot write to stdout ({exc})", file=sys.stderr)
+        _drop_stdout(stdout)
+        return 1
+    except BrokenPipeError:
+        _drop_stdout(stdout)
+        return 0
+    finally:
+        sys.stdout = stdout
+
+
+def _drop_stdout(stdout: TextIO) -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush of what is still buffered does not
+    fail again (and print a traceback) once the command has said why it stopped."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, stdout.fileno())
+    os.close(devnull)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         if args.command == "scenarios":
             return _scenarios()
@@ -570,11 +657,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gpu-bottleneck-exporter: {exc}", file=sys.stderr)
         return 1
     except BrokenPipeError:
-        # the reader went away (`replay ... | head`): stop quietly. Point stdout at /dev/null so the
-        # interpreter's final flush of what is still buffered does not fail again.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
+        # the reader went away (`replay ... | head`): stop quietly
+        _drop_stdout(sys.stdout)
         return 0
 
 
@@ -693,19 +777,17 @@ def _fail_on(text: str | None) -> FailOn:
     return FailOn(frozenset(kinds), frozenset(named))
 
 
-def _claim_output(path: str, flag: str) -> bool:
-    """Check before any work that ``path`` can be written: one line naming ``flag`` if not. Opening it to
-    append changes nothing in a file that exists; True when it did not (an empty file is left to remove
-    if the command ends without writing it)."""
-    if os.path.isdir(path):
-        raise UsageError(f"{flag}: {path} is a directory; give a file name")
-    existed = os.path.lexists(path)
+def _check_output(path: str, flag: str) -> None:
+    """Check before any work that ``path`` can be written: one line naming ``flag`` if not. Nothing is
+    created: the file is written whole at the end, through a temporary file renamed over it."""
+    from exporter.offline.files import check_output
+
     try:
-        with open(path, "a", encoding="utf-8"):
-            pass
+        check_output(path)
+    except IsADirectoryError:
+        raise UsageError(f"{flag}: {path} is a directory; give a file name") from None
     except OSError as exc:
         raise UsageError(f"{flag}: cannot write {path} ({exc.strerror or exc})") from None
-    return not existed
 
 
 def _scenarios() -> int:
@@ -739,29 +821,23 @@ def _replay(
 ) -> int:
     """``source``: the rows from elsewhere than ``path``; ``origin``: then, the wall-clock time of its
     second 0 (a file's is its first sample's)."""
-    made = _claim_output(report, "--report") if report else False
-    status = 2
-    try:
-        status = _replay_checked(
-            path,
-            gpus,
-            as_json,
-            report,
-            period,
-            start,
-            fail_on,
-            prices,
-            columns,
-            workload,
-            source,
-            origin,
-            processes,
-        )
-    finally:
-        if made and status == 2 and report:  # nothing replayed: no empty report left behind
-            with contextlib.suppress(OSError):
-                os.unlink(report)
-    return status
+    if report:
+        _check_output(report, "--report")
+    return _replay_checked(
+        path,
+        gpus,
+        as_json,
+        report,
+        period,
+        start,
+        fail_on,
+        prices,
+        columns,
+        workload,
+        source,
+        origin,
+        processes,
+    )
 
 
 def _say_how_it_was_read(path: str, result: ReplayResult) -> bool:
@@ -883,8 +959,10 @@ def _replay_checked(
         try:
             size = write_report(report, result, data)
         except OSError as exc:
+            kept = " (the previous file is kept)" if os.path.lexists(report) else ""
             print(
-                f"gpu-bottleneck-exporter: --report: cannot write {report} ({exc.strerror})", file=sys.stderr
+                f"gpu-bottleneck-exporter: --report: cannot write {report} ({exc.strerror or exc}){kept}",
+                file=sys.stderr,
             )
             return 1
         print(f"gpu-bottleneck-exporter: wrote {report} ({size / 1e6:.1f} MB)", file=sys.stderr)

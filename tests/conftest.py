@@ -3,6 +3,7 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -53,6 +54,19 @@ def real_nvml_present() -> bool:
     except OSError:
         return False
     return True
+
+
+# What a shell gives a command it starts in the foreground of a terminal. Started otherwise (`nohup`, `&` in
+# a script), the suite runs with SIGINT and SIGQUIT ignored, and a child inherits an ignored signal through
+# exec: a test's Ctrl-C (SIGINT) would not reach it.
+TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGQUIT)
+
+
+def default_signals() -> None:
+    """``preexec_fn`` for a child a test interrupts as a terminal would: the signals a background start
+    ignores back to their defaults, so the test passes however the suite was started."""
+    for number in TERMINAL_SIGNALS:
+        signal.signal(number, signal.SIG_DFL)
 
 
 def run_replay(path: Path | str, *args: str) -> subprocess.CompletedProcess:

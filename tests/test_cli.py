@@ -65,6 +65,99 @@ def test_replay_into_a_closed_pipe_exits_quietly():
 
 
 @pytest.mark.skipif(real_nvml_present(), reason="this machine has a real NVIDIA driver")
+@pytest.mark.parametrize(
+    "args", [("replay", str(STARVATION)), ("replay", str(STARVATION), "--json"), ("scenarios",)]
+)
+def test_output_to_a_full_disk_is_one_line(args):
+    """stdout on a full disk (/dev/full): one line naming stdout and its reason, status 1, no traceback."""
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [sys.executable, "-m", "exporter", *args],
+            cwd=REPO,
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    assert result.returncode == 1, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == "gpu-bottleneck-exporter: cannot write to stdout (No space left on device)", result.stderr
+    assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--expected-gpus", "4", "doctor", "--simulate", "healthy", "--json"),
+        ("--expected-gpus=4", "doctor", "--simulate", "healthy", "--json"),
+        ("doctor", "--expected-gpus", "4", "--simulate", "healthy", "--json"),
+    ],
+)
+def test_a_commands_flags_may_come_before_it(args):
+    """The top-level help lists the flags before any command: typed there, they are the command's."""
+    result = _run(*args, timeout=120)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr  # 1: warn
+    assert "NVML lists 8 GPU(s); expected 4 (--expected-gpus)" in json.dumps(json.loads(result.stdout))
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (("--port", "9400", "replay", "x.csv"), ("unrecognized arguments: --port", "a flag of serve")),
+        (("--log-level", "debug", "scenarios"), ("unrecognized arguments: --log-level", "not of scenarios")),
+    ],
+)
+def test_a_flag_before_a_command_that_does_not_take_it_is_one_line(args, words):
+    result = _run(*args)
+    _one_line_error(result, 2, *words)
+    assert result.stdout == ""
+
+
+def _sigint_ignored() -> None:
+    """A child started as a script's background job is (`nohup cmd &`): SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("command", ["serve", "record"])
+def test_serve_and_record_stop_on_sigint_even_when_started_with_it_ignored(tmp_path, command):
+    """`nohup gpu-bottleneck-exporter ... &` then `kill -INT`: the long-running commands handle SIGINT
+    themselves, so it stops them cleanly (status 0) whatever they inherited."""
+    port = free_port()
+    args = ["--simulate", "healthy", "--sim-gpus", "1", "--interval", "0.5"]
+    args += ["--port", str(port), "--listen-address", "127.0.0.1"] if command == "serve" else ["-o", "-"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter", command, *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_sigint_ignored,
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        if command == "serve":
+            deadline = time.monotonic() + HANG_GUARD_S
+            while time.monotonic() < deadline and not _ready(port):
+                assert proc.poll() is None, proc.stderr.read()
+                time.sleep(0.1)
+        else:
+            assert proc.stdout.readline().startswith("timestamp")  # recording: its header is out
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0 and "Traceback" not in err, err
+
+
+def _ready(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def test_record_that_saw_no_gpu_fails_and_leaves_no_file(tmp_path):
     out = tmp_path / "node.csv"
     result = _run("record", "-o", str(out), "--duration", "0.5", "--pod-resources-socket", "")

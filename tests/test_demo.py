@@ -26,7 +26,7 @@ from exporter.policy.thresholds import ALERT_POLICIES
 from exporter.sim.scenarios import SHORT_TOUR, tour_seconds
 from scripts.demo import DEMO_FOR_S, PAGES, Pager, demo_rules, paged_alerts, plan
 from scripts.stack import Notification, Page, PageReceiver, Stack, free_port
-from tests.conftest import REPO, require_tool
+from tests.conftest import REPO, default_signals, require_tool
 
 
 def test_the_short_tour_pages_every_phase_and_lasts_about_thirteen_minutes():
@@ -171,6 +171,7 @@ class Demo:
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,  # its own process group, as a terminal gives it
+            preexec_fn=default_signals,  # and Ctrl-C's default, however the suite was started
         )
         threading.Thread(target=self._read, daemon=True).start()
 

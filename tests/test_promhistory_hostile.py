@@ -19,6 +19,7 @@ import pytest
 
 from exporter.offline.promhistory import client as promclient
 from exporter.offline.promhistory.client import Auth, PromClient, PromError
+from tests.conftest import default_signals
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -409,6 +410,52 @@ def test_a_wrong_shaped_answer_through_the_command_is_one_line_and_exit_2(serve)
         assert "wrong shape" in run.stderr and "Traceback" not in run.stderr
 
 
+def _over_tls(fake: Fake, issued: object) -> str:
+    """The fake's URL, its listening socket now speaking TLS with ``issued``'s certificate (for 127.0.0.1)."""
+    import ssl
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(issued.cert, issued.key)  # type: ignore[attr-defined]
+    fake.server.socket = context.wrap_socket(fake.server.socket, server_side=True)
+    return fake.url.replace("http://", "https://")
+
+
+def test_the_ca_and_secret_files_are_read_as_inputs(serve, tmp_path):
+    """--prometheus-ca-file is the trust a TLS Prometheus is checked against; it and the secret files are
+    read as replay reads any input: a FIFO (no writer) or a device is one line at once, never a wait."""
+    import os
+
+    from tests.faults.certs import Authority
+
+    ours, theirs = Authority(tmp_path, "ours"), Authority(tmp_path, "theirs")
+    fake = serve(_fleet(1, set()))
+    url = _over_tls(fake, ours.issue("server"))
+    args = ("--prometheus", url, "--from=-10m", "--step", "15", "--jobs", "1")
+    trusted = _cli(*args, "--prometheus-ca-file", str(ours.pem))
+    assert trusted.returncode == 0 and "n0" in trusted.stdout, trusted.stderr
+    other = _cli(*args, "--prometheus-ca-file", str(theirs.pem))
+    assert other.returncode == 2 and other.stderr.count("\n") == 1, other.stderr
+    assert "CERTIFICATE_VERIFY_FAILED" in other.stderr or "certificate verify failed" in other.stderr
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for flag, path, said in (
+        ("--prometheus-ca-file", fifo, "not a regular file"),
+        ("--prometheus-ca-file", Path("/dev/zero"), "not a regular file"),
+        ("--prometheus-bearer-token-file", fifo, "not a regular file"),
+        ("--prometheus-bearer-token-file", Path("/dev/zero"), "not a regular file"),
+    ):
+        began = time.monotonic()
+        run = _cli(*args, flag, str(path))
+        assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+        assert f"{flag}: cannot read {path} ({said})" in run.stderr, run.stderr
+        assert time.monotonic() - began < 30
+    big = tmp_path / "token"
+    big.write_text("x" * (promclient.MAX_SECRET_BYTES + 1))
+    run = _cli(*args, "--prometheus-bearer-token-file", str(big))
+    said = f"larger than {promclient.MAX_SECRET_BYTES} bytes"
+    assert run.returncode == 2 and said in run.stderr, run.stderr
+
+
 def test_a_range_before_1970_and_a_step_too_fine_are_refused_in_one_line(serve):
     fake = serve(_fleet(1, set()))
     far = _cli("--prometheus", fake.url, "--from=-99999999w")
@@ -550,6 +597,7 @@ def test_ctrl_c_with_workers_is_one_line(serve):
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=default_signals,  # Ctrl-C's default, however the suite was started
     )
     try:
         deadline = time.monotonic() + 60

@@ -18,6 +18,7 @@ from bench.detection import (
     score_trace,
     trace_name,
 )
+from exporter.analysis.kinds import KINDS
 from exporter.offline.replay import replay
 from exporter.offline.traces import TraceWriter
 from tests.conftest import EXAMPLES, REPO, step
@@ -123,6 +124,19 @@ def test_replay_human_summary_names_the_rank_and_its_waiting_peers():
     assert "GPU 0 (899 s): computing 66%, comm_wait 34%" in result.stdout
     assert "GPU 3 held its job back for" in result.stdout
     assert "GPU 0-7: idle 70 W (board table), ceiling 700 W (power limit)" in result.stdout
+    # it ends with what to do next: the runbook of what it found
+    assert result.stdout.rstrip().splitlines()[-2:] == [
+        "next steps (each runbook says how to confirm the verdict, its likely causes and fixes):",
+        "  data_starvation (cause cpu): " + KINDS["data_starvation"].runbook(),
+    ]
+
+
+def test_every_verdict_kinds_next_step_is_a_runbook_in_the_repository():
+    for kind in KINDS.values():
+        name = kind.runbook().rsplit("/", 1)[1]
+        assert kind.runbook().endswith(f"/docs/runbooks/{name}"), kind.runbook()
+        page = (REPO / "docs" / "runbooks" / name).read_text()
+        assert "## Confirm" in page and "## Likely causes and fixes" in page, name  # what the line promises
 
 
 def test_a_trace_too_short_to_page_still_says_what_it_saw(tmp_path):
@@ -139,6 +153,7 @@ def test_a_trace_too_short_to_page_still_says_what_it_saw(tmp_path):
     assert "GPU 0, 1: no verdict" in result.stdout
     line = next(x for x in result.stdout.splitlines() if ": yet " in x)
     assert line.startswith("  GPU 0, 1: yet") and "went to stalled" in line  # alike: one line
+    assert "next steps" not in result.stdout  # no verdict, no runbook to follow
 
 
 def test_replay_of_an_unreadable_file_is_a_clear_error(tmp_path):

@@ -312,9 +312,88 @@ def test_a_fifo_no_one_writes_to_is_one_line_after_a_wait(tmp_path, capsys, monk
     fifo = tmp_path / "f.csv"
     os.mkfifo(fifo)
     status, err, seconds = _cli(capsys, "replay", str(fifo))
-    _one_line(status, err, 2, "f.csv", "nothing to read")
+    _one_line(status, err, 2, "f.csv", "no program opened this FIFO for writing within 0.3 s")
     # one wait, not a wait per read (nor forever)
     assert_within(seconds, 0.3 + good_replay_s, 3, "a FIFO no one writes to")
+
+
+def test_a_fifo_whose_writer_says_nothing_is_one_line_after_a_wait(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(traces, "STREAM_WAIT_S", 0.3)
+    fifo = tmp_path / "f.csv"
+    os.mkfifo(fifo)
+    writer = os.open(fifo, os.O_RDWR)  # a writer that holds it open and writes nothing
+    try:
+        _one_line(*_cli(capsys, "replay", str(fifo))[:2], 2, "f.csv", "nothing to read for 0.3 s")
+    finally:
+        os.close(writer)
+
+
+def test_a_report_path_that_is_a_fifo_or_a_device_is_refused_at_once(tmp_path, capsys):
+    """A report is a file: a FIFO would hold the write until a reader came, /dev/full fail it, and the
+    rename that writes a report whole would replace the device itself."""
+    trace = tmp_path / "good.csv"
+    trace.write_text(_good_csv())
+    fifo = tmp_path / "r.html"
+    os.mkfifo(fifo)
+    for path in (fifo, Path("/dev/full"), Path("/dev/null")):
+        status, err, seconds = _cli(capsys, "replay", str(trace), "--report", str(path))
+        _one_line(status, err, 2, f"--report: cannot write {path} (not a regular file)")
+        assert seconds < 10, seconds
+    assert stat.S_ISFIFO(fifo.stat().st_mode) and stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def test_a_processes_log_that_is_a_fifo_is_refused_at_once(tmp_path, capsys):
+    trace = tmp_path / "good.csv"
+    trace.write_text(_good_csv())
+    fifo = tmp_path / "apps.csv"
+    os.mkfifo(fifo)
+    status, err, seconds = _cli(capsys, "replay", str(trace), "--processes", str(fifo))
+    _one_line(status, err, 2, "apps.csv: not a regular file")
+    assert seconds < 5, seconds
+
+
+def _replay_with_file_size_limit(trace: Path, report: Path, limit: int) -> subprocess.CompletedProcess:
+    """replay --report in a child whose files may not grow past ``limit`` bytes (RLIMIT_FSIZE): a write
+    past it fails at the OS as on a full disk (EFBIG where a full one says ENOSPC)."""
+    import resource
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return subprocess.run(
+        [sys.executable, "-m", "exporter", "replay", str(trace), "--report", str(report)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=limited,
+    )
+
+
+def test_a_report_that_cannot_be_written_whole_leaves_the_previous_one(tmp_path):
+    trace = tmp_path / "good.csv"
+    trace.write_text(_good_csv())
+    report = tmp_path / "r.html"
+    report.write_text("the previous report\n")
+    report.chmod(0o640)
+    result = _replay_with_file_size_limit(trace, report, 16 * 1024)  # a page is hundreds of KB
+    assert result.returncode == 1, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"gpu-bottleneck-exporter: --report: cannot write {report} (File too large)"), last
+    assert last.endswith("(the previous file is kept)") and "Traceback" not in result.stderr, last
+    assert report.read_text() == "the previous report\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["good.csv", "r.html"]  # no temporary file left
+    # with room, the same command replaces it whole, keeping its mode; a link to it stays a link
+    link = tmp_path / "latest.html"
+    link.symlink_to(report.name)
+    result = _replay_with_file_size_limit(trace, link, 1 << 30)
+    assert result.returncode == 0, result.stderr
+    assert report.read_text().rstrip().endswith("</html>") and stat.S_IMODE(report.stat().st_mode) == 0o640
+    assert link.is_symlink() and sorted(p.name for p in tmp_path.iterdir()) == [
+        "good.csv",
+        "latest.html",
+        "r.html",
+    ]
 
 
 def test_a_fifo_with_a_writer_reads_like_the_file(tmp_path, capsys):

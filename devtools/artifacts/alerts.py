@@ -14,14 +14,9 @@ from dataclasses import dataclass
 from string import Template
 
 from devtools.artifacts import cost_rules, recording
-from exporter.analysis.kinds import KINDS, JobCause, Kind
+from exporter.analysis.kinds import KINDS, RUNBOOK_BASE, JobCause, Kind
 from exporter.policy import thresholds as th
 
-# Where every alert's runbook_url points: `<base><AlertName>.md`. The one default, for the shipped rules
-# file and the chart (`prometheusRule.runbookBaseUrl`, which overrides it); a copy of docs/runbooks/ on a
-# wiki or an internal git server is linked by the chart value, or for the plain rules file by
-# `python -m devtools.artifacts.alerts --runbook-base-url URL` (docs/alertmanager.md).
-RUNBOOK_BASE = "https://github.com/gpu-bottleneck-exporter/gpu-bottleneck-exporter/blob/main/docs/runbooks/"
 JOB = "gpu-bottleneck-exporter"
 
 # placeholder -> its threshold (the chart spells the value key in camelCase)

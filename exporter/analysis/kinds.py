@@ -52,6 +52,13 @@ from exporter.policy.thresholds import (
     Threshold,
 )
 
+# where the runbooks are published (docs/runbooks/<alert>.md of the repository): the alert rules link each
+# alert's (`<base><AlertName>.md`), and replay's summary ends with the runbooks of the verdicts it found.
+# The one default, for the shipped rules file and the chart (`prometheusRule.runbookBaseUrl`, which
+# overrides it); a copy of docs/runbooks/ on a wiki or an internal git server is linked by the chart value,
+# or for the plain rules file by `python -m devtools.artifacts.alerts --runbook-base-url URL`
+# (docs/alertmanager.md).
+RUNBOOK_BASE = "https://github.com/gpu-bottleneck-exporter/gpu-bottleneck-exporter/blob/main/docs/runbooks/"
 FULL = 1.0  # a score that is a fraction of a horizon fires when the horizon is reached
 # units the texts write numbers in
 MINUTE_S = 60
@@ -138,6 +145,7 @@ class Kind:
     # ---- job-level reasoning: the GPUs of one job wait for each other --------------------------------
     holds_peers_back: bool = False  # its GPU's peers wait for it: they get the related verdicts, not it
     explained_by: JobCause | None = None  # silent while the job's cause holds (a peer holding it back)
+
     job_event: JobEvent | None = None
     peer_fault: PeerFault | None = None
     # whose loss it is on a GPU shared by pods (time-slicing): "pod" kinds are judged on each pod's share
@@ -168,6 +176,10 @@ class Kind:
     def labelled_causes(self) -> tuple[str, ...]:
         """The `cause` label values a verdict of this kind carries."""
         return tuple(c for c in self.causes if c not in self.routine)
+
+    def runbook(self, base: str = RUNBOOK_BASE) -> str:
+        """Its alert's runbook: what the verdict means, how to confirm it, its likely causes and fixes."""
+        return f"{base}{self.alert}.md"
 
 
 def _timing(fire: Threshold, resolve: Threshold) -> Timing:

@@ -764,7 +764,25 @@ def human(result: ReplayResult) -> str:
         lines += fleet_lines(result)
         for node, why in dict(result.fleet.get("failed") or {}).items():  # type: ignore[call-overload]
             lines.append(f"node {node}: NOT READ, left out of everything above ({why})")
+    lines += next_step_lines(result)
     return "\n".join(lines)
+
+
+def next_step_lines(result: ReplayResult) -> list[str]:
+    """What to do next: the runbook of each verdict kind found (how to confirm it, its likely causes and
+    fixes), one line per kind with the causes it carried, in the order the kinds first began."""
+    causes: dict[str, list[str]] = {}
+    for episode in sorted(result.episodes, key=lambda e: e.start):
+        seen = causes.setdefault(episode.kind, [])
+        if episode.cause and episode.cause not in seen:
+            seen.append(episode.cause)
+    if not causes:
+        return []
+    lines = ["next steps (each runbook says how to confirm the verdict, its likely causes and fixes):"]
+    for kind, seen in causes.items():
+        named = f"{kind} (cause {', '.join(seen)})" if seen else kind
+        lines.append(f"  {named}: {KINDS[kind].runbook()}")
+    return lines
 
 
 def _headline(result: ReplayResult) -> str:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from exporter.analysis.kinds import KINDS
 from exporter.analysis.ledger import STATE_MEANING, STATES
+from exporter.offline.files import write_atomically
 from exporter.offline.replay import (
     Episode,
     ReplayResult,
@@ -562,7 +563,6 @@ Drag to zoom, double-click to reset. Power is a share of the board's default lim
 
 
 def write_report(path: str | Path, result: ReplayResult, data: ReportData) -> int:
-    """Write the page; returns its size in bytes."""
-    text = render(result, data)
-    Path(path).write_text(text, encoding="utf-8")
-    return len(text.encode("utf-8"))
+    """Write the page whole or not at all (a full disk leaves the previous page); returns its size in
+    bytes."""
+    return write_atomically(path, render(result, data))

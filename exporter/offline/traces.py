@@ -24,7 +24,6 @@ import math
 import os
 import re
 import select
-import stat
 import sys
 import tempfile
 import time
@@ -37,6 +36,7 @@ from typing import IO
 
 from exporter.analysis.points import NO_EXTRA, GpuPoint, HostPoint
 from exporter.offline import traceformats
+from exporter.offline.files import open_input
 from exporter.offline.traceformats import interleave
 from exporter.offline.traceformats.base import (
     MAX_GPUS,
@@ -397,9 +397,24 @@ def _poller(fd: int) -> select.poll:
     return poller
 
 
-def _wait(name: str, poller: select.poll) -> None:
-    if not poller.poll(STREAM_WAIT_S * 1000):
-        raise TraceError(f"{name}: nothing to read for {STREAM_WAIT_S:g} s (a FIFO no one writes to?)")
+def _wait(name: str, fd: int, poller: select.poll) -> None:
+    if poller.poll(STREAM_WAIT_S * 1000):
+        return
+    if _no_writer(fd):
+        raise TraceError(
+            f"{name}: no program opened this FIFO for writing within {STREAM_WAIT_S:g} s (start its writer "
+            "within that time, or replay a saved file)"
+        )
+    raise TraceError(f"{name}: nothing to read for {STREAM_WAIT_S:g} s")
+
+
+def _no_writer(fd: int) -> bool:
+    """A FIFO or pipe with no writer: a non-blocking read ends at once, empty, where one with a quiet
+    writer would have to wait (BlockingIOError). Asked only as the read is given up on."""
+    try:
+        return os.read(fd, 1) == b""
+    except OSError:
+        return False
 
 
 def _spool(name: str, fd: int, into: IO[bytes]) -> None:
@@ -409,7 +424,7 @@ def _spool(name: str, fd: int, into: IO[bytes]) -> None:
     poller = _poller(fd)
     total, since_newline, text = 0, 0, None
     while True:
-        _wait(name, poller)
+        _wait(name, fd, poller)
         try:
             chunk = os.read(fd, STREAM_CHUNK)
         except BlockingIOError:
@@ -510,21 +525,20 @@ class TraceReader:
             self._copy_from(sys.stdin.fileno(), close=False)
             return
         try:
-            mode = os.stat(self.path).st_mode
-        except OSError:
-            return  # _open says why
-        if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
-            return
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO: no wait for a writer here
+            fd, regular = open_input(self.path)  # a FIFO: no wait for a writer here
+        except IsADirectoryError:
+            return  # _open says why, as for a file it cannot open
         except OSError as exc:
             raise TraceError(f"{self.path}: cannot read ({exc.strerror or exc})") from None
+        if regular:
+            os.close(fd)
+            return
         self._copy_from(fd, close=True)
 
     def _copy_from(self, fd: int, close: bool) -> None:
         blocking = os.get_blocking(fd)
         try:
-            _wait(str(self.path), _poller(fd))  # a copy is made once there is something to copy
+            _wait(str(self.path), fd, _poller(fd))  # a copy is made once there is something to copy
             self._copy = tempfile.TemporaryFile(prefix="replay-")  # noqa: SIM115 - closed in close()
             _spool(str(self.path), fd, self._copy)
             self._copy.flush()

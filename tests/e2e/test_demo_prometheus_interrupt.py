@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from tests.conftest import REPO, require_tool
+from tests.conftest import REPO, default_signals, require_tool
 from tests.timing import HANG_GUARD_S
 
 # (phase, the stdout line the signal follows): writing the history; with Prometheus loaded, replaying
@@ -30,6 +30,7 @@ def test_ctrl_c_is_one_line_and_leaves_nothing(tmp_path, phase):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_signals,  # Ctrl-C's default, however the suite was started
     )
     assert proc.stdout is not None and proc.stderr is not None
     err: list[str] = []

@@ -29,7 +29,8 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
+
+from exporter.offline.files import read_small
 
 # Prometheus refuses a range query of more than 11,000 points per series; a chunk stays under it
 MAX_POINTS_PER_SERIES = 10_000
@@ -52,6 +53,10 @@ RETRIES = 4
 RETRY_FIRST_WAIT_S = 1.0
 RETRY_WAIT_MAX_S = 30.0
 _BUSY = frozenset({429, 502, 503, 504})
+# a password or token file holds one short line; a CA file a few certificates (a system bundle of about
+# 150 is 220 KB): more is another file, refused before it is read whole
+MAX_SECRET_BYTES = 64 * 1024
+MAX_CA_BYTES = 4 * 1024 * 1024
 _READ_BYTES = 1 << 20
 _DEC = json.JSONDecoder()
 _WS = re.compile(r"[ \t\n\r]*")
@@ -107,9 +112,29 @@ class Auth:
 
 def _read_secret(path: str, flag: str) -> str:
     try:
-        return Path(path).read_text(encoding="utf-8").strip()
+        return read_small(path, MAX_SECRET_BYTES).decode("utf-8").strip()
     except OSError as exc:
         raise PromError(f"{flag}: cannot read {path} ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise PromError(f"{flag}: {path} is not UTF-8 text") from None
+
+
+def _ca_context(path: str) -> ssl.SSLContext:
+    """A TLS context trusting the CAs of ``path`` (PEM, or one DER certificate), read here as any input:
+    a FIFO, a device or a file past MAX_CA_BYTES is one line, never a wait inside OpenSSL."""
+    flag = "--prometheus-ca-file"
+    try:
+        data = read_small(path, MAX_CA_BYTES)
+    except OSError as exc:
+        raise PromError(f"{flag}: cannot read {path} ({exc.strerror or exc})") from None
+    try:
+        pem: str | bytes = data.decode("ascii")
+    except UnicodeDecodeError:
+        pem = data  # DER
+    try:
+        return ssl.create_default_context(cadata=pem)
+    except (ssl.SSLError, ValueError) as exc:
+        raise PromError(f"{flag}: cannot load {path} ({exc})") from None
 
 
 @dataclass
@@ -164,10 +189,10 @@ class PromClient:
         self._base = parsed.path.rstrip("/")
         self._context: ssl.SSLContext | None = None
         if self._https:
-            try:
-                self._context = ssl.create_default_context(cafile=auth.ca_file or None)
-            except (OSError, ssl.SSLError) as exc:
-                raise PromError(f"--prometheus-ca-file: cannot load {auth.ca_file} ({exc})") from None
+            if auth.ca_file:
+                self._context = _ca_context(auth.ca_file)
+            else:
+                self._context = ssl.create_default_context()
 
     def _request(
         self, path: str, params: list[tuple[str, str]], post: bool = True, limit: int | None = None

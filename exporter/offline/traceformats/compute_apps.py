@@ -12,9 +12,9 @@ from __future__ import annotations
 import csv
 import gzip
 import io
-import stat
 from pathlib import Path
 
+from exporter.offline.files import NotRegularFile, open_regular
 from exporter.offline.traceformats.base import MAX_CELL_CHARS, MISSING
 
 # what is read of such a log: its names are a handful, repeated every interval, so the first lines say it
@@ -31,9 +31,9 @@ def read_process_names(path: str | Path) -> dict[str, list[str]]:
     names the log lists on it, in the order first seen, a few per GPU."""
     path = Path(path)
     try:
-        if not stat.S_ISREG(path.stat().st_mode):  # a FIFO or a device would block or never end
-            raise ProcessLogError(f"{path}: not a regular file (a compute-apps log is a file)")
-        raw = path.open("rb")
+        raw = open(open_regular(path), "rb")  # noqa: SIM115 - closed below; a FIFO or a device is refused
+    except NotRegularFile:
+        raise ProcessLogError(f"{path}: not a regular file (a compute-apps log is a file)") from None
     except OSError as exc:
         raise ProcessLogError(f"{path}: cannot read ({exc.strerror or exc})") from None
     with raw:
