@@ -24,11 +24,17 @@ from pathlib import Path
 
 from exporter.analysis.kinds import KINDS
 from exporter.analysis.ledger import STATE_MEANING, STATES
+from exporter.offline.promhistory.rollup import workload_lines
 from exporter.offline.replay import (
+    EPISODES_LISTED,
     Episode,
     ReplayResult,
     _gpu_list,
     _gpu_order,
+    _lasting,
+    dated,
+    episode_groups,
+    group_line,
     peak_text,
     unpaged_losses,
     unsure_lines,
@@ -269,6 +275,10 @@ def _clock(result: ReplayResult, t: float) -> str:
 
 
 def _when(result: ReplayResult, t: float) -> str:
+    """``t`` s and its time of day; its date and time (UTC) where the trace spans days."""
+    first = result.stats.first_timestamp
+    if first is not None and dated(result):
+        return datetime.fromtimestamp(first + t, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
     clock = _clock(result, t)
     return f"{t:.0f} s" + (f" ({clock})" if clock else "")
 
@@ -285,7 +295,7 @@ def _chip(kind: str) -> str:
 def _verdict(result: ReplayResult, e: Episode) -> str:
     end = e.end if e.end is not None else result.seconds
     until = _when(result, e.end) if e.end is not None else "the end"
-    text = f"from {_when(result, e.start)} to {until}, {end - e.start:.0f} s"
+    text = f"from {_when(result, e.start)} to {until}, {_lasting(end - e.start, dated(result))}"
     verdict = f"verdict from {_when(result, e.fired_at)}"
     if e.resolved is not None:
         verdict += f" to {_when(result, e.resolved)}"
@@ -295,6 +305,18 @@ def _verdict(result: ReplayResult, e: Episode) -> str:
     if e.kind in KINDS and KINDS[e.kind].holds_peers_back and e.related:
         text += f"; GPUs {html.escape(_gpu_list(list(e.related)))} wait for it in NCCL"
     return f"<div>{_chip(e.kind)} {text}</div>"
+
+
+def _verdicts(result: ReplayResult, episodes: list[Episode]) -> str:
+    """A GPU's episodes of one kind: each, or (more than EPISODES_LISTED: a history of days) one line
+    with their count and the longest, every one of them in a list opened on a click."""
+    if len(episodes) <= EPISODES_LISTED:
+        return "".join(_verdict(result, e) for e in episodes)
+    every = "".join(_verdict(result, e) for e in episodes)
+    return (
+        f"<div>{_chip(episodes[0].kind)} {html.escape(group_line(result, episodes))}</div>"
+        f'<details class="episodes"><summary>all {len(episodes)} episodes</summary>{every}</details>'
+    )
 
 
 def _shares_cells(states: dict[str, float], shown: list[str]) -> str:
@@ -342,9 +364,10 @@ def _summary(result: ReplayResult, data: ReportData) -> str:
         by_gpu.setdefault(e.gpu, []).append(e)
     rows = []
     classes = workload_summary(result)
+    groups = episode_groups(result)
     for gpu in sorted(set(result.stats.gpus) | set(result.ledger), key=_gpu_order):
-        verdicts = (
-            "".join(_verdict(result, e) for e in by_gpu.get(gpu, [])) or '<span class="dim">none</span>'
+        verdicts = "".join(_verdicts(result, kind) for kind in groups.get(gpu, [])) or (
+            '<span class="dim">none</span>'
         )
         name = data.gpus[gpu].name if gpu in data.gpus else result.stats.names.get(gpu, "")
         rows.append(
@@ -391,10 +414,10 @@ def _summary(result: ReplayResult, data: ReportData) -> str:
     job_head = table_head.replace("<th>GPU</th>", "<th>job</th>").replace(
         "<th>verdicts</th>", "<th>job events</th>"
     )
+    # a history's roll-up by namespace is what a person came for: it comes first
     return (
-        f'<h2>Per GPU</h2><table class="summary">{table_head}{"".join(rows)}</table>'
+        _namespaces(result) + f'<h2>Per GPU</h2><table class="summary">{table_head}{"".join(rows)}</table>'
         f'<h2>Per job</h2><table class="summary">{job_head}{"".join(jobs)}</table>{silent}'
-        + _namespaces(result)
     )
 
 
@@ -430,7 +453,11 @@ def _namespaces(result: ReplayResult) -> str:
         '<tr><th>namespace / job</th><th class="num">GPU-hours</th><th class="num">lost</th>'
         f"<th>lost to</th>{money}<th>verdicts</th></tr>"
     )
-    return f'<h2 id="namespaces">By namespace</h2><table class="summary">{head}{"".join(rows)}</table>'
+    read = (result.fleet or {}).get("read")
+    said = list(workload_lines(read)) if isinstance(read, dict) else []
+    said += [str(note) for note in (result.fleet or {}).get("notes") or ()]  # type: ignore[attr-defined]
+    notes = "".join(f'<p class="dim small">{html.escape(line)}</p>' for line in said)
+    return f'<h2 id="namespaces">By namespace</h2><table class="summary">{head}{"".join(rows)}</table>{notes}'
 
 
 def _legend() -> str:
@@ -490,6 +517,7 @@ def page_data(result: ReplayResult, data: ReportData, max_points: int = MAX_POIN
     return {
         "seconds": round(result.seconds, 1),
         "start": result.stats.first_timestamp,
+        "dated": dated(result),  # the axis and the times read by date: the trace spans days
         "states": list(STATES),
         "stateColours": STATE_COLOURS,
         "kinds": {name: {"label": k.label, "colour": KIND_COLOURS[name]} for name, k in KINDS.items()},

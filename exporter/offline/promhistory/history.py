@@ -484,8 +484,8 @@ class JobRows:
             if last is not None and t - last > self.stats.gap_s:  # type: ignore[operator]
                 segment += 1
                 self.stats.gap_count = segment
-                if len(self.stats.gaps) < 5:  # where: the step it resumes at, counted from the range's start
-                    self.stats.gaps.append((round((t - self.origin) / self.step), t - last))
+                if len(self.stats.gaps) < 5:  # where: the second it resumes at, from the range's start
+                    self.stats.gaps.append((round(t - self.origin), t - last))
             last = t
             at = t - self.origin
             host = {attr: vals[t] for attr, vals in self.host.items() if t in vals}
@@ -512,8 +512,8 @@ class JobRows:
 
 
 def stepped(stats: ReadStats, step: float) -> ReadStats:
-    """A range's stats: its gaps are placed by step, and are at least GAP_STEPS steps long."""
-    stats.position, stats.gap_s = "step", max(gap_seconds(), GAP_STEPS * step)
+    """A range's stats: its gaps are placed by time, and are at least GAP_STEPS steps long."""
+    stats.position, stats.gap_s = "time", max(gap_seconds(), GAP_STEPS * step)
     return stats
 
 
@@ -876,7 +876,7 @@ class Merged:
         self.silent: dict[str, str] | None = None
         self.judged_jobs = 0  # jobs judged here at the step (the others' verdicts were read back)
         self.read_back_nodes = 0
-        self.named_by: dict[str, int] = {}  # which labels named the workload (discover's)
+        self.named_by: dict[str, int] | None = None  # which labels named the workload (discover's)
         self.notes: list[str] = []  # what reading the history decided that a person should know
 
     def event(self, event: VerdictEvent, hooks: Hooks) -> None:
@@ -956,7 +956,7 @@ class Merged:
             "read": {
                 "step_s": self.step,
                 "read_back_nodes": self.read_back_nodes,
-                "workload_labels": dict(self.named_by),
+                **({} if self.named_by is None else {"workload_labels": dict(self.named_by)}),
                 **(read or {}),
             },
             "notes": list(self.notes),
