@@ -948,6 +948,7 @@ class Merged:
         out = self.out
         out.events.sort(key=lambda e: e.t)
         out.episodes.sort(key=lambda e: e.start)
+        out.stats.gaps.sort()  # every job's first few, in time order
         judged = self.judged_jobs > 0  # what the step cannot show matters only where it was judged
         out.silent = {**(self.silent or {}), **(self.quiet if judged else {})}
         out.stats.period = None
