@@ -749,11 +749,13 @@ def _at(result: ReplayResult, t: float) -> str:
 
 
 def _lasting(seconds: float, long: bool) -> str:
-    """A duration: in seconds, or (``long``: a history of days) in hours and minutes from an hour up."""
+    """A duration: in seconds, or (``long``: a history of days) in days, hours and minutes from an hour
+    up."""
     if not long or seconds < HOUR_S:
         return f"{seconds:.0f} s"
     hours, minutes = divmod(round(seconds / 60), 60)
-    return f"{hours} h {minutes:02d} min"
+    days, hours = divmod(hours, 24)
+    return (f"{days} d " if days else "") + f"{hours} h {minutes:02d} min"
 
 
 def _gpu_list(gpus: list[str]) -> str:
@@ -818,6 +820,9 @@ def _headline(result: ReplayResult) -> str:
     span = f"{result.seconds:.1f} s of samples"
     if s.gap_count:
         span = f"{result.sampled_seconds:.1f} s of samples over {result.seconds:.0f} s"
+    if dated(result):  # a range of days: read by days and hours
+        sampled = _lasting(result.sampled_seconds or result.seconds, True)
+        span = f"{sampled} of samples over {_lasting(result.seconds, True)}"
     line = f"{result.path}: {len(s.gpus)} GPU(s), {span}, {s.rows} rows"
     if s.format and s.format != NVIDIA_SMI_CSV:
         line += f" read as {s.format}"

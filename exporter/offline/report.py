@@ -40,7 +40,7 @@ from exporter.offline.replay import (
     unsure_lines,
     workload_summary,
 )
-from exporter.offline.traces import TraceRow
+from exporter.offline.traces import TraceRow, gap_seconds
 from exporter.policy.thresholds import REPORT_ALIKE_SHARE
 
 # The one place the report's colours live. Grafana's named colours (what the dashboards use for KINDS)...
@@ -134,13 +134,27 @@ class ReportData:
 
 
 def reduce_series(
-    rows: list[tuple[float, tuple[float | None, ...]]], seconds: float, max_points: int = MAX_POINTS
+    rows: list[tuple[float, tuple[float | None, ...]]],
+    seconds: float,
+    max_points: int = MAX_POINTS,
+    gap_s: float = math.inf,
 ) -> tuple[list[float], list[list[float | None]]]:
-    """Times and series for the chart: the rows as they are when there are few, else two slots per time
+    """Times and series for the chart: the rows as they are when there are few (a silence longer than
+    ``gap_s`` broken by an empty slot, so that no line is drawn across it), else two slots per time
     bucket holding each series' minimum and maximum in the order they occurred (None: no value)."""
     width = len(rows[0][1]) if rows else 0
     if len(rows) <= max_points:
-        return [t for t, _ in rows], [[v[i] for _, v in rows] for i in range(width)]
+        xs: list[float] = []
+        series: list[list[float | None]] = [[] for _ in range(width)]
+        for k, (t, values) in enumerate(rows):
+            if k and t - rows[k - 1][0] > gap_s:
+                xs.append((t + rows[k - 1][0]) / 2)
+                for column in series:
+                    column.append(None)
+            xs.append(t)
+            for column, v in zip(series, values, strict=True):
+                column.append(v)
+        return xs, series
     buckets = max_points // 2
     span = max(seconds, rows[-1][0], 1e-9) / buckets
     # per bucket and series: (t of min, min, t of max, max)
@@ -156,8 +170,8 @@ def reduce_series(
                 lo[i] = (t, v)
             if hi[i] is None or v > hi[i][1]:  # type: ignore[index]
                 hi[i] = (t, v)
-    xs: list[float] = []
-    series: list[list[float | None]] = [[] for _ in range(width)]
+    xs = []
+    series = [[] for _ in range(width)]
     for b in range(buckets):
         xs += [(b + 0.25) * span, (b + 0.75) * span]
         for i in range(width):
@@ -483,7 +497,8 @@ def page_data(result: ReplayResult, data: ReportData, max_points: int = MAX_POIN
     gpus = []
     for group in alike_groups(result, data):
         gpu, g = group[0], data.gpus[group[0]]
-        xs, series = reduce_series(g.rows, result.seconds, max_points)
+        gap_s = result.stats.gap_s or gap_seconds()
+        xs, series = reduce_series(g.rows, result.seconds, max_points, gap_s)
         present = [i for i in range(len(SERIES)) if any(v is not None for v in series[i])] if series else []
         note = ""
         if len(group) > 1:
@@ -560,7 +575,7 @@ def render(result: ReplayResult, data: ReportData, max_points: int = MAX_POINTS)
 <style>{css}</style>
 </head><body>
 <header><h1>{trace}</h1>
-<p>{len(s.gpus)} GPU(s), {result.seconds:.1f} s of samples, {s.rows} rows{html.escape(start)}.
+<p>{len(s.gpus)} GPU(s), {_span(result)}, {s.rows} rows{html.escape(start)}.
 Replayed by gpu-bottleneck-exporter: the live analysis on a virtual clock.</p>{cut}</header>
 <section id="summary">{_summary(result, data)}</section>
 <section id="charts"><h2>Over time</h2>{_legend()}
@@ -572,6 +587,15 @@ Drag to zoom, double-click to reset. Power is a share of the board's default lim
 <script>{_asset("report.js")}</script>
 </body></html>
 """
+
+
+def _span(result: ReplayResult) -> str:
+    """The time the samples cover: in seconds, or a range of days in days and hours."""
+    if dated(result):
+        return f"{_lasting(result.sampled_seconds or result.seconds, True)} of samples over " + _lasting(
+            result.seconds, True
+        )
+    return f"{result.seconds:.1f} s of samples"
 
 
 def write_report(path: str | Path, result: ReplayResult, data: ReportData) -> int:

@@ -159,7 +159,7 @@
         y: { range: (u, min, max) => [0, Math.max(105, Math.ceil((max || 0) / 10) * 10)] },
       },
       axes: [
-        { values: (u, ticks) => ticks.map(tick) },
+        { values: (u, ticks) => ticks.map(tick), space: data.dated ? 110 : 50 },
         { label: "%  /  °C", size: 50 },
       ],
       legend: { live: true },
