@@ -854,7 +854,7 @@ def _say_how_it_was_read(path: str, result: ReplayResult) -> bool:
         first = f" ({stats.warnings[0]})" if stats.warnings else ""
         if stats.cut_after_line is not None:
             first = f" (the file is cut short after line {stats.cut_after_line})" + first
-        what = "samples" if stats.position == "step" else "rows"
+        what = "samples" if stats.position in ("step", "time") else "rows"
         print(f"gpu-bottleneck-exporter: {path}: no readable {what}{first}", file=sys.stderr)
         return False
     if stats.cut_after_line is not None:

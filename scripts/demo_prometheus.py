@@ -343,8 +343,11 @@ def _demo(args: argparse.Namespace, work: Path, children: list[subprocess.Popen[
     run = _child(command, children, cwd=REPO, stdout=subprocess.PIPE, text=True)
     stdout, _ = run.communicate()
     lines = stdout.splitlines()
-    shown = [i for i, line in enumerate(lines) if line.startswith(("read at a", "by namespace"))]
-    print("\n".join(lines[shown[0] :] if shown else lines))
+    # the summary comes first (how it was read, the roll-up by namespace): shown up to the GPUs' lines
+    end = next((i for i, line in enumerate(lines) if line == "per GPU:"), len(lines))
+    print("\n".join(lines[:end]))
+    if end < len(lines):
+        print(f"demo: every GPU's episodes and time: {report} (or the command above without --report)")
     return run.returncode
 
 

@@ -78,7 +78,7 @@ def test_the_roll_up_prices_only_the_hours_it_counts():
     space = rollup(result, {})["(no pod)"]
     assert space["gpu_hours"] == 0.0 and space["cost"] == 0.0 and space["lost_cost"] == 0.0
     result.fleet = {"namespaces": {"(no pod)": space}}
-    assert "1.0 GPU-h free (no job held them: neither counted nor priced)" in human(result)
+    assert "1.0 GPU-h free (no job on them: neither counted nor priced)" in human(result)
 
 
 def test_throttled_time_is_lost_only_in_the_share_of_clock_the_cap_took():
@@ -121,7 +121,7 @@ def test_a_causes_best_support_names_the_episode_and_a_tie_is_unknown():
     assert best_supported({"": 60.0}) == ""  # a kind without causes
 
 
-def test_a_gap_in_a_history_is_placed_by_its_step_not_a_line():
+def test_a_gap_in_a_history_is_placed_by_its_time_not_a_line():
     step = 30.0
     times = [step * i for i in range(1, 11)] + [step * i for i in range(30, 41)]
     gpu = Gpu("n", "0", "NVIDIA H100 80GB HBM3")
@@ -129,4 +129,4 @@ def test_a_gap_in_a_history_is_placed_by_its_step_not_a_line():
     rows = JobRows("job", [gpu], {gpu.name: times}, {}, step, 0.0, "test")
     list(rows)
     assert rows.stats.gap_count == 1 and rows.stats.gap_s == max(gap_seconds(), GAP_STEPS * step)
-    assert gap_text(rows.stats) == "600 s before step 30"
+    assert gap_text(rows.stats) == "600 s before 1970-01-01 00:15:00"  # told by when it ends

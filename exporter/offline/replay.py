@@ -26,6 +26,11 @@ from exporter.policy.cost import DEFAULT as DEFAULT_PRICES
 from exporter.policy.cost import Prices
 from exporter.policy.thresholds import COVERAGE_SHARE, EVAL_INTERVAL, HOLDUP_SHARE
 
+HOUR_S = 3600.0
+# a GPU's episodes of one kind are listed one by one up to this many; more (a history of days) are one
+# line with their count and the longest (all of them in --json and the --report page)
+EPISODES_LISTED = 3
+WAITING = "waiting"  # a rank whose collective time was a wait for a paged peer
 WORK_STATES = frozenset(("computing", "throttled"))  # the rest of STATES is time lost or not held
 # Replay's work is a GPU evaluated once (a GPU-second at replay's step of one second): a trace sampled
 # every second costs one per row, one sampled every minute sixty. Past GPU_SECONDS_FREE, a file whose rows
@@ -539,7 +544,7 @@ def summary(result: ReplayResult) -> dict[str, object]:
         "clipped_values": dict(result.stats.clipped),
         "backward_rows": result.stats.backwards,
         "gap_count": result.stats.gap_count,
-        "gaps": [{"line": line, "seconds": round(seconds, 1)} for line, seconds in result.stats.gaps],
+        "gaps": [_gap_record(result.stats, line, seconds) for line, seconds in result.stats.gaps],
         "cut_after_line": result.stats.cut_after_line,  # a gzip file cut short: its last line read
         "verdicts": [episode_record(e, at) for e in result.episodes],
         "jobs": [{**job, "time": wall(at, job["t"])} for job in result.jobs],  # type: ignore[arg-type]
@@ -569,6 +574,14 @@ def summary(result: ReplayResult) -> dict[str, object]:
         **({"fleet": result.fleet} if result.fleet is not None else {}),
         **({"tracker": result.tracker} if result.tracker is not None else {}),
     }
+
+
+def _gap_record(stats: ReadStats, line: int, seconds: float) -> dict[str, object]:
+    """A gap for --json: the line it ends at, or (a history) the time it ends, from the start and on the
+    wall clock."""
+    if stats.position == "time":
+        return {"t": line, "time": wall(stats.first_timestamp, line), "seconds": round(seconds, 1)}
+    return {"line": line, "seconds": round(seconds, 1)}
 
 
 def workload_summary(result: ReplayResult) -> dict[str, dict[str, object]]:
@@ -678,12 +691,18 @@ def _rounded(states: dict[str, float]) -> dict[str, float]:
 
 
 def gap_text(stats: ReadStats) -> str:
-    """The gaps, for a person: where each starts and how long it is (the first few)."""
-    at = stats.position
+    """The gaps, for a person: where each starts and how long it is (the first few). A history's gaps
+    (``position`` "time": seconds from its start) are told by the date and time they end."""
+
+    def where(line: int) -> str:
+        if stats.position == "time":
+            return _date_time(stats.first_timestamp or 0.0, line)
+        return f"{stats.position} {line}"
+
     shown = [
-        f"{seconds:.0f} s before {at} {line}"
+        f"{_lasting(seconds, seconds >= HOUR_S)} before {where(line)}"
         if seconds >= 0
-        else f"a restart {-seconds:.0f} s back at {at} {line}"
+        else f"a restart {-seconds:.0f} s back at {where(line)}"
         for line, seconds in stats.gaps[:5]
     ]
     more = stats.gap_count - len(shown)
@@ -718,13 +737,54 @@ def _clock(result: ReplayResult, t: float) -> str:
     return datetime.fromtimestamp(first + t, tz=UTC).strftime("%H:%M:%S")
 
 
+def dated(result: ReplayResult) -> bool:
+    """Its times need their date: it has a clock and its range reaches into another UTC day."""
+    first = origin(result.stats)
+    if first is None:
+        return False
+    day = datetime.fromtimestamp(first, tz=UTC).date()
+    return day != datetime.fromtimestamp(first + result.seconds, tz=UTC).date()
+
+
+def _date_time(first: float, t: float) -> str:
+    return datetime.fromtimestamp(first + t, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
 def _at(result: ReplayResult, t: float) -> str:
-    """``t`` s, with its time of day where the trace has one."""
+    """``t`` s, with its time of day where the trace has one; its date and time (UTC) where the trace
+    spans days (a second count from the start, 489345 s, says nothing to a person)."""
+    if dated(result):
+        return _date_time(origin(result.stats) or 0.0, t)
     clock = _clock(result, t)
     return f"{t:.0f} s ({clock})" if clock else f"{t:.0f} s"
 
 
+def _lasting(seconds: float, long: bool) -> str:
+    """A duration: in seconds, or (``long``: a history of days) in days, hours and minutes from an hour
+    up."""
+    if not long or seconds < HOUR_S:
+        return f"{seconds:.0f} s"
+    hours, minutes = divmod(round(seconds / 60), 60)
+    days, hours = divmod(hours, 24)
+    return (f"{days} d " if days else "") + f"{hours} h {minutes:02d} min"
+
+
 def _gpu_list(gpus: list[str]) -> str:
+    """GPUs for a person: a run of three or more indexes as a range (0-7), a fleet's node by node
+    (node-1/0-7, node-2/3)."""
+    if any("/" in g for g in gpus):
+        by_node: dict[str, list[str]] = {}
+        for g in gpus:
+            node, _, index = g.rpartition("/")
+            by_node.setdefault(node, []).append(index)
+        parts = []
+        for node in sorted(by_node):
+            indexes = _gpu_list(by_node[node])
+            if "-" in indexes and indexes.replace("-", "").isdigit():
+                parts.append(f"{node}/{indexes}")
+            else:
+                parts += [f"{node}/{i}" for i in sorted(by_node[node], key=_gpu_order)]
+        return ", ".join(parts)
     ordered = sorted(gpus, key=_gpu_order)
     if (
         all(g.isdigit() for g in ordered)
@@ -740,7 +800,15 @@ def human(result: ReplayResult) -> str:
     """The summary an engineer reads: per GPU, what, when, how long, why."""
     with_episodes = {episode.gpu for episode in result.episodes}
     quiet = [g for g in result.stats.gpus if g not in with_episodes]
-    lines = [_headline(result), *_episode_lines(result)]
+    lines = [_headline(result)]
+    if result.fleet is not None:  # replay --prometheus: how it was read and the roll-up first
+        from exporter.offline.promhistory.rollup import lines as fleet_lines
+
+        lines += fleet_lines(result)
+        for node, why in dict(result.fleet.get("failed") or {}).items():  # type: ignore[call-overload]
+            lines.append(f"node {node}: NOT READ, left out of everything below ({why})")
+        lines.append("per GPU:")
+    lines += _episode_lines(result)
     if result.tracker is not None:  # replay of a tracker's run: the run, its step, its progress
         from exporter.offline.trackers.text import lines as tracker_lines
 
@@ -758,12 +826,6 @@ def human(result: ReplayResult) -> str:
     lines += _holdup_lines(result)
     lines += cost_lines(result)
     lines += envelope_lines(result)
-    if result.fleet is not None:  # replay --prometheus
-        from exporter.offline.promhistory.rollup import lines as fleet_lines
-
-        lines += fleet_lines(result)
-        for node, why in dict(result.fleet.get("failed") or {}).items():  # type: ignore[call-overload]
-            lines.append(f"node {node}: NOT READ, left out of everything above ({why})")
     lines += next_step_lines(result)
     return "\n".join(lines)
 
@@ -791,6 +853,9 @@ def _headline(result: ReplayResult) -> str:
     span = f"{result.seconds:.1f} s of samples"
     if s.gap_count:
         span = f"{result.sampled_seconds:.1f} s of samples over {result.seconds:.0f} s"
+    if dated(result):  # a range of days: read by days and hours
+        sampled = _lasting(result.sampled_seconds or result.seconds, True)
+        span = f"{sampled} of samples over {_lasting(result.seconds, True)}"
     line = f"{result.path}: {len(s.gpus)} GPU(s), {span}, {s.rows} rows"
     if s.format and s.format != NVIDIA_SMI_CSV:
         line += f" read as {s.format}"
@@ -802,17 +867,58 @@ def _headline(result: ReplayResult) -> str:
     return line
 
 
+def episode_groups(result: ReplayResult) -> dict[str, list[list[Episode]]]:
+    """Per GPU in GPU order, its episodes by kind (kinds in the order they first began, each kind's in
+    the order they began)."""
+    by_gpu: dict[str, dict[str, list[Episode]]] = {}
+    for episode in sorted(result.episodes, key=lambda e: e.start):
+        by_gpu.setdefault(episode.gpu, {}).setdefault(episode.kind, []).append(episode)
+    return {gpu: list(by_gpu[gpu].values()) for gpu in sorted(by_gpu, key=_gpu_order)}
+
+
+def _duration(result: ReplayResult, e: Episode) -> float:
+    return (e.end if e.end is not None else result.seconds) - e.start
+
+
+def worst(result: ReplayResult, episodes: list[Episode]) -> Episode:
+    """The episode that lost most time (the first of the longest)."""
+    return max(episodes, key=lambda e: _duration(result, e))
+
+
+def group_line(result: ReplayResult, episodes: list[Episode]) -> str:
+    """A GPU's many episodes of one kind in one line: how many, over what time, the time they took, and
+    the longest of them told whole."""
+    first, last = episodes[0], episodes[-1]
+    total = sum(_duration(result, e) for e in episodes)
+    ended = _at(result, last.end) if last.end is not None else "the end"
+    return (
+        f"{len(episodes)} {first.kind} episodes from {_at(result, first.start)} to {ended}, "
+        f"{_lasting(total, dated(result))} in all; the longest: "
+        + _episode_line(result, worst(result, episodes))
+    )
+
+
 def _episode_lines(result: ReplayResult) -> list[str]:
-    """Every verdict episode, GPU by GPU in GPU order, each GPU's in the order they began."""
-    by_gpu: dict[str, list[Episode]] = {}
-    for episode in result.episodes:
-        by_gpu.setdefault(episode.gpu, []).append(episode)
+    """Every GPU's verdict episodes, GPU by GPU in GPU order: a kind's few each on its line, its many
+    (more than EPISODES_LISTED: a long history) counted in one line with the longest (every one in
+    --json and the --report page)."""
     # GPUs whose episodes read alike (same kind, times, score and cause) share one line
     alike: dict[str, list[str]] = {}
-    for gpu in sorted(by_gpu, key=_gpu_order):
-        for e in by_gpu[gpu]:
-            alike.setdefault(_episode_line(result, e), []).append(gpu)
-    return [f"  GPU {_gpu_list(gpus)}: {text}" for text, gpus in alike.items()]
+    grouped = False
+    for gpu, kinds in episode_groups(result).items():
+        for episodes in kinds:
+            if len(episodes) > EPISODES_LISTED:
+                grouped = True
+                alike.setdefault(group_line(result, episodes), []).append(gpu)
+                continue
+            for e in episodes:
+                alike.setdefault(_episode_line(result, e), []).append(gpu)
+    lines = [f"  GPU {_gpu_list(gpus)}: {text}" for text, gpus in alike.items()]
+    if grouped:
+        lines.append(
+            f"  (all {len(result.episodes)} episodes one by one: --json's verdicts, or the --report page)"
+        )
+    return lines
 
 
 def _episode_line(result: ReplayResult, e: Episode) -> str:
@@ -824,7 +930,7 @@ def _episode_line(result: ReplayResult, e: Episode) -> str:
         verdict += f" to {_at(result, e.resolved)}"
     text = (
         f"{e.kind} from {_at(result, e.start)} to {until}, "
-        f"{end - e.start:.0f} s; {verdict}{peak_text(e.peak)}"
+        f"{_lasting(end - e.start, dated(result))}; {verdict}{peak_text(e.peak)}"
     )
     if e.cause:
         text += f", cause {e.cause}"
@@ -842,7 +948,8 @@ def _job_lines(result: ReplayResult) -> list[str]:
     lines = []
     for job in result.jobs:
         gpus = _gpu_list(job["gpus"])  # type: ignore[arg-type]
-        lines.append(f"  job event: {job['kind']} on GPUs {gpus} from {job['t']} s ({job['cause']})")
+        when = _at(result, float(job["t"]))  # type: ignore[arg-type]
+        lines.append(f"  job event: {job['kind']} on GPUs {gpus} from {when} ({job['cause']})")
     if result.silent:
         lines.append(
             "  silent (inputs missing from this trace): "
@@ -875,7 +982,8 @@ def _holdup_lines(result: ReplayResult) -> list[str]:
     for gpu, seconds, share in holdups(result):
         waiting = [g for g in result.ledger if g != gpu and result.ledger[g].get("comm_wait", 0.0) > 0]
         lines.append(
-            f"  GPU {gpu} held its job back for {seconds:.0f} s ({share:.0%} of its held time): off-kernel "
+            f"  GPU {gpu} held its job back for {seconds:.0f} s ({share:.0%} of the time a job was on "
+            "it): off-kernel "
             f"while GPUs {_gpu_list(waiting) or 'of its job'} waited for it in collectives"
         )
     return lines
@@ -890,6 +998,7 @@ def unpaged_losses(result: ReplayResult, gpus: list[str]) -> list[str]:
         for peer in e.related if e.kind in HOLDS_PEERS_BACK else ():
             waited_for.setdefault(peer, set()).add(e.gpu)
     alike: dict[tuple[str, str], list[tuple[str, float]]] = {}  # GPUs alike on one line
+    blamed: dict[tuple[str, str], set[str]] = {}  # ...and the paged GPUs they waited for
     for gpu in sorted(gpus, key=_gpu_order):
         states = result.ledger.get(gpu, {})
         held = sum(s for state, s in states.items() if state != "free")
@@ -899,18 +1008,23 @@ def unpaged_losses(result: ReplayResult, gpus: list[str]) -> list[str]:
         state, seconds = max(lost.items(), key=lambda kv: kv[1])
         if seconds / held < COVERAGE_SHARE.value:
             continue
-        culprits = sorted(waited_for.get(gpu, ()), key=_gpu_order) if state == "comm_wait" else []
-        if culprits:
-            why = f"waiting in collectives for GPU {_gpu_list(culprits)}, paged above: not a loss of its own"
-        else:
-            why = "a verdict needs its evidence to build and hold; see where the time went"
+        culprits = waited_for.get(gpu, set()) if state == "comm_wait" else set()
+        why = (
+            WAITING if culprits else "a verdict needs its evidence to build and hold; see where the time went"
+        )
         alike.setdefault((state, why), []).append((gpu, seconds / held))
+        blamed.setdefault((state, why), set()).update(culprits)
     lines = []
     for (state, why), members in alike.items():
+        if why == WAITING:  # the ranks of every job waiting for their paged peer: one line
+            culprits = sorted(blamed[(state, why)], key=_gpu_order)
+            why = (
+                f"waiting in collectives for GPU {_gpu_list(culprits)}, paged above: not a loss of their own"
+            )
         low, high = min(share for _, share in members), max(share for _, share in members)
         share = f"{low:.0%}" if f"{low:.0%}" == f"{high:.0%}" else f"{low:.0%}-{high:.0%}"
         names = _gpu_list([gpu for gpu, _ in members])
-        lines.append(f"  GPU {names}: yet {share} of the time a job held it went to {state} ({why})")
+        lines.append(f"  GPU {names}: yet {share} of the time a job was on it went to {state} ({why})")
     return lines
 
 

@@ -25,17 +25,23 @@ from pathlib import Path
 from exporter.analysis.kinds import KINDS
 from exporter.analysis.ledger import STATE_MEANING, STATES
 from exporter.offline.files import write_atomically
+from exporter.offline.promhistory.rollup import workload_lines
 from exporter.offline.replay import (
+    EPISODES_LISTED,
     Episode,
     ReplayResult,
     _gpu_list,
     _gpu_order,
+    _lasting,
+    dated,
+    episode_groups,
+    group_line,
     peak_text,
     unpaged_losses,
     unsure_lines,
     workload_summary,
 )
-from exporter.offline.traces import TraceRow
+from exporter.offline.traces import TraceRow, gap_seconds
 from exporter.policy.thresholds import REPORT_ALIKE_SHARE
 
 # The one place the report's colours live. Grafana's named colours (what the dashboards use for KINDS)...
@@ -129,13 +135,27 @@ class ReportData:
 
 
 def reduce_series(
-    rows: list[tuple[float, tuple[float | None, ...]]], seconds: float, max_points: int = MAX_POINTS
+    rows: list[tuple[float, tuple[float | None, ...]]],
+    seconds: float,
+    max_points: int = MAX_POINTS,
+    gap_s: float = math.inf,
 ) -> tuple[list[float], list[list[float | None]]]:
-    """Times and series for the chart: the rows as they are when there are few, else two slots per time
+    """Times and series for the chart: the rows as they are when there are few (a silence longer than
+    ``gap_s`` broken by an empty slot, so that no line is drawn across it), else two slots per time
     bucket holding each series' minimum and maximum in the order they occurred (None: no value)."""
     width = len(rows[0][1]) if rows else 0
     if len(rows) <= max_points:
-        return [t for t, _ in rows], [[v[i] for _, v in rows] for i in range(width)]
+        xs: list[float] = []
+        series: list[list[float | None]] = [[] for _ in range(width)]
+        for k, (t, values) in enumerate(rows):
+            if k and t - rows[k - 1][0] > gap_s:
+                xs.append((t + rows[k - 1][0]) / 2)
+                for column in series:
+                    column.append(None)
+            xs.append(t)
+            for column, v in zip(series, values, strict=True):
+                column.append(v)
+        return xs, series
     buckets = max_points // 2
     span = max(seconds, rows[-1][0], 1e-9) / buckets
     # per bucket and series: (t of min, min, t of max, max)
@@ -151,8 +171,8 @@ def reduce_series(
                 lo[i] = (t, v)
             if hi[i] is None or v > hi[i][1]:  # type: ignore[index]
                 hi[i] = (t, v)
-    xs: list[float] = []
-    series: list[list[float | None]] = [[] for _ in range(width)]
+    xs = []
+    series = [[] for _ in range(width)]
     for b in range(buckets):
         xs += [(b + 0.25) * span, (b + 0.75) * span]
         for i in range(width):
@@ -270,6 +290,10 @@ def _clock(result: ReplayResult, t: float) -> str:
 
 
 def _when(result: ReplayResult, t: float) -> str:
+    """``t`` s and its time of day; its date and time (UTC) where the trace spans days."""
+    first = result.stats.first_timestamp
+    if first is not None and dated(result):
+        return datetime.fromtimestamp(first + t, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
     clock = _clock(result, t)
     return f"{t:.0f} s" + (f" ({clock})" if clock else "")
 
@@ -286,7 +310,7 @@ def _chip(kind: str) -> str:
 def _verdict(result: ReplayResult, e: Episode) -> str:
     end = e.end if e.end is not None else result.seconds
     until = _when(result, e.end) if e.end is not None else "the end"
-    text = f"from {_when(result, e.start)} to {until}, {end - e.start:.0f} s"
+    text = f"from {_when(result, e.start)} to {until}, {_lasting(end - e.start, dated(result))}"
     verdict = f"verdict from {_when(result, e.fired_at)}"
     if e.resolved is not None:
         verdict += f" to {_when(result, e.resolved)}"
@@ -296,6 +320,18 @@ def _verdict(result: ReplayResult, e: Episode) -> str:
     if e.kind in KINDS and KINDS[e.kind].holds_peers_back and e.related:
         text += f"; GPUs {html.escape(_gpu_list(list(e.related)))} wait for it in NCCL"
     return f"<div>{_chip(e.kind)} {text}</div>"
+
+
+def _verdicts(result: ReplayResult, episodes: list[Episode]) -> str:
+    """A GPU's episodes of one kind: each, or (more than EPISODES_LISTED: a history of days) one line
+    with their count and the longest, every one of them in a list opened on a click."""
+    if len(episodes) <= EPISODES_LISTED:
+        return "".join(_verdict(result, e) for e in episodes)
+    every = "".join(_verdict(result, e) for e in episodes)
+    return (
+        f"<div>{_chip(episodes[0].kind)} {html.escape(group_line(result, episodes))}</div>"
+        f'<details class="episodes"><summary>all {len(episodes)} episodes</summary>{every}</details>'
+    )
 
 
 def _shares_cells(states: dict[str, float], shown: list[str]) -> str:
@@ -343,9 +379,10 @@ def _summary(result: ReplayResult, data: ReportData) -> str:
         by_gpu.setdefault(e.gpu, []).append(e)
     rows = []
     classes = workload_summary(result)
+    groups = episode_groups(result)
     for gpu in sorted(set(result.stats.gpus) | set(result.ledger), key=_gpu_order):
-        verdicts = (
-            "".join(_verdict(result, e) for e in by_gpu.get(gpu, [])) or '<span class="dim">none</span>'
+        verdicts = "".join(_verdicts(result, kind) for kind in groups.get(gpu, [])) or (
+            '<span class="dim">none</span>'
         )
         name = data.gpus[gpu].name if gpu in data.gpus else result.stats.names.get(gpu, "")
         rows.append(
@@ -392,10 +429,10 @@ def _summary(result: ReplayResult, data: ReportData) -> str:
     job_head = table_head.replace("<th>GPU</th>", "<th>job</th>").replace(
         "<th>verdicts</th>", "<th>job events</th>"
     )
+    # a history's roll-up by namespace is what a person came for: it comes first
     return (
-        f'<h2>Per GPU</h2><table class="summary">{table_head}{"".join(rows)}</table>'
+        _namespaces(result) + f'<h2>Per GPU</h2><table class="summary">{table_head}{"".join(rows)}</table>'
         f'<h2>Per job</h2><table class="summary">{job_head}{"".join(jobs)}</table>{silent}'
-        + _namespaces(result)
         + _tracked_run(result)
     )
 
@@ -446,7 +483,11 @@ def _namespaces(result: ReplayResult) -> str:
         '<tr><th>namespace / job</th><th class="num">GPU-hours</th><th class="num">lost</th>'
         f"<th>lost to</th>{money}<th>verdicts</th></tr>"
     )
-    return f'<h2 id="namespaces">By namespace</h2><table class="summary">{head}{"".join(rows)}</table>'
+    read = (result.fleet or {}).get("read")
+    said = list(workload_lines(read)) if isinstance(read, dict) else []
+    said += [str(note) for note in (result.fleet or {}).get("notes") or ()]  # type: ignore[attr-defined]
+    notes = "".join(f'<p class="dim small">{html.escape(line)}</p>' for line in said)
+    return f'<h2 id="namespaces">By namespace</h2><table class="summary">{head}{"".join(rows)}</table>{notes}'
 
 
 def _legend() -> str:
@@ -472,7 +513,8 @@ def page_data(result: ReplayResult, data: ReportData, max_points: int = MAX_POIN
     gpus = []
     for group in alike_groups(result, data):
         gpu, g = group[0], data.gpus[group[0]]
-        xs, series = reduce_series(g.rows, result.seconds, max_points)
+        gap_s = result.stats.gap_s or gap_seconds()
+        xs, series = reduce_series(g.rows, result.seconds, max_points, gap_s)
         present = [i for i in range(len(SERIES)) if any(v is not None for v in series[i])] if series else []
         note = ""
         if len(group) > 1:
@@ -506,6 +548,7 @@ def page_data(result: ReplayResult, data: ReportData, max_points: int = MAX_POIN
     return {
         "seconds": round(result.seconds, 1),
         "start": result.stats.first_timestamp,
+        "dated": dated(result),  # the axis and the times read by date: the trace spans days
         "states": list(STATES),
         "stateColours": STATE_COLOURS,
         "kinds": {name: {"label": k.label, "colour": KIND_COLOURS[name]} for name, k in KINDS.items()},
@@ -548,7 +591,7 @@ def render(result: ReplayResult, data: ReportData, max_points: int = MAX_POINTS)
 <style>{css}</style>
 </head><body>
 <header><h1>{trace}</h1>
-<p>{len(s.gpus)} GPU(s), {result.seconds:.1f} s of samples, {s.rows} rows{html.escape(start)}.
+<p>{len(s.gpus)} GPU(s), {_span(result)}, {s.rows} rows{html.escape(start)}.
 Replayed by gpu-bottleneck-exporter: the live analysis on a virtual clock.</p>{cut}</header>
 <section id="summary">{_summary(result, data)}</section>
 <section id="charts"><h2>Over time</h2>{_legend()}
@@ -560,6 +603,15 @@ Drag to zoom, double-click to reset. Power is a share of the board's default lim
 <script>{_asset("report.js")}</script>
 </body></html>
 """
+
+
+def _span(result: ReplayResult) -> str:
+    """The time the samples cover: in seconds, or a range of days in days and hours."""
+    if dated(result):
+        return f"{_lasting(result.sampled_seconds or result.seconds, True)} of samples over " + _lasting(
+            result.seconds, True
+        )
+    return f"{result.seconds:.1f} s of samples"
 
 
 def write_report(path: str | Path, result: ReplayResult, data: ReportData) -> int:

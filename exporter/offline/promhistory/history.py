@@ -38,9 +38,12 @@ from exporter.offline.traces import BOUNDS, ReadStats, TraceRow, gap_seconds
 from exporter.policy.cost import DEFAULT as DEFAULT_PRICES
 from exporter.policy.cost import Prices
 
-# where the scrape interval is looked for: the raw samples of this many seconds
+# where the scrape interval is looked for: the range's sample counts in buckets of at least this many
+# seconds (two samples of the coarsest step replay takes)...
 INTERVAL_PROBE_S = 600.0
-# ...of the first of these nodes that has them
+# ...and at most this many buckets (one range query's points), the raw samples of the fullest read
+INTERVAL_PROBE_BUCKETS = 1000
+# where a server refuses the count, the first of these nodes are probed at the range's end, start, eighths
 INTERVAL_PROBE_NODES = 5
 # the coarsest step replay takes: past it no kind of the analysis can be told (docs/diagnose.md)
 MAX_STEP_S = 300.0
@@ -82,6 +85,8 @@ class Gpu:
     ident: str
     model: str = ""
     values: dict[str, dict[float, float]] = field(default_factory=dict)  # attr -> time -> value
+    uuid: str = ""  # the board's UUID, where its series carry one: two boards never share a name
+    note: str = ""  # why it is named as it is (its name was another board's on the node)
     pods: dict[float, str] = field(default_factory=dict)  # time -> "namespace/pod"
 
     @property
@@ -109,6 +114,10 @@ class Found:
     pod_jobs: dict[str, str]  # "namespace/pod" -> its job's name (kube_pod_labels)
     export: bool = False  # the server exports raw samples (VictoriaMetrics)
     read_back: set[str] = field(default_factory=set)  # nodes this exporter judged: its analysis is read
+    # the scrape targets (("job", name), ("pod", namespace/pod)) whose series' namespace/pod name the
+    # exporter's own pod (their scrape renamed the workload's labels to exported_*)
+    targets: frozenset[tuple[str, str]] = frozenset()
+    named_by: dict[str, int] = field(default_factory=dict)  # which labels named the workload: series
 
 
 def _quote(value: str) -> str:
@@ -138,7 +147,10 @@ def _regex_escape(text: str) -> str:
     return "".join("\\" + c if c in ".^$*+?()[]{}|\\" else c for c in text)
 
 
-def pod_of(labels: dict[str, str]) -> str:
+def pod_of(labels: dict[str, str], targets: frozenset[tuple[str, str]] = frozenset()) -> str:
+    """The "namespace/pod" a series' GPU was allocated to (``targets``: the renaming scrapes', whose
+    plain namespace/pod name the exporter's pod: names.workload_labels)."""
+    labels = names.workload_labels(labels, targets)
     for ns, pod in names.POD_LABELS:
         if labels.get(pod):
             return f"{labels.get(ns, '')}/{labels[pod]}"
@@ -156,6 +168,7 @@ def discover(client: PromClient, request: Request) -> Found:
     """The schemes, nodes and series present in the range (one line when no GPU series is there)."""
     schemes: list[str] = []
     nodes: dict[str, str] = {}
+    seen: list[dict[str, str]] = []  # the presence series' labels, for how they name the workload
     for scheme in names.SCHEMES:
         match = "{" + _matchers(f"__name__={_quote(names.PRESENCE[scheme])}", request.selector) + "}"
         found = False
@@ -164,6 +177,7 @@ def discover(client: PromClient, request: Request) -> Found:
             where = node_of(labels)
             if where is not None:
                 nodes.setdefault(*where)
+            seen.append({k: labels[k] for k in ("job", "namespace", "pod", *_WORKLOAD_KEYS) if k in labels})
         if found:
             schemes.append(scheme)
     if not schemes:
@@ -197,13 +211,30 @@ def discover(client: PromClient, request: Request) -> Found:
             where = node_of(labels)
             if where is not None and where[0] in nodes:
                 read_back.add(where[0])
-    return Found(schemes, nodes, host_nodes, present, _pod_jobs(client, request), export, read_back)
+    targets, named_by = _naming(seen)
+    pod_jobs = _pod_jobs(client, request)
+    return Found(schemes, nodes, host_nodes, present, pod_jobs, export, read_back, targets, named_by)
+
+
+_WORKLOAD_KEYS = (*(names.RENAMED + n for n in names.WORKLOAD_LABELS), "pod_namespace", "pod_name")
+
+
+def _naming(seen: list[dict[str, str]]) -> tuple[frozenset[tuple[str, str]], dict[str, int]]:
+    """The scrape targets that renamed the workload's labels, and how many series each way named it."""
+    targets = frozenset(t for labels in seen if names.renamed(labels) for t in names.scrape_target(labels))
+    named_by: dict[str, int] = {}
+    for labels in seen:
+        by = names.named_by(labels, targets)
+        if by:
+            named_by[by] = named_by.get(by, 0) + 1
+    return targets, named_by
 
 
 def _pod_jobs(client: PromClient, request: Request) -> dict[str, str]:
     """kube-state-metrics' pod labels: the job each pod belongs to (none when it is not scraped)."""
     jobs: dict[str, str] = {}
     for labels in client.series(names.KUBE_POD_LABELS, request.start, request.end):
+        labels = names.workload_labels(labels)  # kube-state-metrics scraped with its labels renamed too
         for label in names.JOB_LABELS:
             if labels.get(label) and labels.get("pod"):
                 jobs[f"{labels.get('namespace', '')}/{labels['pod']}"] = labels[label]
@@ -212,30 +243,56 @@ def _pod_jobs(client: PromClient, request: Request) -> dict[str, str]:
 
 
 def scrape_interval(client: PromClient, request: Request, found: Found) -> float:
-    """The median spacing of the raw samples of a GPU series near the range's end, its start, and then
-    its middle and every eighth of it: history has holes (a pool scaled to zero now, nodes gone, an
-    exporter that was down), so the probe looks across the range before it gives up."""
-    # a server may name nodes with no sample in the range (VictoriaMetrics' series index is by day), and
-    # each scheme is on some nodes only
-    nodes = list(itertools.islice(found.nodes.values(), INTERVAL_PROBE_NODES))
-    span = request.end - request.start
-    eighths = (request.start + span * k / 8 for k in (4, 2, 6, 1, 3, 5, 7))  # the middle first
-    points = (request.end, request.start + INTERVAL_PROBE_S, *eighths)
-    for at in points:
-        for matcher, scheme in itertools.product(nodes, found.schemes):
-            expr = f"{names.PRESENCE[scheme]}{{{_matchers(matcher, request.selector)}}}"
+    """The median spacing of the raw samples of the GPU series where the range holds most of them.
+
+    History has holes (a pool scaled to zero now, nodes gone, an exporter that was down): one range
+    query of each presence series' sample count per bucket of the range (``topk(1, count_over_time)``,
+    a thousand buckets at most) says where samples exist and which series has most; its raw samples
+    there give the spacing. Samples at the same time (a broken HA pair's merge) are one: a zero gap is
+    no interval."""
+    window = float(math.ceil(max(INTERVAL_PROBE_S, (request.end - request.start) / INTERVAL_PROBE_BUCKETS)))
+    for scheme in found.schemes:
+        for expr, at in _probes(client, request, found, names.PRESENCE[scheme], window):
             gaps = [
                 b - a
-                for times in client.raw_times(expr, at, INTERVAL_PROBE_S)
-                for a, b in itertools.pairwise(times)
+                for times in client.raw_times(expr, at, window)
+                for a, b in itertools.pairwise(sorted(set(times)))
             ]
             if gaps:
                 return max(1.0, round(statistics.median(gaps)))
     raise PromError(
-        f"{client.url}: the GPU series have too few samples near the range's end, start or any eighth of it "
-        "to tell their scrape interval: pass --step SECONDS (the interval the series were scraped at, such "
-        "as --step 15)"
+        f"{client.url}: the GPU series have no two samples within {window:.0f} s of each other anywhere "
+        f"between {_iso(request.start)} and {_iso(request.end)} to tell their scrape interval: pass --step "
+        "SECONDS (the interval the series were scraped at, such as --step 15)"
     )
+
+
+def _probes(
+    client: PromClient, request: Request, found: Found, metric: str, window: float
+) -> Iterator[tuple[str, float]]:
+    """Where to read raw samples of ``metric``: the series and bucket with most samples; where the
+    server (or a proxy before it) refuses the count, the range's end, start and each eighth of it, on
+    the first few nodes."""
+    counts = f"topk(1, count_over_time({metric}{{{request.selector}}}[{window:.0f}s]))"
+    first = min(request.start + window, request.end)
+    try:
+        answer = client.query_range(counts, first, request.end, window)
+    except PromError:
+        span = request.end - request.start
+        eighths = (request.start + span * k / 8 for k in (4, 2, 6, 1, 3, 5, 7))  # the middle first
+        nodes = list(itertools.islice(found.nodes.values(), INTERVAL_PROBE_NODES))
+        for at in (request.end, first, *eighths):
+            for matcher in nodes:
+                yield f"{metric}{{{_matchers(matcher, request.selector)}}}", at
+        return
+    best: tuple[float, float, dict[str, str]] | None = None  # (samples, time, the series)
+    for series in answer:
+        for t, n in zip(series.times, series.values, strict=True):
+            if n >= 2 and (best is None or (n, t) > best[:2]):
+                best = (n, t, series.labels)
+    if best is not None:
+        labels = best[2]
+        yield f"{metric}{{{_matchers(*(f'{k}={_quote(v)}' for k, v in sorted(labels.items())))}}}", best[1]
 
 
 def read_node(
@@ -263,7 +320,7 @@ def read_node(
                 )
                 read = [(series.labels, *grid.place(series.times_ms, series.values)) for series in raw]
             for labels, times, values in read:
-                _keep(gpus, scheme, s, node, labels, times, values)
+                _keep(gpus, scheme, s, node, labels, times, values, found.targets)
             _bounded(node, len(gpus), request, step)
         _identify(client, request, found, scheme, node, gpus)
     host: dict[str, dict[float, float]] = {}
@@ -295,12 +352,13 @@ def _keep(
     labels: dict[str, str],
     times: list[float],
     values: list[float],
+    targets: frozenset[tuple[str, str]] = frozenset(),
 ) -> None:
     """One series' values into its GPU's (the first series to give a time keeps it)."""
     ident = gpu_id(scheme, labels)
     if ident is None:
         return
-    gpu = gpus.setdefault(ident, Gpu(node, ident))
+    gpu = _board(gpus, node, ident, labels.get("UUID") or labels.get("uuid") or "")
     gpu.model = gpu.model or next((labels[m] for m in names.MODEL_LABELS if labels.get(m)), "")
     into = gpu.values.setdefault(s.attr, {})
     scale = s.scale
@@ -308,9 +366,30 @@ def _keep(
     for t, v in zip(times, values, strict=True):
         if low <= v * scale <= high:  # an impossible value (-1e6 %, 1e308 W) is read as missing
             into.setdefault(t, v * scale)
-    pod = pod_of(labels)
+    pod = pod_of(labels, targets)
     if pod:
         gpu.pods.update(dict.fromkeys(times, pod))
+
+
+def _board(gpus: dict[str, Gpu], node: str, ident: str, uuid: str) -> Gpu:
+    """The GPU a series is of: by its UUID where it has one, so that two boards whose series carry one
+    name (a relabelling that dropped a label, a board swapped mid-range) are kept apart, the second named
+    by its UUID and said so."""
+    if uuid:
+        for gpu in gpus.values():
+            if gpu.uuid == uuid:
+                return gpu
+    gpu = gpus.get(ident)
+    if gpu is None:
+        return gpus.setdefault(ident, Gpu(node, ident, uuid=uuid))
+    if not uuid or not gpu.uuid:
+        gpu.uuid = gpu.uuid or uuid
+        return gpu
+    note = (
+        f"node {node}: two GPUs' series both name GPU {ident} (UUIDs {gpu.uuid} and {uuid}): kept apart, "
+        f"the second as {node}/{uuid}"
+    )
+    return gpus.setdefault(uuid, Gpu(node, uuid, uuid=uuid, note=note))
 
 
 @dataclass(frozen=True)
@@ -405,8 +484,8 @@ class JobRows:
             if last is not None and t - last > self.stats.gap_s:  # type: ignore[operator]
                 segment += 1
                 self.stats.gap_count = segment
-                if len(self.stats.gaps) < 5:  # where: the step it resumes at, counted from the range's start
-                    self.stats.gaps.append((round((t - self.origin) / self.step), t - last))
+                if len(self.stats.gaps) < 5:  # where: the second it resumes at, from the range's start
+                    self.stats.gaps.append((round(t - self.origin), t - last))
             last = t
             at = t - self.origin
             host = {attr: vals[t] for attr, vals in self.host.items() if t in vals}
@@ -415,6 +494,8 @@ class JobRows:
                 self.stats.rows += 1
                 if gpu.name not in self.stats.gpus:
                     self.stats.gpus.append(gpu.name)
+                    if gpu.note:
+                        self.stats.warnings.append(gpu.note)
                     if gpu.model:
                         self.stats.names[gpu.name] = gpu.model
                 yield TraceRow(
@@ -431,8 +512,8 @@ class JobRows:
 
 
 def stepped(stats: ReadStats, step: float) -> ReadStats:
-    """A range's stats: its gaps are placed by step, and are at least GAP_STEPS steps long."""
-    stats.position, stats.gap_s = "step", max(gap_seconds(), GAP_STEPS * step)
+    """A range's stats: its gaps are placed by time, and are at least GAP_STEPS steps long."""
+    stats.position, stats.gap_s = "time", max(gap_seconds(), GAP_STEPS * step)
     return stats
 
 
@@ -516,6 +597,7 @@ def replay_prometheus(
     hooks = Hooks(on_event, on_job, on_row, on_tick)
     fmt = "prometheus: " + ", ".join(found.schemes)
     merged = Merged(_label(client.url), step, fmt, request.start, prices, workload)
+    merged.named_by = found.named_by
     failed: dict[str, str] = {}  # node -> why it could not be read (the others' results still count)
     for node in sorted(found.read_back):  # this exporter's nodes: their verdicts are read, not judged
         began = time.process_time()
@@ -598,7 +680,7 @@ def read_back(
     rows of its raw readings only where the caller watches them (the report's charts)."""
 
     def job_name(node: str, labels: dict[str, str]) -> str:
-        return _job_name(node, pod_of(labels), found.pod_jobs)
+        return _job_name(node, pod_of(labels, found.targets), found.pod_jobs)
 
     sel = _matchers(found.nodes[node], request.selector)
 
@@ -607,6 +689,7 @@ def read_back(
         return client.raw(f"{metric}{{{sel}}}", lo, request.end, CHUNK_STEPS * step, found.export)
 
     where = own.Where(client, sel, request.start, request.end, step, found.present, raw)
+    where.relabel = lambda labels: names.workload_labels(labels, found.targets)
     back = own.read_node(where, node, job_name, merged.prices, merged.origin, hooks.on_tick is not None)
     if hooks.on_row:
         gpus, host = read_node(client, request, found, node, step)
@@ -793,6 +876,8 @@ class Merged:
         self.silent: dict[str, str] | None = None
         self.judged_jobs = 0  # jobs judged here at the step (the others' verdicts were read back)
         self.read_back_nodes = 0
+        self.named_by: dict[str, int] | None = None  # which labels named the workload (discover's)
+        self.notes: list[str] = []  # what reading the history decided that a person should know
 
     def event(self, event: VerdictEvent, hooks: Hooks) -> None:
         if hooks.on_event and self.shown(event.kind, event.cause):
@@ -818,6 +903,7 @@ class Merged:
         s.last_timestamp = max(s.last_timestamp or 0.0, r.stats.last_timestamp or 0.0)
         s.gap_count += r.stats.gap_count
         s.gaps.extend(r.stats.gaps[: max(0, 5 - len(s.gaps))])
+        self.notes.extend(n for n in r.stats.warnings if n not in self.notes)
         out.seconds = max(out.seconds, r.seconds)
         out.sampled_seconds = max(out.sampled_seconds, r.sampled_seconds)
         out.events.extend(e for e in r.events if shown(e.kind, e.cause))
@@ -862,12 +948,19 @@ class Merged:
         out = self.out
         out.events.sort(key=lambda e: e.t)
         out.episodes.sort(key=lambda e: e.start)
+        out.stats.gaps.sort()  # every job's first few, in time order
         judged = self.judged_jobs > 0  # what the step cannot show matters only where it was judged
         out.silent = {**(self.silent or {}), **(self.quiet if judged else {})}
         out.stats.period = None
         unjudged = self.unjudged if judged else {}
         out.fleet = {
-            "read": {"step_s": self.step, "read_back_nodes": self.read_back_nodes, **(read or {})},
+            "read": {
+                "step_s": self.step,
+                "read_back_nodes": self.read_back_nodes,
+                **({} if self.named_by is None else {"workload_labels": dict(self.named_by)}),
+                **(read or {}),
+            },
+            "notes": list(self.notes),
             "unjudged": {f"{kind}/{cause}": why for (kind, cause), why in unjudged.items()},
             "namespaces": rollup(out, self.verdicts),
         }

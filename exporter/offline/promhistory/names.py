@@ -164,6 +164,58 @@ INFO_SERIES = {NVIDIA_SMI: "nvidia_smi_gpu_info", OWN: "gpu_info"}
 NODE_LABELS = ("Hostname", "hostname", "node", "kubernetes_node", "nodename")
 # the pod a GPU was allocated to (dcgm-exporter's Kubernetes mapping; older releases' names after)
 POD_LABELS = (("namespace", "pod"), ("pod_namespace", "pod_name"))
+# A scrape that does not honour the exporter's labels (a ServiceMonitor or PodMonitor with honorLabels:
+# false, the GPU Operator's) sets namespace/pod/container to the scrape target's (the exporter's own pod)
+# and keeps the exporter's as exported_namespace/exported_pod/exported_container: those name the workload.
+RENAMED = "exported_"
+WORKLOAD_LABELS = ("namespace", "pod", "container")
+# how a series named its workload, for the report
+BY_EXPORTED = (
+    "exported_namespace/exported_pod (the scrape renamed them: namespace/pod name the exporter's pod)"
+)
+BY_PLAIN = "namespace/pod"
+BY_OLD = "pod_namespace/pod_name"
+
+
+def renamed(labels: dict[str, str]) -> bool:
+    """The series' namespace/pod/container were renamed by its scrape (the workload's are exported_*)."""
+    return any(labels.get(RENAMED + name) for name in WORKLOAD_LABELS)
+
+
+def scrape_target(labels: dict[str, str]) -> set[tuple[str, str]]:
+    """What identifies a renaming scrape's series: its job, and the target pod its namespace/pod name."""
+    out = {("job", labels["job"])} if labels.get("job") else set()
+    if labels.get("pod"):
+        out.add(("pod", f"{labels.get('namespace', '')}/{labels['pod']}"))
+    return out
+
+
+def workload_labels(
+    labels: dict[str, str], targets: frozenset[tuple[str, str]] = frozenset()
+) -> dict[str, str]:
+    """The series' labels with namespace/pod/container naming its workload: the exported_* ones where its
+    scrape renamed them, none where its scrape renamed them but the exporter gave none (a GPU no pod
+    held, on a target ``targets`` names), as they are otherwise."""
+    if not renamed(labels) and not (targets and scrape_target(labels) & targets):
+        return labels
+    out = {k: v for k, v in labels.items() if k not in WORKLOAD_LABELS}
+    for name in WORKLOAD_LABELS:
+        if labels.get(RENAMED + name):
+            out[name] = labels[RENAMED + name]
+    return out
+
+
+def named_by(labels: dict[str, str], targets: frozenset[tuple[str, str]] = frozenset()) -> str:
+    """Which labels named the series' workload ("": none, no pod held its GPU)."""
+    if renamed(labels):
+        return BY_EXPORTED
+    if targets and scrape_target(labels) & targets:
+        return ""
+    for (_, pod), by in zip(POD_LABELS, (BY_PLAIN, BY_OLD), strict=True):
+        if labels.get(pod):
+            return by
+    return ""
+
 
 # the node's series (node_exporter), as PromQL over a rate window: HostPoint attribute -> expression.
 # ``{sel}`` is the node's matcher, ``{w}`` the rate window. The busiest core: one minus its idle and

@@ -80,6 +80,8 @@ class Where:
     step: float
     present: set[str]
     raw: Callable[[str], list[Raw]]
+    # the labels as they name the workload (a renaming scrape's exported_* namespace/pod: names.py)
+    relabel: Callable[[dict[str, str]], dict[str, str]] = lambda labels: labels
 
 
 def read_node(
@@ -209,6 +211,7 @@ class _Back:
         return out
 
     def ledger(self, labels: dict[str, str], times_ms: list[int], values: list[float], share: bool) -> None:
+        labels = self.where.relabel(labels)
         state = labels.get("state", "")
         e = self.entity(labels, share)
         if e is None or state not in STATES:
@@ -238,6 +241,7 @@ class _Back:
         r.stats.rows += len(times_ms)
 
     def holdup(self, labels: dict[str, str], times_ms: list[int], values: list[float]) -> None:
+        labels = self.where.relabel(labels)
         e = self.entity(labels, share=False)
         if e is None:
             return
@@ -247,6 +251,7 @@ class _Back:
         )
 
     def verdict(self, labels: dict[str, str], times: list[float]) -> None:
+        labels = self.where.relabel(labels)
         kind = labels.get("kind", "")
         e = self.entity(labels, share=bool(labels.get("pod")) and self._shared_any(labels))
         if e is None or not kind or not times:
@@ -257,6 +262,7 @@ class _Back:
 
     def since(self, labels: dict[str, str], times: list[float], values: list[float]) -> None:
         """When a firing verdict's loss began, at each step it was read."""
+        labels = self.where.relabel(labels)
         kind = labels.get("kind", "")
         e = self.entity(labels, share=bool(labels.get("pod")) and self._shared_any(labels))
         if e is not None and kind:
@@ -266,6 +272,7 @@ class _Back:
         return f"{self.node}/{labels.get('gpu', '')}" in self.split
 
     def workload(self, labels: dict[str, str], steps: int) -> None:
+        labels = self.where.relabel(labels)
         e = self.entity(labels, share=False)
         if e is None or not labels.get("workload"):
             return

@@ -130,6 +130,7 @@ def lines(result: ReplayResult) -> list[str]:
         if "queries" in read:
             line += f": {read['queries']} queries, {read['samples'] / 1e6:.2f} M samples"
         out.append(line)
+        out += [f"  {line}" for line in workload_lines(read)]
         if read.get("read_back_nodes"):
             out.append(
                 f"  gpu-bottleneck-exporter's own ledger, verdicts and classes read back for "
@@ -138,16 +139,30 @@ def lines(result: ReplayResult) -> list[str]:
             )
     for why in dict(fleet.get("unjudged") or {}).values():
         out.append(f"  at this step {why}")
+    out += [f"  {note}" for note in fleet.get("notes") or ()]  # type: ignore[attr-defined]
     spaces = fleet.get("namespaces")
     if not isinstance(spaces, dict) or not spaces:
         return out
     currency = result.prices.currency if result.prices else ""
-    out.append("by namespace (GPU-hours held and lost, what the loss cost; its jobs below it):")
+    out.append(
+        "by namespace (GPU-hours its jobs were on GPUs and of them lost, what the loss cost; its jobs below):"
+    )
     for name, space in spaces.items():
         out.append(f"  namespace {name}: {_line(space, currency)}")
         for job, tally in space["jobs"].items():
             out.append(f"    job {job}: {_line(tally, currency)}")
     return out
+
+
+def workload_lines(read: dict[str, object]) -> list[str]:
+    """Which labels named the workload each GPU was charged to, as discovery found them."""
+    named = read.get("workload_labels")
+    if not isinstance(named, dict):
+        return []
+    if not named:
+        return ["no series named a pod: every GPU is charged to its node (no pod)"]
+    ways = "; ".join(f"{by}, on {n} series" for by, n in named.items())
+    return [f"the workload (namespace/pod) named by {ways}"]
 
 
 def _line(r: dict[str, object], currency: str) -> str:
@@ -163,7 +178,7 @@ def _line(r: dict[str, object], currency: str) -> str:
         text += f"; cost {r['cost']:.2f} {currency}, lost {r['lost_cost']:.2f}"
     free = r.get("free_gpu_hours")
     if isinstance(free, float) and free >= 0.05:  # shown as it rounds: from 0.1
-        text += f"; {free:.1f} GPU-h free (no job held them: neither counted nor priced)"
+        text += f"; {free:.1f} GPU-h free (no job on them: neither counted nor priced)"
     verdicts = r["verdicts"]
     if isinstance(verdicts, dict) and verdicts:
         text += "; verdicts " + ", ".join(f"{k} {n}" for k, n in verdicts.items())

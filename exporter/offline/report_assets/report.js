@@ -12,10 +12,22 @@
     if (data.start == null || t == null) return "";
     return new Date((data.start + t) * 1000).toISOString().substring(11, 19);
   }
+  // a range of days is read by date and time (UTC); a shorter one by seconds and time of day
+  function dateTime(t) {
+    return new Date((data.start + t) * 1000).toISOString().substring(0, 19).replace("T", " ");
+  }
   function when(t) {
     if (t == null) return "-";
+    if (data.dated) return dateTime(t);
     const c = clock(t);
     return Math.round(t) + " s" + (c ? " (" + c + ")" : "");
+  }
+  function tick(t) {
+    if (data.dated) {
+      const text = dateTime(t); // "2026-11-30 14:03:51": the month-day and hour:minute on the axis
+      return text.substring(5, 16);
+    }
+    return t < 60 ? t + " s" : Math.floor(t / 60) + ":" + String(Math.round(t % 60)).padStart(2, "0");
   }
   function rgba(hex, a) {
     const n = parseInt(hex.slice(1), 16);
@@ -147,7 +159,7 @@
         y: { range: (u, min, max) => [0, Math.max(105, Math.ceil((max || 0) / 10) * 10)] },
       },
       axes: [
-        { values: (u, ticks) => ticks.map((t) => (t < 60 ? t + " s" : Math.floor(t / 60) + ":" + String(Math.round(t % 60)).padStart(2, "0"))) },
+        { values: (u, ticks) => ticks.map(tick), space: data.dated ? 110 : 50 },
         { label: "%  /  °C", size: 50 },
       ],
       legend: { live: true },
