@@ -126,16 +126,22 @@ def test_an_older_clients_events_file_replays_as_its_run_file(tmp_path, drop_tim
 
 def test_wandb_dir_with_run_picks_the_run_and_a_wrong_id_is_one_line(tmp_path):
     """wandb/ holding two runs (gzipped run files): the newest by default, --run ID the named one; an id
-    that is not there, or --run beside one run of another id: exit 2, one line naming the runs."""
+    that is not there, or --run beside one run (its directory or file) of another id: exit 2, one line
+    naming the runs or the run's own id."""
     root = tmp_path / "wandb"
     for path, run in ((W01, "run-20240214_195452-kt2awly2"), (W02, "run-20240214_204339-b4efbneh")):
         (root / run).mkdir(parents=True)
         shutil.copy(path, root / run / f"run-{run.rsplit('-', 1)[1]}.wandb.gz")
     assert _summary(root)["tracker"]["run_id"] == "b4efbneh"
     assert _summary(root, "--run", "kt2awly2")["tracker"]["run_id"] == "kt2awly2"
+    assert _summary(W02, "--run", "b4efbneh")["tracker"]["run_id"] == "b4efbneh"  # the file's own id
     for args, said in (
         ((root, "--run", "zzzz9999"), "no W&B run zzzz9999 here (its runs: b4efbneh, kt2awly2)"),
-        ((root / "run-20240214_204339-b4efbneh", "--run", "kt2awly2"), "does not name this W&B run"),
+        (
+            (root / "run-20240214_204339-b4efbneh", "--run", "kt2awly2"),
+            "does not name this W&B run (b4efbneh)",
+        ),
+        ((W02, "--run", "kt2awly2"), "does not name this W&B run (b4efbneh)"),
     ):
         done = run_replay(*args)
         assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
@@ -203,3 +209,18 @@ def test_a_gzipped_run_file_cut_short_reads_to_its_last_whole_record(tmp_path):
     done = run_replay(damaged)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "damaged gzip file" in done.stderr or "checksum is wrong" in done.stderr
+
+
+def test_a_bad_events_file_is_one_line(tmp_path):
+    """An events file with a line past 1 MiB, and one with no GPU stats in it: exit 2, one line."""
+    long_line = tmp_path / "long" / "wandb-events.jsonl"
+    long_line.parent.mkdir()
+    first = json.dumps({"system.gpu.0.gpu": 50, "_timestamp": 1.7e9, "_runtime": 30})
+    long_line.write_text(first + "\n" + '{"x": "' + "a" * (2 << 20) + '"}\n')
+    no_gpu = tmp_path / "cpu" / "wandb-events.jsonl"
+    no_gpu.parent.mkdir()
+    no_gpu.write_text(json.dumps({"system.cpu": 12.5, "_timestamp": 1.7e9, "_runtime": 30}) + "\nnot json\n")
+    for path, said in ((long_line, "line 2 is longer than 1 MiB"), (no_gpu, "has no GPU system metrics")):
+        done = run_replay(path)
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert said in done.stderr

@@ -71,10 +71,13 @@ def open_run(path: str | None, mlflow: str | None = None, run_id: str | None = N
         return _wandb(where, run_id, path)
     found = wandb_run.run_file(where)
     if found is not None:
-        _same_run(found, run_id, path)
-        if wandb_run.is_run_file(found):
-            return wandb_run.read_file(found, path)
-        return wandb_run.read_events(found, path)
+        run = (
+            wandb_run.read_file(found, path)
+            if wandb_run.is_run_file(found)
+            else wandb_run.read_events(found, path)
+        )
+        _same_run(run, run_id)
+        return run
     if where.is_dir() or mlflow_run.is_sqlite(where):
         return mlflow_run.read_path(where, run_id)
     return wandb_run.read_csv(where, path, run_id)
@@ -94,16 +97,11 @@ def _wandb(root: Path, run_id: str, label: str) -> TrackerRun:
     return wandb_run.read_events(found, label)
 
 
-def _same_run(found: Path, run_id: str | None, label: str) -> None:
-    """--run beside one W&B run: it must name that run (a different id is a mistake, said in one line)."""
-    from exporter.offline.trackers import wandb_run
-
-    if not run_id:
-        return
-    its = wandb_run.file_run_id(found)
-    if its != run_id:
+def _same_run(run: TrackerRun, run_id: str | None) -> None:
+    """--run beside one W&B run: it must name that run (another id is a mistake, said in one line)."""
+    if run_id and run_id != run.run_id:
         raise TrackerError(
-            f"{label}: --run {run_id} does not name this W&B run ({its or 'its id is not in its name'}); "
+            f"{run.label}: --run {run_id} does not name this W&B run ({run.run_id or 'it has no id'}); "
             "give wandb/ with --run ID to pick a run"
         )
 

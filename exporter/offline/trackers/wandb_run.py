@@ -322,10 +322,13 @@ def read_events(path: Path, label: str) -> TrackerRun:
     stats, kept = Clock(), []
     for values in _json_lines(path, label):
         stamp, runtime = values.get("_timestamp"), values.get("_runtime")
-        stats.add(stamp, runtime, {})
+        if stamp is not None and runtime is not None and stats.start is None:
+            stats.start = stamp - runtime  # the run's start, for the lines without their _timestamp
         gpus = {k: v for k, v in values.items() if v is not None and _GPU.match(k)}
         if gpus and (stamp is not None or runtime is not None):
+            run.count(len(gpus))  # bounded while the lines wait for their times
             kept.append((stamp, runtime, gpus))
+    run.points = 0  # counted again as each point is put
     history = Clock()
     beside = path.parent / HISTORY
     if beside.is_file():
