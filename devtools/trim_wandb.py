@@ -4,9 +4,8 @@
 
 The records kept are the run (its name, id and config), its config updates, its history (what it logged:
 the times and its step counter are read) and its system stats; console output, file uploads, telemetry
-and the like are left out. Each kept record is written back unchanged, in the same log framing the
-client wrote (exporter/offline/trackers/wandb_run.py reads it), so the copy is a ``.wandb`` file W&B's
-own tools read too.
+and the like are left out. Each kept record is written back unchanged, in the log framing the client
+wrote (32 KiB blocks, each piece behind its checksum), which exporter/offline/trackers/wandb_run.py reads.
 """
 
 from __future__ import annotations
