@@ -480,8 +480,9 @@ def build_parser() -> _Parser:
 
     add_prometheus_flags(replay)
     tracked = replay.add_argument_group(
-        "reading an experiment tracker's run (docs/diagnose.md): name a W&B run directory, its .wandb file, "
-        "a W&B CSV export, an MLflow run directory (mlruns/EXP/RUN), mlruns/ or mlflow.db as the trace, or"
+        "reading an experiment tracker's run (docs/diagnose.md): name a W&B run directory, its .wandb file "
+        "(or .wandb.gz), an older client's wandb-events.jsonl, a W&B CSV export, an MLflow run directory "
+        "(mlruns/EXP/RUN), an experiment (mlruns/EXP), mlruns/ or mlflow.db as the trace, or"
     )
     tracked.add_argument(
         "--mlflow",
@@ -490,7 +491,11 @@ def build_parser() -> _Parser:
         "mlflow extra: pip install 'gpu-bottleneck-exporter[mlflow]'",
     )
     tracked.add_argument(
-        "--run", dest="run_id", metavar="ID", help="the MLflow run's id (default: the latest run)"
+        "--run",
+        dest="run_id",
+        metavar="ID",
+        help="which run: an MLflow run's id (default: the latest run), a W&B run's id under wandb/ "
+        "(default: latest-run), or the run's name in a W&B CSV export of several runs",
     )
     record = sub.add_parser(
         "record",
@@ -1033,7 +1038,9 @@ def _replay_tracker(args: argparse.Namespace) -> int:
     if args.mlflow and args.trace is not None:
         raise UsageError("replay: a run on disk or --mlflow URI, not both")
     if args.run_id and not (args.mlflow or args.trace):
-        raise UsageError("--run names a run of --mlflow URI or of an MLflow store")
+        raise UsageError(
+            "--run names a run of --mlflow URI, of an MLflow store, of wandb/ or of a W&B export"
+        )
     try:
         run = open_run(args.trace, args.mlflow, args.run_id)
     except TrackerError as exc:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -80,6 +81,28 @@ def test_the_command_reads_a_file_store_and_a_wandb_run_with_their_progress(runs
         assert {e["gpu"] for e in fired} == {"0", "1"} and all(
             e["time"].startswith("2026-11-18") for e in fired
         )
+
+
+def test_an_mlflow_experiment_directory_reads_its_latest_run(runs, tmp_path):
+    """`replay mlruns/EXP`: that experiment's run, whichever experiment of the store is newer; --run still
+    names any run of the store."""
+    hang, healthy = runs["hang"], runs["healthy"]
+    store = tmp_path / "mlruns"
+    for made in (hang, healthy):  # two experiments in one store
+        shutil.copytree(made.mlflow_run_dir.parent, store / made.mlflow_run_dir.parent.name)
+    assert hang.mlflow_run_dir.parent.name != healthy.mlflow_run_dir.parent.name
+    for made, run, kinds in (
+        (hang, "llama-8b-pretrain-ib", {("0", "comm_hang"), ("1", "comm_hang")}),
+        (healthy, None, set()),
+    ):
+        summary = _report(store / made.mlflow_run_dir.parent.name)["summary"]
+        assert (
+            summary["tracker"]["run_id"] == made.mlflow_run_id and summary["tracker"]["kept"] == "file store"
+        )
+        assert run is None or summary["tracker"]["run"] == run
+        assert {(v["gpu"], v["kind"]) for v in summary["verdicts"]} == kinds
+    by_id = _report(store / hang.mlflow_run_dir.parent.name, "--run", healthy.mlflow_run_id)["summary"]
+    assert by_id["tracker"]["run_id"] == healthy.mlflow_run_id and by_id["verdicts"] == []
 
 
 def test_a_wandb_export_and_a_sqlite_store_show_the_starvation(runs):

@@ -42,8 +42,14 @@ def claims(path: Path) -> bool:
     from exporter.offline.trackers import mlflow_run, wandb_run
 
     if path.is_dir():
-        return bool(wandb_run.run_file(path) or mlflow_run.is_run_dir(path) or mlflow_run.is_store_dir(path))
-    if wandb_run.is_run_file(path) or mlflow_run.is_sqlite(path):
+        return bool(
+            wandb_run.run_file(path)
+            or wandb_run.run_ids(path)
+            or mlflow_run.is_run_dir(path)
+            or mlflow_run.is_store_dir(path)
+            or mlflow_run.is_experiment_dir(path)
+        )
+    if wandb_run.is_run_file(path) or wandb_run.is_events_file(path) or mlflow_run.is_sqlite(path):
         return True
     try:
         with path.open(errors="replace") as f:
@@ -61,12 +67,43 @@ def open_run(path: str | None, mlflow: str | None = None, run_id: str | None = N
         return mlflow_run.read(mlflow, run_id, _kept(mlflow), mlflow)
     assert path is not None
     where = Path(path)
+    if where.is_dir() and run_id and wandb_run.run_ids(where):  # wandb/ and the run to read
+        return _wandb(where, run_id, path)
     found = wandb_run.run_file(where)
     if found is not None:
-        return wandb_run.read_file(found, path)
+        run = (
+            wandb_run.read_file(found, path)
+            if wandb_run.is_run_file(found)
+            else wandb_run.read_events(found, path)
+        )
+        _same_run(run, run_id)
+        return run
     if where.is_dir() or mlflow_run.is_sqlite(where):
         return mlflow_run.read_path(where, run_id)
-    return wandb_run.read_csv(where, path)
+    return wandb_run.read_csv(where, path, run_id)
+
+
+def _wandb(root: Path, run_id: str, label: str) -> TrackerRun:
+    """The run ``run_id`` of a ``wandb/`` directory (its ``run-*-ID``)."""
+    from exporter.offline.trackers import wandb_run
+
+    found = wandb_run.run_file(root, run_id)
+    if found is None or wandb_run.file_run_id(found) != run_id:
+        ids = wandb_run.run_ids(root)
+        shown = ", ".join(ids[-5:]) + (f" (and {len(ids) - 5} earlier)" if len(ids) > 5 else "")
+        raise TrackerError(f"{label}: no W&B run {run_id} here (its runs: {shown})")
+    if wandb_run.is_run_file(found):
+        return wandb_run.read_file(found, label)
+    return wandb_run.read_events(found, label)
+
+
+def _same_run(run: TrackerRun, run_id: str | None) -> None:
+    """--run beside one W&B run: it must name that run (another id is a mistake, said in one line)."""
+    if run_id and run_id != run.run_id:
+        raise TrackerError(
+            f"{run.label}: --run {run_id} does not name this W&B run ({run.run_id or 'it has no id'}); "
+            "give wandb/ with --run ID to pick a run"
+        )
 
 
 def _kept(uri: str) -> str:

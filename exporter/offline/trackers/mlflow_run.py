@@ -49,6 +49,15 @@ def is_run_dir(path: Path) -> bool:
     return (path / "meta.yaml").is_file() and (path / "metrics").is_dir()
 
 
+def is_experiment_dir(path: Path) -> bool:
+    """``mlruns/EXP``: an experiment's meta.yaml beside its runs' directories."""
+    return (
+        path.is_dir()
+        and (path / "meta.yaml").is_file()
+        and any(is_run_dir(d) for d in path.iterdir() if d.is_dir())
+    )
+
+
 def is_store_dir(path: Path) -> bool:
     """``mlruns/``: experiments' directories with their meta.yaml."""
     return path.is_dir() and any((d / "meta.yaml").is_file() for d in path.iterdir() if d.name.isdigit())
@@ -88,40 +97,53 @@ def _client(uri: str) -> Any:
 
 def read_path(path: Path, run_id: str | None) -> TrackerRun:
     """A run directory, a file store or a SQLite store on disk (``run_id``: which run of a store)."""
+    experiment = None
     if is_run_dir(path):
         uri, run_id, kept = path.resolve().parent.parent.as_uri(), path.name, "file store"
+    elif is_experiment_dir(path):  # mlruns/EXP: its latest run unless --run names one
+        uri, kept, experiment = path.resolve().parent.as_uri(), "file store", path.resolve().name
     elif is_sqlite(path):
         uri, kept = f"sqlite:///{path.resolve()}", "SQLite store"
     else:
         uri, kept = path.resolve().as_uri(), "file store"
-    return read(uri, run_id, kept, str(path))
+    return read(uri, run_id, kept, str(path), experiment)
 
 
-def read(uri: str, run_id: str | None, kept: str = "tracking server", label: str = "") -> TrackerRun:
-    """The run ``run_id`` (None: the latest) of the store or server at ``uri``."""
+def read(
+    uri: str,
+    run_id: str | None,
+    kept: str = "tracking server",
+    label: str = "",
+    experiment: str | None = None,
+) -> TrackerRun:
+    """The run ``run_id`` (None: the latest, of ``experiment`` when given) of the store or server at
+    ``uri``."""
     with _client_env():
         client = _client(uri)
         from mlflow.exceptions import MlflowException
 
         try:
-            return _read(client, run_id, kept, label or uri)
+            return _read(client, run_id or _latest(client, experiment), kept, label or uri)
         except (MlflowException, OSError, ValueError) as exc:  # a server down, a run that is not there
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise TrackerError(f"{label or uri}: MLflow could not read the run: {first[:300]}") from None
 
 
-def _latest(client: Any) -> str:
+def _latest(client: Any, experiment: str | None = None) -> str:
     from mlflow.entities import ViewType
 
-    experiments = [e.experiment_id for e in client.search_experiments(view_type=ViewType.ALL)]
+    experiments = (
+        [experiment]
+        if experiment is not None
+        else [e.experiment_id for e in client.search_experiments(view_type=ViewType.ALL)]
+    )
     runs = client.search_runs(experiments, order_by=["attributes.start_time DESC"], max_results=1)
     if not runs:
         raise TrackerError("no run in this store")
     return str(runs[0].info.run_id)
 
 
-def _read(client: Any, run_id: str | None, kept: str, label: str) -> TrackerRun:
-    run_id = run_id or _latest(client)
+def _read(client: Any, run_id: str, kept: str, label: str) -> TrackerRun:
     found = client.get_run(run_id)
     run = TrackerRun(
         "MLflow", kept, label, name=found.info.run_name or "", run_id=run_id, config=dict(found.data.params)
