@@ -86,6 +86,10 @@ class PromError(Exception):
     """The server could not be read: the message is one line naming the URL and why."""
 
 
+class _Cut(Exception):
+    """A request cut where the run's budget ended (``_request`` says it, with the request counted)."""
+
+
 class BudgetSpent(PromError):
     """The run's time budget (--max-duration) is spent: the whole run ends, not only the node."""
 
@@ -107,7 +111,7 @@ class Budget:
 
     def spent(self, url: str, why: str) -> BudgetSpent:
         return BudgetSpent(
-            f"{url}: gave up after the run's budget of {self.seconds:g} s (--max-duration): {why}; "
+            f"{url}: gave up, the run's budget of {self.seconds:g} s (--max-duration) is spent: {why}; "
             "pass a larger --max-duration, a shorter range (--from/--to) or fewer nodes (--selector)"
         )
 
@@ -227,11 +231,14 @@ class PromClient:
             began = time.monotonic()
             self.counts.queries += 1
             try:
-                status, headers, body = self._once(path, params, post, limit or MAX_BODY_BYTES)
-            finally:
-                self.counts.seconds += time.monotonic() - began
-                if self.on_query:
-                    self.on_query()
+                try:
+                    status, headers, body = self._once(path, params, post, limit or MAX_BODY_BYTES)
+                finally:
+                    self.counts.seconds += time.monotonic() - began
+                    if self.on_query:
+                        self.on_query()
+            except _Cut:
+                raise self._spent() from None
             if status in _BUSY and attempt < RETRIES:
                 pause = min(_retry_after(headers.get("Retry-After"), wait), RETRY_WAIT_MAX_S)
                 if self.budget and self.budget.left() <= pause:  # no time left to ask again
@@ -255,8 +262,8 @@ class PromClient:
     def _spent(self, why: str = "") -> BudgetSpent:
         assert self.budget is not None
         c = self.counts
-        mean = f", {c.seconds / c.queries:.1f} s each on average" if c.queries else ""
-        return self.budget.spent(self.url, why or f"{c.queries} queries answered in {c.seconds:.0f} s{mean}")
+        mean = c.seconds / max(1, c.queries)
+        return self.budget.spent(self.url, why or f"its answers took {mean:.1f} s each ({c.queries} queries)")
 
     def _once(
         self, path: str, params: list[tuple[str, str]], post: bool, limit: int
@@ -322,7 +329,7 @@ class PromClient:
         except (OSError, http.client.HTTPException, ValueError) as exc:
             if expired.is_set() or isinstance(exc, TimeoutError):
                 if by_budget:
-                    raise self._spent() from None
+                    raise _Cut from None
                 raise PromError(f"{self.url}: no complete answer within {self.timeout_s:g} s") from None
             raise PromError(f"cannot reach {self.url} ({_reason(exc)})") from None
         finally:

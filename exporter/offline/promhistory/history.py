@@ -186,6 +186,9 @@ def discover(client: PromClient, request: Request) -> Found:
             gpus[node] = max(gpus.get(node, 0), len(ids))
         if found:
             schemes.append(scheme)
+    # the range against each node's memory before any sample is asked: at the step given, or at the
+    # coarsest one the scrape interval could give (checked again at the interval found)
+    too_large_everywhere(nodes, gpus, request, request.step or MAX_STEP_S)
     if not schemes:
         known = ", ".join(names.PRESENCE.values())
         what = f"matching {{{request.selector}}} " if request.selector else ""
@@ -324,6 +327,18 @@ def too_large(node: str, gpus: int, request: Request, step: float) -> str:
         f"node {node}: {gpus} GPU(s) x {steps:.0f} steps is more than {MAX_GPU_STEPS:,} GPU-steps one "
         "node may hold (2 GiB): read a shorter range (--from/--to) or a coarser --step"
     )
+
+
+def too_large_everywhere(
+    nodes: Iterable[str], gpus: dict[str, int], request: Request, step: float
+) -> dict[str, str]:
+    """Each node too large for a worker's memory at ``step``, with why; when that is every node, the
+    run is refused (one line) before any of their samples is asked."""
+    nodes = list(nodes)
+    failed = {n: why for n in nodes if (why := too_large(n, gpus.get(n, 1), request, step))}
+    if nodes and len(failed) == len(nodes):
+        raise PromError(f"no node could be read: {failed[min(failed)]}")
+    return failed
 
 
 def _held(node: str, gpus: dict[str, Gpu], request: Request, step: float) -> None:
@@ -590,14 +605,9 @@ def replay_prometheus(
     step = request.step or scrape_interval(client, request, found)
     if step > MAX_STEP_S:
         raise PromError(f"--step {step:g} s: past {MAX_STEP_S:g} s no verdict can be told (docs/diagnose.md)")
-    # each node's range against the memory it may hold, before any of its samples is asked
-    failed: dict[str, str] = {}  # node -> why it could not be read (the others' results still count)
-    for node in found.nodes:
-        why = too_large(node, found.gpus.get(node, 1), request, step)
-        if why:
-            failed[node] = why
-    if failed and len(failed) == len(found.nodes):
-        raise PromError(f"no node could be read: {failed[min(failed)]}")
+    # each node's range against the memory it may hold, before any of its samples is asked; a node
+    # that cannot be read is said in the summary (the others' results still count)
+    failed = too_large_everywhere(found.nodes, found.gpus, request, step)
     progress = Progress(nodes=len(found.nodes), nodes_done=len(failed))
     counts = client.counts
 
