@@ -459,13 +459,18 @@ class PromClient:
         span_s: float,
         export: bool = False,
         least_s: float = MIN_SPAN_S,
+        thin_s: float = 0.0,
     ) -> list[Raw]:
         """The raw samples of ``selector`` in ``(start, end]``, per series (sorted by their labels, as
-        Prometheus sorts them), every chunk's joined: for a series whose samples are few (this exporter's
-        own counters); a gauge's are placed on the step's clock chunk by chunk (``raw_chunks``)."""
+        Prometheus sorts them), every chunk's joined (a gauge's are rather placed on the step's clock
+        chunk by chunk: ``raw_chunks``). ``thin_s``: of the samples of each ``thin_s`` seconds, only the
+        latest is kept (a counter's increases are the same), so that what is held is bounded by the
+        range's steps, not by the samples the server sends."""
         out: dict[tuple[tuple[str, str], ...], Raw] = {}
         for chunk in self.raw_chunks(selector, start, end, span_s, export, least_s):
             for key, labels, times_ms, values in chunk:
+                if thin_s > 0:
+                    times_ms, values = _thinned(times_ms, values, round(thin_s * 1000))
                 into = out.get(key)
                 if into is None:
                     into = out[key] = Raw(labels)
@@ -771,6 +776,18 @@ def _finite(
         return labels, times_ms, values
     kept = sorted(dict(p for p in zip(times_ms, values, strict=True) if math.isfinite(p[1])).items())
     return labels, [t for t, _ in kept], [v for _, v in kept]
+
+
+def _thinned(times_ms: list[int], values: list[float], every_ms: int) -> tuple[list[int], list[float]]:
+    """The latest sample of each ``every_ms`` (samples in time order)."""
+    if len(times_ms) < 2 or all(b // every_ms > a // every_ms for a, b in itertools.pairwise(times_ms)):
+        return times_ms, values
+    keep = [
+        i
+        for i in range(len(times_ms))
+        if i + 1 == len(times_ms) or times_ms[i + 1] // every_ms > times_ms[i] // every_ms
+    ]
+    return [times_ms[i] for i in keep], [values[i] for i in keep]
 
 
 def _ts(t: float) -> str:

@@ -719,7 +719,10 @@ def read_back(
 
     def raw(metric: str) -> list[Raw]:  # from each series' baseline: its last sample before the range
         lo = max(0.0, request.start - LOOKBACK_S)
-        return client.raw(f"{metric}{{{sel}}}", lo, request.end, CHUNK_STEPS * step, found.export)
+        # a sample each half step at most (a scrape's jitter never puts two there; a dense server's
+        # samples are thinned to two a step): what a node holds is bounded by its steps
+        span = _chunk_steps(found.gpus.get(node, 1)) * step
+        return client.raw(f"{metric}{{{sel}}}", lo, request.end, span, found.export, step, thin_s=step / 2)
 
     where = own.Where(client, sel, request.start, request.end, step, found.present, raw)
     back = own.read_node(where, node, job_name, merged.prices, merged.origin, hooks.on_tick is not None)
