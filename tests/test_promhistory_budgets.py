@@ -381,3 +381,35 @@ def test_a_malformed_proxy_variable_through_the_command_is_one_line(serve, monke
     run = _cli("--prometheus", "http://prom.invalid:9090", env={**env, "HTTP_PROXY": "http://[::1"})
     assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
     assert "HTTP_PROXY: 'http://[::1' is not a proxy URL" in run.stderr
+
+
+def test_placing_an_answer_at_a_time_gives_what_placing_the_range_at_once_gives():
+    """Samples split into chunks at random places (each chunk's first sample may repeat the last one
+    held, as the chunks' shared edge does): the steps and their values are the whole range's."""
+    import random
+
+    rng = random.Random(7)
+    for _ in range(200):
+        grid = history.Grid.of(1000.0, 1000.0 + rng.choice([60, 600, 3600]), rng.choice([1.0, 15.0, 30.0]))
+        times = sorted(rng.sample(range(900_000, 4_700_000, rng.choice([1, 7, 1000, 15_000])), 60))
+        values = [float(rng.randrange(100)) for _ in times]
+        cuts = sorted(rng.sample(range(1, len(times)), rng.randrange(0, 10)))
+        placer, got_t, got_v = history.Placer(grid), [], []
+        for lo, hi in zip([0, *cuts], [*cuts, len(times)], strict=True):
+            lo = max(0, lo - rng.randrange(2))  # the edge sample asked again
+            t, v = placer.add(times[lo:hi], values[lo:hi])
+            got_t += t
+            got_v += v
+        t, v = placer.finish()
+        assert (got_t + t, got_v + v) == grid.place(times, values)
+
+
+def test_this_exporters_counters_read_back_are_thinned_to_two_samples_a_step(serve):
+    """A node this exporter watched has its ledger counters read back raw: a dense server's samples
+    are kept at most two a step (the latest of each half step; a counter's increases are the same)."""
+    handle, _ = _dense(10)
+    fake = serve(handle)
+    end = float(int(time.time()) // 60 * 60)
+    (raw,) = PromClient(fake.url, timeout_s=30).raw("gpu_time_seconds_total", end - 600, end, 600, thin_s=7.5)
+    assert len(raw.times_ms) <= 600 / 7.5 + 1 and raw.times_ms[-1] == end * 1000
+    assert len({t // 7500 for t in raw.times_ms}) == len(raw.times_ms)  # one a half step
