@@ -219,6 +219,7 @@ class PromClient:
                 raise PromError(f"--prometheus-ca-file: cannot load {auth.ca_file} ({exc})") from None
         self._proxy = _proxy_for(self._host, self._https)
         self._span_fits = 0  # the longest raw-sample chunk (s) that fit RAW_BODY_BYTES after a halving
+        self._slowest_s = 0.0  # the longest a request took (the budget's message)
 
     def _request(
         self, path: str, params: list[tuple[str, str]], post: bool = True, limit: int | None = None
@@ -235,7 +236,9 @@ class PromClient:
                 try:
                     status, headers, body = self._once(path, params, post, limit or MAX_BODY_BYTES)
                 finally:
-                    self.counts.seconds += time.monotonic() - began
+                    took = time.monotonic() - began
+                    self._slowest_s = max(self._slowest_s, took)
+                    self.counts.seconds += took
                     if self.on_query:
                         self.on_query()
             except _Cut:
@@ -262,9 +265,9 @@ class PromClient:
 
     def _spent(self, why: str = "") -> BudgetSpent:
         assert self.budget is not None
-        c = self.counts
-        mean = c.seconds / max(1, c.queries)
-        return self.budget.spent(self.url, why or f"its answers took {mean:.1f} s each ({c.queries} queries)")
+        return self.budget.spent(
+            self.url, why or f"the range was not read in time (answers took up to {self._slowest_s:.1f} s)"
+        )
 
     def _once(
         self, path: str, params: list[tuple[str, str]], post: bool, limit: int
