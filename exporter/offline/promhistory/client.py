@@ -47,9 +47,9 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 # about 75,000 (about 28 bytes each) and is placed on the step's clock before the next is asked. Bounding
 # the answer and splitting the range is simpler than a streaming parser, and it bounds the parse too: an
 # answer's transient is about 15 times its body, 30 MB, whatever the server's spacing (a day of samples
-# 4 ms apart peaked at 69 MiB against 35 MiB at 15 s; 96 MiB at 4 MiB answers, 2.4 GB kept whole). At
+# 4 ms apart peaked at 64 MiB against 34 MiB at 15 s; 96 MiB at 4 MiB answers, 2.4 GB kept whole). At
 # 15 s a chunk of 10,000 steps is 280 KB a GPU: 7 GPUs fit in one answer, 8 take two.
-RAW_BODY_BYTES = 2 * 1024 * 1024
+RAW_BODY_BYTES = 2 * 1024 * 1024  # measured by bench/prometheus_dense.py
 # ...which holds this many samples at 40 bytes each (a long value's text): what a chunk is sized to
 RAW_SAMPLES_PER_ANSWER = RAW_BODY_BYTES // 40
 # ...and the series index of the whole range (discovery, every GPU of the fleet: about 400 bytes a
