@@ -298,21 +298,30 @@ def test_the_budget_flag_is_checked():
 
 
 class DripProxy:
-    """A proxy that answers CONNECT's status line, then its headers a byte every half second."""
+    """A proxy that answers CONNECT's status line, then its headers a byte every half second. It is
+    ended before its socket is closed: a thread still waiting in accept() on a closed descriptor would
+    take the connections of the next server given that descriptor's number."""
 
     def __init__(self) -> None:
         self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)  # the accept loop looks at ``stop`` this often
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.stop = threading.Event()
-        threading.Thread(target=self._serve, daemon=True).start()
+        self.threads = [threading.Thread(target=self._serve, daemon=True)]
+        self.threads[0].start()
 
     def _serve(self) -> None:
         while not self.stop.is_set():
             try:
                 conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
             except OSError:
                 return
-            threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
+            conn.settimeout(5)
+            drip = threading.Thread(target=self._drip, args=(conn,), daemon=True)
+            self.threads.append(drip)
+            drip.start()
 
     def _drip(self, conn: socket.socket) -> None:
         try:
@@ -328,6 +337,8 @@ class DripProxy:
 
     def close(self) -> None:
         self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=10)
         self.sock.close()
 
 
