@@ -20,6 +20,7 @@ import http.client
 import itertools
 import json
 import math
+import os
 import re
 import socket
 import ssl
@@ -42,6 +43,16 @@ DEFAULT_TIMEOUT_S = 60.0
 # steps of one series name for a node's GPUs, about 30 bytes a sample, so 2.4 MB for 8 GPUs and 17 MB
 # for 56 MIG instances. Its message says "exceeds", so the chunk is asked again in halves.
 MAX_BODY_BYTES = 64 * 1024 * 1024
+# ...and an answer of raw samples at most this: the samples a server sends are its own to choose (one 4 ms
+# apart is 250 a second), so raw samples are asked for a time short enough that one answer holds at most
+# about 75,000 (about 28 bytes each) and is placed on the step's clock before the next is asked. Bounding
+# the answer and splitting the range is simpler than a streaming parser, and it bounds the parse too: an
+# answer's transient is about 15 times its body, 30 MB, whatever the server's spacing (a day of samples
+# 4 ms apart peaked at 64 MiB against 34 MiB at 15 s; 96 MiB at 4 MiB answers, 2.4 GB kept whole). At
+# 15 s a chunk of 10,000 steps is 280 KB a GPU: 7 GPUs fit in one answer, 8 take two.
+RAW_BODY_BYTES = 2 * 1024 * 1024  # measured by bench/prometheus_dense.py
+# ...which holds this many samples at 40 bytes each (a long value's text): what a chunk is sized to
+RAW_SAMPLES_PER_ANSWER = RAW_BODY_BYTES // 40
 # ...and the series index of the whole range (discovery, every GPU of the fleet: about 400 bytes a
 # series, 100,000 GPUs in 40 MB), read element by element so its memory is the body's twice at most
 MAX_INDEX_BYTES = 256 * 1024 * 1024
@@ -79,6 +90,36 @@ _TOO_LARGE = ("too many", "exceed", "maxsamples", "max_samples", "limit")
 
 class PromError(Exception):
     """The server could not be read: the message is one line naming the URL and why."""
+
+
+class _Cut(Exception):
+    """A request cut where the run's budget ended (``_request`` says it, with the request counted)."""
+
+
+class BudgetSpent(PromError):
+    """The run's time budget (--max-duration) is spent: the whole run ends, not only the node."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The run's time budget: ``ends_at`` is wall-clock time (a worker process shares it), ``seconds``
+    what was given, for the message."""
+
+    ends_at: float
+    seconds: float
+
+    @classmethod
+    def of(cls, seconds: float) -> Budget:
+        return cls(time.time() + seconds, seconds)
+
+    def left(self) -> float:
+        return self.ends_at - time.time()
+
+    def spent(self, url: str, why: str) -> BudgetSpent:
+        return BudgetSpent(
+            f"{url}: gave up, the run's budget of {self.seconds:g} s (--max-duration) is spent: {why}; "
+            "pass a larger --max-duration, a shorter range (--from/--to) or fewer nodes (--selector)"
+        )
 
 
 @dataclass(frozen=True)
@@ -142,6 +183,7 @@ class Series:
     labels: dict[str, str]
     times: list[float] = field(default_factory=list)
     values: list[float] = field(default_factory=list)
+    slot: int = -(2**62)  # the step of the latest point held (counted from the query's start)
 
 
 @dataclass
@@ -169,7 +211,13 @@ class Counts:
 
 
 class PromClient:
-    def __init__(self, url: str, auth: Auth = Auth(), timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        url: str,
+        auth: Auth = Auth(),
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        budget: Budget | None = None,
+    ) -> None:
         url, auth = split_credentials(url, auth)
         if any(c.isspace() or not c.isprintable() for c in url):
             raise PromError(f"--prometheus: {url!r} holds a blank or a control character")
@@ -183,6 +231,7 @@ class PromClient:
         self.url = url.rstrip("/")
         self.auth = auth
         self.timeout_s = timeout_s
+        self.budget = budget
         self.counts = Counts()
         self.on_query: Callable[[], None] | None = None  # after every request (a progress line)
         self._host, self._port, self._https = parsed.hostname, port, parsed.scheme == "https"
@@ -193,6 +242,9 @@ class PromClient:
                 self._context = _ca_context(auth.ca_file)
             else:
                 self._context = ssl.create_default_context()
+        self._proxy = _proxy_for(self._host, self._https)
+        self._span_fits = 0  # the longest raw-sample chunk (s) that fit RAW_BODY_BYTES after a halving
+        self._slowest_s = 0.0  # the longest a request took (the budget's message)
 
     def _request(
         self, path: str, params: list[tuple[str, str]], post: bool = True, limit: int | None = None
@@ -201,16 +253,26 @@ class PromClient:
         answer's body; a busy answer is asked again (``RETRIES``); a failure is a PromError of one line."""
         wait = RETRY_FIRST_WAIT_S
         for attempt in range(RETRIES + 1):
+            if self.budget and self.budget.left() <= 0:
+                raise self._spent()
             began = time.monotonic()
             self.counts.queries += 1
             try:
-                status, headers, body = self._once(path, params, post, limit or MAX_BODY_BYTES)
-            finally:
-                self.counts.seconds += time.monotonic() - began
-                if self.on_query:
-                    self.on_query()
+                try:
+                    status, headers, body = self._once(path, params, post, limit or MAX_BODY_BYTES)
+                finally:
+                    took = time.monotonic() - began
+                    self._slowest_s = max(self._slowest_s, took)
+                    self.counts.seconds += took
+                    if self.on_query:
+                        self.on_query()
+            except _Cut:
+                raise self._spent() from None
             if status in _BUSY and attempt < RETRIES:
-                time.sleep(min(_retry_after(headers.get("Retry-After"), wait), RETRY_WAIT_MAX_S))
+                pause = min(_retry_after(headers.get("Retry-After"), wait), RETRY_WAIT_MAX_S)
+                if self.budget and self.budget.left() <= pause:  # no time left to ask again
+                    raise self._spent(f"HTTP {status} and no time left to ask again")
+                time.sleep(pause)
                 wait *= 2
                 continue
             if 300 <= status < 400:
@@ -226,17 +288,27 @@ class PromClient:
             return body
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def _spent(self, why: str = "") -> BudgetSpent:
+        assert self.budget is not None
+        return self.budget.spent(
+            self.url, why or f"the range was not read in time (answers took up to {self._slowest_s:.1f} s)"
+        )
+
     def _once(
         self, path: str, params: list[tuple[str, str]], post: bool, limit: int
     ) -> tuple[int, http.client.HTTPMessage, bytes]:
-        """One request, cut at ``timeout_s`` from its start whatever the server sends: a watchdog shuts
-        the socket, which ends any read waiting on it."""
+        """One request, cut at ``timeout_s`` from its start (or where the run's budget ends, if sooner)
+        whatever the server or a proxy sends: a watchdog shuts the socket, which ends any read waiting
+        on it, the proxy's CONNECT reply's too (the socket is held from the moment it is made)."""
+        deadline, by_budget = self.timeout_s, False
+        if self.budget and self.budget.left() < deadline:
+            deadline, by_budget = max(0.001, self.budget.left()), True
         form = urllib.parse.urlencode(params)
         target = f"{self._base}{path}" if post else f"{self._base}{path}?{form}"
         headers = {"Connection": "close", **self.auth.headers()}
         if post:
             headers["Content-Type"] = "application/x-www-form-urlencoded"
-        conn, target = self._connection(target, headers)
+        conn, target = self._connection(target, headers, deadline)
         expired = threading.Event()
         held: list[socket.socket] = []  # the connection's socket (the response keeps it, not ``conn``)
 
@@ -246,13 +318,22 @@ class PromClient:
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
 
-        watchdog = threading.Timer(self.timeout_s, cut)
+        def made(*args: object, **kwargs: object) -> socket.socket:
+            """The TCP socket as soon as it is made, before a proxy's tunnel is asked over it."""
+            sock = socket.create_connection(*args, **kwargs)  # type: ignore[arg-type]
+            held.append(sock)
+            if expired.is_set():
+                cut()
+            return sock
+
+        conn._create_connection = made  # type: ignore[attr-defined]
+        watchdog = threading.Timer(deadline, cut)
         watchdog.daemon = True
         watchdog.start()
         try:
-            conn.connect()  # bounded by the socket's timeout
+            conn.connect()  # the socket, the proxy's tunnel, TLS: all under the watchdog
             if conn.sock is not None:
-                held.append(conn.sock)
+                held.append(conn.sock)  # TLS' socket (the TCP one is detached into it)
             if expired.is_set():
                 cut()
             conn.request(
@@ -276,25 +357,25 @@ class PromClient:
             raise
         except (OSError, http.client.HTTPException, ValueError) as exc:
             if expired.is_set() or isinstance(exc, TimeoutError):
+                if by_budget:
+                    raise _Cut from None
                 raise PromError(f"{self.url}: no complete answer within {self.timeout_s:g} s") from None
             raise PromError(f"cannot reach {self.url} ({_reason(exc)})") from None
         finally:
             watchdog.cancel()
             conn.close()
 
-    def _connection(self, target: str, headers: dict[str, str]) -> tuple[http.client.HTTPConnection, str]:
+    def _connection(
+        self, target: str, headers: dict[str, str], timeout: float
+    ) -> tuple[http.client.HTTPConnection, str]:
         """A connection to the server, or through the proxy the environment names for it (HTTPS_PROXY,
         HTTP_PROXY, NO_PROXY, as urllib and curl read them): a tunnel for https, the absolute URL for
         http. The proxy's own credentials (http://user:pw@proxy) go to the proxy only."""
-        proxy = (
-            None
-            if urllib.request.proxy_bypass(self._host)
-            else urllib.request.getproxies().get("https" if self._https else "http")
-        )
-        host, port, timeout = self._host, self._port, self.timeout_s
+        proxy = self._proxy
+        host, port = self._host, self._port
         if proxy:
-            parsed = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
-            host, port = parsed.hostname or host, parsed.port
+            host, port = proxy.hostname or host, proxy.port
+            parsed = proxy
             if parsed.username:
                 pair = (
                     f"{urllib.parse.unquote(parsed.username)}:{urllib.parse.unquote(parsed.password or '')}"
@@ -399,13 +480,52 @@ class PromClient:
             return False
         return isinstance(line, dict) and "metric" in line
 
-    def raw(self, selector: str, start: float, end: float, span_s: float, export: bool = False) -> list[Raw]:
+    def raw(
+        self,
+        selector: str,
+        start: float,
+        end: float,
+        span_s: float,
+        export: bool = False,
+        least_s: float = MIN_SPAN_S,
+        thin_s: float = 0.0,
+    ) -> list[Raw]:
         """The raw samples of ``selector`` in ``(start, end]``, per series (sorted by their labels, as
-        Prometheus sorts them), asked in chunks of ``span_s`` seconds: a range selector evaluated at
-        each chunk's end, or VictoriaMetrics' export (``export``), whose samples are the same. A chunk
-        the server refuses as too large, or that exceeds MAX_BODY_BYTES, is asked again in halves."""
+        Prometheus sorts them), every chunk's joined (a gauge's are rather placed on the step's clock
+        chunk by chunk: ``raw_chunks``). ``thin_s``: of the samples of each ``thin_s`` seconds, only the
+        latest is kept (a counter's increases are the same), so that what is held is bounded by the
+        range's steps, not by the samples the server sends."""
         out: dict[tuple[tuple[str, str], ...], Raw] = {}
+        for chunk in self.raw_chunks(selector, start, end, span_s, export, least_s):
+            for key, labels, times_ms, values in chunk:
+                if thin_s > 0:
+                    times_ms, values = _thinned(times_ms, values, round(thin_s * 1000))
+                into = out.get(key)
+                if into is None:
+                    into = out[key] = Raw(labels)
+                into.extend(times_ms, values)
+        return [out[key] for key in sorted(out)]
+
+    def raw_chunks(
+        self,
+        selector: str,
+        start: float,
+        end: float,
+        span_s: float,
+        export: bool = False,
+        least_s: float = MIN_SPAN_S,
+    ) -> Iterator[list[tuple[tuple[tuple[str, str], ...], dict[str, str], list[int], list[float]]]]:
+        """The raw samples of ``selector`` in ``(start, end]``, a chunk at a time, each chunk's series
+        sorted by their labels (key, labels, times in ms, values), asked ``span_s`` seconds at a time: a
+        range selector evaluated at each chunk's end, or VictoriaMetrics' export (``export``), whose
+        samples are the same. A chunk the server refuses as too large, or whose answer exceeds
+        RAW_BODY_BYTES (samples denser than the step needs), is asked again in halves down to
+        ``least_s``, and the time that fit is where the next call starts: the caller holds one answer at
+        a time, never the range's samples."""
         span = max(1, math.ceil(span_s))
+        if self._span_fits:  # an earlier series of this server needed shorter chunks: start near there
+            span = min(span, 2 * self._span_fits)
+        least = max(1, math.ceil(least_s))
         path = "/api/v1/export" if export else "/api/v1/query"
         lo = start
         while lo < end:
@@ -413,22 +533,22 @@ class PromClient:
             try:
                 got = list(self._exported(selector, lo, hi) if export else self._selected(selector, lo, hi))
             except PromError as exc:
-                if span > MIN_SPAN_S and any(w in str(exc).lower() for w in _TOO_LARGE):
-                    span //= 2
+                if span > least and any(w in str(exc).lower() for w in _TOO_LARGE):
+                    span = max(least, span // 2)
+                    self._span_fits = span
                     continue
                 raise
             except _SHAPE_ERRORS as exc:
                 raise self._shape(path, exc) from None
+            chunk = []
             for labels, times_ms, values in got:
                 labels.pop("__name__", None)
-                key = tuple(sorted(labels.items()))
-                into = out.get(key)
-                if into is None:
-                    into = out[key] = Raw(labels)
-                into.extend(times_ms, values)
+                chunk.append((tuple(sorted(labels.items())), labels, times_ms, values))
                 self.counts.samples += len(times_ms)
+            del got
+            chunk.sort(key=lambda c: c[0])
+            yield chunk
             lo = hi
-        return [out[key] for key in sorted(out)]
 
     def _selected(
         self, selector: str, lo: float, hi: float
@@ -437,7 +557,7 @@ class PromClient:
         as [seconds, "value"]; they are converted a series at a time."""
         millis = math.ceil((hi - lo) * 1000)
         params = [("query", f"{selector}[{millis}ms]"), ("time", _ts(hi))]
-        for item in self._items("/api/v1/query", params, ("data", "result")):
+        for item in self._items("/api/v1/query", params, ("data", "result"), RAW_BODY_BYTES):
             pairs = _pairs(item)
             if not pairs:
                 continue
@@ -449,7 +569,8 @@ class PromClient:
     ) -> Iterator[tuple[dict[str, str], list[int], list[float]]]:
         """VictoriaMetrics' export: a line of JSON per series (or per block of one), times already in
         milliseconds and values as numbers; each line parsed on its own."""
-        body = self._request("/api/v1/export", [("match[]", selector), ("start", _ts(lo)), ("end", _ts(hi))])
+        params = [("match[]", selector), ("start", _ts(lo)), ("end", _ts(hi))]
+        body = self._request("/api/v1/export", params, limit=RAW_BODY_BYTES)
         lo_ms = round(lo * 1000)
         for text in body.split(b"\n"):
             if not text.strip():
@@ -481,12 +602,14 @@ class PromClient:
         end: float,
         step: float,
         on_chunk: Callable[[], None] | None = None,
+        points: int = MAX_POINTS_PER_SERIES,
     ) -> list[Series]:
-        """``expr`` from ``start`` to ``end`` every ``step``, asked in chunks of at most
-        MAX_POINTS_PER_SERIES points; the same series' chunks joined. A chunk the server refuses as too
-        large is asked again in halves."""
+        """``expr`` from ``start`` to ``end`` every ``step``, asked in chunks of at most ``points``
+        points (MAX_POINTS_PER_SERIES); the same series' chunks joined, at most a point a step (a server
+        answering more is thinned, not held). A chunk the server refuses as too large, or whose answer
+        exceeds RAW_BODY_BYTES, is asked again in halves."""
         out: dict[tuple[tuple[str, str], ...], Series] = {}
-        points = MAX_POINTS_PER_SERIES
+        points = max(MIN_POINTS_PER_SERIES, min(points, MAX_POINTS_PER_SERIES))
         path = "/api/v1/query_range"
         t = start
         while t <= end:
@@ -495,7 +618,7 @@ class PromClient:
             try:
                 got = [
                     (_labels(item["metric"]), _pairs(item))
-                    for item in self._items(path, params, ("data", "result"))
+                    for item in self._items(path, params, ("data", "result"), RAW_BODY_BYTES)
                 ]
                 read = [
                     (labels, [(_finite_time(ts), _number(v)) for ts, v in pairs]) for labels, pairs in got
@@ -511,14 +634,39 @@ class PromClient:
                 labels.pop("__name__", None)
                 series = out.setdefault(tuple(sorted(labels.items())), Series(labels))
                 for ts, v in sorted(samples):
-                    if math.isfinite(v) and (not series.times or ts > series.times[-1]):
+                    # the first point of each step's slot (a server's extra points between are not held)
+                    if math.isfinite(v) and (
+                        not series.times or math.floor((ts - start) / step + 1e-6) > series.slot
+                    ):
                         series.times.append(ts)
                         series.values.append(v)
+                        series.slot = math.floor((ts - start) / step + 1e-6)
                 self.counts.samples += len(samples)
             if on_chunk:
                 on_chunk()
             t = stop + step
         return list(out.values())
+
+
+def _proxy_for(host: str, https: bool) -> urllib.parse.SplitResult | None:
+    """The proxy the environment names for ``host`` (as urllib reads HTTPS_PROXY, HTTP_PROXY and
+    NO_PROXY), or None; a variable that is not a URL is one line naming it (never its credentials)."""
+    scheme = "https" if https else "http"
+    proxy = None if urllib.request.proxy_bypass(host) else urllib.request.getproxies().get(scheme)
+    if not proxy:
+        return None
+    proxy = proxy if "://" in proxy else f"http://{proxy}"
+    try:
+        parsed = urllib.parse.urlsplit(proxy)
+        parsed.port  # noqa: B018  (a port out of range raises here)
+        if not parsed.hostname:
+            raise ValueError("no host")
+    except ValueError as exc:
+        names = (f"{scheme}_proxy", f"{scheme.upper()}_PROXY")
+        name = next((n for n in names if os.environ.get(n, "") in (proxy, proxy[7:])), names[1])
+        shown = _USERINFO.sub("//", _clean(proxy, 100))
+        raise PromError(f"{name}: {shown!r} is not a proxy URL ({_clean(str(exc))})") from None
+    return parsed
 
 
 def split_credentials(url: str, auth: Auth) -> tuple[str, Auth]:
@@ -657,6 +805,18 @@ def _finite(
         return labels, times_ms, values
     kept = sorted(dict(p for p in zip(times_ms, values, strict=True) if math.isfinite(p[1])).items())
     return labels, [t for t, _ in kept], [v for _, v in kept]
+
+
+def _thinned(times_ms: list[int], values: list[float], every_ms: int) -> tuple[list[int], list[float]]:
+    """The latest sample of each ``every_ms`` (samples in time order)."""
+    if len(times_ms) < 2 or all(b // every_ms > a // every_ms for a, b in itertools.pairwise(times_ms)):
+        return times_ms, values
+    keep = [
+        i
+        for i in range(len(times_ms))
+        if i + 1 == len(times_ms) or times_ms[i + 1] // every_ms > times_ms[i] // every_ms
+    ]
+    return [times_ms[i] for i in keep], [values[i] for i in keep]
 
 
 def _ts(t: float) -> str:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from exporter.offline.promhistory.client import DEFAULT_TIMEOUT_S, Auth, PromError, split_credentials
 from exporter.offline.promhistory.history import MAX_STEP_S, Progress, Request
+from exporter.policy.thresholds import PROMETHEUS_FUTURE_MARGIN, PROMETHEUS_MAX_DURATION
 
 _RELATIVE = re.compile(r"^-(\d+(?:\.\d+)?)([smhdw])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -18,6 +19,8 @@ DEFAULT_FROM = "-1d"
 PROGRESS_EVERY_S = 5.0
 # the finest step: a scrape is a fraction of a second at the finest, and the step's clock is in ms
 MIN_STEP_S = 0.1
+# the longest --max-duration taken: a month (a run longer than that is a mistake in the unit)
+MAX_DURATION_LIMIT_S = 30 * 86400.0
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -70,6 +73,12 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help=f"seconds one request may take, its whole answer (default {DEFAULT_TIMEOUT_S:g})",
     )
+    group.add_argument(
+        "--max-duration",
+        metavar="SECONDS",
+        help="seconds the whole run may spend reading the Prometheus before it gives up "
+        f"(default {PROMETHEUS_MAX_DURATION.value:g})",
+    )
 
 
 def parse_time(text: str, now: float) -> float:
@@ -113,6 +122,12 @@ def request_from(args: argparse.Namespace, now: float | None = None) -> Request:
         raise PromError(f"--from/--to: {exc}") from None
     if end <= start:
         raise PromError("--from must be before --to")
+    margin = PROMETHEUS_FUTURE_MARGIN.value
+    if end > now + margin:  # no sample is in the future: a range past now would read nothing, at length
+        raise PromError(
+            f"--to: {args.time_to!r} is {_span(end - now)} past now; no sample is written in the future "
+            f"(at most {margin:g} s past this machine's clock is taken): give 'now' or an earlier time"
+        )
     if start < 0:  # a relative time far back ('-99999999w'): as RFC 3339, nothing is before 1970
         raise PromError(f"--from: {args.time_from!r} is before 1970")
     selector = (args.selector or "").strip().removeprefix("{").removesuffix("}").strip()
@@ -134,9 +149,19 @@ def request_from(args: argparse.Namespace, now: float | None = None) -> Request:
         step=_seconds(args.step, "--step", MAX_STEP_S, MIN_STEP_S),
         auth=auth,
         timeout_s=_seconds(args.prometheus_timeout, "--prometheus-timeout", 3600.0) or DEFAULT_TIMEOUT_S,
+        budget_s=_seconds(getattr(args, "max_duration", None), "--max-duration", MAX_DURATION_LIMIT_S)
+        or PROMETHEUS_MAX_DURATION.value,
         jobs=_jobs(getattr(args, "jobs", None)),
         recompute=bool(getattr(args, "recompute", False)),
     )
+
+
+def _span(seconds: float) -> str:
+    """A length of time as a person reads it (the largest unit that fits)."""
+    for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.4g} {unit}"
+    return f"{seconds:.0f} s"
 
 
 def _jobs(jobs: int | None) -> int | None:

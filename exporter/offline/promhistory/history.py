@@ -12,6 +12,7 @@ holds are their node's job. Every job is replayed on its own and the results are
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import ctypes
 import ctypes.util
@@ -30,7 +31,15 @@ from pathlib import Path
 from exporter.analysis.engine import VerdictEvent
 from exporter.analysis.points import NO_EXTRA, GpuPoint, HostPoint
 from exporter.offline.promhistory import names, own
-from exporter.offline.promhistory.client import Auth, PromClient, PromError, Raw
+from exporter.offline.promhistory.client import (
+    RAW_SAMPLES_PER_ANSWER,
+    Auth,
+    Budget,
+    BudgetSpent,
+    PromClient,
+    PromError,
+    Raw,
+)
 from exporter.offline.promhistory.resolution import silenced, unjudged_causes
 from exporter.offline.promhistory.rollup import rollup
 from exporter.offline.replay import ReplayResult, replay
@@ -61,7 +70,10 @@ NO_POD = ""  # a GPU no pod holds: its node's job
 PR_SET_PDEATHSIG = 1  # Linux's prctl option: a signal to this process when its parent ends
 HEARTBEAT_S = 1.0  # while workers read, the progress line is offered this often (it prints every few s)
 # A node is read whole before it is judged, about 500 bytes a GPU a step (8 GPUs at 15 s: 23 MB a day):
-# one node's range may hold this many GPU-steps (1.75 GB), so a worker stays under 2 GiB (docs/diagnose.md)
+# one node's range may hold this many GPU-steps (1.75 GB), so a worker stays under 2 GiB (docs/diagnose.md).
+# Each answer is placed on the step's clock as it comes, so what a node holds is its steps, never the
+# samples the server sent: the cap is checked on the GPUs discovery found before any sample is asked, and
+# on the GPU-steps held as they are read (a server may answer for GPUs its index did not name).
 MAX_GPU_STEPS = 3_500_000
 
 
@@ -74,6 +86,8 @@ class Request:
     step: float | None = None  # None: the series' scrape interval
     auth: Auth = field(default_factory=Auth)
     timeout_s: float = 60.0
+    budget_s: float | None = None  # the run's time budget (--max-duration; None: no budget)
+    budget: Budget | None = None  # ...from when the run started (set by replay_prometheus)
     export: bool | None = None  # read raw samples by VictoriaMetrics' export (None: where the server has it)
     jobs: int | None = None  # processes judging nodes (None: one per core)
     recompute: bool = False  # judge this exporter's nodes from their raw readings, not read their verdicts
@@ -118,6 +132,7 @@ class Found:
     # exporter's own pod (their scrape renamed the workload's labels to exported_*)
     targets: frozenset[tuple[str, str]] = frozenset()
     named_by: dict[str, int] = field(default_factory=dict)  # which labels named the workload: series
+    gpus: dict[str, int] = field(default_factory=dict)  # node -> the GPUs its series index names
 
 
 def _quote(value: str) -> str:
@@ -169,17 +184,25 @@ def discover(client: PromClient, request: Request) -> Found:
     schemes: list[str] = []
     nodes: dict[str, str] = {}
     seen: list[dict[str, str]] = []  # the presence series' labels, for how they name the workload
+    gpus: dict[str, int] = {}  # node -> its GPUs in the scheme that names the most of them
     for scheme in names.SCHEMES:
         match = "{" + _matchers(f"__name__={_quote(names.PRESENCE[scheme])}", request.selector) + "}"
         found = False
+        idents: dict[str, set[str]] = {}
         for labels in client.series(match, request.start, request.end):
             found = True
             where = node_of(labels)
             if where is not None:
                 nodes.setdefault(*where)
+                idents.setdefault(where[0], set()).add(gpu_id(scheme, labels) or "")
             seen.append({k: labels[k] for k in ("job", "namespace", "pod", *_WORKLOAD_KEYS) if k in labels})
+        for node, ids in idents.items():
+            gpus[node] = max(gpus.get(node, 0), len(ids))
         if found:
             schemes.append(scheme)
+    # the range against each node's memory before any sample is asked: at the step given, or at the
+    # coarsest one the scrape interval could give (checked again at the interval found)
+    too_large_everywhere(nodes, gpus, request, request.step or MAX_STEP_S)
     if not schemes:
         known = ", ".join(names.PRESENCE.values())
         what = f"matching {{{request.selector}}} " if request.selector else ""
@@ -213,7 +236,7 @@ def discover(client: PromClient, request: Request) -> Found:
                 read_back.add(where[0])
     targets, named_by = _naming(seen)
     pod_jobs = _pod_jobs(client, request)
-    return Found(schemes, nodes, host_nodes, present, pod_jobs, export, read_back, targets, named_by)
+    return Found(schemes, nodes, host_nodes, present, pod_jobs, export, read_back, targets, named_by, gpus)
 
 
 _WORKLOAD_KEYS = (*(names.RENAMED + n for n in names.WORKLOAD_LABELS), "pod_namespace", "pod_name")
@@ -253,13 +276,16 @@ def scrape_interval(client: PromClient, request: Request, found: Found) -> float
     window = float(math.ceil(max(INTERVAL_PROBE_S, (request.end - request.start) / INTERVAL_PROBE_BUCKETS)))
     for scheme in found.schemes:
         for expr, at in _probes(client, request, found, names.PRESENCE[scheme], window):
-            gaps = [
-                b - a
-                for times in client.raw_times(expr, at, window)
-                for a, b in itertools.pairwise(sorted(set(times)))
-            ]
-            if gaps:
-                return max(1.0, round(statistics.median(gaps)))
+            # the last ten minutes before the probe's time first: a bucket of a long range (days) read
+            # whole would be every sample of those days on a densely sampled server
+            for span in dict.fromkeys((min(INTERVAL_PROBE_S, window), window)):
+                gaps = [
+                    b - a
+                    for times in client.raw_times(expr, at, span)
+                    for a, b in itertools.pairwise(sorted(set(times)))
+                ]
+                if gaps:
+                    return max(1.0, round(statistics.median(gaps)))
     raise PromError(
         f"{client.url}: the GPU series have no two samples within {window:.0f} s of each other anywhere "
         f"between {_iso(request.start)} and {_iso(request.end)} to tell their scrape interval: pass --step "
@@ -308,20 +334,31 @@ def read_node(
                 continue
             selector = "{" + _matchers(found.nodes[node], s.labels, request.selector) + "}"
             if s.counter:
+                expr = f"rate({s.metric}{selector}[{window}])"
+                points = _chunk_steps(found.gpus.get(node, 1))
                 read = [
                     (series.labels, series.times, series.values)
-                    for series in client.query_range(
-                        f"rate({s.metric}{selector}[{window}])", request.start, request.end, step
-                    )
+                    for series in client.query_range(expr, request.start, request.end, step, points=points)
                 ]
-            else:
-                raw = client.raw(
-                    f"{s.metric}{selector}", grid.first_s, request.end, CHUNK_STEPS * step, found.export
-                )
-                read = [(series.labels, *grid.place(series.times_ms, series.values)) for series in raw]
-            for labels, times, values in read:
-                _keep(gpus, scheme, s, node, labels, times, values, found.targets)
-            _bounded(node, len(gpus), request, step)
+                for labels, times, values in read:
+                    _keep(gpus, scheme, s, node, labels, times, values, found.targets)
+                _held(node, gpus, request, step)
+                continue
+            # a gauge's raw samples, each answer placed on the step's clock as it comes: what is held is
+            # at most a value a step, however dense the samples the server sends
+            placers: dict[tuple[tuple[str, str], ...], tuple[dict[str, str], Placer]] = {}
+            span = _chunk_steps(found.gpus.get(node, 1)) * step
+            for chunk in client.raw_chunks(
+                f"{s.metric}{selector}", grid.first_s, request.end, span, found.export, step
+            ):
+                for key, labels, times_ms, values in chunk:
+                    entry = placers.get(key) or placers.setdefault(key, (labels, Placer(grid)))
+                    _keep(gpus, scheme, s, node, labels, *entry[1].add(times_ms, values), found.targets)
+                del chunk
+                _held(node, gpus, request, step)
+            for key in sorted(placers):
+                labels, placer = placers[key]
+                _keep(gpus, scheme, s, node, labels, *placer.finish(), found.targets)
         _identify(client, request, found, scheme, node, gpus)
     host: dict[str, dict[float, float]] = {}
     matcher = found.host_nodes.get(node)
@@ -334,13 +371,46 @@ def read_node(
     return gpus, host
 
 
-def _bounded(node: str, gpus: int, request: Request, step: float) -> None:
-    """A node whose range would not fit a worker's memory is refused before more of it is read."""
+def _chunk_steps(gpus: int) -> int:
+    """The steps one raw-sample query asks for: CHUNK_STEPS, fewer on a node of many GPUs (MIG
+    instances), so that an answer of a sample a step stays within the client's RAW_BODY_BYTES."""
+    return max(100, min(CHUNK_STEPS, RAW_SAMPLES_PER_ANSWER // max(1, gpus)))
+
+
+def too_large(node: str, gpus: int, request: Request, step: float) -> str:
+    """Why a node whose range would not fit a worker's memory is refused, before any of it is read
+    (``gpus``: those its series index names), or "" where it fits."""
     steps = (request.end - request.start) / step
-    if gpus * steps > MAX_GPU_STEPS:
+    if gpus * steps <= MAX_GPU_STEPS:
+        return ""
+    return (
+        f"node {node}: {gpus} GPU(s) x {steps:.0f} steps is more than {MAX_GPU_STEPS:,} GPU-steps one "
+        "node may hold (2 GiB): read a shorter range (--from/--to) or a coarser --step"
+    )
+
+
+def too_large_everywhere(
+    nodes: Iterable[str], gpus: dict[str, int], request: Request, step: float
+) -> dict[str, str]:
+    """Each node too large for a worker's memory at ``step``, with why; when that is every node, the
+    run is refused (one line) before any of their samples is asked."""
+    nodes = list(nodes)
+    failed = {n: why for n in nodes if (why := too_large(n, gpus.get(n, 1), request, step))}
+    if nodes and len(failed) == len(nodes):
+        raise PromError(f"no node could be read: {failed[min(failed)]}")
+    return failed
+
+
+def _held(node: str, gpus: dict[str, Gpu], request: Request, step: float) -> None:
+    """The GPU-steps a node holds as it is read (each GPU's most-filled attribute): a server that
+    answers for more GPUs than its index named is refused before more of it is read."""
+    steps = (request.end - request.start) / step
+    held = sum(max(map(len, g.values.values()), default=0) for g in gpus.values())
+    if held > MAX_GPU_STEPS:
         raise PromError(
-            f"node {node}: {gpus} GPU(s) x {steps:.0f} steps is more than {MAX_GPU_STEPS:,} GPU-steps "
-            "one node may hold (2 GiB): read a shorter range (--from/--to) or a coarser --step"
+            f"node {node}: {len(gpus)} GPU(s) answered, {held:,} GPU-steps held of {steps:.0f} steps "
+            f"each, more than the {MAX_GPU_STEPS:,} one node may hold (2 GiB): read a shorter range "
+            "(--from/--to), a coarser --step or fewer GPUs (--selector)"
         )
 
 
@@ -414,8 +484,11 @@ class Grid:
         (a chunk is (lo, hi]: a sample exactly that stale is read)."""
         return (self.start_ms - self.stale_ms - 1) / 1000
 
-    def place(self, times_ms: list[int], values: list[float]) -> tuple[list[float], list[float]]:
-        """Each step's value: the latest sample at or before it, while no staler than ``stale_ms``."""
+    def place(
+        self, times_ms: list[int], values: list[float], next_ms: int | None = None
+    ) -> tuple[list[float], list[float]]:
+        """Each step's value: the latest sample at or before it, while no staler than ``stale_ms``
+        (``next_ms``: the time of the sample after the last, which takes over from its own step)."""
         start, step, stale = self.start_ms, self.step_ms, self.stale_ms
         last_k = (self.end_ms - start) // step
         out_t: list[float] = []
@@ -425,13 +498,42 @@ class Grid:
             ts = times_ms[i]
             first = max(0, -((start - ts) // step))  # the first step at or after the sample
             last = min(last_k, (ts + stale - start) // step)
-            if i + 1 < n:  # the next sample takes over from its own first step
-                last = min(last, -((start - times_ms[i + 1]) // step) - 1)
+            after = times_ms[i + 1] if i + 1 < n else next_ms
+            if after is not None:  # the next sample takes over from its own first step
+                last = min(last, -((start - after) // step) - 1)
             v = values[i]
             for k in range(first, last + 1):
                 out_t.append((start + k * step) / 1000)
                 out_v.append(v)
         return out_t, out_v
+
+
+class Placer:
+    """One series' raw samples placed on the grid an answer at a time, as ``Grid.place`` places them
+    all at once: the latest sample waits for the next answer (the next sample ends its steps), and the
+    chunks' shared edge is read once. What it holds between answers is that one sample."""
+
+    def __init__(self, grid: Grid) -> None:
+        self.grid = grid
+        self.last: tuple[int, float] | None = None
+
+    def add(self, times_ms: list[int], values: list[float]) -> tuple[list[float], list[float]]:
+        if self.last is not None and times_ms and times_ms[0] <= self.last[0]:  # the chunks' overlap
+            keep = bisect.bisect_right(times_ms, self.last[0])
+            times_ms, values = times_ms[keep:], values[keep:]
+        if not times_ms:
+            return [], []
+        held, self.last = self.last, (times_ms[-1], values[-1])
+        if held is None:
+            return self.grid.place(times_ms[:-1], values[:-1], times_ms[-1])
+        return self.grid.place([held[0], *times_ms[:-1]], [held[1], *values[:-1]], times_ms[-1])
+
+    def finish(self) -> tuple[list[float], list[float]]:
+        """The last sample's steps (no sample came after it)."""
+        if self.last is None:
+            return [], []
+        (ts, v), self.last = self.last, None
+        return self.grid.place([ts], [v])
 
 
 def _identify(
@@ -580,12 +682,17 @@ def replay_prometheus(
     """Read the range and replay every job in it; the result reads like one trace's. Nodes are judged
     in ``request.jobs`` processes, each reading and judging one node at a time; their results are
     joined in node order, so the output is the same whatever the number."""
-    client = PromClient(request.url, request.auth, request.timeout_s)
+    if request.budget is None and request.budget_s:
+        request = replace(request, budget=Budget.of(request.budget_s))  # the run's clock starts here
+    client = PromClient(request.url, request.auth, request.timeout_s, request.budget)
     found = discover(client, request)
     step = request.step or scrape_interval(client, request, found)
     if step > MAX_STEP_S:
         raise PromError(f"--step {step:g} s: past {MAX_STEP_S:g} s no verdict can be told (docs/diagnose.md)")
-    progress = Progress(nodes=len(found.nodes))
+    # each node's range against the memory it may hold, before any of its samples is asked; a node
+    # that cannot be read is said in the summary (the others' results still count)
+    failed = too_large_everywhere(found.nodes, found.gpus, request, step)
+    progress = Progress(nodes=len(found.nodes), nodes_done=len(failed))
     counts = client.counts
 
     def tell() -> None:
@@ -598,17 +705,18 @@ def replay_prometheus(
     fmt = "prometheus: " + ", ".join(found.schemes)
     merged = Merged(_label(client.url), step, fmt, request.start, prices, workload)
     merged.named_by = found.named_by
-    failed: dict[str, str] = {}  # node -> why it could not be read (the others' results still count)
-    for node in sorted(found.read_back):  # this exporter's nodes: their verdicts are read, not judged
+    for node in sorted(found.read_back - set(failed)):  # this exporter's nodes: verdicts read, not judged
         began = time.process_time()
         try:
             read_back(client, request, found, node, step, merged, hooks)
+        except BudgetSpent:
+            raise
         except PromError as exc:
             failed[node] = str(exc)
         progress.reading_s += time.process_time() - began
         progress.nodes_done += 1
         tell()
-    judged = sorted(set(found.nodes) - found.read_back)
+    judged = sorted(set(found.nodes) - found.read_back - set(failed))
     jobs = min(request.jobs or cores(), len(judged))
     if jobs > 1:
         task = Task(request, found, "", step, fmt, prices, workload, on_row is not None, on_tick is not None)
@@ -620,6 +728,9 @@ def replay_prometheus(
                 counts.queries += done.queries
                 counts.samples += done.samples
                 progress.reading_s += done.reading_s
+                if done.spent:  # the run's budget: the other workers' reads end too
+                    _end(pool)
+                    raise BudgetSpent(done.failed)
                 if done.failed:
                     failed[node] = done.failed
                 else:
@@ -627,8 +738,7 @@ def replay_prometheus(
                 progress.nodes_done += 1
                 tell()
         except KeyboardInterrupt:
-            for process in list((pool._processes or {}).values()):  # they ignore SIGINT: end them
-                process.terminate()
+            _end(pool)  # they ignore SIGINT
             raise PromError("interrupted: no summary written") from None
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
@@ -637,6 +747,8 @@ def replay_prometheus(
             began = time.process_time()
             try:
                 gpus, host = read_node(client, request, found, node, step)
+            except BudgetSpent:
+                raise
             except PromError as exc:
                 failed[node] = str(exc)
             else:
@@ -651,6 +763,12 @@ def replay_prometheus(
     if failed and result.fleet is not None:
         result.fleet["failed"] = dict(sorted(failed.items()))
     return result
+
+
+def _end(pool: ProcessPoolExecutor) -> None:
+    """The pool's workers ended now (a node's read may have long to go)."""
+    for process in list((pool._processes or {}).values()):
+        process.terminate()
 
 
 def _awaited(future: Future[Done], tell: Callable[[], None]) -> Done:
@@ -686,7 +804,10 @@ def read_back(
 
     def raw(metric: str) -> list[Raw]:  # from each series' baseline: its last sample before the range
         lo = max(0.0, request.start - LOOKBACK_S)
-        return client.raw(f"{metric}{{{sel}}}", lo, request.end, CHUNK_STEPS * step, found.export)
+        # a sample each half step at most (a scrape's jitter never puts two there; a dense server's
+        # samples are thinned to two a step): what a node holds is bounded by its steps
+        span = _chunk_steps(found.gpus.get(node, 1)) * step
+        return client.raw(f"{metric}{{{sel}}}", lo, request.end, span, found.export, step, thin_s=step / 2)
 
     where = own.Where(client, sel, request.start, request.end, step, found.present, raw)
     where.relabel = lambda labels: names.workload_labels(labels, found.targets)
@@ -744,6 +865,7 @@ class Done:
     samples: int
     reading_s: float  # CPU seconds the worker spent reading the node
     failed: str = ""  # why the node could not be read (nothing else is set)
+    spent: bool = False  # ...because the run's budget is spent (the whole run ends)
 
     def replay(self, merged: Merged, hooks: Hooks) -> None:
         for kind, payload in self.calls:
@@ -763,12 +885,13 @@ class Done:
 
 def judge_remote(task: Task) -> Done:
     """A worker's part: one node read and judged, the callbacks recorded."""
-    client = PromClient(task.request.url, task.request.auth, task.request.timeout_s)
+    client = PromClient(task.request.url, task.request.auth, task.request.timeout_s, task.request.budget)
     began = time.process_time()
     try:
         gpus, host = read_node(client, task.request, task.found, task.node, task.step)
     except PromError as exc:
-        return Done([], [], [], [], client.counts.queries, client.counts.samples, 0.0, str(exc))
+        c = client.counts
+        return Done([], [], [], [], c.queries, c.samples, 0.0, str(exc), isinstance(exc, BudgetSpent))
     done = Done([], [], [], [], 0, 0, time.process_time() - began)
     hooks = Hooks(
         on_event=lambda e: done.calls.append(("event", e)),

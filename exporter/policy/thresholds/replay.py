@@ -162,3 +162,23 @@ TRACKER_REQUEST_TIMEOUT = _t(
     "on a server that works; one that takes half a minute is down or overloaded, said in one line rather "
     "than retried with backoff for minutes.",
 )
+
+# replay --prometheus: the run's budgets, checked before the work
+PROMETHEUS_FUTURE_MARGIN = _t(
+    "replay.prometheus.future_margin_seconds",
+    300.0,
+    "seconds",
+    "--to may lie at most 5 minutes past this machine's clock: no sample is written in the future, so "
+    "a range past now reads only empty steps (a year ahead was thousands of queries of nothing). Five "
+    "minutes is the lookback of a Prometheus query, well past the seconds of skew NTP leaves between "
+    "this machine's clock and the server's.",
+)
+PROMETHEUS_MAX_DURATION = _t(
+    "replay.prometheus.max_duration_seconds",
+    3600.0,
+    "seconds",
+    "A replay --prometheus run gives up reading after an hour (--max-duration): a week of a 100-node "
+    "fleet is about 10,000 queries, a few minutes at the tens of milliseconds a Prometheus takes for "
+    "one node's chunk, so an hour is over ten times that, while a server whose every answer comes just "
+    "under the 60 s request deadline would otherwise hold the run for days.",
+)
