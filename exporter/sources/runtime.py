@@ -136,7 +136,7 @@ def _read(path: Path) -> bytes:
         os.close(fd)
 
 
-def _spec(path: Path, errors: ErrorCounter | OncePerPath | None = None) -> dict | None:
+def read_spec(path: Path, errors: ErrorCounter | OncePerPath | None = None) -> dict | None:
     """A bundle's OCI spec, or None: a bundle being created or torn down is skipped this round, and so
     is one that is not a spec (a hostile host's or a runtime bug's file costs that bundle only; counted
     where ``errors`` is given)."""
@@ -174,7 +174,7 @@ def annotations(spec: dict) -> dict[str, str]:
 
 def read_annotations(path: Path) -> dict[str, str] | None:
     """``annotations`` of the spec at ``path``; None where there is no readable spec."""
-    spec = _spec(path)
+    spec = read_spec(path)
     return None if spec is None else annotations(spec)
 
 
@@ -240,10 +240,10 @@ def scan(
         root = Path(host_root, bundle_dir.lstrip("/"))
         for entry in _entries(root, errors):
             path = root / entry / "config.json"  # containerd's; CRI-O's is under userdata/
-            spec = _spec(path, errors)
+            spec = read_spec(path, errors)
             if spec is None:
                 path = root / entry / "userdata" / "config.json"
-                spec = _spec(path, errors)
+                spec = read_spec(path, errors)
             if not spec:
                 continue
             notes = annotations(spec)
