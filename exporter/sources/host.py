@@ -92,6 +92,7 @@ class HostSource:
         self.pod_index_every_s = pod_index_every_s
         self._pod_index: runtime.PodIndex | None = None
         self._bundle_errors = runtime.OncePerPath(errors)  # a bad bundle is counted once, not every scan
+        self._bundles: runtime.BundleCache = {}  # each spec is parsed once, not every scan
         self._pod_index_at = float("-inf")
         self._mounts_raw: bytes | None = None  # the mount table last parsed, and what was found in it
         self._mounts: list[tuple[str, str, bool]] = self._points(self._wanted(""))
@@ -133,7 +134,9 @@ class HostSource:
         seconds (pods come and go slowly)."""
         now = self.clock()
         if self._pod_index is None or now - self._pod_index_at >= self.pod_index_every_s:
-            self._pod_index = runtime.scan(self.host_root, self.bundle_dirs, self._bundle_errors)
+            self._pod_index = runtime.scan(
+                self.host_root, self.bundle_dirs, self._bundle_errors, self._bundles
+            )
             self._pod_index_at = now
         return self._pod_index
 

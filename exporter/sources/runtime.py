@@ -204,14 +204,81 @@ def _image(spec: dict, key: str, errors: ErrorCounter | OncePerPath | None, path
     return ""
 
 
-@dataclass
-class _Container:
-    sandbox: str
-    namespace: str  # the pod's, as the container's own annotations give them (CRI-O and containerd both do)
+@dataclass(frozen=True)
+class _Bundle:
+    """What a scan keeps of one bundle's spec: a sandbox's pod, or a container's sandbox, name, image
+    and /dev/shm. A container's own annotations name its pod too (CRI-O and containerd both do)."""
+
+    kind: str  # sandbox | container
+    sandbox: str  # a container's sandbox
+    namespace: str
     pod: str
-    name: str
+    uid: str
+    name: str  # a container's name
     image: str
-    shm: set[str]
+    shm: frozenset[str]
+
+
+# path -> (the file's identity when read: inode, mtime, size; what was kept of it, None for no spec).
+# A runtime writes a spec once, so a scan re-reads only the bundles that are new or were rewritten:
+# parsing a few hundred 30 KiB specs (seccomp profiles, environments) every scan would cost tens of ms.
+BundleCache = dict[str, tuple[tuple[int, int, int], "_Bundle | None"]]
+
+
+def _summary(spec: dict, entry: str, errors: ErrorCounter | OncePerPath | None, path: Path) -> _Bundle | None:
+    notes = annotations(spec)
+    keys = CONTAINERD if CONTAINERD["type"] in notes else CRIO
+    kind = notes.get(keys["type"])
+    if kind == "sandbox" and notes.get(keys["namespace"]) and notes.get(keys["pod"]):
+        return _Bundle(
+            "sandbox",
+            entry,
+            notes[keys["namespace"]],
+            notes[keys["pod"]],
+            notes.get(keys["uid"], ""),
+            "",
+            "",
+            frozenset(),
+        )
+    if kind == "container" and notes.get(keys["sandbox"]):
+        return _Bundle(
+            "container",
+            notes[keys["sandbox"]],
+            notes.get(keys["namespace"], ""),
+            notes.get(keys["pod"], ""),
+            "",
+            notes.get(keys["container"], ""),
+            _image(spec, keys["image"], errors, path),
+            frozenset(s for s in _shm_sources(spec) if s),
+        )
+    return None
+
+
+def _bundle(
+    entry_dir: Path, errors: ErrorCounter | OncePerPath | None, cache: BundleCache, seen: BundleCache
+) -> _Bundle | None:
+    """One bundle's summary: containerd's spec, else CRI-O's (under userdata/); from ``cache`` where the
+    file is the one read before. What was read goes into ``seen``."""
+    for path in (entry_dir / "config.json", entry_dir / "userdata" / "config.json"):
+        try:
+            st = os.lstat(path)
+        except OSError as exc:
+            if exc.errno in _ABSENT:
+                continue
+            if errors is not None:
+                errors.inc(SOURCE, type(exc).__name__, str(path))
+            return None
+        key, name = (st.st_ino, st.st_mtime_ns, st.st_size), str(path)
+        cached = cache.get(name)
+        if cached is not None and cached[0] == key:
+            seen[name] = cached
+            return cached[1]
+        spec = read_spec(path, errors)
+        found = _summary(spec, entry_dir.name, errors, path) if spec else None
+        if spec is not None or st.st_size > 0:  # an empty file is being written: read it again next scan
+            seen[name] = (key, found)
+        return found
+    return None
 
 
 def _entries(root: Path, errors: ErrorCounter | OncePerPath | None) -> list[str]:
@@ -233,42 +300,31 @@ def scan(
     host_root: str = "/",
     bundle_dirs: tuple[str, ...] = BUNDLE_DIRS,
     errors: ErrorCounter | OncePerPath | None = None,
+    cache: BundleCache | None = None,
 ) -> PodIndex:
+    """The pods the runtime's bundles name. With ``cache`` (kept by the caller from scan to scan) a
+    bundle already read is not read again while its file is unchanged; the cache keeps only the
+    bundles there now."""
+    before = cache if cache is not None else {}
+    seen: BundleCache = {}
     sandboxes: dict[str, Sandbox] = {}
-    containers: list[_Container] = []
+    containers: list[_Bundle] = []
     for bundle_dir in bundle_dirs:
         root = Path(host_root, bundle_dir.lstrip("/"))
         for entry in _entries(root, errors):
-            path = root / entry / "config.json"  # containerd's; CRI-O's is under userdata/
-            spec = read_spec(path, errors)
-            if spec is None:
-                path = root / entry / "userdata" / "config.json"
-                spec = read_spec(path, errors)
-            if not spec:
-                continue
-            notes = annotations(spec)
-            keys = CONTAINERD if CONTAINERD["type"] in notes else CRIO
-            kind = notes.get(keys["type"])
-            if kind == "sandbox" and notes.get(keys["namespace"]) and notes.get(keys["pod"]):
-                sandboxes[entry] = Sandbox(
-                    entry, notes[keys["namespace"]], notes[keys["pod"]], notes.get(keys["uid"], "")
-                )
-            elif kind == "container" and notes.get(keys["sandbox"]):
-                containers.append(
-                    _Container(
-                        notes[keys["sandbox"]],
-                        notes.get(keys["namespace"], ""),
-                        notes.get(keys["pod"], ""),
-                        notes.get(keys["container"], ""),
-                        _image(spec, keys["image"], errors, path),
-                        _shm_sources(spec),
-                    )
-                )
+            found = _bundle(root / entry, errors, before, seen)
+            if found is not None and found.kind == "sandbox":
+                sandboxes[entry] = Sandbox(entry, found.namespace, found.pod, found.uid)
+            elif found is not None:
+                containers.append(found)
+    if cache is not None:
+        cache.clear()
+        cache.update(seen)
     images: dict[tuple[str, str, str], str] = {}
     for c in containers:
         sandbox = sandboxes.get(c.sandbox)
         if sandbox is not None:
-            sandbox.dev_shm |= {s for s in c.shm if s}
+            sandbox.dev_shm |= c.shm
         namespace, pod = (sandbox.namespace, sandbox.pod) if sandbox else (c.namespace, c.pod)
         if c.image and namespace and pod and c.name:
             images[(namespace, pod, c.name)] = c.image

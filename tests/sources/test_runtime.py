@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -363,3 +364,41 @@ def test_the_host_source_counts_a_bad_bundle_once_and_serves_the_images(tmp_path
     assert reading.pod_images == {("ml", "train-0", "engine"): VLLM}
     counted = errors.snapshot()
     assert counted[("host", "BadImageAnnotation")] == 1 and counted[("host", "ParseError")] == 1
+
+
+def test_a_scan_reads_again_only_the_bundles_that_changed(tmp_path):
+    bundles(tmp_path)
+    engine = _containerd_container(tmp_path, "f" * 64, "engine", VLLM)
+    cache: runtime.BundleCache = {}
+    errors = ErrorCounter()
+    assert runtime.scan(str(tmp_path), errors=errors, cache=cache).images == {
+        ("ml", "train-0", "engine"): VLLM
+    }
+    first = dict(cache)
+    runtime.scan(str(tmp_path), errors=errors, cache=cache)
+    assert cache.keys() == first.keys() and all(cache[k] is first[k] for k in first)  # nothing parsed again
+    _containerd_container(tmp_path, "f" * 64, "engine", TRITON)  # the container was re-created
+    os.utime(engine, ns=(1, 1))  # even within the same clock tick: another mtime
+    (tmp_path / TASKS / SB_B / "config.json").unlink()  # a sandbox went
+    index = runtime.scan(str(tmp_path), errors=errors, cache=cache)
+    assert index.images == {("ml", "train-0", "engine"): TRITON}
+    assert SB_B not in index.by_sandbox and str(tmp_path / TASKS / SB_B / "config.json") not in cache
+    assert errors.snapshot() == {("host", "ParseError"): 1}  # the half-written fixture: read once
+
+
+def test_scan_cost_on_a_busy_node(tmp_path):
+    """300 containers with 34 KiB specs (a seccomp profile, 100 variables): the first scan parses them
+    all, the next ones only stat them."""
+    seccomp = {"syscalls": [{"names": [f"sys{i}" for i in range(400)], "action": "SCMP_ACT_ALLOW"}] * 8}
+    for k in range(300):
+        path = _containerd_container(tmp_path, f"{k:064x}", f"c{k}", VLLM)
+        spec = json.loads(path.read_text()) | {"linux": {"seccomp": seccomp}}
+        path.write_text(json.dumps(spec | {"process": {"env": [f"K{i}=v{i}" for i in range(100)]}}))
+    cache: runtime.BundleCache = {}
+    runtime.scan(str(tmp_path), cache=cache)
+    started = time.process_time()
+    for _ in range(10):
+        index = runtime.scan(str(tmp_path), cache=cache)
+    per_scan = (time.process_time() - started) / 10
+    assert len(index.images) == 300
+    assert per_scan < 0.02, per_scan  # 2.8 ms measured; parsing them all again took 47 ms
