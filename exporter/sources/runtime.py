@@ -6,8 +6,9 @@ container's OCI spec with the pod's namespace, name and UID as annotations; a co
 what is mounted at its ``/dev/shm``, and its name and image (what the workload class reads when nothing
 stronger says it). No API server access is needed: only these files, read-only, each read to a bound
 (``runtime.spec_max_bytes``) without following a link or waiting on a FIFO. A file that cannot be read or
-is not a spec costs its bundle only, for that scan, and is counted (``gpu_exporter_collect_errors_total``,
-source ``host``); a bundle gone between the listing and the read is not an error (a container ended).
+is not a spec costs its bundle only, until the file changes, and is counted once
+(``gpu_exporter_collect_errors_total``, source ``host``); a bundle gone between the listing and the read is
+not an error (a container ended).
 """
 
 from __future__ import annotations
