@@ -805,6 +805,7 @@ def _scenarios() -> int:
     print(
         "\nparameters: onset=SECONDS gpus=3+5 cause=io|cpu|shm|host_transfer fill=SECONDS shm_gib=N cap=WATTS"
         "\n            pods=1|2 churn=SECONDS logs=stop|flow rate=REQUESTS_PER_S (serving, serving_starved)"
+        "\n            pod=NAME (the first pod's name, its container main: a name saying nothing of its work)"
     )
     return 0
 

@@ -1,6 +1,7 @@
 """What a GPU pod runs and how loaded its inference server is, through the real pod-log source over
 CRI logs in the kubelet's layout, the merged view and ``JobSignals``: the load line's own time, the
-strongest hint of a pod's containers, pushed progress, and the names when the logs say nothing."""
+strongest hint of a pod's containers, pushed progress, and the names when the logs say nothing; the
+words of an image's repository path."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from exporter.collect.job_signals import JobSignals
 from exporter.podlogs.logparse import ServerLoad, WorkloadHint
-from exporter.podlogs.workload import name_hint
+from exporter.podlogs.workload import NAME_WORDS, image_hint, name_hint
 from exporter.sources.kubelet import PodRef
 from exporter.sources.progress import ProgressStore
 from tests.sources.test_podlogs import T0, Node, rec
@@ -156,3 +157,71 @@ def test_pushed_progress_never_sets_the_class():
 )
 def test_the_name_table(pod, container, hint):
     assert name_hint(pod, container) == (WorkloadHint(*hint, source="name") if hint else None)
+
+
+@pytest.mark.parametrize(
+    ("image", "hint"),
+    [
+        ("vllm/vllm-openai:v0.6.3", ("serving", "image vllm/vllm-openai (vllm)")),
+        ("docker.io/vllm/vllm-openai@sha256:" + "0" * 64, ("serving", "image vllm/vllm-openai (vllm)")),
+        (
+            "nvcr.io/nvidia/tritonserver:24.05-trtllm-python-py3",
+            ("serving", "image nvidia/tritonserver (tritonserver)"),
+        ),
+        (
+            "ghcr.io/huggingface/text-generation-inference:2.4.0",
+            ("serving", "image huggingface/text-generation-inference (text-generation-inference)"),
+        ),
+        ("lmsysorg/sglang:v0.3.5-cu124", ("serving", "image lmsysorg/sglang (sglang)")),
+        ("ollama/ollama:0.4.1", ("serving", "image ollama/ollama (ollama)")),
+        ("pytorch/torchserve:0.12.0-gpu", ("serving", "image pytorch/torchserve (torchserve)")),
+        ("ghcr.io/ggerganov/llama.cpp:server-cuda", ("serving", "image ggerganov/llama.cpp (llama-cpp)")),
+        (
+            "nvcr.io/nim/meta/llama-3.1-8b-instruct:1.1.2",
+            ("serving", "image nim/meta/llama-3.1-8b-instruct (nim/)"),
+        ),
+        (
+            "jupyter/pytorch-notebook:cuda12-latest",
+            ("interactive", "image jupyter/pytorch-notebook (jupyter)"),
+        ),
+        (
+            "quay.io/jupyter/scipy-notebook:2024-10-07",
+            ("interactive", "image jupyter/scipy-notebook (jupyter)"),
+        ),
+        ("registry.example.com:5000/ml/llm-trainer:v3", ("training", "image ml/llm-trainer (trainer)")),
+        ("ghcr.io/acme/finetune-llama:1", ("training", "image acme/finetune-llama (finetune)")),
+        ("acme/lm-eval-harness:0.4", ("evaluation", "image acme/lm-eval-harness (eval)")),
+        ("acme/vllm-eval:1", ("evaluation", "image acme/vllm-eval (eval)")),  # an evaluation running vLLM
+        # a framework's own image trains, serves and runs notebooks alike: no class
+        ("pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime", None),
+        ("nvcr.io/nvidia/pytorch:24.05-py3", None),
+        ("nvcr.io/nvidia/nemo:24.07", None),
+        ("nvcr.io/nvidia/cuda:12.4.1-devel-ubuntu22.04", None),
+        ("tensorflow/tensorflow:2.17.0-gpu", None),
+        ("docker.io/library/python:3.11", None),
+        # the registry host and the tag are never read
+        ("vllm.example.com/base/cuda:12", None),
+        ("ghcr.io/acme/base:inference", None),
+        ("acme/base:train-v2", None),
+        ("triton.internal:5000/acme/app", None),
+        # the namespace word only as the path's first component, whole words only
+        ("acme/nim:1", None),
+        ("acme/retrained-model:1", None),
+        # no image reference at all
+        ("", None),
+        ("VLLM/VLLM-OPENAI", None),
+        ("vllm/vllm-openai:" + "x" * 200, None),
+        ("x" * 600, None),
+        ("vllm//openai", None),
+        ("vllm/vllm-openai@sha256:short", None),
+    ],
+)
+def test_the_image_table(image, hint):
+    assert image_hint(image) == (WorkloadHint(*hint, source="image") if hint else None)
+
+
+def test_image_words_are_the_name_table_s():
+    """The image hint reads the one word table of the name and process hints: each serving word of it,
+    as an image's repository, says serving."""
+    serving = dict(NAME_WORDS)["serving"]
+    assert all(image_hint(f"acme/{word}:1").kind == "serving" for word in serving)

@@ -1253,7 +1253,8 @@ def _workload_table(s: Scope) -> table.Panel:
         "What each GPU's time is judged as, and what decided it: training (idle time is waiting for "
         "input or peers), serving (an inference server: idle time is idle capacity unless requests "
         "wait), batch, evaluation, interactive (a notebook), pipeline (the GPUs of a layer-split "
-        "model take turns). Source: the pod's log, its name, the telemetry's shape, or default.",
+        "model take turns). Source: the pod's log, its processes, its container's image, its name, the "
+        "telemetry's shape, or default.",
         f"gpu_workload_class{{{s.sel}}}",
         "none",
         ("uuid", "Value"),

@@ -3,7 +3,8 @@
 A training step waits for its input when the GPU has no kernel; an inference server with no kernel has
 no request, which is idle capacity, not a pipeline that cannot keep up; a notebook waits for its user;
 a stage of a layer-split model waits for its turn. The class comes from what the job says of itself
-(``--workload`` in replay, the pod's log or name live: a *hint*), else from the telemetry's shape:
+(``--workload`` in replay; live, the pod's log, processes, image or name: a *hint*), else from the
+telemetry's shape:
 
 * ``pipeline``: the GPUs of one job take turns, one busy while the others wait, their utilizations
   summing to about one GPU's, steadily (data-parallel ranks move together instead);
@@ -64,7 +65,7 @@ CLASS_MEANING: dict[str, str] = {
 }
 # classes whose no-kernel time is idle capacity (the ledger's `idle`), not waiting for input
 IDLE_GAPS: frozenset[str] = frozenset({"serving", "interactive", "pipeline"})
-SOURCES: tuple[str, ...] = ("flag", "log", "process", "name", "shape")  # strongest first
+SOURCES: tuple[str, ...] = ("flag", "log", "process", "image", "name", "shape")  # strongest first
 HOLD_FULL = 0.9  # the hold window counts as full at 90 % (a missed second or two)
 HOLD_PENDING = 1 / 6  # ...and as suggestive from a sixth of it
 HALF_SPACING = 0.45  # GPUs' samples of one moment lie within half a sample period (less a margin)
@@ -75,7 +76,7 @@ class Workload:
     """A job's class and what decided it (``kind`` "" while nothing has: judged as training)."""
 
     kind: str = ""
-    source: str = ""  # flag | log | name | shape
+    source: str = ""  # one of SOURCES
     evidence: str = ""  # a short text: the flag, the log line's kind, the shape that decided it
 
     @property
@@ -92,7 +93,8 @@ def decide(
     hint: Workload | None, pipeline: Workload | None, serving: Workload | None, unknown: Workload = UNKNOWN
 ) -> Workload:
     """The flag is the user's word; the turns of a pipeline are physics whatever the job says it is;
-    then the job's own word (log, then name); then a server's shape; else ``unknown``."""
+    then the job's own word (its log, its processes, its image, its name); then a server's shape; else
+    ``unknown``."""
     if hint is not None and hint.source == "flag":
         return hint
     return pipeline or hint or serving or unknown

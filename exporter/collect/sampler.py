@@ -32,7 +32,7 @@ from exporter.collect.poller import Every, Outcome, Poller, run_every
 from exporter.collect.snapshot import EMPTY_SNAPSHOT, GpuView, Snapshot, Sources, build
 from exporter.config.settings import Settings
 from exporter.podlogs.logparse import WorkloadHint
-from exporter.podlogs.workload import process_hint
+from exporter.podlogs.workload import image_hint, process_hint
 from exporter.policy.thresholds import LEDGER_STALE, SERVER_LOAD_FRESH
 from exporter.sources.errors import ErrorCounter
 from exporter.sources.kubelet import Assignment, PodRef, PodResourcesSource
@@ -267,15 +267,16 @@ class Sampler:
     def _group(self, slots: Mapping[int, object], owners: Mapping[int, PodRef], split: set[int]) -> None:
         """The GPUs of one pod are one job; GPUs no pod is known to hold are taken as one job (as in
         replay); a GPU pods share or cut into MIG instances is a job of its own (its pods' shares and its
-        instances are in theirs). Each job's class hint: what its pod's log or name says it is."""
+        instances are in theirs). Each job's class hint, strongest first: what its pod's log says it is,
+        what its processes run, the image its container was started from, what its pod is called."""
         hints: dict[str, Workload | None] = {}
         for index, slot in slots.items():
             ref = owners.get(index)
             group = f"{ref.namespace}/{ref.pod}" if ref else f"{index}/shared" if index in split else "node"
             self.analyzer.set_group(str(index), group)
             hint = self.job.workload.get(index)
-            if hint is None or hint.source == "name":  # what it runs says more than what it is called
-                hint = self._process_hint(slot) or hint
+            if hint is None or hint.source == "name":  # what it runs says more than what it is called,
+                hint = self._process_hint(slot) or self._image_hint(ref) or hint  # and what was shipped too
             if hint is not None or group not in hints:
                 hints[group] = Workload(hint.kind, hint.source, hint.evidence) if hint else None
         self.analyzer.set_workloads(hints)
@@ -291,6 +292,22 @@ class Sampler:
             owner = found.owners.get(process.pid)
             hint = process_hint(owner.command) if owner is not None and owner.command else None
             if hint is not None:
+                return hint
+        return None
+
+    def _image_hint(self, ref: PodRef | None) -> WorkloadHint | None:
+        """What the image of the GPU's container says it runs (``vllm/vllm-openai``,
+        ``nvcr.io/nvidia/tritonserver``); for a pod whose GPU container is not named, the first of its
+        containers' images that says anything. From the runtime's bundles, as the host source last read
+        them."""
+        images = self._host_reading.pod_images if self._host_reading is not None else {}
+        if ref is None or not images:
+            return None
+        if ref.container:
+            image = images.get((ref.namespace, ref.pod, ref.container))
+            return image_hint(image) if image else None
+        for (namespace, pod, _), image in sorted(images.items()):
+            if (namespace, pod) == (ref.namespace, ref.pod) and (hint := image_hint(image)) is not None:
                 return hint
         return None
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
-import json
 import logging
 import os
 import re
@@ -477,11 +476,8 @@ def gather(
 
 
 def _spec(path: Path) -> dict | None:
-    try:
-        found = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError):
-        return None  # a bundle being created or torn down (or not JSON a reader can take)
-    return found if isinstance(found, dict) else None
+    """A bundle's spec, read as the exporter's own scan reads it: bounded, no link or FIFO followed."""
+    return runtime.read_spec(path)
 
 
 def _text(path: Path) -> str:

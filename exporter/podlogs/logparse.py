@@ -869,7 +869,7 @@ WORKLOAD_RANK = {"training": 1, "batch": 2, "evaluation": 2, "serving": 2, "inte
 class WorkloadHint:
     kind: str  # one of WORKLOAD_KINDS
     evidence: str  # what said so: a fixed text of the tables, never log text
-    source: str = "log"  # log: the job's own log (never a progress report); name: its pod's names
+    source: str = "log"  # log: the job's own log (never a progress report); process, image, name
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,7 @@ NAME_WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "serving",
             "predictor",  # KServe's pods: <service>-predictor-...
             "kserve",  # KServe's model container: kserve-container
+            "torchserve",
         ),
     ),
 )
@@ -100,4 +101,63 @@ def process_hint(process: str) -> WorkloadHint | None:
         if _holds(words, entry):
             said = base if word in base.lower() else f"{base} ({word})"
             return WorkloadHint(kind, said, "process")
+    return None
+
+
+# Image references: [host[:port]/]path[:tag][@digest]. A host is told from a path's first component by a
+# dot, a port or the name localhost, as the container tools tell them. The image's own words are the
+# path's; the host (nvcr.io, ghcr.io, a mirror named after anything) and the tag (":inference",
+# ":train-v2") are never read: both are chosen by whoever pushed the image, not by what it is.
+IMAGE_REF_CHARS = 520  # the longest reference: a 255-character name, a 128-character tag, a sha512 digest
+_IMAGE_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
+_IMAGE_HOST = re.compile(
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9-]+)*|\[[0-9A-Fa-f:]+\])(?::\d+)?"
+)
+_IMAGE_TAG = re.compile(r"\w[\w.-]{0,127}")
+_IMAGE_DIGEST = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,128}")
+# the first component of an image's path (its registry namespace) that says a class where the word
+# alone elsewhere would not: nvcr.io/nim/<vendor>/<model> are NVIDIA's NIM inference servers
+IMAGE_NAMESPACES: tuple[tuple[str, tuple[str, ...]], ...] = (("serving", ("nim",)),)
+
+
+def image_path(image: str) -> tuple[str, ...] | None:
+    """The repository path of an image reference, its components in order (``nvcr.io/nvidia/
+    tritonserver:24.05-py3`` -> ``("nvidia", "tritonserver")``); None for what is no reference (too long,
+    characters no registry allows, an empty component): such a value is not an image the runtime ran."""
+    if not image or len(image) > IMAGE_REF_CHARS:
+        return None
+    name, _, digest = image.partition("@")
+    if digest and not _IMAGE_DIGEST.fullmatch(digest):
+        return None
+    head, slash, last = name.rpartition("/")
+    last, _, tag = last.partition(":")
+    if tag and not _IMAGE_TAG.fullmatch(tag):
+        return None
+    parts = [*head.split("/"), last] if slash else [last]
+    if len(parts) > 1 and ("." in parts[0] or ":" in parts[0] or parts[0] == "localhost"):
+        if not _IMAGE_HOST.fullmatch(parts[0]):
+            return None
+        parts = parts[1:]
+    if not all(_IMAGE_COMPONENT.fullmatch(p) for p in parts):
+        return None
+    return tuple(parts)
+
+
+@functools.lru_cache(maxsize=256)
+def image_hint(image: str) -> WorkloadHint | None:
+    """The first NAME_WORDS word found in an image's repository path, as whole words of one
+    component (``vllm/vllm-openai``, ``nvcr.io/nvidia/tritonserver``, ``quay.io/jupyter/scipy-notebook``);
+    None for a path that says nothing (``pytorch/pytorch``, ``nvcr.io/nvidia/pytorch``: a framework's
+    image runs training, serving and notebooks alike) and for what is no image reference."""
+    path = image_path(image)
+    if path is None:
+        return None
+    said = "/".join(path)[-60:]
+    components = [_words(p) for p in path]
+    for kind, word, entry in _ENTRIES:
+        if any(_holds(words, entry) for words in components):
+            return WorkloadHint(kind, f"image {said} ({word})", "image")
+    for kind, namespaces in IMAGE_NAMESPACES:
+        if len(path) > 1 and path[0] in namespaces:
+            return WorkloadHint(kind, f"image {said} ({path[0]}/)", "image")
     return None

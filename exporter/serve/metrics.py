@@ -274,8 +274,8 @@ def _gpu_workload(fams: _Families, view: GpuView, base: Labels, detail: frozense
     fams.gauge(
         "gpu_workload_class",
         "The workload class the GPU's time is judged as (training, serving, batch, evaluation, interactive, "
-        "pipeline) and what decided it (source: flag, log, process, name, shape; default: nothing said "
-        "otherwise).",
+        "pipeline) and what decided it (source: flag, log, process, image, name, shape; default: nothing "
+        "said otherwise).",
     ).add(base | labels(workload=w.kind or "training", source=w.source or "default"), 1)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import ModuleType
 
 import pynvml
@@ -148,13 +149,38 @@ class SimulatedNode:
         self.close()
 
 
-# the first pod's name and container for the workloads that are not training
-POD_NAMES = {
-    "serving": ("vllm-llama-8b", "vllm"),
-    "serving_starved": ("vllm-llama-8b", "vllm"),
-    "evaluation": ("llm-eval", "evaluator"),
-    "pipeline": ("llama-70b-generate", "generate"),
-    "notebook": ("jupyter-alice", "notebook"),
+@dataclass(frozen=True)
+class JobPod:
+    """The first pod of a workload: its name and container as a deployment would name them (a vLLM server
+    is no trainer), the image it runs and its GPU process's command line (NULs between the words)."""
+
+    stem: str
+    container: str
+    image: str
+    command: str
+
+
+FRAMEWORK_IMAGE = "nvcr.io/nvidia/pytorch:24.05-py3"  # a framework's image: says nothing of the work
+_VLLM = JobPod(
+    "vllm-llama-8b",
+    "vllm",
+    "vllm/vllm-openai:v0.6.3",
+    "python3\0-m\0vllm.entrypoints.openai.api_server\0--model\0meta-llama/Llama-3.1-8B\0",
+)
+TRAINING_POD = JobPod("llm-train", "trainer", FRAMEWORK_IMAGE, "python\0train.py\0--config\0llama.yaml\0")
+JOB_PODS = {
+    "serving": _VLLM,
+    "serving_starved": _VLLM,
+    "evaluation": JobPod("llm-eval", "evaluator", FRAMEWORK_IMAGE, "python\0eval.py\0--tasks\0mmlu\0"),
+    "pipeline": JobPod(
+        "llama-70b-generate", "generate", FRAMEWORK_IMAGE, "python\0generate.py\0--device-map\0auto\0"
+    ),
+    "notebook": JobPod(
+        "jupyter-alice",
+        "notebook",
+        "quay.io/jupyter/pytorch-notebook:cuda12-2024-10-07",
+        "python\0-m\0ipykernel_launcher\0-f\0/root/.local/share/jupyter/runtime/kernel-1.json\0",
+    ),
 }
 
 
@@ -173,8 +199,11 @@ def pod_layout(
     sliced = _sliced(model)  # a GPU pods share through time-slicing replicas: not the training pod's
     partitioned = _partitioned(model)  # a GPU in MIG mode: its instances are other pods'
     volume = "" if cond.pod_shm_default else "dshm"
-    # the first pod is named for its work, as a deployment would be (a vLLM server is no trainer)
-    stem, container = POD_NAMES.get(model.timeline[0][1].name, ("llm-train", "trainer"))
+    # the first pod is named for its work, as a deployment would be (a vLLM server is no trainer), unless
+    # the scenario names it (pod=NAME: a name that says nothing)
+    job = JOB_PODS.get(model.timeline[0][1].name, TRAINING_POD)
+    named = model.timeline[0][1].pod_name
+    stem, container = (named, "main") if named else (job.stem, job.container)
     specs = [("ml", f"{stem}-{generation}", container, volume, range(split))]
     if pods == 2:
         specs.append(("research", f"finetune-{generation}", "worker", "", range(split, n)))
@@ -198,6 +227,8 @@ def pod_layout(
                 shm_volume=volume,
                 env=(*BASE_ENV, *cond.pod_env) if first else (),
                 capabilities=("CAP_IPC_LOCK",) if first else (),
+                image=job.image if first else FRAMEWORK_IMAGE,
+                command=job.command if first else TRAINING_POD.command,
             )
         )
     return out + _sharing_pods(model, sliced, generation) + _mig_pods(model, partitioned, generation)
@@ -244,6 +275,7 @@ def _worker_pod(name: str, uid_head: str, slot: int, generation: int, resource: 
         shm_volume="dshm",
         env=BASE_ENV,
         capabilities=("CAP_IPC_LOCK",),
+        image=FRAMEWORK_IMAGE,
     )
 
 

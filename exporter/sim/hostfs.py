@@ -137,11 +137,11 @@ class SimHost:
         containerd writes a Guaranteed pod's container; rewritten only when a process or its pod changes."""
         cgroups = {}
         commands = {pid: command for pid, (_, _, command) in procs.items() if command}
-        pods: dict[int, str] = {}  # PID -> its pod's name, for the command its job runs
+        pods: dict[int, str] = {}  # PID -> the command its pod's job runs
         for pid, (g, name, command) in procs.items():
             pod = self._pod(name) if name else self._owner(g.uuid)  # type: ignore[attr-defined]
             if pod is not None:
-                pods[pid] = pod.name
+                pods[pid] = pod.command
             if command:  # a daemon of the node's (the MPS server): its systemd service
                 cgroups[pid] = f"0::/system.slice/{command}.service\n"
             elif pod is None:
@@ -249,6 +249,8 @@ class SimHost:
                 "io.kubernetes.cri.container-type": "container",
                 "io.kubernetes.cri.container-name": pod.container,
             }
+            if pod.image:
+                container["io.kubernetes.cri.image-name"] = pod.image
             # hostIPC: the runtime leaves the IPC namespace out of the spec (the host's is shared)
             namespaces = [
                 {"type": t} for t in ("pid", "network", "mount", "uts") + (() if pod.host_ipc else ("ipc",))
@@ -388,18 +390,7 @@ class SimHost:
             shutil.rmtree(self.root, ignore_errors=True)
 
 
-# what each simulated job's process runs, by its pod's name (exporter/sim/__init__.py POD_NAMES): the
-# command line the host shows, NULs between its words
-_JOB_COMMANDS = (
-    ("vllm", "python3\0-m\0vllm.entrypoints.openai.api_server\0--model\0meta-llama/Llama-3.1-8B\0"),
-    ("llm-eval", "python\0eval.py\0--tasks\0mmlu\0"),
-    ("jupyter", "python\0-m\0ipykernel_launcher\0-f\0/root/.local/share/jupyter/runtime/kernel-1.json\0"),
-    ("llama-70b-generate", "python\0generate.py\0--device-map\0auto\0"),
-)
-
-
-def _job_command(pod: str | None) -> str:
-    for stem, command in _JOB_COMMANDS:
-        if pod and pod.startswith(stem):
-            return command
-    return "python\0train.py\0--config\0llama.yaml\0"
+def _job_command(command: str | None) -> str:
+    """The command line the host shows for a pod's GPU process (``SimPod.command``); a training script's
+    where the pod names none."""
+    return command or "python\0train.py\0--config\0llama.yaml\0"

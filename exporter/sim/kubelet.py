@@ -40,6 +40,8 @@ class SimPod:
     env: tuple[tuple[str, str], ...] = ()  # the container's environment (its runtime bundle's process.env)
     capabilities: tuple[str, ...] = ()  # added Linux capabilities, e.g. CAP_IPC_LOCK
     host_ipc: bool = False
+    image: str = ""  # the container's image, as its runtime bundle names it ("": no annotation)
+    command: str = ""  # its GPU process's command line, NULs between the words ("": a training script)
 
 
 @dataclass

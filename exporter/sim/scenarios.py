@@ -8,6 +8,7 @@ A scenario is written ``NAME[:key=value,...]`` on the command line, e.g.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, replace
 
 # name -> (what it shows, default affected GPUs (empty = all), default cause)
@@ -167,6 +168,7 @@ POD_CHURN_S = 10.0  # pod_churn's default: a new pod every 10 s
 WORKLOADS = frozenset({"serving", "serving_starved", "evaluation", "pipeline", "notebook"})
 REQUEST_RATES = {"serving": 0.125, "serving_starved": 0.5}  # requests per second per GPU (engine)
 MAX_RATE = 10.0  # requests per second per engine: about what an 8B engine decodes at all (~25 at once)
+POD_NAME = re.compile(r"[a-z]([-a-z0-9]{0,38}[a-z0-9])?")  # pod=: a DNS label, room left for "-<generation>"
 MAX_SHM_GIB = 1024.0  # /dev/shm is node memory: a few TiB at most
 
 CAUSES = ("io", "cpu", "shm", "host_transfer", "unknown")
@@ -208,6 +210,7 @@ class Scenario:
     logs: str = "stop"  # comm_hang: the job's log stops (a hang), or keeps flowing (an idle server)
     rate: float = 0.0  # serving, serving_starved: requests per second to each GPU's engine; 0 = the default
     stall_s: float = 180.0  # rank_stall: how long the rank stays stopped
+    pod_name: str = ""  # the first pod's name (and "main" its container's): one that says nothing of its work
     params: dict[str, str] = field(default_factory=dict)
 
     def affected(self, n_gpus: int) -> tuple[int, ...]:
@@ -277,6 +280,10 @@ def _apply_param(s: Scenario, key: str, value: str) -> Scenario:
             if value not in ("1", "2"):
                 raise ScenarioError("pods must be 1 or 2")
             return replace(s, pods=int(value))
+        if key == "pod":
+            if not POD_NAME.fullmatch(value):
+                raise ScenarioError("pod must be a lowercase name of letters, digits and dashes (at most 40)")
+            return replace(s, pod_name=value)
         if key == "churn":
             churn = float(value)
             if not churn >= 1.0 or churn == float("inf"):  # also rejects nan
@@ -288,7 +295,7 @@ def _apply_param(s: Scenario, key: str, value: str) -> Scenario:
         raise ScenarioError(f"bad value {value!r} for scenario parameter {key!r}") from exc
     raise ScenarioError(
         f"unknown scenario parameter {key!r} "
-        "(onset, gpus, cause, fill, shm_gib, cap, pods, churn, logs, rate, stall)"
+        "(onset, gpus, cause, fill, shm_gib, cap, pods, churn, logs, rate, stall, pod)"
     )
 
 

@@ -91,6 +91,8 @@ class HostSource:
         self.bundle_dirs = bundle_dirs
         self.pod_index_every_s = pod_index_every_s
         self._pod_index: runtime.PodIndex | None = None
+        self._bundle_errors = runtime.OncePerPath(errors)  # a bad bundle is counted once, not every scan
+        self._bundles: runtime.BundleCache = {}  # each spec is parsed once, not every scan
         self._pod_index_at = float("-inf")
         self._mounts_raw: bytes | None = None  # the mount table last parsed, and what was found in it
         self._mounts: list[tuple[str, str, bool]] = self._points(self._wanted(""))
@@ -105,7 +107,8 @@ class HostSource:
     def collect(self) -> HostReading:
         iowait, busy_max, cpus = self._cpu()
         shm = self._shm()
-        index = self._pods() if any(runtime.is_pod_mount(s.mountpoint) for s in shm) else None
+        index = self._pods()  # the pods' containers' images are wanted whatever is mounted
+        pod_mounts = any(runtime.is_pod_mount(s.mountpoint) for s in shm)
         return HostReading(
             t=self.clock(),
             shm=shm,
@@ -114,7 +117,8 @@ class HostSource:
             cpu_count=cpus,
             disks=self._disks(),
             pressure=self._pressure(),
-            pod_dev_shm=self._pod_dev_shm(index) if index else {},
+            pod_dev_shm=self._pod_dev_shm(index) if pod_mounts else {},
+            pod_images=index.images,
         )
 
     def _pod_dev_shm(self, index: runtime.PodIndex) -> dict[tuple[str, str], frozenset[str]]:
@@ -126,10 +130,13 @@ class HostSource:
         return self._pod_shm[1]
 
     def _pods(self) -> runtime.PodIndex:
-        """The runtime's pod index, re-read every few seconds (pods come and go slowly)."""
+        """The runtime's pod index (the pods' /dev/shm, their containers' images), re-read every few
+        seconds (pods come and go slowly)."""
         now = self.clock()
         if self._pod_index is None or now - self._pod_index_at >= self.pod_index_every_s:
-            self._pod_index = runtime.scan(self.host_root, self.bundle_dirs)
+            self._pod_index = runtime.scan(
+                self.host_root, self.bundle_dirs, self._bundle_errors, self._bundles
+            )
             self._pod_index_at = now
         return self._pod_index
 

@@ -174,6 +174,8 @@ class HostReading:
     disks: tuple[DiskReading, ...] = ()
     pressure: dict[str, float] = field(default_factory=dict)  # resource -> "some" avg10 ratio
     pod_dev_shm: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)  # (ns, pod) -> sources
+    # (namespace, pod, container) -> the container's image, from the runtime's bundles (shared, never changed)
+    pod_images: dict[tuple[str, str, str], str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -136,7 +136,7 @@ def test_the_documented_client_reports(api, monkeypatch):
     assert [x.value for x in _step(api)] == [777]
 
 
-SERVER_SAYS = {("serving", "process"), ("serving", "name")}  # its processes' and pod's names
+SERVER_SAYS = {("serving", "process"), ("serving", "image"), ("serving", "name")}  # processes, image, names
 
 
 def _classes(s: Served) -> dict[str, tuple[str, str, str, str]]:
@@ -160,7 +160,7 @@ def _lost(s: Served, gpu: str) -> dict[str, float]:
 
 def test_a_push_for_another_pod_changes_nothing_of_its_class_or_pages():
     """Any holder of the push API (no address check) reports steps for an inference server's pod: the
-    step is kept, but the server stays serving by its process and names, its idle time stays idle
+    step is kept, but the server stays serving by its processes, image and names, its idle time stays idle
     capacity (never the input wait a starving trainer pages on), and nothing pages."""
     for s in _served(True, "serving"):
         deadline = time.monotonic() + HANG_GUARD_S

@@ -131,6 +131,9 @@ def test_long_gaps_are_fast_forwarded():
         ("comm_hang:onset=soon", "bad value"),
         ("data_starvation:cause=disk", "cause must be one of"),
         ("healthy:colour=red", "unknown scenario parameter"),
+        ("serving:pod=Model_API", "pod must be a lowercase name"),
+        ("serving:pod=" + "a" * 41, "pod must be a lowercase name"),
+        ("serving:pod=api-", "pod must be a lowercase name"),
     ],
 )
 def test_bad_scenarios_say_what_is_wrong(text, message):
@@ -141,3 +144,4 @@ def test_bad_scenarios_say_what_is_wrong(text, message):
 def test_scenario_parameters():
     s = parse_scenario("data_starvation:gpus=1+2,cause=io,onset=30")
     assert s.gpus == (1, 2) and s.cause == "io" and s.onset_s == 30
+    assert parse_scenario("serving:pod=model-api").pod_name == "model-api"

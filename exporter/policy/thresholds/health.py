@@ -75,3 +75,18 @@ KUBELET_SOCKET_RECOUNT = _t(
     "A missing socket is counted as a SocketNotFound error once a minute, not at every look: a node "
     "without a kubelet stays under the collection-error alert's rate of one a minute.",
 )
+RUNTIME_SPEC_BYTES = _t(
+    "runtime.spec_max_bytes",
+    1 << 20,
+    "bytes",
+    "A container runtime's bundle spec (config.json) is read only to this size: a real one is 10-60 KiB "
+    "(its seccomp profile is most of it, a few hundred environment variables add tens of KiB); a bigger "
+    "file is not a spec the runtime wrote and is skipped (counted), so one bad file costs a bounded read.",
+)
+RUNTIME_MAX_BUNDLES = _t(
+    "runtime.max_bundles",
+    4096.0,
+    "count",
+    "Bundles read at most per runtime directory and scan: a node runs up to a few hundred pods (110 by "
+    "default) with a few containers each; past this the rest are skipped (counted) until the next scan.",
+)
