@@ -130,3 +130,18 @@ def test_a_gap_in_a_history_is_placed_by_its_time_not_a_line():
     list(rows)
     assert rows.stats.gap_count == 1 and rows.stats.gap_s == max(gap_seconds(), GAP_STEPS * step)
     assert gap_text(rows.stats) == "600 s before 1970-01-01 00:15:00"  # told by when it ends
+
+
+def test_the_first_samples_after_a_hole_shorter_than_a_gap_are_no_lasting_loss():
+    """An exporter down for almost five minutes (under the gap that splits a history): the windows after
+    it hold one or two samples, and one of them at a dip is not half of two minutes lost."""
+    node, host = sampled(TraceReader(TRACES / "healthy_h100x8.csv.gz"), 15.0)
+    hole = (300.0, 585.0)
+    for gpu in node.values():
+        gpu.pods = {t: v for t, v in gpu.pods.items() if not hole[0] <= t < hole[1]}
+        gpu.values = {
+            a: {t: v for t, v in s.items() if not hole[0] <= t < hole[1]} for a, s in gpu.values.items()
+        }
+    host = {a: {t: v for t, v in s.items() if not hole[0] <= t < hole[1]} for a, s in host.items()}
+    result = replay_nodes([(node, host)], {}, 15.0, 0.0, "test", TRACES / "healthy.csv", prices=None)
+    assert result.episodes == []

@@ -128,6 +128,9 @@ class Context:
     turns: bool = False  # its job's GPUs take turns like a pipeline's stages, not yet long enough to decide
     loop: bool = False  # its stretches without work begin at whole multiples of one period (a loop's)
     emptied: bool = True  # it has shown a sample without a kernel while held (a wait can look like that)
+    # its fast window holds half its span of samples, where each stands for its step (Prometheus history);
+    # False right after a hole in that history: a share of one or two samples is not a lasting loss
+    observed: bool = True
 
 
 def covered(
@@ -617,6 +620,8 @@ def _unsustained(c: Context) -> bool:
         and recurring(c.f, _forgiven(c.recent, c)) >= SCORE_ENTER.value
     ):
         return False
+    if not c.observed:
+        return True
     fast, slow = c.fast.family("input"), c.slow.family("input")
     if fast < STARVATION_SUSTAINED.value:
         return True

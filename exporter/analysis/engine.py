@@ -42,6 +42,7 @@ from exporter.policy.thresholds import (
     IDLE_AFTER,
     IDLE_MEMORY,
     LEDGER_BUSY_UTIL,
+    LEDGER_FAST_WINDOW,
     LEDGER_STALE,
     LEDGER_WINDOW,
     SCORE_ENTER,
@@ -489,6 +490,8 @@ class Analyzer:
                 state.turns,  # turns
                 state.interactive.periodic(),  # loop
                 state.emptied,  # emptied
+                # observed (a coarse history's samples stand for their steps: a hole leaves the window bare)
+                self.step <= EVAL_INTERVAL.value or fast.counted_s >= LEDGER_FAST_WINDOW.value / 2,
             )
             contexts[gpu] = ctx
             own = evidence[gpu] = {}
