@@ -604,7 +604,7 @@ def fleet_panels() -> list[Item]:
         ),
         Spec(
             "stat",
-            "GPUs held by nobody",
+            "GPU memory no pod owns",
             "GPUs whose memory a process no pod of the node owns holds (a deleted pod's process, a host "
             "process, another pod's container), or no process at all: they look allocated but do no "
             "pod's work (gpu_memory_unowned_bytes; needs the exporter's process owners, hostPID).",
@@ -676,7 +676,7 @@ def fleet_panels() -> list[Item]:
             "series",
             "Lost time cost per hour by namespace",
             "What the time the selected nodes' GPUs lose (waiting for input, in collectives, for "
-            "checkpoints, stalled, throttled, idle while held) costs per hour, per namespace (team). Read "
+            "checkpoints, stalled, throttled, idle while a job had them) costs per hour, per namespace (team). Read "
             "from the recorded per-pod cost rates.",
             target(recorded_cost(f'{nodes}, namespace!=""', "namespace"), "{{namespace}}"),
             (16, 8),
@@ -857,7 +857,7 @@ def node_panels(s: Scope) -> list[Item]:
         ),
         gpu_time_lost(
             s,
-            "Share of each held GPU's time not spent computing (waiting for input, a collective or a "
+            "Share of the time a job had each GPU not spent computing (waiting for input, a collective or a "
             "checkpoint, stalled, throttled, idle), from its time ledger. Per-kind verdict scores: "
             "--detail scores.",
             (8, 7),
@@ -1308,7 +1308,7 @@ def _shares_table(s: Scope) -> table.Panel:
         "Shared GPUs: each pod's and MIG instance's time",
         "On a GPU pods share (time-slicing replicas, MPS), each pod's own ledger; on a GPU in MIG mode, "
         "each instance's (mig_instance, mig_compute_instance where a GPU instance is split, mig_profile, the "
-        "pod holding it): the share of its held time over "
+        "pod using it): the share of its time in use over "
         "the dashboard's range not spent computing (waiting for input, stalled, idle...). The verdicts "
         f"{_pod_kinds()} are judged on these, not on the whole GPU. Empty where no "
         "GPU is shared or in MIG mode; a time-sliced pod's share needs the exporter's process owners "
