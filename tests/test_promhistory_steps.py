@@ -145,3 +145,14 @@ def test_the_first_samples_after_a_hole_shorter_than_a_gap_are_no_lasting_loss()
     host = {a: {t: v for t, v in s.items() if not hole[0] <= t < hole[1]} for a, s in host.items()}
     result = replay_nodes([(node, host)], {}, 15.0, 0.0, "test", TRACES / "healthy.csv", prices=None)
     assert result.episodes == []
+
+
+def test_a_layer_split_model_read_at_15_and_30_s_is_a_pipeline_not_starved():
+    """A real three-A100 Mixtral split: its stages take turns at every step a history holds; the hold
+    window of turns counts each sample for its step (at 15 s it keeps four samples, 45 s apart end to
+    end), so the class is decided and the stages' waits are not called starvation."""
+    for step in (15.0, 30.0):
+        path = TRACES / "real_inference" / "s12_a100x3_mixtral8x7b_layer_split_pipeline.csv.gz"
+        result = _coarse(path, step)
+        assert result.episodes == [], (step, result.episodes)
+        assert "pipeline" in human(result), step

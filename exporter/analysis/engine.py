@@ -403,10 +403,13 @@ class Analyzer:
         """The job's class this second: its word, its turns, each GPU's server shape (``ticks``: its
         members measured this second, ``held``: those of them a job held)."""
         turns = self._turns.setdefault(group, Turns())
+        # who is busy when shows only where samples are finer than the work: a history's scrape reads
+        # every GPU of a node at one instant, so its samples would meet at every step
+        fine = self.step <= EVAL_INTERVAL.value
         turns.see(
             now,
             {g: t.util or 0.0 for g, t in held.items()},
-            {g: t.busy_at for g, t in held.items()},
+            {g: t.busy_at if fine else () for g, t in held.items()},
             max((t.samples for t in held.values()), default=0),
         )
         pipeline = turns.workload()

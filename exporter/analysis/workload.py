@@ -421,8 +421,12 @@ class Turns:
         return self._turns(PIPELINE_HOLD.value * HOLD_PENDING) is not None
 
     def _turns(self, span: float) -> Workload | None:
-        """Turns over the last ``span`` seconds (the window must reach that far back)."""
-        if len(self.seconds) < 2 or self.seconds[-1].t - self.seconds[0].t < span:
+        """Turns over the last ``span`` seconds (the window must reach that far back: its first second
+        stands for the spacing between seconds, a coarse history's step)."""
+        if len(self.seconds) < 2:
+            return None
+        reach = self.seconds[-1].t - self.seconds[0].t
+        if reach + reach / (len(self.seconds) - 1) < span:
             return None
         recent = [s for s in self.seconds if s.t >= self.seconds[-1].t - span]
         n = len(recent)
