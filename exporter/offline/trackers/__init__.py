@@ -49,6 +49,10 @@ def claims(path: Path) -> bool:
             or mlflow_run.is_store_dir(path)
             or mlflow_run.is_experiment_dir(path)
         )
+    if not path.is_file():
+        # a run lies in regular files: a FIFO, a device or stdin is a GPU log's stream, and sniffing it
+        # here would wait for a writer (or read without end) before the trace reader's own bounds apply
+        return False
     if wandb_run.is_run_file(path) or wandb_run.is_events_file(path) or mlflow_run.is_sqlite(path):
         return True
     try:

@@ -78,7 +78,7 @@ def is_run_file(path: Path) -> bool:
     try:
         with _open(path) as f:
             return f.read(4) == MAGIC
-    except (OSError, EOFError):
+    except (OSError, EOFError, zlib.error):  # (a damaged gzip is not a run file: the log reader says why)
         return False
 
 
@@ -90,7 +90,7 @@ def is_events_file(path: Path) -> bool:
         with _open(path) as f:
             first = f.readline(65536).decode(errors="replace").strip()
         line = json.loads(first) if first.startswith("{") else None
-    except (OSError, EOFError, ValueError):
+    except (OSError, EOFError, ValueError, zlib.error):
         return False
     return isinstance(line, dict) and any(_GPU.match(str(k)) for k in line) and "_runtime" in line
 
