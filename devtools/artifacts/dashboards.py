@@ -676,7 +676,8 @@ def fleet_panels() -> list[Item]:
             "series",
             "Lost time cost per hour by namespace",
             "What the time the selected nodes' GPUs lose (waiting for input, in collectives, for "
-            "checkpoints, stalled, throttled, idle while a job had them) costs per hour, per namespace (team). Read "
+            "checkpoints, stalled, throttled, idle while a job had them) costs per hour, per namespace "
+            "(team). Read "
             "from the recorded per-pod cost rates.",
             target(recorded_cost(f'{nodes}, namespace!=""', "namespace"), "{{namespace}}"),
             (16, 8),

@@ -152,7 +152,7 @@ def test_a_jump_in_time_starts_a_new_segment_and_is_reported(tmp_path, second, g
     assert summary["gaps"] == [{"line": 5, "seconds": round(gap, 1)}] and summary["rows"] == 6
     assert f"1 gap(s) longer than {GAP_S:.0f} s, each starting a new segment" in result.stderr
     human = run_replay(path)
-    assert "4.0 s of samples over" in human.stdout and "1 gap(s) in the samples" in human.stdout
+    assert "4 s of samples over" in human.stdout and "1 gap(s) in the samples" in human.stdout
 
 
 def test_a_verdict_firing_before_a_gap_ends_where_the_samples_end(tmp_path):

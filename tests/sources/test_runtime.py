@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -386,19 +385,22 @@ def test_a_scan_reads_again_only_the_bundles_that_changed(tmp_path):
     assert errors.snapshot() == {("host", "ParseError"): 1}  # the half-written fixture: read once
 
 
-def test_scan_cost_on_a_busy_node(tmp_path):
+def test_scan_cost_on_a_busy_node(tmp_path, monkeypatch):
     """300 containers with 34 KiB specs (a seccomp profile, 100 variables): the first scan parses them
-    all, the next ones only stat them."""
+    all, the next ones only stat them (counted, not timed: 2.8 ms a scan against 47 ms parsing all)."""
     seccomp = {"syscalls": [{"names": [f"sys{i}" for i in range(400)], "action": "SCMP_ACT_ALLOW"}] * 8}
     for k in range(300):
         path = _containerd_container(tmp_path, f"{k:064x}", f"c{k}", VLLM)
         spec = json.loads(path.read_text()) | {"linux": {"seccomp": seccomp}}
         path.write_text(json.dumps(spec | {"process": {"env": [f"K{i}=v{i}" for i in range(100)]}}))
     cache: runtime.BundleCache = {}
+    parsed: list[int] = []
+    loads = runtime.json.loads
+    monkeypatch.setattr(runtime.json, "loads", lambda data, *a, **k: parsed.append(1) or loads(data, *a, **k))
     runtime.scan(str(tmp_path), cache=cache)
-    started = time.process_time()
+    assert len(parsed) >= 300  # the first scan parses every spec...
+    parsed.clear()
     for _ in range(10):
         index = runtime.scan(str(tmp_path), cache=cache)
-    per_scan = (time.process_time() - started) / 10
     assert len(index.images) == 300
-    assert per_scan < 0.02, per_scan  # 2.8 ms measured; parsing them all again took 47 ms
+    assert parsed == []  # ...the next ones none: an unchanged file is not read again
