@@ -1006,17 +1006,7 @@ def _replay_prometheus(args: argparse.Namespace) -> int:
         except PromError as exc:
             raise UsageError(str(exc)) from None
 
-    return _replay(
-        args.prometheus,
-        None,
-        args.json,
-        args.report,
-        fail_on=_fail_on(args.fail_on),
-        prices=_prices(args.price, args.currency),
-        workload=args.workload or "",
-        source=source,
-        origin=lambda: request.start,
-    )
+    return _replay_from(args, args.prometheus, source, lambda: request.start)
 
 
 def _tracked(trace: str | None) -> bool:
@@ -1051,8 +1041,21 @@ def _replay_tracker(args: argparse.Namespace) -> int:
     def source(**kwargs: object) -> ReplayResult:
         return replay_run(run, **kwargs)  # type: ignore[arg-type]
 
+    return _replay_from(
+        args, args.mlflow or args.trace, source, lambda: first if first is not None and first >= 1e8 else None
+    )
+
+
+def _replay_from(
+    args: argparse.Namespace,
+    where: str,
+    source: Callable[..., ReplayResult],
+    origin: Callable[[], float | None],
+) -> int:
+    """``_replay`` of rows from elsewhere than a log (a Prometheus, a tracker's run), with the flags every
+    replay's outputs take."""
     return _replay(
-        args.mlflow or args.trace,
+        where,
         None,
         args.json,
         args.report,
@@ -1060,7 +1063,7 @@ def _replay_tracker(args: argparse.Namespace) -> int:
         prices=_prices(args.price, args.currency),
         workload=args.workload or "",
         source=source,
-        origin=lambda: first if first is not None and first >= 1e8 else None,
+        origin=origin,
     )
 
 

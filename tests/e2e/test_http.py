@@ -66,6 +66,27 @@ class Served:
         self.thread.join(10)
 
 
+def kubelet_node(scenario: str, logs: bool = False, **settings: object) -> tuple[SimulatedNode, Served]:
+    """A simulated node of two GPUs whose pods the exporter learns from the simulated kubelet, sampled
+    four times a second, as a Served to enter (``logs``: the pods write their logs and the exporter
+    follows them; ``settings``: the Settings fields a test turns on)."""
+    node = SimulatedNode(scenario, n_gpus=2)
+    module = node.install()
+    node.host.start(period_s=0.2)
+    if logs:
+        settings["pod_logs"] = node.start_logs()
+    config = replace(
+        Settings(),
+        interval_s=0.25,
+        collect_timeout_s=0.5,
+        listen_address="127.0.0.1",
+        pod_resources_socket=node.kubelet_socket,
+        pod_resources_interval_s=1.0,
+    )
+    config = replace(config, **settings)  # type: ignore[arg-type]
+    return node, Served(Application(config, module, node.host_options()), free_port())
+
+
 @pytest.fixture
 def served(request) -> Iterator[tuple[Served, SimulatedNode]]:
     scenario = getattr(request, "param", "healthy")

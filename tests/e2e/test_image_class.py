@@ -7,16 +7,12 @@ processes run outranks the image."""
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 import httpx
 import pytest
 
-from exporter.app import Application
-from exporter.config.settings import Settings
 from exporter.sim import SimulatedNode
-from scripts.stack import free_port
-from tests.e2e.test_http import Served, families, wait_ready
+from tests.e2e.test_http import Served, families, kubelet_node, wait_ready
 from tests.timing import HANG_GUARD_S
 
 
@@ -33,19 +29,7 @@ def _classes(fams: dict[str, list]) -> dict[str, tuple[str, str, str]]:
 
 
 def _served(scenario: str, process_owners: bool) -> tuple[SimulatedNode, Served]:
-    node = SimulatedNode(scenario, n_gpus=2)
-    module = node.install()
-    node.host.start(period_s=0.2)
-    settings = replace(
-        Settings(),
-        interval_s=0.25,
-        collect_timeout_s=0.5,
-        listen_address="127.0.0.1",
-        pod_resources_socket=node.kubelet_socket,
-        pod_resources_interval_s=1.0,
-        process_owners=process_owners,
-    )
-    return node, Served(Application(settings, module, node.host_options()), free_port())
+    return kubelet_node(scenario, process_owners=process_owners)
 
 
 def _settled(s: Served, expected: tuple[str, str, str]) -> dict[str, tuple[str, str, str]]:

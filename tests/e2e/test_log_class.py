@@ -6,17 +6,12 @@ server's log."""
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 
-from exporter.app import Application
-from exporter.config.settings import Settings
-from exporter.sim import SimulatedNode
-from scripts.stack import free_port
-from tests.e2e.test_http import Served, families, wait_ready
+from tests.e2e.test_http import Served, families, kubelet_node, wait_ready
 from tests.timing import HANG_GUARD_S
 
 REQUEST = 'INFO:     10.0.0.7:51234 - "POST /v1/chat/completions HTTP/1.1" 200 OK'
@@ -40,21 +35,10 @@ def _settle(s: Served, seconds: float) -> dict[str, tuple[str, str]]:
 
 
 def test_one_request_line_in_a_trainers_log_leaves_it_training():
-    node = SimulatedNode("data_starvation:onset=0", n_gpus=2)
-    module = node.install()
-    node.host.start(period_s=0.2)
-    root = node.start_logs()
-    settings = replace(
-        Settings(),
-        interval_s=0.25,
-        collect_timeout_s=0.5,
-        listen_address="127.0.0.1",
-        pod_resources_socket=node.kubelet_socket,
-        pod_resources_interval_s=1.0,
-        pod_logs=root,
-    )
+    node, served = kubelet_node("data_starvation:onset=0", logs=True)
+    root = node.start_logs()  # (started already: where they are)
     try:
-        with Served(Application(settings, module, node.host_options()), free_port()) as s:
+        with served as s:
             wait_ready(s.url)
             deadline = time.monotonic() + HANG_GUARD_S
             while time.monotonic() < deadline and ("training", "log") not in _classes(s).values():

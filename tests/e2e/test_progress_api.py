@@ -5,36 +5,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 
 import httpx
 import pytest
 
-from exporter.app import Application
-from exporter.config.settings import Settings
 from exporter.policy.thresholds import PROGRESS_BODY_BYTES
-from exporter.sim import SimulatedNode
-from scripts.stack import free_port
-from tests.e2e.test_http import Served, families, wait_ready
+from tests.e2e.test_http import Served, families, kubelet_node, wait_ready
 from tests.timing import HANG_GUARD_S
 
 GOOD = {"namespace": "ml", "pod": "llm-train-0", "step": 41}
 
 
 def _served(progress: bool, scenario: str = "healthy") -> Iterator[Served]:
-    node = SimulatedNode(scenario, n_gpus=2)
-    module = node.install()
-    node.host.start(period_s=0.2)
-    settings = replace(
-        Settings(),
-        interval_s=0.25,
-        collect_timeout_s=0.5,
-        listen_address="127.0.0.1",
-        pod_resources_socket=node.kubelet_socket,
-        pod_resources_interval_s=1.0,
-        progress_api=progress,
-    )
-    with Served(Application(settings, module, node.host_options()), free_port()) as s:
+    node, served = kubelet_node(scenario, progress_api=progress)
+    with served as s:
         wait_ready(s.url)
         yield s
     node.close()
