@@ -13,6 +13,7 @@ from exporter.collect.nvml_session import NvmlSession
 from exporter.collect.poller import Poller
 from exporter.collect.sampler import Sampler
 from exporter.config.settings import Settings
+from exporter.policy.thresholds import RANK_STOP
 from exporter.serve.metrics import Renderer
 from exporter.sources.errors import ErrorCounter
 from tests.conftest import step
@@ -337,15 +338,21 @@ def test_a_cycles_snapshot_is_built_when_first_read_with_that_cycles_books(
 def test_a_rank_that_stops_while_its_peers_wait_pages_as_itself_live(make_node, make_sampler, clock):
     """The simulator's rank_stall: rank 2 stops for three minutes at 60 s while its peers spin in the
     collective. Live, as in replay: it is a rank of their job (not a server by its flat memory), it pages
-    as the rank they wait for, and they page nothing of their own."""
+    as the rank they wait for, stopped, once the stop has lasted starvation.rank_stop_seconds, and they
+    page nothing of their own."""
     sampler, _ = make_sampler(make_node("rank_stall:onset=60", n_gpus=4))
+    began = clock.now
     fired: dict[str, float] = {}
+    causes: dict[str, str] = {}
     for _ in range(300):  # five minutes, one second a cycle
         step(sampler, clock)
         for gpu, kinds in sampler.analyzer._judged.items():  # the verdicts of the last judgement
             for kind, state in kinds.items():
                 if state.firing:
                     fired.setdefault(f"{gpu}/{kind}", clock.now)
+                    causes.setdefault(f"{gpu}/{kind}", state.cause)
     assert set(fired) == {"2/data_starvation"}, fired
+    assert causes["2/data_starvation"] == "stopped"
+    assert fired["2/data_starvation"] - (began + 60) <= RANK_STOP.value + 3  # not a duration: sim seconds
     assert sampler.analyzer.workload("2").kind in ("", "training")
     assert sampler.analyzer.ledger("0").totals["comm_wait"] > 100

@@ -461,17 +461,34 @@ def _stopped_rank() -> str:
     evidence = window * share
     fire = th.STARVATION_FIRE.value
     alert = th.ALERT_POLICIES["GpuDataStarvation"].for_.value
+    stop = th.RANK_STOP.value
     return (
         "\n### How soon a stopped rank pages\n\n"
         "A rank that stops while its peers wait in a collective looks, for as long as it lasts, exactly like "
         "rank 0 writing a checkpoint while the others wait at a barrier: one GPU idle at its idle power, the "
         "others pinned in the collective. No column of a plain log tells the two apart (a save's copies and "
-        "disk writes show only on the host). So the stop is judged by its length: a single pause is forgiven "
-        f"in the two-minute share, and the verdict comes when the pause holds {share:.0%} of "
+        "disk writes show only on the host). What tells them apart is *which* rank stopped: a "
+        "synchronous save runs on the job's first rank (rank 0, by the convention of `torch.save` behind a "
+        "barrier and of every trainer's main process), so the first GPU of the job is the one place a save "
+        "can be.\n\n"
+        f"- **Any other rank** that has been off its kernels for {stop:g} s "
+        "([`starvation.rank_stop_seconds`](thresholds.md#starvation)), in two samples or more, while the "
+        "rest of its job waits for it, has stopped: `data_starvation` fires at once with "
+        '`cause="stopped"`, its loss dated from the stop and the waiting ranks named beside it, and '
+        "the alert's `for` "
+        f"([`alert.GpuDataStarvation.for_seconds`](thresholds.md#alert)) makes the page {stop + alert:g} s "
+        "after the stop. Where nothing else holds the verdict, it ends with the stop: a stop shorter than "
+        f"{stop + alert:g} s never stays on for the alert's minute, so it does not page.\n"
+        "- **The job's first rank** is judged by the length of its stop: a single pause is forgiven in the "
+        f"two-minute share, and the verdict comes when the pause holds {share:.0%} of "
         f"{window / 60:g} minutes ([`coverage.share`](thresholds.md#coverage)), about {evidence:g} s into "
-        f"it, confirmed for {fire:g} s; the alert's `for` "
-        f"([`alert.GpuDataStarvation.for_seconds`](thresholds.md#alert)) makes the page about "
-        f"{evidence + fire + alert:g} s after the stop. A shorter pause (a synchronous save of tens of "
-        "gigabytes) makes no verdict at all. Paging a stop within 90 s would page every save longer than "
-        "half a minute, on every healthy job that checkpoints synchronously: an alert people mute.\n"
+        f"it, confirmed for {fire:g} s, so the page comes about {evidence + fire + alert:g} s after the "
+        "stop. A shorter pause (a synchronous save of tens of gigabytes) makes no verdict, and replay says "
+        "what it saw: `data_starvation not paged`, the job's first rank, and that its log tells a save from "
+        "a stop. Paging it sooner would page every save longer than half a minute on every healthy job that "
+        "checkpoints synchronously: an alert people mute.\n\n"
+        "Which GPU is the job's first is its lowest index among the GPUs of its pod (live) or of the job's "
+        "GPUs that stop or wait together (a log). A job that writes its checkpoint from another rank, or "
+        "whose rank 0 does not sit on its lowest-index GPU, has its saves paged as stops of that rank when "
+        f"they last over {stop + alert:g} s.\n"
     )

@@ -608,6 +608,24 @@ def starved_among_peers(c: Context, peers_util: float, behind: int) -> Evidence:
     return Evidence(score=score, cause=starvation_cause(c.f, c.host))
 
 
+def stopped_rank(c: Context, run_s: float, waiting: tuple[str, ...]) -> Evidence:
+    """A rank off its kernels for ``run_s`` while ``waiting``, the job's other ranks, sit in their
+    collective for it, and not the job's first rank (the engine judges which): its host stopped feeding it.
+    Strong at once: no healthy job leaves such a rank out that long (starvation.rank_stop_seconds says
+    why), and the time is its whole job's. Its loss began when it stopped."""
+    signals = ["utilization", "peers"]
+    if c.f.power_ratio is not None:
+        signals.insert(1, "power")
+    others = ", ".join(waiting)
+    return Evidence(
+        score=STRONG,
+        cause="stopped",
+        signals=tuple(signals),
+        detail=f"stopped {run_s:.0f} s ago while GPU {others} of its job wait for it in their collective",
+        lasting_s=run_s,
+    )
+
+
 def _unsustained(c: Context) -> bool:
     """Too small or too short a loss to start a page: under a fifth of the last two minutes, or a fifth
     of them but not of five minutes unless it is heavier (a loss that started within the five minutes

@@ -45,6 +45,7 @@ from exporter.policy.thresholds import (
     LEDGER_FAST_WINDOW,
     LEDGER_STALE,
     LEDGER_WINDOW,
+    RANK_STOP,
     SCORE_ENTER,
     SCORE_EXIT,
     SERVING_RESERVED,
@@ -154,6 +155,11 @@ class _Gpu:
     # condition had ended), and the last whose window lost that share or more: where its runs begin and end
     clean: dict[str, float] = field(default_factory=dict)
     dirty: dict[str, float] = field(default_factory=dict)
+    # its current run off its kernels while the other ranks of its job wait for it in their collective:
+    # seconds, ticks with samples, and whether it is the job's first rank (where synchronous saves run)
+    stop_run_s: float = 0.0
+    stop_ticks: int = 0
+    first_rank: bool = False
 
 
 class Analyzer:
@@ -182,6 +188,7 @@ class Analyzer:
         self.max_points = math.ceil(self.window_s * WINDOW_POINTS_PER_SECOND.value)
         self._gpus: dict[str, _Gpu] = {}
         self._behind: set[str] = set()  # GPUs judged starving behind their waiting peers at this judgement
+        self._stopping: set[str] = set()  # ranks judged stopped while their peers wait, at this judgement
         self.host_window: Window[HostPoint] = Window(self.window_s, self.max_points)
         self.host_features = HostFeatures()
         self.missing: dict[str, str] = {}  # kind -> why its detector was silent (while it has been)
@@ -361,12 +368,16 @@ class Analyzer:
             # theirs (a save, a stall), the collective time a wait, not the job's own pause on every rank
             waited_for = stopped and not quiet and not all(t.off_kernel for t in job)
             alone = len(job) < 2
+            # the job's first rank: where a synchronous save runs while the others wait at a barrier
+            first = min(held, key=rank_order) if waited_for else None
             self._classify(group, now, members, job_ticks, held)
             for gpu, tick in job_ticks.items():
                 state = gpus[gpu]
                 state.held = tick.span > 0 and tick.held
                 if tick.work + tick.comm_quiet > idle_line * tick.span:
                     state.active_at = now
+                out = waited_for and tick.on_host  # off its kernels while its peers wait for it
+                _count_stop(state, tick, out, gpu == first)
                 state.ledger.commit(tick, stopped, quiet, alone, _idle_gaps(state), waited_for)
 
     def _measure(self, state: _Gpu, now: float, active: int, recent: float) -> Tick | None:
@@ -522,6 +533,7 @@ class Analyzer:
             self._starved_among_peers(now, chosen, contexts, evidence)
         else:  # coarse samples are read at different instants: ranks starving together differ by chance
             self._paced_by_peers(chosen, contexts, evidence)
+        self._stopped_ranks(chosen, contexts, evidence)
         verdicts, events = self._decide(now, chosen, evidence)
         self._judged_at, self._judged_gpus, self._judged = now, chosen, verdicts
         return verdicts, events
@@ -647,6 +659,41 @@ class Analyzer:
                     if ev.score > evidence[gpu][kind].score:
                         evidence[gpu][kind] = ev
 
+    def _stopped_ranks(
+        self, chosen: list[str], contexts: dict[str, d.Context], evidence: dict[str, dict[str, d.Evidence]]
+    ) -> None:
+        """A rank off its kernels for RANK_STOP, in two samples or more, while the other ranks of its job
+        wait for it in their collective, has stopped (``detectors.stopped_rank``) unless it is the job's
+        first rank: a save there looks the same while it lasts, and the coverage rule judges it (replay
+        says so). Never on a class whose gaps are idle capacity."""
+        self._stopping.clear()
+        for gpu in chosen:
+            state = self._gpus[gpu]
+            run = state.stop_run_s
+            if state.scope or run < RANK_STOP.value or state.stop_ticks < d.RECURS:
+                continue
+            c = contexts[gpu]
+            if c.idle_gaps:
+                continue  # the class said so (its silenced verdict says why)
+            waiting = tuple(g for g in self._waiting(self._members(gpu, chosen)) if g != gpu)
+            if not waiting:
+                continue
+            if state.first_rank:
+                for kind in HOLDS_PEERS_BACK:
+                    if evidence[gpu][kind].score < SCORE_ENTER.value:
+                        self.unsure[(gpu, kind)] = _first_rank_stop(run, waiting)
+                continue
+            ev = d.stopped_rank(c, run, waiting)
+            self._stopping.add(gpu)
+            for kind in HOLDS_PEERS_BACK:
+                self.details[(gpu, kind)] = ev.detail
+                if ev.score > evidence[gpu][kind].score:
+                    evidence[gpu][kind] = ev
+
+    def _members(self, gpu: str, chosen: list[str]) -> list[str]:
+        group = self._gpus[gpu].group
+        return [g for g in chosen if self._gpus[g].group == group and self._gpus[g].scope == ""]
+
     def _judging_due(self, now: float, chosen: list[str]) -> bool:
         """Verdicts are judged every VERDICT_INTERVAL (steps of EVAL_INTERVAL; half a step of slack for a
         live clock's jitter), and at once when the GPUs judged change or a GPU was reset."""
@@ -722,7 +769,19 @@ class Analyzer:
         hold = judged.hold
         if gpu in self._behind and kind.holds_peers_back:
             hold = 0.0  # behind its peers in two samples or more: already held longer than any hold
-        change = step(track, score, judged.cause, now, self._timings[kind.name], hold)
+        resolve = None
+        if kind.holds_peers_back:
+            stopping = gpu in self._stopping
+            if stopping:
+                hold = 0.0  # stopped for RANK_STOP already: the run is its hold
+            elif track.firing and track.with_condition:
+                if score >= kind.timing.enter:
+                    track.with_condition = False  # a lasting loss of its own holds it now
+                else:
+                    score, resolve = 0.0, 0.0  # it stood on the stop alone, and the stop ended
+        change = step(track, score, judged.cause, now, self._timings[kind.name], hold, resolve)
+        if change == "firing" and kind.holds_peers_back and gpu in self._stopping:
+            track.with_condition = True
         if change:
             until = None
             if change == "firing":
@@ -792,6 +851,32 @@ class _Judged:
     cause: str
     hold: float | None = None  # seconds to hold before firing (None: the kind's own)
     related: tuple[str, ...] = ()  # the GPUs the verdict concerns besides this one
+
+
+def rank_order(gpu: str) -> tuple[int, int, str]:
+    """GPUs in their index order (a rank's device is its index within the job's GPUs)."""
+    return (0, int(gpu), "") if gpu.isdigit() else (1, 0, gpu)
+
+
+def _count_stop(state: _Gpu, tick: Tick, out: bool, first: bool) -> None:
+    """Extend or end the GPU's run off its kernels while its job waits for it (after start-up only: a rank
+    still loading is not stopped)."""
+    if out and state.ledger.started:
+        state.stop_run_s += tick.span
+        state.stop_ticks += tick.samples > 0
+        state.first_rank = first
+    else:
+        state.stop_run_s, state.stop_ticks = 0.0, 0
+
+
+def _first_rank_stop(run_s: float, waiting: tuple[str, ...]) -> str:
+    """Why a stop of the job's first rank does not page at once."""
+    return (
+        f"stopped {run_s:.0f} s while GPU {', '.join(waiting)} of its job wait for it in their "
+        "collective; it is the job's first rank, where a synchronous checkpoint is written while the others "
+        "wait at a barrier, and a save looks the same while it lasts: it pages once the stop holds the "
+        "coverage share of five minutes; the job's log (its save lines) tells which"
+    )
 
 
 def _coarse(timing: Timing, evidence_s: float) -> Timing:

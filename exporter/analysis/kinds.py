@@ -35,6 +35,7 @@ from exporter.policy.thresholds import (
     POWER_CAP_CLOCK_CUT,
     POWER_FIRE,
     POWER_RESOLVE,
+    RANK_STOP,
     SCORE_ENTER,
     SCORE_EXIT,
     SHM_EARLY,
@@ -220,7 +221,7 @@ _ALL = (
         _timing(STARVATION_FIRE, STARVATION_RESOLVE),
         "GpuDataStarvation",
         "input",
-        ("io", "cpu", "shm", "host_transfer", "checkpoint", "unknown"),
+        ("io", "cpu", "shm", "host_transfer", "checkpoint", "stopped", "unknown"),
         "the GPU waits for its input (loader, offload, copies) or for checkpoints to be written",
         "starving",
         "red",
@@ -238,7 +239,10 @@ _ALL = (
         f"signal: `shm` (the shm volume filling past {_pct(SHM_WARNING)}), `io` (I/O wait over "
         f"{_pct(IOWAIT_HIGH)} or I/O pressure), `cpu` (a core pinned or CPU pressure), `host_transfer` "
         f"(PCIe carrying {PCIE_BUSY.value / GIGA:g} GB/s, or the memory controller busy while no kernel "
-        "runs: offload, pageable copies), else `unknown`. *Peers are not blamed*: the other ranks of a "
+        "runs: offload, pageable copies), else `unknown`; `stopped` when the rank stopped while the other "
+        f"ranks of its job wait for it in their collective: off its kernels for {_s(RANK_STOP)}, and not "
+        "the job's first rank (where synchronous saves run); it fires at once and ends with the stop where "
+        "nothing else holds it. *Peers are not blamed*: the other ranks of a "
         "data-parallel job wait for a starved rank inside NCCL (their time is `comm_wait`), and they get "
         "neither this verdict nor `comm_bound`; replay names them next to the starved rank. A verdict "
         f"starts only on a loss that matters ({_pct(STARVATION_SUSTAINED)} of the last half minute in "
@@ -256,7 +260,11 @@ _ALL = (
             "GPU is starving for input data.",
             ' {{ if eq $labels.cause "checkpoint" }}stalls with every rank of its job while checkpoints are '
             "written (cause: checkpoint): long pauses with memory resident and no kernel take a large share "
-            "of its time.{{ else }}waits for its input every step (probable cause: {{ $labels.cause }}). "
+            'of its time.{{ else if eq $labels.cause "stopped" }}has stopped (cause: stopped): it has '
+            "had no kernel for a while and the other ranks of its job wait for it in their collective, so "
+            "the whole job stands still. Its host no longer feeds it: a hung read, a loader deadlock, a "
+            "process stuck outside CUDA.{{ else }}waits for its input every step (probable cause: "
+            "{{ $labels.cause }}). "
             "Utilization alternates between busy and idle and power stays far below TDP.{{ end }} See the "
             "runbook for the cause.",
         ),

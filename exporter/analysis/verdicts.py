@@ -24,12 +24,22 @@ class Track:
     cause: str = ""
     score: float = 0.0
     since: float | None = None  # when the loss of its episode began (the engine reads it from the ledger)
+    # it fired on evidence that ends with its condition (a stopped rank): it resolves when that ends,
+    # unless evidence of its own (a lasting loss) has since reached the enter score
+    with_condition: bool = False
 
 
 def step(
-    track: Track, score: float, cause: str, t: float, timing: Timing, fire_after: float | None = None
+    track: Track,
+    score: float,
+    cause: str,
+    t: float,
+    timing: Timing,
+    fire_after: float | None = None,
+    resolve_after: float | None = None,
 ) -> str:
-    """Advance one track to time t. Returns "firing" or "resolved" when the verdict changes, else ""."""
+    """Advance one track to time t. Returns "firing" or "resolved" when the verdict changes, else "".
+    ``fire_after`` and ``resolve_after`` stand for the timing's own where given."""
     track.score = score
     hold = timing.fire_after if fire_after is None else fire_after
     if not track.firing:
@@ -50,7 +60,8 @@ def step(
         return ""
     if track.clearing_since is None:
         track.clearing_since = t
-    if t - track.clearing_since < timing.resolve_after:
+    if t - track.clearing_since < (timing.resolve_after if resolve_after is None else resolve_after):
         return ""
     track.firing, track.pending_since, track.clearing_since = False, None, None
+    track.with_condition = False
     return "resolved"

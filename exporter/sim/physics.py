@@ -518,7 +518,9 @@ class NodeModel:
         if name == "checkpoint_stall" and _checkpointing(plan, t):
             return Phase.CHECKPOINT
         if name == "rank_stall" and t < plan.stall_until:  # the stopped rank, and its peers waiting for it
-            return Phase.DATA_WAIT if g in plan.affected else Phase.NCCL_WAIT
+            # a collective waiting for a rank that never arrives moves nothing, and the peers' loops, blocked
+            # in it, copy no batch: a quiet collective, as a hang's (a step-level wait's traffic flows)
+            return Phase.DATA_WAIT if g in plan.affected else Phase.HANG
         return _step_phase(plan, g, t)
 
     def _mix(self, plan: _Plan, g: int, t: float, dt: float = 0.0) -> tuple[list[Phase], Factors]:

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
 
 from exporter.analysis import detectors as d
+from exporter.analysis.engine import Analyzer
 from exporter.analysis.features import GpuFeatures, HostFeatures, count_gaps
-from exporter.policy.thresholds import EVIDENCE_WINDOW, HANG_FIRE, STARVATION_RESOLVE
+from exporter.analysis.kinds import KINDS
+from exporter.policy.thresholds import EVIDENCE_WINDOW, HANG_FIRE, RANK_STOP, STARVATION_RESOLVE
 from tests.analysis.synth import GIB, HOST_OK, IDLE, NCCL_SPIN, WORKING, alternating, run, steady, switch
 
 STARVED = alternating(busy_s=1.0, idle_s=0.9)
+STARVING_FOR = KINDS["data_starvation"].policy.for_.value  # the alert's `for`: a verdict on this long pages
 
 
 # ---- data starvation ---------------------------------------------------------------------------
@@ -109,6 +113,60 @@ def test_one_rank_pausing_is_forgiven_until_it_holds_the_coverage_share_of_five_
     stopped = run(job(180), 900)
     assert [e.gpu for e in stopped.fired("data_starvation")] == ["0"]  # the rank, never its waiting peers
     assert 400 + 90 <= stopped.first("data_starvation") <= 400 + 120
+
+
+def _one_rank_out(rank: str, length: float, at: float = 400.0) -> dict:
+    """Four ranks of one job; ``rank`` leaves its kernels for ``length`` seconds from ``at`` while the
+    others wait for it in their collective."""
+    pause = lambda t: WORKING if not at <= t < at + length else IDLE  # noqa: E731
+    wait = lambda t: WORKING if not at <= t < at + length else NCCL_SPIN  # noqa: E731
+    return {g: pause if g == rank else wait for g in "0123"}
+
+
+def _on_unbroken(r, kind: str, gpu: str) -> list[tuple[float, float]]:
+    """Each episode of ``kind`` on ``gpu``: (fired, resolved or the end of the run)."""
+    spans, fired = [], None
+    for e in r.events:
+        if e.kind == kind and e.gpu == gpu:
+            if e.state == "firing":
+                fired = e.t
+            elif fired is not None:
+                spans.append((fired, e.t))
+                fired = None
+    if fired is not None:
+        spans.append((fired, math.inf))
+    return spans
+
+
+def test_a_rank_other_than_the_first_that_stops_while_its_peers_wait_pages_within_ninety_seconds():
+    """Not the first rank (where saves run): its stop fires when it has lasted starvation.rank_stop_seconds,
+    cause stopped, naming the ranks that wait; the alert's minute later it pages, inside 90 s."""
+    r = run(_one_rank_out("2", 180), 900)
+    (fired,) = r.fired("data_starvation")
+    assert fired.gpu == "2" and fired.cause == "stopped" and fired.related == ("0", "1", "3")
+    assert fired.since is not None and abs(fired.since - 400) <= 2  # its loss began when it stopped
+    assert fired.t - 400 <= RANK_STOP.value + 2
+    assert fired.t + STARVING_FOR - 400 <= 90
+    (span,) = _on_unbroken(r, "data_starvation", "2")
+    assert span[1] - span[0] >= STARVING_FOR  # on, unbroken, for the alert's minute: it pages
+    assert r.kinds() == {"data_starvation"}  # the peers get nothing of their own
+
+
+def test_a_short_stop_of_a_rank_other_than_the_first_never_stays_on_for_the_alerts_minute():
+    """A 40 s stop fires, and its verdict ends with the stop: nothing else holds it, so it never pages."""
+    r = run(_one_rank_out("3", 40), 900)
+    spans = _on_unbroken(r, "data_starvation", "3")
+    assert spans and all(end - start < STARVING_FOR for start, end in spans), spans
+    assert {e.gpu for e in r.fired("data_starvation")} == {"3"}
+
+
+def test_the_first_ranks_stop_waits_for_the_coverage_rule_and_says_why():
+    """The first rank is where a synchronous save runs: its stop is judged by its length, and while it is
+    not paged the analysis says what it saw."""
+    analyzer = Analyzer()
+    run(_one_rank_out("0", 60), 440, analyzer=analyzer)
+    why = analyzer.unsure[("0", "data_starvation")]
+    assert "first rank" in why and "GPU 1, 2, 3" in why
 
 
 def test_frequent_checkpoints_are_starvation_with_cause_checkpoint_on_every_rank_while_they_last():

@@ -47,8 +47,9 @@ _alert(
     "warning",
     "The verdict already needs 40 % of two minutes lost (or half of the last half-minute in step-level "
     "waits, for 15 s), with a single save or evaluation forgiven; one minute more rules out a phase of the "
-    "job (a warm-up, an evaluation pass), so the page comes about two minutes into the loss. A job running "
-    "at a fraction of its speed: a warning, not a wake-up.",
+    "job (a warm-up, an evaluation pass), so the page comes about two minutes into the loss. A rank that "
+    "stopped while its job waits for it fires once the stop has lasted starvation.rank_stop_seconds, so it "
+    "pages 80 s in. A job running at a fraction of its speed: a warning, not a wake-up.",
 )
 _alert(
     "GpuCommHang",

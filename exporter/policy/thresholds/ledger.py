@@ -327,3 +327,17 @@ HANG_RESOLVE = _t(
     " Dead on every set: no example hang recovers (each lasts to the trace's end); it guards a "
     "collective that resumes after a retried timeout.",
 )
+RANK_STOP = _t(
+    "starvation.rank_stop_seconds",
+    20.0,
+    "seconds",
+    "A rank of a running job off its kernels for 20 s while the job's other ranks wait for it in their "
+    "collective, and it is not the job's first rank, has stopped: its host no longer feeds it (a hung "
+    "read, a loader deadlock, a process stuck outside CUDA). A healthy job leaves no such rank out that "
+    "long: a garbage-collection pass, a page-cache miss or a loader worker's restart takes seconds (under "
+    "the 10 s pause allowance), and a synchronous save runs on the first rank (rank 0 by every "
+    "framework's convention: torch.save behind a barrier, the trainers' main process), which is judged "
+    "by the coverage rule instead, so that its saves never page. Twice the pause allowance leaves a slow "
+    "hiccup its margin; with the alert's minute, a stop pages 80 s in, and the verdict ends with the "
+    "stop where nothing else holds it.",
+)
