@@ -131,6 +131,7 @@ class Context:
     # its fast window holds half its span of samples, where each stands for its step (Prometheus history);
     # False right after a hole in that history: a share of one or two samples is not a lasting loss
     observed: bool = True
+    paused_recent_s: float = 0.0  # seconds of the evidence window in pauses (runs past the pause allowance)
 
 
 def covered(
@@ -437,7 +438,7 @@ def detect_starvation(c: Context) -> Evidence:
     shape = starvation(c.f, c.host, _forgiven(c.recent, c) if c.recent.counted_s else None)
     if shape.missing:
         return shape
-    waiting = SCORE_ENTER.value * c.recent.get("input_wait") / RECENT_WAIT_SHARE.value
+    waiting = SCORE_ENTER.value * _step_waits(c) / RECENT_WAIT_SHARE.value
     score = max(
         shape.score,
         clamp(waiting),
@@ -471,6 +472,16 @@ def detect_starvation(c: Context) -> Evidence:
     if c.slow.get("checkpoint") >= c.slow.get("input_wait") and c.slow.get("checkpoint") > 0:
         return Evidence(score=score, cause="checkpoint", signals=signals)
     return Evidence(score=score, cause=starvation_cause(c.f, c.host), signals=signals)
+
+
+def _step_waits(c: Context) -> float:
+    """The evidence window's share of input waits, less a single pause in it: one save, evaluation or
+    stop is judged by its length (the coverage rule, or a stopped rank's own rule), never as a half-minute
+    of step-level waits; pauses that recur are a pattern and count."""
+    waits = c.recent.get("input_wait")
+    if c.pauses >= 2 or c.paused_recent_s <= 0 or c.recent.counted_s <= 0:
+        return waits
+    return max(0.0, waits - c.paused_recent_s / c.recent.counted_s)
 
 
 def _loop_rhythm(f: GpuFeatures) -> bool:
@@ -621,7 +632,7 @@ def stopped_rank(c: Context, run_s: float, waiting: tuple[str, ...]) -> Evidence
         score=STRONG,
         cause="stopped",
         signals=tuple(signals),
-        detail=f"stopped {run_s:.0f} s ago while GPU {others} of its job wait for it in their collective",
+        detail=f"off its kernels for {run_s:.0f} s, GPU {others} of its job waiting for it in a collective",
         lasting_s=run_s,
     )
 

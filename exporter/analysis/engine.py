@@ -378,7 +378,10 @@ class Analyzer:
                     state.active_at = now
                 out = waited_for and tick.on_host  # off its kernels while its peers wait for it
                 _count_stop(state, tick, out, gpu == first)
-                state.ledger.commit(tick, stopped, quiet, alone, _idle_gaps(state), waited_for)
+                # the job's pause is a save on its first rank; any other rank the job waits for stopped on
+                # its own: its seconds are its input's, not a checkpoint's
+                together = stopped and not (out and gpu != first)
+                state.ledger.commit(tick, together, quiet, alone, _idle_gaps(state), waited_for)
 
     def _measure(self, state: _Gpu, now: float, active: int, recent: float) -> Tick | None:
         """The GPU's second up to ``now`` from its new points (None: it was measured up to ``now``);
@@ -506,6 +509,9 @@ class Analyzer:
                 state.emptied,  # emptied
                 # observed (a coarse history's samples stand for their steps: a hole leaves the window bare)
                 self.step <= EVAL_INTERVAL.value or fast.counted_s >= LEDGER_FAST_WINDOW.value / 2,
+                state.ledger.paused_since(now - EVIDENCE_WINDOW.value, now)
+                if pauses
+                else 0.0,  # paused_recent_s
             )
             contexts[gpu] = ctx
             own = evidence[gpu] = {}

@@ -462,7 +462,8 @@ class GpuLedger:
     # sharing it (time-slicing): its seconds are booked at that weight, so the pods' ledgers sum to the
     # GPU's wall time and its cost; the shares of its windows are ratios and do not change
     share: float = 1.0
-    # recent runs that outgrew the pause allowance: [start, length], the newest growing while it lasts
+    # recent runs that outgrew the pause allowance: [end of its first second, length, start], the newest
+    # growing while it lasts
     long_runs: deque[list[float]] = field(default_factory=deque)
     horizons: tuple[_Horizon, ...] = field(
         default_factory=lambda: tuple(
@@ -537,7 +538,8 @@ class GpuLedger:
             self.pending.append((tick, self._stepping(loading) and not idle_gaps))
             return
         if self.pending:
-            self.long_runs.append([self.pending[0][0].t, 0.0])
+            first = self.pending[0][0]
+            self.long_runs.append([first.t, 0.0, first.t - first.span])
         if self.long_runs:
             self.long_runs[-1][1] = self.run_s
         state_gap, state_comm = self._long_run(loading, job_stopped and not alone, job_quiet, waited_for)
@@ -619,7 +621,17 @@ class GpuLedger:
             return 0, 0.0
         while runs and runs[0][0] <= now - LEDGER_FAST_WINDOW.value:
             runs.popleft()
-        return len(runs), max((length for _, length in runs), default=0.0)
+        return len(runs), max((length for _, length, _ in runs), default=0.0)
+
+    def paused_since(self, since: float, now: float) -> float:
+        """Seconds of the runs longer than the pause allowance (in the fast window) that fall within
+        (since, now]: the part of a recent window that is one pause, not step-level waits."""
+        total = 0.0
+        for _, length, start in self.long_runs:
+            overlap = min(start + length, now) - max(start, since)
+            if overlap > 0:
+                total += overlap
+        return total
 
     def losses(self, pick: Callable[[Shares], float]) -> list[Lost]:
         """The committed seconds of the ledger window, oldest first, each with its seconds lost to
