@@ -169,6 +169,19 @@ def test_the_first_ranks_stop_waits_for_the_coverage_rule_and_says_why():
     assert "first rank" in why and "GPU 1, 2, 3" in why
 
 
+def test_one_pause_of_a_single_gpu_job_beside_others_is_judged_by_its_length():
+    """A single-GPU job is its own first rank: a one-minute pause (its save) among independent jobs is no
+    half-minute of step-level waits and pages nothing; a stop that holds the coverage share still fires."""
+    busy = lambda t: WORKING  # noqa: E731
+
+    def node(length: float) -> dict:
+        pause = lambda t: WORKING if not 400 <= t < 400 + length else IDLE  # noqa: E731
+        return {"0": busy, "1": pause, "2": busy, "3": busy}
+
+    assert run(node(60), 900).kinds() == set()
+    assert [e.gpu for e in run(node(120), 900).fired("data_starvation")] == ["1"]
+
+
 def test_frequent_checkpoints_are_starvation_with_cause_checkpoint_on_every_rank_while_they_last():
     """Every rank stalls 30 s of every 50 s from t=200: most of the wall time goes to saving."""
     saving = lambda t: IDLE if t >= 200 and (t - 200) % 50 < 30 else WORKING  # noqa: E731
