@@ -486,6 +486,7 @@ class Analyzer:
             recent, fast, slow = state.shares
             self._mark(state, recent, now)
             pauses, longest_pause = state.ledger.pauses(now)
+            paused = state.ledger.paused_since(now - EVIDENCE_WINDOW.value, now) if pauses else 0.0
             ctx = d.Context(  # positional, in the fields' order: made for every GPU every evaluation
                 f,  # f
                 host,  # host
@@ -509,9 +510,7 @@ class Analyzer:
                 state.emptied,  # emptied
                 # observed (a coarse history's samples stand for their steps: a hole leaves the window bare)
                 self.step <= EVAL_INTERVAL.value or fast.counted_s >= LEDGER_FAST_WINDOW.value / 2,
-                state.ledger.paused_since(now - EVIDENCE_WINDOW.value, now)
-                if pauses
-                else 0.0,  # paused_recent_s
+                paused,  # paused_recent_s
             )
             contexts[gpu] = ctx
             own = evidence[gpu] = {}
@@ -777,8 +776,7 @@ class Analyzer:
             hold = 0.0  # behind its peers in two samples or more: already held longer than any hold
         resolve = None
         if kind.holds_peers_back:
-            stopping = gpu in self._stopping
-            if stopping:
+            if gpu in self._stopping:
                 hold = 0.0  # stopped for RANK_STOP already: the run is its hold
             elif track.firing and track.with_condition:
                 if score >= kind.timing.enter:
