@@ -691,9 +691,9 @@ class Analyzer:
             ev = d.stopped_rank(c, run, waiting)
             self._stopping.add(gpu)
             for kind in HOLDS_PEERS_BACK:
+                # its cause says more than a rank behind its peers at a coarse step, whatever that scored
                 self.details[(gpu, kind)] = ev.detail
-                if ev.score > evidence[gpu][kind].score:
-                    evidence[gpu][kind] = ev
+                evidence[gpu][kind] = replace(ev, score=max(ev.score, evidence[gpu][kind].score))
 
     def _members(self, gpu: str, chosen: list[str]) -> list[str]:
         group = self._gpus[gpu].group
