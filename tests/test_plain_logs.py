@@ -194,3 +194,20 @@ def test_a_hostile_compute_apps_log_is_one_line_and_bounded(tmp_path):
     body = "timestamp, pid, process_name\n" + "2026/01/01 00:00:00, 1, ollama\n" * (MAX_LINES + 10)
     many.write_bytes(gzip.compress(body.encode()))
     assert read_process_names(many) == {"*": ["ollama"]}
+
+
+def test_a_stopped_rank_read_from_a_15_s_history_pages_as_stopped():
+    """The same log as a Prometheus scraping every 15 s would hold it: the stopped rank is named with its
+    cause, its peers as waiting, two samples into the stop."""
+    from exporter.offline.promhistory.agreement import sampled
+    from exporter.offline.promhistory.history import replay_nodes
+    from exporter.offline.traces import TraceReader
+
+    def history(path):
+        return replay_nodes([sampled(TraceReader(path), 15.0)], {}, 15.0, 0.0, "15 s", path, prices=None)
+
+    stopped = history(FOLDER / "p01_h100x4_ddp_rank_stops.csv.gz")
+    (episode,) = stopped.episodes
+    assert (episode.gpu, episode.kind, episode.cause) == ("node/2", "data_starvation", "stopped")
+    assert set(episode.related) == {"node/0", "node/1", "node/3"}
+    assert episode.fired_at - 240 <= 2 * 15 + 15  # two samples of the stop, and the one it began in

@@ -50,6 +50,7 @@ from exporter.policy.thresholds import (
     SCORE_EXIT,
     SERVING_RESERVED,
     STARVATION_IDLE_FRACTION,
+    STARVATION_PAUSE,
     UTIL_IDLE_LINE,
     VERDICT_INTERVAL,
     WINDOW_POINTS_PER_SECOND,
@@ -649,11 +650,14 @@ class Analyzer:
                     continue
                 behind[gpu] = statistics.fmean(contexts[g].f.util_mean or 0.0 for g in peers)
             deficit = {g: util - (contexts[g].f.util_mean or 0.0) for g, util in behind.items()}
+            first, pause = min(members, key=rank_order), STARVATION_PAUSE.value
             furthest = max(deficit.values(), default=0.0)
             for gpu, peers_util in behind.items():
                 # a synchronous job waits for its slowest ranks: one far less behind is not waited for
                 if deficit[gpu] < d.WAITED_FOR * furthest:
                     continue
+                if gpu == first and contexts[gpu].pauses < 2 and contexts[gpu].f.trailing_idle_s > pause:
+                    continue  # one pause of the job's first rank (a save): judged by its length, as when fine
                 under = peers_util - STARVATION_IDLE_FRACTION.value
                 points = self._gpus[gpu].window.since(now - self.evidence_s)
                 behind_in = sum(1 for p in points if p.util is not None and p.util <= under)
@@ -857,9 +861,11 @@ class _Judged:
     related: tuple[str, ...] = ()  # the GPUs the verdict concerns besides this one
 
 
-def rank_order(gpu: str) -> tuple[int, int, str]:
-    """GPUs in their index order (a rank's device is its index within the job's GPUs)."""
-    return (0, int(gpu), "") if gpu.isdigit() else (1, 0, gpu)
+def rank_order(gpu: str) -> tuple[str, int, str]:
+    """GPUs in their index order (a rank's device is its index within the job's GPUs), a history's
+    ``node/3`` by the index after its node's name."""
+    head, _, index = gpu.rpartition("/")
+    return (head, int(index), "") if index.isdigit() else (head, -1, index)
 
 
 def _count_stop(state: _Gpu, tick: Tick, out: bool, first: bool) -> None:
