@@ -132,6 +132,8 @@ class Context:
     # False right after a hole in that history: a share of one or two samples is not a lasting loss
     observed: bool = True
     paused_recent_s: float = 0.0  # seconds of the evidence window in pauses (runs past the pause allowance)
+    # sampled coarser than the clock: how many samples of the evidence window booked waits (-1: fine samples)
+    waits_seen: int = -1
 
 
 def covered(
@@ -478,6 +480,10 @@ def _step_waits(c: Context) -> float:
     """The evidence window's share of input waits, less a single pause in it: one save, evaluation or
     stop is judged by its length (the coverage rule, or a stopped rank's own rule), never as a half-minute
     of step-level waits; pauses that recur are a pattern and count."""
+    if 0 <= c.waits_seen < RECURS:
+        # one sample of a coarse history caught without a kernel stands for its whole step: a pause, not a
+        # half-minute of waits (the coverage rule and the shape over the evidence window still read it)
+        return 0.0
     waits = c.recent.get("input_wait")
     if c.pauses >= 2 or c.paused_recent_s <= 0 or c.recent.counted_s <= 0:
         return waits

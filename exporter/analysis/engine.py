@@ -44,6 +44,7 @@ from exporter.policy.thresholds import (
     LEDGER_BUSY_UTIL,
     LEDGER_FAST_WINDOW,
     LEDGER_STALE,
+    LEDGER_STEADY_UTIL,
     LEDGER_WINDOW,
     RANK_STOP,
     SCORE_ENTER,
@@ -512,6 +513,7 @@ class Analyzer:
                 # observed (a coarse history's samples stand for their steps: a hole leaves the window bare)
                 self.step <= EVAL_INTERVAL.value or fast.counted_s >= LEDGER_FAST_WINDOW.value / 2,
                 paused,  # paused_recent_s
+                _waits_seen(points) if self.step > EVAL_INTERVAL.value else -1,  # waits_seen
             )
             contexts[gpu] = ctx
             own = evidence[gpu] = {}
@@ -866,6 +868,13 @@ def rank_order(gpu: str) -> tuple[str, int, str]:
     ``node/3`` by the index after its node's name."""
     head, _, index = gpu.rpartition("/")
     return (head, int(index), "") if index.isdigit() else (head, -1, index)
+
+
+def _waits_seen(points: list[GpuPoint]) -> int:
+    """The samples that booked some waiting (under the steady line, where the ledger books the rest of
+    the sample as a wait)."""
+    line = LEDGER_STEADY_UTIL.value
+    return sum(1 for p in points if p.util is not None and p.util < line)
 
 
 def _count_stop(state: _Gpu, tick: Tick, out: bool, first: bool) -> None:

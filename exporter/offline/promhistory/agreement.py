@@ -81,7 +81,8 @@ class Compared:
 
 
 def sampled(rows: Iterable[TraceRow], step: float, scheme: str = names.DCGM_LEGACY) -> Node:
-    """The trace's GPUs and host as a Prometheus would hold them at ``step`` (times from 0)."""
+    """The trace's GPUs and host as a Prometheus would hold them at ``step`` (times from 0); a gap in the
+    trace (TRACE_GAP_PERIODS) is a hole in the history, not its last row repeated."""
     attrs = {s.attr for s in export.writers(scheme)}
     gpus: dict[str, Gpu] = {}
     host: dict[str, dict[float, float]] = {}
@@ -103,7 +104,11 @@ def sampled(rows: Iterable[TraceRow], step: float, scheme: str = names.DCGM_LEGA
                 if value is not None:
                     host.setdefault(attr, {})[t] = float(value)
 
+    segment = 0
     for row in rows:
+        if row.segment != segment:  # a gap in the trace: nothing was scraped while nothing was logged
+            last.clear()
+            segment = row.segment
         while row.t > at:
             if last:
                 scrape(at)
