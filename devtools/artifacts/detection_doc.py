@@ -67,7 +67,10 @@ def _ledger() -> list[str]:
         f"{th.LEDGER_LOAD_GROWTH.value / (1 << 30):g} GiB within {_s(th.EVIDENCE_WINDOW)} (a model loading); "
         f"past {_s(th.IDLE_AFTER)} too. Step-level gaps are waits as soon as work comes in bursts;",
         "- every GPU of a multi-GPU job stopped together, all inside a quiet collective: `stalled`;",
-        "- every GPU of a multi-GPU job stopped together, someone with no kernel: `checkpoint`;",
+        "- every GPU of a multi-GPU job stopped together, someone with no kernel: `checkpoint` (those in a "
+        "collective wait for it: `comm_wait`), except on a rank with no kernel that is not the job's first "
+        "(its lowest index, where a synchronous save runs) while others wait for it in a collective: it "
+        "stopped on its own, `input_wait`;",
         "- otherwise a GPU with no kernel is `input_wait` (its peers wait for it) and one in a collective "
         "`comm_wait`.",
         "",
