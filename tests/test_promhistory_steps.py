@@ -3,6 +3,7 @@ step in the ledger; a cause the step cannot tell apart is not given; the roll-up
 
 from __future__ import annotations
 
+from itertools import pairwise
 from pathlib import Path
 
 from exporter.analysis.ledger import STATES
@@ -156,3 +157,21 @@ def test_a_layer_split_model_read_at_15_and_30_s_is_a_pipeline_not_starved():
         result = _coarse(path, step)
         assert result.episodes == [], (step, result.episodes)
         assert "pipeline" in human(result), step
+
+
+def test_an_evaluations_short_pauses_caught_in_one_sample_each_are_no_starvation_at_15_s():
+    """An evaluation pausing 5-10 s every minute or two: at 15 s now and then one sample catches a pause
+    and stands for its whole step. One such sample is a pause, not half a minute of waits: nothing pages
+    (it paged once, for 90 s). A real starvation read at 15 s still does."""
+    assert compare(TRACES / "workloads" / "w04_a100_evaluation_pauses.csv.gz", 15.0).coarse == {}
+    assert "data_starvation" in kinds_of(_coarse(TRACES / "starvation_h100x8.csv.gz", 15.0))
+
+
+def test_a_gap_in_the_trace_is_a_hole_in_the_history_it_stands_for():
+    """Evaluation jobs logged with half an hour unlogged between two of them: the history has no samples
+    there (the log's last row is not repeated), so the idle half hour is not read as memory held idle."""
+    node, _ = sampled(TraceReader(TRACES / "real3" / "u03_rtx8000_eval_jobs.csv.gz"), 15.0)
+    (gpu,) = node.values()
+    held = sorted(gpu.values["util"])
+    assert max(b - a for a, b in pairwise(held)) > 1800
+    assert "idle_allocated" not in kinds_of(_coarse(TRACES / "real3" / "u03_rtx8000_eval_jobs.csv.gz", 15.0))
