@@ -111,6 +111,20 @@ def ddp_checkpoint(rng: random.Random, board: Board, gpus: int, every: float, pa
     return model
 
 
+def ddp_rank0_saves(rng: random.Random, board: Board, gpus: int, every: float, pause: float) -> Model:
+    """Healthy data-parallel training whose rank 0 alone writes a checkpoint every ``every`` seconds
+    (``torch.save`` on the main process) for ``pause`` seconds, while the other ranks wait for it at the
+    barrier, spinning in its all-reduce: the same picture as a stopped rank, on the rank where saves run."""
+    mem = 0.87 * board.total_mib
+
+    def model(s: float) -> list[Row]:
+        if not (s > 60 and (s % every) < pause):
+            return [_compute(rng, board, mem) for _ in range(gpus)]
+        return [_stopped(rng, board, mem) if g == 0 else _spin(rng, board, mem) for g in range(gpus)]
+
+    return model
+
+
 CAP_STEPS = ((300.0, 250.0, 0.55), (600.0, 200.0, 0.42), (900.0, 150.0, 0.28), (1200.0, 100.0, 0.12))
 
 
@@ -291,6 +305,16 @@ def specs() -> list[Spec]:
             process="C:\\Program Files\\Ollama\\ollama.exe",
             # a server without requests for five minutes is idle capacity (an info notice), never a page
             allowed=({"gpu": "0", "kinds": ["idle_allocated"], "start": 0.0, "end": 12 * 3600.0},),
+        ),
+        Spec(
+            "p06_h100x4_ddp_rank0_saves",
+            "training",
+            "healthy 4-GPU data-parallel training whose rank 0 alone writes a checkpoint for 60 s every 5 "
+            "minutes while ranks 1-3 wait at the barrier, spinning in the all-reduce",
+            H100,
+            1500,
+            1.0,
+            lambda r: ddp_rank0_saves(r, H100, 4, 300.0, 60.0),
         ),
     ]
 

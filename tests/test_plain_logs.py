@@ -211,3 +211,20 @@ def test_a_stopped_rank_read_from_a_15_s_history_pages_as_stopped():
     assert (episode.gpu, episode.kind, episode.cause) == ("node/2", "data_starvation", "stopped")
     assert set(episode.related) == {"node/0", "node/1", "node/3"}
     assert episode.fired_at - 240 <= 2 * 15 + 15  # two samples of the stop, and the one it began in
+
+
+def test_rank_0_saving_alone_while_its_peers_wait_pages_nothing_and_says_why():
+    """The picture of a stopped rank, on the job's first rank, where saves run: a minute's save every five
+    minutes pages nothing, at 1 s or read from a 15 or 30 s history, and replay says what it saw."""
+    from exporter.offline.promhistory.agreement import sampled
+    from exporter.offline.promhistory.history import replay_nodes
+    from exporter.offline.traces import TraceReader
+
+    path = FOLDER / "p06_h100x4_ddp_rank0_saves.csv.gz"
+    result = replay(path)
+    assert result.episodes == []
+    (why,) = [line for line in unsure_lines(result) if "data_starvation not paged" in line]
+    assert "GPU 0:" in why and "first rank" in why and "GPU 1, 2, 3" in why
+    for step in (15.0, 30.0):
+        history = replay_nodes([sampled(TraceReader(path), step)], {}, step, 0.0, "h", path, prices=None)
+        assert history.episodes == [], (step, history.episodes)

@@ -51,7 +51,6 @@ from exporter.policy.thresholds import (
     SCORE_EXIT,
     SERVING_RESERVED,
     STARVATION_IDLE_FRACTION,
-    STARVATION_PAUSE,
     UTIL_IDLE_LINE,
     VERDICT_INTERVAL,
     WINDOW_POINTS_PER_SECOND,
@@ -488,7 +487,9 @@ class Analyzer:
             recent, fast, slow = state.shares
             self._mark(state, recent, now)
             pauses, longest_pause = state.ledger.pauses(now)
-            paused = state.ledger.paused_since(now - EVIDENCE_WINDOW.value, now) if pauses else 0.0
+            paused = (
+                state.ledger.paused_since(now - EVIDENCE_WINDOW.value, now) if state.ledger.long_runs else 0.0
+            )
             ctx = d.Context(  # positional, in the fields' order: made for every GPU every evaluation
                 f,  # f
                 host,  # host
@@ -652,13 +653,13 @@ class Analyzer:
                     continue
                 behind[gpu] = statistics.fmean(contexts[g].f.util_mean or 0.0 for g in peers)
             deficit = {g: util - (contexts[g].f.util_mean or 0.0) for g, util in behind.items()}
-            first, pause = min(members, key=rank_order), STARVATION_PAUSE.value
+            first = min(members, key=rank_order)
             furthest = max(deficit.values(), default=0.0)
             for gpu, peers_util in behind.items():
                 # a synchronous job waits for its slowest ranks: one far less behind is not waited for
                 if deficit[gpu] < d.WAITED_FOR * furthest:
                     continue
-                if gpu == first and contexts[gpu].pauses < 2 and contexts[gpu].f.trailing_idle_s > pause:
+                if gpu == first and contexts[gpu].pauses < 2 and self._paused_in(gpu, now) > 0:
                     continue  # one pause of the job's first rank (a save): judged by its length, as when fine
                 under = peers_util - STARVATION_IDLE_FRACTION.value
                 points = self._gpus[gpu].window.since(now - self.evidence_s)
@@ -704,6 +705,10 @@ class Analyzer:
     def _members(self, gpu: str, chosen: list[str]) -> list[str]:
         group = self._gpus[gpu].group
         return [g for g in chosen if self._gpus[g].group == group and self._gpus[g].scope == ""]
+
+    def _paused_in(self, gpu: str, now: float) -> float:
+        """Seconds of the GPU's evidence window in pauses (runs past the pause allowance)."""
+        return self._gpus[gpu].ledger.paused_since(now - self.evidence_s, now)
 
     def _judging_due(self, now: float, chosen: list[str]) -> bool:
         """Verdicts are judged every VERDICT_INTERVAL (steps of EVAL_INTERVAL; half a step of slack for a

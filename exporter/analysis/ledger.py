@@ -537,8 +537,9 @@ class GpuLedger:
         if self.run_s <= STARVATION_PAUSE.value:
             self.pending.append((tick, self._stepping(loading) and not idle_gaps))
             return
-        if self.pending:
-            first = self.pending[0][0]
+        if self.run_s - tick.span <= STARVATION_PAUSE.value:
+            # the run outgrew the allowance with this second (a coarse sample may do it on its own)
+            first = self.pending[0][0] if self.pending else tick
             self.long_runs.append([first.t, 0.0, first.t - first.span])
         if self.long_runs:
             self.long_runs[-1][1] = self.run_s
@@ -619,13 +620,17 @@ class GpuLedger:
         runs = self.long_runs
         if not runs:  # (most GPUs, most of the time)
             return 0, 0.0
-        while runs and runs[0][0] <= now - LEDGER_FAST_WINDOW.value:
+        # kept while they end within the ledger window: a coarse step's evidence window reaches further
+        # back than the fast window (five samples of 30 s), and ``paused_since`` reads them there
+        while runs and runs[0][2] + runs[0][1] <= now - LEDGER_WINDOW.value:
             runs.popleft()
-        return len(runs), max((length for _, length, _ in runs), default=0.0)
+        since = now - LEDGER_FAST_WINDOW.value
+        began = [length for t, length, _ in runs if t > since]
+        return len(began), max(began, default=0.0)
 
     def paused_since(self, since: float, now: float) -> float:
-        """Seconds of the runs longer than the pause allowance (in the fast window) that fall within
-        (since, now]: the part of a recent window that is one pause, not step-level waits."""
+        """Seconds of the runs longer than the pause allowance (within the ledger window) that fall within
+        (since, now]: the part of a window that is one pause, not step-level waits."""
         total = 0.0
         for _, length, start in self.long_runs:
             overlap = min(start + length, now) - max(start, since)
