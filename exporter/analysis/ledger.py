@@ -106,6 +106,9 @@ FAMILIES: dict[str, tuple[str, ...]] = {
 # replay and the cost rules price
 LOST_STATES: tuple[str, ...] = tuple(state for states in FAMILIES.values() for state in states)
 _INDEX = {state: i for i, state in enumerate(STATES)}
+# a stopped run past the pause allowance is a pause once it holds this many samples: at a coarse step
+# (15-60 s) one sample caught without a kernel stands for its whole step and may be one step's wait
+PAUSE_SAMPLES = 2
 # the lines ``measure`` reads for every point, looked up once
 _BUSY, _STEADY = LEDGER_BUSY_UTIL.value, LEDGER_STEADY_UTIL.value
 _IDLE_LINE, _IDLE_MEMORY = UTIL_IDLE_LINE.value, IDLE_MEMORY.value
@@ -453,6 +456,9 @@ class GpuLedger:
     bursts: int = 0  # ...once the GPU shows a rhythm: separate stretches of work since the job took it
     held_back_s: float = 0.0  # seconds off-kernel while peers of its job waited for it in a collective
     run_s: float = 0.0  # length of the current stopped run
+    run_first: Tick | None = None  # ...its first second
+    run_ticks: int = 0  # ...how many seconds (samples, at a coarse step) it holds
+    run_counted: bool = False  # ...whether it is counted among the pauses (``long_runs``)
     # (t, memory used) of the last 30 s that no later reading undercuts: the first is the window's least
     memory: deque[tuple[float, float]] = field(default_factory=deque)
     pending: list[tuple[Tick, bool]] = field(default_factory=list)  # held-back run seconds (tick, started)
@@ -533,15 +539,20 @@ class GpuLedger:
             self.worked_s += tick.span
             self._add(tick.t, _vector(tick, self._stepping(loading) and not idle_gaps))
             return
+        if self.run_s == 0.0:
+            self.run_first, self.run_ticks, self.run_counted = tick, 0, False
         self.run_s += tick.span
+        self.run_ticks += 1
         if self.run_s <= STARVATION_PAUSE.value:
             self.pending.append((tick, self._stepping(loading) and not idle_gaps))
             return
-        if self.run_s - tick.span <= STARVATION_PAUSE.value:
-            # the run outgrew the allowance with this second (a coarse sample may do it on its own)
-            first = self.pending[0][0] if self.pending else tick
+        if not self.run_counted and self.run_ticks >= PAUSE_SAMPLES and self.run_first is not None:
+            # a pause: past the allowance, in two samples or more (one coarse sample caught without a
+            # kernel stands for its whole step, and may be a step's wait)
+            first = self.run_first
             self.long_runs.append([first.t, 0.0, first.t - first.span])
-        if self.long_runs:
+            self.run_counted = True
+        if self.run_counted and self.long_runs:  # (a run across a hole may have left the ledger window)
             self.long_runs[-1][1] = self.run_s
         state_gap, state_comm = self._long_run(loading, job_stopped and not alone, job_quiet, waited_for)
         if idle_gaps:
