@@ -487,6 +487,8 @@ def _step_waits(c: Context) -> float:
     waits = c.recent.get("input_wait")
     if c.pauses >= 2 or c.paused_recent_s <= 0 or c.recent.counted_s <= 0:
         return waits
+    if _beside_waits(c):
+        return waits
     return max(0.0, waits - c.paused_recent_s / c.recent.counted_s)
 
 
@@ -668,9 +670,21 @@ def _forgiven(s: Shares, c: Context) -> float:
     save or evaluation is not a pattern; repeated pauses and step-level waits are."""
     if s.counted_s <= 0:
         return 0.0
+    waits = s.family("input")
     if c.pauses >= 2:
-        return s.family("input")
-    return max(0.0, s.family("input") - c.longest_pause_s / s.counted_s)
+        return waits
+    if _beside_waits(c):
+        return waits
+    return max(0.0, waits - c.longest_pause_s / s.counted_s)
+
+
+def _beside_waits(c: Context) -> bool:
+    """Sampled coarser than the work (each sample an instant): a pause beside other waits in the fast
+    window is one more of them (a starving loader caught idle twice in a row), forgiven only where it is
+    the only wait there. On fine samples a pause is told by its length alone."""
+    if c.waits_seen < 0 or c.fast.counted_s <= 0:
+        return False
+    return c.fast.family("input") - c.longest_pause_s / c.fast.counted_s > 0
 
 
 def detect_comm_bound(c: Context) -> Evidence:

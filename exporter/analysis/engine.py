@@ -659,11 +659,13 @@ class Analyzer:
                 # a synchronous job waits for its slowest ranks: one far less behind is not waited for
                 if deficit[gpu] < d.WAITED_FOR * furthest:
                     continue
-                if gpu == first and contexts[gpu].pauses < 2 and self._paused_in(gpu, now) > 0:
-                    continue  # one pause of the job's first rank (a save): judged by its length, as when fine
                 under = peers_util - STARVATION_IDLE_FRACTION.value
                 points = self._gpus[gpu].window.since(now - self.evidence_s)
-                behind_in = sum(1 for p in points if p.util is not None and p.util <= under)
+                behind = [p.t for p in points if p.util is not None and p.util <= under]
+                ledger = self._gpus[gpu].ledger
+                if gpu == first and behind and all(ledger.in_pause(t) for t in behind):
+                    continue  # one pause of the job's first rank (a save): judged by its length, as when fine
+                behind_in = len(behind)
                 ev = d.starved_among_peers(contexts[gpu], peers_util, behind_in)
                 if ev.score >= SCORE_ENTER.value:
                     self._behind.add(gpu)
@@ -705,10 +707,6 @@ class Analyzer:
     def _members(self, gpu: str, chosen: list[str]) -> list[str]:
         group = self._gpus[gpu].group
         return [g for g in chosen if self._gpus[g].group == group and self._gpus[g].scope == ""]
-
-    def _paused_in(self, gpu: str, now: float) -> float:
-        """Seconds of the GPU's evidence window in pauses (runs past the pause allowance)."""
-        return self._gpus[gpu].ledger.paused_since(now - self.evidence_s, now)
 
     def _judging_due(self, now: float, chosen: list[str]) -> bool:
         """Verdicts are judged every VERDICT_INTERVAL (steps of EVAL_INTERVAL; half a step of slack for a

@@ -649,6 +649,11 @@ class GpuLedger:
                 total += overlap
         return total
 
+    def in_pause(self, t: float) -> bool:
+        """Whether the sample at ``t`` falls within a pause (a run past the pause allowance) the ledger
+        still keeps."""
+        return any(start < t <= start + length for _, length, start in self.long_runs)
+
     def losses(self, pick: Callable[[Shares], float]) -> list[Lost]:
         """The committed seconds of the ledger window, oldest first, each with its seconds lost to
         ``pick`` (a kind's share of the ledger): what an episode's onset and end are read from."""
