@@ -134,6 +134,7 @@ class Context:
     paused_recent_s: float = 0.0  # seconds of the evidence window in pauses (runs past the pause allowance)
     # sampled coarser than the clock: how many samples of the evidence window booked waits (-1: fine samples)
     waits_seen: int = -1
+    pause_saved: bool = False  # the longest pause had the shape of a save (the job's, or its first rank's)
 
 
 def covered(
@@ -679,11 +680,15 @@ def _forgiven(s: Shares, c: Context) -> float:
 
 
 def _beside_waits(c: Context) -> bool:
-    """Sampled coarser than the work (each sample an instant): a pause beside other waits in the fast
-    window is one more of them (a starving loader caught idle twice in a row), forgiven only where it is
-    the only wait there. On fine samples a pause is told by its length alone."""
-    if c.waits_seen < 0 or c.fast.counted_s <= 0:
+    """Sampled coarser than the work (each sample an instant, a loader's rhythm falling between them), a
+    pause is forgiven only with the shape of a save (every rank off its kernels together, or the job's
+    first rank alone while the others hold a kernel at the barrier) and as the only wait of the fast
+    window: otherwise it is one more wait (a starving loader caught idle in samples in a row). On fine
+    samples a pause is told by its length alone."""
+    if c.waits_seen < 0:
         return False
+    if not c.pause_saved or c.fast.counted_s <= 0:
+        return True
     return c.fast.family("input") - c.longest_pause_s / c.fast.counted_s > 0
 
 

@@ -370,7 +370,14 @@ class Analyzer:
             waited_for = stopped and not quiet and not all(t.off_kernel for t in job)
             alone = len(job) < 2
             # the job's first rank: where a synchronous save runs while the others wait at a barrier
-            first = min(held, key=rank_order) if waited_for else None
+            lead = min(held, key=rank_order) if not alone else None
+            first = lead if waited_for else None
+            # a second with the shape of a save: every rank off its kernels together, or the first rank
+            # alone off them while the others hold a kernel resident (pinned: at a barrier's all-reduce)
+            saving = stopped and all(t.off_kernel for t in job) and not alone
+            pinned = lead is not None and all(
+                (t.util or 0.0) >= d.PINNED for g, t in held.items() if g != lead
+            )
             self._classify(group, now, members, job_ticks, held)
             for gpu, tick in job_ticks.items():
                 state = gpus[gpu]
@@ -382,7 +389,8 @@ class Analyzer:
                 # the job's pause is a save on its first rank; any other rank the job waits for stopped on
                 # its own: its seconds are its input's, not a checkpoint's
                 together = stopped and not (out and gpu != first)
-                state.ledger.commit(tick, together, quiet, alone, _idle_gaps(state), waited_for)
+                save = saving or (gpu == lead and pinned and tick.on_host)
+                state.ledger.commit(tick, together, quiet, alone, _idle_gaps(state), waited_for, save)
 
     def _measure(self, state: _Gpu, now: float, active: int, recent: float) -> Tick | None:
         """The GPU's second up to ``now`` from its new points (None: it was measured up to ``now``);
@@ -486,7 +494,7 @@ class Analyzer:
             state.shares = state.ledger.shares(now)
             recent, fast, slow = state.shares
             self._mark(state, recent, now)
-            pauses, longest_pause = state.ledger.pauses(now)
+            pauses, longest_pause, pause_saved = state.ledger.pauses(now)
             paused = (
                 state.ledger.paused_since(now - EVIDENCE_WINDOW.value, now) if state.ledger.long_runs else 0.0
             )
@@ -515,6 +523,7 @@ class Analyzer:
                 self.step <= EVAL_INTERVAL.value or fast.counted_s >= LEDGER_FAST_WINDOW.value / 2,
                 paused,  # paused_recent_s
                 _waits_seen(points) if self.step > EVAL_INTERVAL.value else -1,  # waits_seen
+                pause_saved,  # pause_saved
             )
             contexts[gpu] = ctx
             own = evidence[gpu] = {}
@@ -663,7 +672,7 @@ class Analyzer:
                 points = self._gpus[gpu].window.since(now - self.evidence_s)
                 behind = [p.t for p in points if p.util is not None and p.util <= under]
                 ledger = self._gpus[gpu].ledger
-                if gpu == first and behind and all(ledger.in_pause(t) for t in behind):
+                if gpu == first and behind and all(ledger.in_save(t) for t in behind):
                     continue  # one pause of the job's first rank (a save): judged by its length, as when fine
                 behind_in = len(behind)
                 ev = d.starved_among_peers(contexts[gpu], peers_util, behind_in)

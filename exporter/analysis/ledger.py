@@ -446,6 +446,16 @@ def _shares(h: _Horizon) -> Shares:
 # ---- one GPU's ledger ---------------------------------------------------------------------------
 
 
+@dataclass(slots=True)
+class Pause:
+    """A stopped run past the pause allowance (in two samples or more)."""
+
+    first_t: float  # the end of its first second
+    start: float
+    length: float = 0.0
+    save: bool = True  # every second of it had the shape of a save (``GpuLedger.commit``'s ``save``)
+
+
 @dataclass
 class GpuLedger:
     """A GPU's committed seconds per state (the counters), its stopped run and its rolling shares."""
@@ -459,6 +469,7 @@ class GpuLedger:
     run_first: Tick | None = None  # ...its first second
     run_ticks: int = 0  # ...how many seconds (samples, at a coarse step) it holds
     run_counted: bool = False  # ...whether it is counted among the pauses (``long_runs``)
+    run_save: bool = True  # ...whether every second of it had the shape of a save (``commit``'s ``save``)
     # (t, memory used) of the last 30 s that no later reading undercuts: the first is the window's least
     memory: deque[tuple[float, float]] = field(default_factory=deque)
     pending: list[tuple[Tick, bool]] = field(default_factory=list)  # held-back run seconds (tick, started)
@@ -468,9 +479,8 @@ class GpuLedger:
     # sharing it (time-slicing): its seconds are booked at that weight, so the pods' ledgers sum to the
     # GPU's wall time and its cost; the shares of its windows are ratios and do not change
     share: float = 1.0
-    # recent runs that outgrew the pause allowance: [end of its first second, length, start], the newest
-    # growing while it lasts
-    long_runs: deque[list[float]] = field(default_factory=deque)
+    # recent runs that outgrew the pause allowance, the newest growing while it lasts
+    long_runs: deque[Pause] = field(default_factory=deque)
     horizons: tuple[_Horizon, ...] = field(
         default_factory=lambda: tuple(
             _Horizon(s) for s in (EVIDENCE_WINDOW.value, LEDGER_FAST_WINDOW.value, LEDGER_WINDOW.value)
@@ -509,6 +519,7 @@ class GpuLedger:
         alone: bool = False,
         idle_gaps: bool = False,
         waited_for: bool = False,
+        save: bool = False,
     ) -> None:
         """Give the second its states, from the run it belongs to and the job's GPUs: ``job_stopped``
         when every GPU of the job stopped this second, ``job_quiet`` when all of them sit in a quiet
@@ -540,9 +551,10 @@ class GpuLedger:
             self._add(tick.t, _vector(tick, self._stepping(loading) and not idle_gaps))
             return
         if self.run_s == 0.0:
-            self.run_first, self.run_ticks, self.run_counted = tick, 0, False
+            self.run_first, self.run_ticks, self.run_counted, self.run_save = tick, 0, False, True
         self.run_s += tick.span
         self.run_ticks += 1
+        self.run_save = self.run_save and save
         if self.run_s <= STARVATION_PAUSE.value:
             self.pending.append((tick, self._stepping(loading) and not idle_gaps))
             return
@@ -550,10 +562,11 @@ class GpuLedger:
             # a pause: past the allowance, in two samples or more (one coarse sample caught without a
             # kernel stands for its whole step, and may be a step's wait)
             first = self.run_first
-            self.long_runs.append([first.t, 0.0, first.t - first.span])
+            self.long_runs.append(Pause(first.t, first.t - first.span))
             self.run_counted = True
         if self.run_counted and self.long_runs:  # (a run across a hole may have left the ledger window)
-            self.long_runs[-1][1] = self.run_s
+            pause = self.long_runs[-1]
+            pause.length, pause.save = self.run_s, self.run_save
         state_gap, state_comm = self._long_run(loading, job_stopped and not alone, job_quiet, waited_for)
         if idle_gaps:
             state_gap = "idle"
@@ -625,34 +638,35 @@ class GpuLedger:
             out.append(_shares(h))
         return out[0], out[1], out[2]
 
-    def pauses(self, now: float) -> tuple[int, float]:
-        """Stopped runs longer than the pause allowance that began within the fast window: how many, and
-        the longest one's seconds."""
+    def pauses(self, now: float) -> tuple[int, float, bool]:
+        """Stopped runs longer than the pause allowance that began within the fast window: how many, the
+        longest one's seconds, and whether it had the shape of a save (``commit``'s ``save``)."""
         runs = self.long_runs
         if not runs:  # (most GPUs, most of the time)
-            return 0, 0.0
+            return 0, 0.0, False
         # kept while they end within the ledger window: a coarse step's evidence window reaches further
         # back than the fast window (five samples of 30 s), and ``paused_since`` reads them there
-        while runs and runs[0][2] + runs[0][1] <= now - LEDGER_WINDOW.value:
+        while runs and runs[0].start + runs[0].length <= now - LEDGER_WINDOW.value:
             runs.popleft()
         since = now - LEDGER_FAST_WINDOW.value
-        began = [length for t, length, _ in runs if t > since]
-        return len(began), max(began, default=0.0)
+        began = [(r.length, r.save) for r in runs if r.first_t > since]
+        longest, saved = max(began, default=(0.0, False))
+        return len(began), longest, saved
 
     def paused_since(self, since: float, now: float) -> float:
         """Seconds of the runs longer than the pause allowance (within the ledger window) that fall within
         (since, now]: the part of a window that is one pause, not step-level waits."""
         total = 0.0
-        for _, length, start in self.long_runs:
-            overlap = min(start + length, now) - max(start, since)
+        for r in self.long_runs:
+            overlap = min(r.start + r.length, now) - max(r.start, since)
             if overlap > 0:
                 total += overlap
         return total
 
-    def in_pause(self, t: float) -> bool:
+    def in_save(self, t: float) -> bool:
         """Whether the sample at ``t`` falls within a pause (a run past the pause allowance) the ledger
-        still keeps."""
-        return any(start < t <= start + length for _, length, start in self.long_runs)
+        still keeps that had the shape of a save."""
+        return any(r.save and r.start < t <= r.start + r.length for r in self.long_runs)
 
     def losses(self, pick: Callable[[Shares], float]) -> list[Lost]:
         """The committed seconds of the ledger window, oldest first, each with its seconds lost to
