@@ -132,9 +132,14 @@ class Context:
     # False right after a hole in that history: a share of one or two samples is not a lasting loss
     observed: bool = True
     paused_recent_s: float = 0.0  # seconds of the evidence window in pauses (runs past the pause allowance)
-    # sampled coarser than the clock: how many samples of the evidence window booked waits (-1: fine samples)
+    # sampled coarser than the clock, two samples or more to the evidence window's half-minute: how many
+    # samples of the evidence window booked waits (-1: fine samples, or one sample to the half-minute)
     waits_seen: int = -1
-    pause_saved: bool = False  # the longest pause had the shape of a save (the job's, or its first rank's)
+    pause_saved: bool = False  # the longest pause had the shape of a save (its first rank's, at the barrier)
+    coarse: bool = False  # sampled coarser than the clock (a Prometheus history, a tracker's run)
+    # seconds it has been stopped now with the shape of a save (its job's first rank, the others at the
+    # barrier); 0 when it is not
+    saving_s: float = 0.0
 
 
 def covered(
@@ -485,6 +490,8 @@ def _step_waits(c: Context) -> float:
         # one sample of a coarse history caught without a kernel stands for its whole step: a pause, not a
         # half-minute of waits (the coverage rule and the shape over the evidence window still read it)
         return 0.0
+    if c.coarse and c.saving_s > 0 and c.fast.family("input") * c.fast.counted_s <= c.saving_s:
+        return 0.0  # a save in progress on the first rank and no other wait: judged by its length
     waits = c.recent.get("input_wait")
     if c.pauses >= 2 or c.paused_recent_s <= 0 or c.recent.counted_s <= 0:
         return waits
@@ -681,11 +688,11 @@ def _forgiven(s: Shares, c: Context) -> float:
 
 def _beside_waits(c: Context) -> bool:
     """Sampled coarser than the work (each sample an instant, a loader's rhythm falling between them), a
-    pause is forgiven only with the shape of a save (every rank off its kernels together, or the job's
-    first rank alone while the others hold a kernel at the barrier) and as the only wait of the fast
-    window: otherwise it is one more wait (a starving loader caught idle in samples in a row). On fine
+    pause is forgiven only with the shape of a save (the job's first rank alone off its kernels while the
+    others hold one at the barrier) and as the only wait of the fast window: otherwise it is one more wait
+    (a starving loader caught idle in samples in a row, every rank of a job starving at once). On fine
     samples a pause is told by its length alone."""
-    if c.waits_seen < 0:
+    if not c.coarse:
         return False
     if not c.pause_saved or c.fast.counted_s <= 0:
         return True

@@ -178,6 +178,9 @@ class Analyzer:
         evidence_s = max(evidence_s, COARSE_EVIDENCE_POINTS.value * step)
         self.window_s = max(window_s, evidence_s)
         self.evidence_s = evidence_s
+        # a coarse step with two samples or more to the evidence window's half-minute: the waits of that
+        # half-minute must show in two samples (one may be a pause); coarser, it holds one, read as it is
+        self._half_minute_samples = EVAL_INTERVAL.value < step <= EVIDENCE_WINDOW.value / d.RECURS
         # Coarser than the clock, a verdict resolves only once its evidence has been absent for a whole
         # evidence window: until then the window still holds the loss's samples, and a sample or two
         # without evidence is one reading of a pattern the step cannot resolve, not the loss's end.
@@ -347,7 +350,6 @@ class Analyzer:
         for gone in self._turns.keys() - groups.keys():  # a job that left: its turns go with it
             del self._turns[gone]
         recent = now - EVIDENCE_WINDOW.value  # a GPU active since is a peer (``_active``)
-        idle_line = UTIL_IDLE_LINE.value
         for group, members in groups.items():
             # a collective needs a peer that works or waits in one too: GPUs that only hold memory
             # (a resident model nobody uses) are no peers to wait for
@@ -362,35 +364,38 @@ class Analyzer:
                 ledger = gpus[gpu].ledger
                 ledger.held_back_s += job_ticks[gpu].span * ledger.share
             held = {g: t for g, t in job_ticks.items() if t.span > 0 and t.held}  # the job's held GPUs
-            job = list(held.values())
-            stopped = bool(job) and all(t.stopped for t in job)
-            quiet = stopped and not any(t.off_kernel for t in job)
-            # ranks in a collective while others are off their kernels wait for those ranks: the pause is
-            # theirs (a save, a stall), the collective time a wait, not the job's own pause on every rank
-            waited_for = stopped and not quiet and not all(t.off_kernel for t in job)
-            alone = len(job) < 2
-            # the job's first rank: where a synchronous save runs while the others wait at a barrier
-            lead = min(held, key=rank_order) if not alone else None
-            first = lead if waited_for else None
-            # a second with the shape of a save: every rank off its kernels together, or the first rank
-            # alone off them while the others hold a kernel resident (pinned: at a barrier's all-reduce)
-            saving = stopped and all(t.off_kernel for t in job) and not alone
-            pinned = lead is not None and all(
-                (t.util or 0.0) >= d.PINNED for g, t in held.items() if g != lead
-            )
             self._classify(group, now, members, job_ticks, held)
-            for gpu, tick in job_ticks.items():
-                state = gpus[gpu]
-                state.held = tick.span > 0 and tick.held
-                if tick.work + tick.comm_quiet > idle_line * tick.span:
-                    state.active_at = now
-                out = waited_for and tick.on_host  # off its kernels while its peers wait for it
-                _count_stop(state, tick, out, gpu == first)
-                # the job's pause is a save on its first rank; any other rank the job waits for stopped on
-                # its own: its seconds are its input's, not a checkpoint's
-                together = stopped and not (out and gpu != first)
-                save = saving or (gpu == lead and pinned and tick.on_host)
-                state.ledger.commit(tick, together, quiet, alone, _idle_gaps(state), waited_for, save)
+            self._commit_job(now, job_ticks, held)
+
+    def _commit_job(self, now: float, job_ticks: dict[str, Tick], held: dict[str, Tick]) -> None:
+        """Commit one job's second to its GPUs' ledgers, each judged with the job's other GPUs."""
+        gpus, idle_line = self._gpus, UTIL_IDLE_LINE.value
+        job = list(held.values())
+        stopped = bool(job) and all(t.stopped for t in job)
+        quiet = stopped and not any(t.off_kernel for t in job)
+        # ranks in a collective while others are off their kernels wait for those ranks: the pause is
+        # theirs (a save, a stall), the collective time a wait, not the job's own pause on every rank
+        waited_for = stopped and not quiet and not all(t.off_kernel for t in job)
+        alone = len(job) < 2
+        # the job's first rank: where a synchronous save runs while the others wait at a barrier
+        lead = min(held, key=rank_order) if not alone else None
+        first = lead if waited_for else None
+        # a second with the shape of a save: the first rank alone off its kernels while the others hold a
+        # kernel resident (pinned: at a barrier's all-reduce), so not starving with it (every rank off
+        # together reads the same as every rank starving, where samples are coarser than the work)
+        pinned = lead is not None and all((t.util or 0.0) >= d.PINNED for g, t in held.items() if g != lead)
+        for gpu, tick in job_ticks.items():
+            state = gpus[gpu]
+            state.held = tick.span > 0 and tick.held
+            if tick.work + tick.comm_quiet > idle_line * tick.span:
+                state.active_at = now
+            out = waited_for and tick.on_host  # off its kernels while its peers wait for it
+            _count_stop(state, tick, out, gpu == first)
+            # the job's pause is a save on its first rank; any other rank the job waits for stopped on its
+            # own: its seconds are its input's, not a checkpoint's
+            together = stopped and not (out and gpu != first)
+            save = gpu == lead and pinned and tick.on_host
+            state.ledger.commit(tick, together, quiet, alone, _idle_gaps(state), waited_for, save)
 
     def _measure(self, state: _Gpu, now: float, active: int, recent: float) -> Tick | None:
         """The GPU's second up to ``now`` from its new points (None: it was measured up to ``now``);
@@ -522,8 +527,10 @@ class Analyzer:
                 # observed (a coarse history's samples stand for their steps: a hole leaves the window bare)
                 self.step <= EVAL_INTERVAL.value or fast.counted_s >= LEDGER_FAST_WINDOW.value / 2,
                 paused,  # paused_recent_s
-                _waits_seen(points) if self.step > EVAL_INTERVAL.value else -1,  # waits_seen
+                _waits_seen(points) if self._half_minute_samples else -1,  # waits_seen
                 pause_saved,  # pause_saved
+                self.step > EVAL_INTERVAL.value,  # coarse
+                state.ledger.run_s if state.ledger.run_save else 0.0,  # saving_s
             )
             contexts[gpu] = ctx
             own = evidence[gpu] = {}
