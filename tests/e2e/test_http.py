@@ -66,11 +66,13 @@ class Served:
         self.thread.join(10)
 
 
-def kubelet_node(scenario: str, logs: bool = False, **settings: object) -> tuple[SimulatedNode, Served]:
-    """A simulated node of two GPUs whose pods the exporter learns from the simulated kubelet, sampled
-    four times a second, as a Served to enter (``logs``: the pods write their logs and the exporter
+def kubelet_node(
+    scenario: str, logs: bool = False, n_gpus: int = 2, **settings: object
+) -> tuple[SimulatedNode, Served]:
+    """A simulated node of ``n_gpus`` GPUs whose pods the exporter learns from the simulated kubelet,
+    sampled four times a second, as a Served to enter (``logs``: the pods write their logs and the exporter
     follows them; ``settings``: the Settings fields a test turns on)."""
-    node = SimulatedNode(scenario, n_gpus=2)
+    node = SimulatedNode(scenario, n_gpus=n_gpus)
     module = node.install()
     node.host.start(period_s=0.2)
     if logs:

@@ -5,15 +5,10 @@ answering with the other GPUs and the held pod labels."""
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 import httpx
 
-from exporter.app import Application
-from exporter.config.settings import Settings
-from exporter.sim import SimulatedNode
-from scripts.stack import free_port
-from tests.e2e.test_http import Served, families, wait_ready
+from tests.e2e.test_http import families, kubelet_node, wait_ready
 
 
 def scrape_until(url: str, done, timeout: float = 15.0) -> dict[str, list]:
@@ -32,20 +27,9 @@ def up(metrics: dict[str, list]) -> dict[str, float]:
 
 
 def test_an_unresponsive_gpu_and_a_vanished_kubelet_over_http():
-    node = SimulatedNode("gpu_unresponsive:onset=3,gpus=1", n_gpus=4)
-    module = node.install()
-    node.host.start(period_s=0.2)
-    settings = replace(
-        Settings(),
-        interval_s=0.25,
-        collect_timeout_s=0.5,
-        listen_address="127.0.0.1",
-        pod_resources_socket=node.kubelet_socket,
-        pod_resources_interval_s=0.5,
-    )
-    app = Application(settings, module, node.host_options())
+    node, app = kubelet_node("gpu_unresponsive:onset=3,gpus=1", n_gpus=4, pod_resources_interval_s=0.5)
     try:
-        with Served(app, free_port()) as served:
+        with app as served:
             wait_ready(served.url)
             metrics = scrape_until(served.url, lambda m: up(m).get("1") == 0)
             assert up(metrics) == {"0": 1, "1": 0, "2": 1, "3": 1}
