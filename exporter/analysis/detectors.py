@@ -493,9 +493,7 @@ def _step_waits(c: Context) -> float:
     if c.coarse and c.saving_s > 0 and c.fast.family("input") * c.fast.counted_s <= c.saving_s:
         return 0.0  # a save in progress on the first rank and no other wait: judged by its length
     waits = c.recent.get("input_wait")
-    if c.pauses >= 2 or c.paused_recent_s <= 0 or c.recent.counted_s <= 0:
-        return waits
-    if _beside_waits(c):
+    if c.pauses >= 2 or c.paused_recent_s <= 0 or c.recent.counted_s <= 0 or _beside_waits(c):
         return waits
     return max(0.0, waits - c.paused_recent_s / c.recent.counted_s)
 
@@ -679,9 +677,7 @@ def _forgiven(s: Shares, c: Context) -> float:
     if s.counted_s <= 0:
         return 0.0
     waits = s.family("input")
-    if c.pauses >= 2:
-        return waits
-    if _beside_waits(c):
+    if c.pauses >= 2 or _beside_waits(c):
         return waits
     return max(0.0, waits - c.longest_pause_s / s.counted_s)
 

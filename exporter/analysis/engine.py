@@ -697,6 +697,7 @@ class Analyzer:
         first rank: a save there looks the same while it lasts, and the coverage rule judges it (replay
         says so). Never on a class whose gaps are idle capacity."""
         self._stopping.clear()
+        jobs: dict[str, list[str]] | None = None  # made when a GPU first needs its job's members
         for gpu in chosen:
             state = self._gpus[gpu]
             run = state.stop_run_s
@@ -705,7 +706,8 @@ class Analyzer:
             c = contexts[gpu]
             if c.idle_gaps:
                 continue  # the class said so (its silenced verdict says why)
-            waiting = tuple(g for g in self._waiting(self._members(gpu, chosen)) if g != gpu)
+            jobs = jobs if jobs is not None else self._whole_gpu_jobs(chosen)
+            waiting = tuple(g for g in self._waiting(jobs.get(state.group, [])) if g != gpu)
             if not waiting:
                 continue
             if state.first_rank:
@@ -719,10 +721,6 @@ class Analyzer:
                 # its cause says more than a rank behind its peers at a coarse step, whatever that scored
                 self.details[(gpu, kind)] = ev.detail
                 evidence[gpu][kind] = replace(ev, score=max(ev.score, evidence[gpu][kind].score))
-
-    def _members(self, gpu: str, chosen: list[str]) -> list[str]:
-        group = self._gpus[gpu].group
-        return [g for g in chosen if self._gpus[g].group == group and self._gpus[g].scope == ""]
 
     def _judging_due(self, now: float, chosen: list[str]) -> bool:
         """Verdicts are judged every VERDICT_INTERVAL (steps of EVAL_INTERVAL; half a step of slack for a
